@@ -1,0 +1,148 @@
+package job
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"sort"
+	"strconv"
+)
+
+// ErrDuplicateKey reports a JSON object that names the same key twice. Such
+// input has no single meaning (parsers disagree on which value wins), so it is
+// refused rather than fingerprinted.
+var ErrDuplicateKey = errors.New("duplicate key in JSON object")
+
+// NewID derives a job's ID from its owner and idempotency key. Because the ID
+// is a function of (owner, key), the uniqueness of (owner, key) is enforced by
+// one conditional PutItem on the job's own key — no second item, no
+// transaction, no read before the write. The hash hides both inputs.
+func NewID(owner, key string) string {
+	h := sha256.New()
+	// Length prefixes keep ("ab","c") and ("a","bc") apart.
+	fmt.Fprintf(h, "%d:%s|%d:%s", len(owner), owner, len(key), key)
+	sum := h.Sum(nil)
+	return "job_" + idEncoding.EncodeToString(sum[:16])
+}
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// Fingerprint is a hash of the request that created a job, over its
+// canonical form: object key order, whitespace and number spelling
+// (1, 1.0, 1e0) do not change it.
+func Fingerprint(jobType string, input json.RawMessage, providers []string) (string, error) {
+	canon, err := Canonical(input)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "type=%q\ninput=%s\nproviders=", jobType, canon)
+	for _, p := range providers {
+		fmt.Fprintf(h, "%q,", p)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Canonical returns the canonical encoding of a JSON value: objects with keys
+// sorted, no insignificant whitespace, numbers as exact reduced fractions.
+func Canonical(raw json.RawMessage) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var buf bytes.Buffer
+	if err := canonValue(dec, &buf); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data after JSON value")
+	}
+	return buf.Bytes(), nil
+}
+
+func canonValue(dec *json.Decoder, buf *bytes.Buffer) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			return canonObject(dec, buf)
+		case '[':
+			buf.WriteByte('[')
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					buf.WriteByte(',')
+				}
+				if err := canonValue(dec, buf); err != nil {
+					return err
+				}
+			}
+			_, err := dec.Token() // ']'
+			buf.WriteByte(']')
+			return err
+		}
+		return fmt.Errorf("unexpected %v", t)
+	case json.Number:
+		r, ok := new(big.Rat).SetString(t.String())
+		if !ok {
+			return fmt.Errorf("bad number %q", t)
+		}
+		buf.WriteString(r.RatString())
+	case string:
+		b, _ := json.Marshal(t)
+		buf.Write(b)
+	case bool:
+		buf.WriteString(strconv.FormatBool(t))
+	case nil:
+		buf.WriteString("null")
+	}
+	return nil
+}
+
+func canonObject(dec *json.Decoder, buf *bytes.Buffer) error {
+	type member struct {
+		key string
+		val []byte
+	}
+	var members []member
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return fmt.Errorf("%w: %q", ErrDuplicateKey, key)
+		}
+		seen[key] = true
+		var vb bytes.Buffer
+		if err := canonValue(dec, &vb); err != nil {
+			return err
+		}
+		members = append(members, member{key, vb.Bytes()})
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return err
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
+	buf.WriteByte('{')
+	for i, m := range members {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		kb, _ := json.Marshal(m.key)
+		buf.Write(kb)
+		buf.WriteByte(':')
+		buf.Write(m.val)
+	}
+	buf.WriteByte('}')
+	return nil
+}

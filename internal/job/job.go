@@ -1,0 +1,164 @@
+package job
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+)
+
+// Job is the durable intent: who asked for what, against which providers,
+// and — once written by compare-and-swap — its outcome.
+type Job struct {
+	ID             string
+	Owner          string
+	IdempotencyKey string
+	Type           string
+	Input          json.RawMessage
+	Providers      []string
+	Fingerprint    string
+	Status         Status
+	// Version moves only when the outcome is written; completions compare on it.
+	Version int64
+	// Revision moves on every write of the job item; bookkeeping transitions
+	// compare on it so each is decided on the state it will replace.
+	Revision     int64
+	AttemptCount int
+	// Attempts is the authoritative summary of every attempt, oldest first.
+	Attempts    []Attempt
+	CompletedBy int // the winning attempt's number; 0 while none won
+	Result      json.RawMessage
+	Error       *Failure
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Failure describes why a job or an attempt failed.
+type Failure struct {
+	// Class is the provider failure class: retryable, non_retryable,
+	// ambiguous, contract_violation, uncertified, resolved, cancelled.
+	Class   string `json:"class"`
+	Message string `json:"message"`
+}
+
+// Failure classes that decide what happens next.
+const (
+	ClassRetryable         = "retryable"
+	ClassNonRetryable      = "non_retryable"
+	ClassAmbiguous         = "ambiguous"
+	ClassContractViolation = "contract_violation"
+	ClassUncertified       = "uncertified"
+	ClassResolved          = "resolved"
+)
+
+// Attempt is one try at a job on one provider.
+type Attempt struct {
+	JobID    string
+	Number   int
+	Provider string
+	State    AttemptState
+	Hedge    bool
+	// ReadVersion is the job version this attempt read when it started; its
+	// completion compares against it.
+	ReadVersion       int64
+	StartedAt         time.Time
+	UpdatedAt         time.Time
+	FinishedAt        time.Time // zero while open
+	UnknownSince      time.Time // zero unless it became unknown
+	ProviderRequestID string
+	Error             *Failure
+	// Outcome records how the attempt ended beyond its state: "won",
+	// "lost_race (winner 2)", "resolved: <reason>".
+	Outcome string
+}
+
+// IdempotencyKey is the attempt's identity, passed downstream to providers.
+func (a Attempt) IdempotencyKey() string {
+	return a.JobID + "/" + itoa(a.Number)
+}
+
+// Attempt returns attempt n.
+func (j Job) Attempt(n int) (Attempt, bool) {
+	for _, a := range j.Attempts {
+		if a.Number == n {
+			return a, true
+		}
+	}
+	return Attempt{}, false
+}
+
+// Blocker returns the first attempt that forbids starting another.
+func (j Job) Blocker() (Attempt, bool) {
+	for _, a := range j.Attempts {
+		if a.State.Blocking() {
+			return a, true
+		}
+	}
+	return Attempt{}, false
+}
+
+// Open returns the attempts that may still produce a result.
+func (j Job) Open() []Attempt {
+	var out []Attempt
+	for _, a := range j.Attempts {
+		if a.State.Open() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Tried reports whether some attempt already used the provider.
+func (j Job) Tried(provider string) bool {
+	for _, a := range j.Attempts {
+		if a.Provider == provider {
+			return true
+		}
+	}
+	return false
+}
+
+// Last returns the newest attempt.
+func (j Job) Last() (Attempt, bool) {
+	if len(j.Attempts) == 0 {
+		return Attempt{}, false
+	}
+	return j.Attempts[len(j.Attempts)-1], true
+}
+
+// derivedStatus is the status implied by the attempts while no outcome is written.
+func (j Job) derivedStatus() Status {
+	if j.Status.Terminal() {
+		return j.Status
+	}
+	for _, a := range j.Attempts {
+		if a.State == AttemptUnknown {
+			return StatusUnknown
+		}
+	}
+	if len(j.Attempts) > 0 {
+		return StatusRunning
+	}
+	return StatusPending
+}
+
+func (j Job) withAttempt(a Attempt) Job {
+	out := j
+	out.Attempts = make([]Attempt, 0, len(j.Attempts)+1)
+	replaced := false
+	for _, x := range j.Attempts {
+		if x.Number == a.Number {
+			x, replaced = a, true
+		}
+		out.Attempts = append(out.Attempts, x)
+	}
+	if !replaced {
+		out.Attempts = append(out.Attempts, a)
+		sort.Slice(out.Attempts, func(i, k int) bool { return out.Attempts[i].Number < out.Attempts[k].Number })
+	}
+	return out
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}

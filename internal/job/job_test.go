@@ -1,0 +1,257 @@
+package job_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func newJob(t *testing.T) job.Job {
+	t.Helper()
+	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{"a":1}`),
+		Providers: []string{"p1", "p2", "p3"}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// after returns the job a decision leads to; a refused decision panics,
+// which fails the test that expected it to pass.
+func after(tr job.Transition, err error) job.Job {
+	if err != nil {
+		panic(err)
+	}
+	return tr.After()
+}
+
+func TestCanTransition(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		from, to job.AttemptState
+		want     bool
+	}{
+		{job.AttemptStarting, job.AttemptRunning, true},
+		{job.AttemptRunning, job.AttemptSucceeded, true},
+		{job.AttemptRunning, job.AttemptUnknown, true},
+		{job.AttemptUnknown, job.AttemptSucceeded, true},
+		{job.AttemptUnknown, job.AttemptCancelled, true},
+		{job.AttemptRunning, job.AttemptCancelled, false},
+		{job.AttemptUnknown, job.AttemptRunning, false},
+		{job.AttemptFailed, job.AttemptSucceeded, false},
+		{job.AttemptSucceeded, job.AttemptDiscarded, false},
+		{job.AttemptDiscarded, job.AttemptSucceeded, false},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.from)+"To"+string(tc.to), func(t *testing.T) {
+			t.Parallel()
+			if got := job.CanTransition(tc.from, tc.to); got != tc.want {
+				t.Fatalf("CanTransition(%s, %s) = %v", tc.from, tc.to, got)
+			}
+		})
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	base, err := job.Fingerprint("demo", json.RawMessage(`{"a":[1,2,{"b":"x"}],"c":10}`), []string{"p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		input string
+		typ   string
+		same  bool
+	}{
+		{"Reordered", `{"c":10,"a":[1,2,{"b":"x"}]}`, "demo", true},
+		{"Whitespace", " { \"a\" : [ 1 , 2 , { \"b\" : \"x\" } ] ,\n\"c\":10 } ", "demo", true},
+		{"NumberSpelling", `{"a":[1.0,2e0,{"b":"x"}],"c":1e1}`, "demo", true},
+		{"OtherValue", `{"a":[1,2,{"b":"y"}],"c":10}`, "demo", false},
+		{"ArrayOrderMatters", `{"a":[2,1,{"b":"x"}],"c":10}`, "demo", false},
+		{"OtherType", `{"a":[1,2,{"b":"x"}],"c":10}`, "other", false},
+		{"StringIsNotNumber", `{"a":[1,2,{"b":"x"}],"c":"10"}`, "demo", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := job.Fingerprint(tc.typ, json.RawMessage(tc.input), []string{"p"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got == base) != tc.same {
+				t.Fatalf("same=%v, want %v", got == base, tc.same)
+			}
+		})
+	}
+	if _, err := job.Fingerprint("demo", json.RawMessage(`{"a":1,"a":2}`), nil); !errors.Is(err, job.ErrDuplicateKey) {
+		t.Fatalf("duplicate keys: %v", err)
+	}
+}
+
+func TestValidKey(t *testing.T) {
+	t.Parallel()
+	long := make([]byte, 256)
+	for i := range long {
+		long[i] = 'a'
+	}
+	tests := []struct {
+		name string
+		key  string
+		want bool
+	}{
+		{"Simple", "abc-123", true},
+		{"Max", string(long[:255]), true},
+		{"Empty", "", false},
+		{"TooLong", string(long), false},
+		{"Space", "a b", false},
+		{"Control", "a\x01b", false},
+		{"NonASCII", "clé", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := job.ValidKey(tc.key); got != tc.want {
+				t.Fatalf("ValidKey(%q) = %v", tc.key, got)
+			}
+		})
+	}
+}
+
+func TestNextStep(t *testing.T) {
+	t.Parallel()
+	certified := func(ok ...string) func(string) bool {
+		return func(p string) bool {
+			for _, o := range ok {
+				if o == p {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	failed := func(t *testing.T, j job.Job, p string, class string) job.Job {
+		t.Helper()
+		j = after(job.DecideStart(j, p, false, t0))
+		n := j.AttemptCount
+		j = after(job.DecideRunning(j, n, t0))
+		return after(job.DecideAttemptFailed(j, n, job.Failure{Class: class, Message: p + " failed"}, "", t0))
+	}
+	tests := []struct {
+		name      string
+		build     func(t *testing.T) job.Job
+		certified func(string) bool
+		want      job.Action
+		provider  string
+	}{
+		{"FreshJobRunsPrimaryWithoutCertification", newJob, certified(), job.ActionRun, "p1"},
+		{"RetryableFailureFallsBackToCertified", func(t *testing.T) job.Job { return failed(t, newJob(t), "p1", job.ClassRetryable) },
+			certified("p3"), job.ActionRun, "p3"},
+		{"ContractViolationFallsBack", func(t *testing.T) job.Job { return failed(t, newJob(t), "p1", job.ClassContractViolation) },
+			certified("p2", "p3"), job.ActionRun, "p2"},
+		{"UncertifiedFallbacksFinalize", func(t *testing.T) job.Job { return failed(t, newJob(t), "p1", job.ClassRetryable) },
+			certified(), job.ActionFinalize, ""},
+		{"NonRetryableFinalizes", func(t *testing.T) job.Job { return failed(t, newJob(t), "p1", job.ClassNonRetryable) },
+			certified("p2", "p3"), job.ActionFinalize, ""},
+		{"UnknownWaits", func(t *testing.T) job.Job {
+			j := after(job.DecideStart(newJob(t), "p1", false, t0))
+			j = after(job.DecideRunning(j, 1, t0))
+			return after(job.DecideUnknown(j, 1, "timeout", t0))
+		}, certified("p2"), job.ActionWait, ""},
+		{"UnclaimedStartingIsReissued", func(t *testing.T) job.Job { return after(job.DecideStart(newJob(t), "p1", false, t0)) },
+			certified(), job.ActionRun, "p1"},
+		{"AllTriedFinalize", func(t *testing.T) job.Job {
+			j := failed(t, newJob(t), "p1", job.ClassRetryable)
+			j = failed(t, j, "p2", job.ClassRetryable)
+			return failed(t, j, "p3", job.ClassRetryable)
+		}, certified("p2", "p3"), job.ActionFinalize, ""},
+		{"CancelledIsDone", func(t *testing.T) job.Job { return after(job.DecideCancel(newJob(t), t0)) }, certified(), job.ActionDone, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			plan := job.Next(tc.build(t), job.Policy{MaxAttempts: 5, Certified: tc.certified, Wait: job.DefaultWait()}, t0)
+			if plan.Action != tc.want || plan.Provider != tc.provider {
+				t.Fatalf("plan = %+v, want %s %s", plan, tc.want, tc.provider)
+			}
+			if plan.Action == job.ActionFinalize && plan.Failure == nil {
+				t.Fatal("finalize without a failure")
+			}
+		})
+	}
+}
+
+func TestUncertifiedFailureNamesProviders(t *testing.T) {
+	t.Parallel()
+	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j = after(job.DecideAttemptFailed(j, 1, job.Failure{Class: job.ClassRetryable, Message: "503"}, "", t0))
+	plan := job.Next(j, job.Policy{Certified: func(string) bool { return false }}, t0)
+	if plan.Failure == nil || plan.Failure.Class != job.ClassUncertified ||
+		plan.Failure.Message != "no certified provider left; uncertified for this contract: p2, p3; last error: 503" {
+		t.Fatalf("failure = %+v", plan.Failure)
+	}
+}
+
+func TestWaitScheduleBoundsTransitions(t *testing.T) {
+	t.Parallel()
+	// Each check is Wait + StartAttempt + Route: three state transitions.
+	if got := job.DefaultWait().ChecksPerDay() * 3; got > 20 {
+		t.Fatalf("default wait costs %d transitions in the first day, want ≤ 20", got)
+	}
+	w := job.WaitSchedule{Steps: []time.Duration{time.Second, time.Minute}}
+	if w.Next(0) != time.Second || w.Next(2*time.Second) != time.Minute || w.Next(time.Hour) != time.Minute {
+		t.Fatal("schedule steps wrong")
+	}
+}
+
+func TestDecisionsAreIdempotent(t *testing.T) {
+	t.Parallel()
+	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j = after(job.DecideRunning(j, 1, t0))
+	tests := []struct {
+		name   string
+		decide func(job.Job) (job.Transition, error)
+	}{
+		{"RunningTwice", func(j job.Job) (job.Transition, error) { return job.DecideRunning(j, 1, t0) }},
+		{"UnknownTwice", func(j job.Job) (job.Transition, error) {
+			j = after(job.DecideUnknown(j, 1, "t", t0))
+			return job.DecideUnknown(j, 1, "t", t0)
+		}},
+		{"CancelTwice", func(j job.Job) (job.Transition, error) {
+			j = after(job.DecideCancel(j, t0))
+			return job.DecideCancel(j, t0)
+		}},
+		{"CompleteTwice", func(j job.Job) (job.Transition, error) {
+			j = job.DecideComplete(j, 1, json.RawMessage(`{}`), "", t0).After()
+			return job.DecideComplete(j, 1, json.RawMessage(`{}`), "", t0), nil
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tr, err := tc.decide(j)
+			if err != nil || !tr.Noop() {
+				t.Fatalf("noop=%v err=%v", tr.Noop(), err)
+			}
+		})
+	}
+}
+
+func TestResolveOnlyUnknown(t *testing.T) {
+	t.Parallel()
+	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j = after(job.DecideRunning(j, 1, t0))
+	if _, err := job.DecideResolve(j, 1, job.Resolution{Outcome: job.AttemptFailed, Reason: "x"}, t0); !errors.Is(err, job.ErrInvalidTransition) {
+		t.Fatalf("resolving a running attempt: %v", err)
+	}
+	j = after(job.DecideUnknown(j, 1, "t", t0))
+	tr, err := job.DecideResolve(j, 1, job.Resolution{Outcome: job.AttemptSucceeded, Result: json.RawMessage(`{"r":1}`), Reason: "seen in provider console"}, t0)
+	if err != nil || tr.Kind() != job.KindComplete || tr.After().Status != job.StatusSucceeded || tr.After().CompletedBy != 1 {
+		t.Fatalf("resolve succeeded: kind=%s after=%+v err=%v", tr.Kind(), tr.After(), err)
+	}
+}
