@@ -1,0 +1,64 @@
+package jobtype
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/template"
+
+	"github.com/onejob/onejob/internal/provider"
+)
+
+// ErrRender is wrapped when an input cannot be rendered into a prompt.
+var ErrRender = errors.New("render prompt")
+
+// parseTemplate parses a prompt template. Missing keys are errors, so a
+// renamed input field cannot silently render as "<no value>"; optional fields
+// are read with {{index . "field"}}, which yields nothing when absent.
+func parseTemplate(name, text string) (*template.Template, error) {
+	return template.New(name).
+		Option("missingkey=error").
+		Funcs(template.FuncMap{
+			// json embeds a value as JSON, for structured inputs.
+			"json": func(v any) (string, error) {
+				b, err := json.Marshal(v)
+				return string(b), err
+			},
+		}).
+		Parse(text)
+}
+
+// Render renders the system prompt and the prompt template over a (valid)
+// input.
+func (t *Type) Render(input json.RawMessage) (system, prompt string, err error) {
+	data, err := decodeInstance(input)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %s: input: %w", ErrRender, t.Name(), err)
+	}
+	var b strings.Builder
+	if err := t.prompt.Execute(&b, data); err != nil {
+		return "", "", fmt.Errorf("%w: %s: %w", ErrRender, t.Name(), err)
+	}
+	return t.spec.SystemPrompt, b.String(), nil
+}
+
+// NewRequest renders input and builds the provider request of one attempt.
+func (t *Type) NewRequest(jobID string, attempt int, input json.RawMessage) (provider.Request, error) {
+	system, prompt, err := t.Render(input)
+	if err != nil {
+		return provider.Request{}, err
+	}
+	return provider.Request{
+		JobID:           jobID,
+		Attempt:         attempt,
+		IdempotencyKey:  provider.AttemptKey(jobID, attempt),
+		JobType:         t.Name(),
+		System:          system,
+		Prompt:          prompt,
+		Input:           input,
+		OutputSchema:    t.OutputSchema(),
+		Temperature:     t.spec.Temperature,
+		MaxOutputTokens: t.spec.MaxOutputTokens,
+	}, nil
+}

@@ -1,0 +1,114 @@
+package adapters_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/provider/adapters"
+	"github.com/onejob/onejob/internal/provider/sim"
+)
+
+const secretValue = "sk-live-NEVER-LOG-ME"
+
+func startSim(t *testing.T, handler func(*sim.Simulator) http.Handler) (*sim.Simulator, string) {
+	t.Helper()
+	s := sim.New(sim.Options{Oracle: sim.Fixed{GoodOutput: json.RawMessage(`{"text":"hi","provider":"x"}`)}, APIKey: secretValue})
+	srv, err := sim.Start(handler(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return s, srv.URL()
+}
+
+// TestRegistryFromJSONConfig builds every kind from JSON config against
+// loopback simulators, resolves the key from the secret source and calls each
+// provider once.
+func TestRegistryFromJSONConfig(t *testing.T) {
+	t.Parallel()
+	oaiSim, oaiURL := startSim(t, (*sim.Simulator).OpenAI)
+	antSim, antURL := startSim(t, (*sim.Simulator).Anthropic)
+	brSim, brURL := startSim(t, (*sim.Simulator).Bedrock)
+	whSim, whURL := startSim(t, (*sim.Simulator).Webhook)
+
+	cfg, err := provider.ParseConfig([]byte(`{"providers":[
+		{"name":"openai-primary","kind":"openai","base_url":"` + oaiURL + `/v1","model":"gpt-x","credential_ref":"OPENAI_API_KEY"},
+		{"name":"anthropic-fallback","kind":"anthropic","base_url":"` + antURL + `","model":"claude-x","credential_ref":"ANTHROPIC_API_KEY"},
+		{"name":"bedrock-claude","kind":"bedrock","base_url":"` + brURL + `","model":"anthropic.claude-x","region":"eu-west-1"},
+		{"name":"hook","kind":"webhook","base_url":"` + whURL + `/run","credential_ref":"HOOK_TOKEN"}
+	]}`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	env := map[string]string{"OPENAI_API_KEY": secretValue, "ANTHROPIC_API_KEY": secretValue, "HOOK_TOKEN": secretValue}
+	var logs bytes.Buffer
+	reg, err := adapters.NewRegistry(t.Context(), cfg,
+		provider.EnvSecrets{Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok }},
+		adapters.Options{
+			Logger:         slog.New(slog.NewJSONHandler(&logs, nil)),
+			AWSCredentials: credentials.NewStaticCredentialsProvider("AKID", secretValue, ""),
+		})
+	if err != nil {
+		t.Fatalf("NewRegistry: %v", err)
+	}
+	if got := strings.Join(reg.Names(), ","); got != "anthropic-fallback,bedrock-claude,hook,openai-primary" {
+		t.Errorf("Names = %s", got)
+	}
+	req := provider.Request{
+		JobID: "j", Attempt: 1, IdempotencyKey: "j/1", JobType: "demo", Prompt: "p",
+		OutputSchema: json.RawMessage(`{"type":"object"}`), Input: json.RawMessage(`{}`),
+	}
+	for _, name := range reg.Names() {
+		p, _ := reg.Get(name)
+		if _, err := p.Call(t.Context(), req); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, s := range map[string]*sim.Simulator{"openai": oaiSim, "anthropic": antSim, "bedrock": brSim, "webhook": whSim} {
+		if calls := s.Calls(); len(calls) != 1 || !calls[0].Authorized || calls[0].IdempotencyKey != "j/1" {
+			t.Errorf("%s simulator calls = %+v", name, calls)
+		}
+	}
+	if strings.Contains(logs.String(), secretValue) {
+		t.Errorf("secret in logs: %s", logs.String())
+	}
+	if !strings.Contains(logs.String(), `"provider":"bedrock-claude"`) {
+		t.Errorf("missing call log: %s", logs.String())
+	}
+}
+
+func TestRegistryConfigErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		pc      provider.ProviderConfig
+		opts    adapters.Options
+		wantMsg string
+	}{
+		{"UnknownKind", provider.ProviderConfig{Name: "x", Kind: "grpc"}, adapters.Options{}, `unknown kind "grpc"`},
+		{"MissingSecret", provider.ProviderConfig{Name: "x", Kind: "openai", Model: "m", CredentialRef: "NOPE"}, adapters.Options{}, "secret not found"},
+		{"AnthropicWithoutKey", provider.ProviderConfig{Name: "x", Kind: "anthropic", Model: "m"}, adapters.Options{}, "api key is required"},
+		{"BedrockWithoutCredentials", provider.ProviderConfig{Name: "x", Kind: "bedrock", Model: "m", Region: "r"}, adapters.Options{}, "AWSCredentials"},
+		{"BedrockWithoutRegion", provider.ProviderConfig{Name: "x", Kind: "bedrock", Model: "m"},
+			adapters.Options{AWSCredentials: credentials.NewStaticCredentialsProvider("a", "b", "")}, "region is required"},
+		{"WebhookPlainHTTP", provider.ProviderConfig{Name: "x", Kind: "webhook", BaseURL: "http://example.com/h"}, adapters.Options{}, "https"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := adapters.NewRegistry(t.Context(), provider.Config{Providers: []provider.ProviderConfig{tc.pc}},
+				provider.EnvSecrets{Lookup: func(string) (string, bool) { return "", false }}, tc.opts)
+			if !errors.Is(err, provider.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("err = %v, want ErrInvalidConfig mentioning %q", err, tc.wantMsg)
+			}
+		})
+	}
+}

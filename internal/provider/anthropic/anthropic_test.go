@@ -1,0 +1,93 @@
+package anthropic_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/provider/anthropic"
+	"github.com/onejob/onejob/internal/provider/providertest"
+	"github.com/onejob/onejob/internal/provider/sim"
+)
+
+func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
+	t.Helper()
+	a, err := anthropic.New(anthropic.Config{
+		Name: "anthropic-fallback", BaseURL: env.BaseURL, Model: "claude-test",
+		APIKey: env.APIKey, Logger: env.Logger, Now: env.Now,
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return a
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	providertest.Run(t, providertest.Harness{
+		Handler:     (*sim.Simulator).Anthropic,
+		New:         newAdapter,
+		SendsSystem: true,
+		SendsSchema: true,
+		ErrorStatus: 529, // overloaded_error
+	})
+}
+
+func TestWireFormat(t *testing.T) {
+	t.Parallel()
+	var got map[string]any
+	var header http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		header = r.Header.Clone()
+		if r.URL.Path != "/v1/messages" {
+			t.Errorf("path = %s", r.URL.Path)
+		}
+		_ = json.NewDecoder(r.Body).Decode(&got)
+		w.Header().Set("request-id", "req_011")
+		_, _ = w.Write([]byte(`{"id":"msg_1","model":"claude-test-1","stop_reason":"tool_use","content":[` +
+			`{"type":"text","text":"Let me record that."},` +
+			`{"type":"tool_use","id":"toolu_1","name":"ticket-triage","input":{"a":1}}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	resp, err := newAdapter(t, providertest.Env{BaseURL: srv.URL, APIKey: "k"}).Call(t.Context(), providertest.Request(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(resp.Output) != `{"a":1}` || resp.ProviderRequestID != "req_011" || resp.Model != "claude-test-1" {
+		t.Errorf("resp = %+v", resp)
+	}
+	if header.Get("x-api-key") != "k" || header.Get("anthropic-version") != "2023-06-01" || header.Get("Idempotency-Key") != "job-123/1" {
+		t.Errorf("headers = %v", header)
+	}
+	tools := got["tools"].([]any)
+	tc := got["tool_choice"].(map[string]any)
+	if len(tools) != 1 || tools[0].(map[string]any)["input_schema"] == nil || tc["type"] != "tool" || tc["name"] != "ticket-triage" {
+		t.Errorf("tools = %v, tool_choice = %v", tools, tc)
+	}
+	if got["system"] != "You triage support tickets." || got["max_tokens"] != 256.0 || got["temperature"] != 0.0 {
+		t.Errorf("body = %v", got)
+	}
+}
+
+func TestNoToolCall(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"id":"msg_2","stop_reason":"max_tokens","content":[{"type":"text","text":"I think"}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	_, err := newAdapter(t, providertest.Env{BaseURL: srv.URL, APIKey: "k"}).Call(t.Context(), providertest.Request(1))
+	var ce *provider.CallError
+	if !errors.As(err, &ce) || !errors.Is(err, provider.ErrNoStructuredOutput) || ce.ProviderRequestID != "msg_2" {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestNewRequiresAPIKey(t *testing.T) {
+	t.Parallel()
+	if _, err := anthropic.New(anthropic.Config{Name: "a", Model: "m"}); !errors.Is(err, anthropic.ErrInvalidConfig) {
+		t.Errorf("New = %v, want ErrInvalidConfig", err)
+	}
+}

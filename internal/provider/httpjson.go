@@ -1,0 +1,250 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+// DefaultMaxResponseBytes bounds how much of a provider answer is read; a
+// structured output larger than this is treated as malformed.
+const DefaultMaxResponseBytes = 4 << 20
+
+// JSONClient is the shared JSON-over-HTTP helper for HTTP adapters. It turns
+// every failure into a *CallError with status, Retry-After, request id and
+// class filled in, so adapters only map their own body formats.
+type JSONClient struct {
+	// Provider names the provider in errors.
+	Provider string
+	// HTTP is the client used; nil means http.DefaultClient. No client-level
+	// timeout is expected: the caller's ctx deadline (the job type's timeout)
+	// bounds the call.
+	HTTP *http.Client
+	// Now is the clock used to resolve HTTP-date Retry-After values.
+	Now func() time.Time
+	// RequestIDHeaders are checked in order for the provider's request id.
+	RequestIDHeaders []string
+	// MaxResponseBytes bounds the body read; 0 means DefaultMaxResponseBytes.
+	MaxResponseBytes int64
+}
+
+// HTTPResponse is a 2xx answer.
+type HTTPResponse struct {
+	Status    int
+	Header    http.Header
+	Body      []byte
+	RequestID string
+}
+
+// PostJSON marshals body, POSTs it to url with the given extra headers and
+// returns the 2xx answer. Any other outcome is a *CallError.
+func (c *JSONClient) PostJSON(ctx context.Context, url string, header http.Header, body any) (HTTPResponse, error) {
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return HTTPResponse{}, c.fail(ClassNonRetryable, 0, "", "encode request", fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+	}
+	ctx, sent := TrackSent(ctx)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
+	if err != nil {
+		return HTTPResponse{}, c.fail(ClassNonRetryable, 0, "", "build request", fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			hreq.Header.Add(k, v)
+		}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/json")
+
+	resp, err := c.client().Do(hreq)
+	if err != nil {
+		return HTTPResponse{}, c.fail(ClassifyTransport(err, sent()), 0, "", "send request", fmt.Errorf("%w: %w", ErrTransport, err))
+	}
+	defer resp.Body.Close()
+
+	requestID := RequestIDFrom(resp.Header, c.RequestIDHeaders...)
+	limit := c.MaxResponseBytes
+	if limit <= 0 {
+		limit = DefaultMaxResponseBytes
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		// The provider already answered with headers, so it processed the
+		// request: losing the body leaves the outcome unknown.
+		return HTTPResponse{}, c.fail(ClassAmbiguous, resp.StatusCode, requestID, "read response body", fmt.Errorf("%w: %w", ErrTransport, err))
+	}
+	if int64(len(data)) > limit {
+		return HTTPResponse{}, c.fail(ClassRetryable, resp.StatusCode, requestID, fmt.Sprintf("response body exceeds %d bytes", limit), ErrMalformedResponse)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		ce := c.fail(ClassifyStatus(resp.StatusCode), resp.StatusCode, requestID, ErrorMessage(data), ErrHTTPStatus)
+		ce.RetryAfter = ParseRetryAfter(resp.Header, c.now())
+		return HTTPResponse{}, ce
+	}
+	return HTTPResponse{Status: resp.StatusCode, Header: resp.Header, Body: data, RequestID: requestID}, nil
+}
+
+// Malformed builds the error for a 2xx body that could not be used. It is
+// retryable: the provider answered, so nothing is in flight, and inference
+// output is side-effect free, so asking again (here or elsewhere) is safe.
+func (c *JSONClient) Malformed(resp HTTPResponse, msg string, cause error) *CallError {
+	err := ErrMalformedResponse
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", ErrMalformedResponse, cause)
+	}
+	return c.fail(ClassRetryable, resp.Status, resp.RequestID, msg, err)
+}
+
+// NoStructuredOutput builds the error for a model that answered without the
+// requested structure. Retryable for the same reason as Malformed.
+func (c *JSONClient) NoStructuredOutput(resp HTTPResponse, msg string) *CallError {
+	return c.fail(ClassRetryable, resp.Status, resp.RequestID, msg, ErrNoStructuredOutput)
+}
+
+func (c *JSONClient) fail(class Class, status int, requestID, msg string, err error) *CallError {
+	return &CallError{Provider: c.Provider, Class: class, Status: status, ProviderRequestID: requestID, Msg: msg, Err: err}
+}
+
+func (c *JSONClient) client() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return http.DefaultClient
+}
+
+func (c *JSONClient) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+// TrackSent returns a ctx that records, through httptrace, whether the whole
+// request was written to the wire. sent reports it. Works for any client that
+// issues its requests with the returned ctx (including the AWS SDK).
+func TrackSent(ctx context.Context) (_ context.Context, sent func() bool) {
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	}
+	return httptrace.WithClientTrace(ctx, trace), wrote.Load
+}
+
+// ClassifyTransport classifies an error that happened without a response.
+// If the request was fully written the provider may be working on it, so the
+// failure (timeout, reset, cancellation) is ambiguous; before that nothing
+// reached the provider and the call is retryable.
+func ClassifyTransport(err error, sent bool) Class {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return ClassRetryable
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return ClassRetryable
+	}
+	if sent {
+		return ClassAmbiguous
+	}
+	return ClassRetryable
+}
+
+// RequestIDFrom returns the first non-empty header among names.
+func RequestIDFrom(h http.Header, names ...string) string {
+	for _, n := range names {
+		if v := strings.TrimSpace(h.Get(n)); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// ParseRetryAfter reads the back-off a provider asked for: the non-standard
+// retry-after-ms (sent by OpenAI and Anthropic, more precise) first, then
+// Retry-After as delay-seconds or an HTTP-date relative to now. Past dates and
+// garbage yield 0.
+func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(secs * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// maxErrorMessage bounds how much provider text ends up in errors and logs.
+const maxErrorMessage = 300
+
+// ErrorMessage extracts a human-readable message from an error body in the
+// common shapes ({"error":{"type","message"}}, {"error":"..."},
+// {"message":"..."}), falling back to a truncated excerpt of the body.
+func ErrorMessage(body []byte) string {
+	var shaped struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+	}
+	if json.Unmarshal(body, &shaped) == nil {
+		var nested struct {
+			Type    string `json:"type"`
+			Code    any    `json:"code"`
+			Message string `json:"message"`
+		}
+		var flat string
+		switch {
+		case len(shaped.Error) > 0 && json.Unmarshal(shaped.Error, &nested) == nil && nested.Message != "":
+			if nested.Type != "" {
+				return truncate(nested.Type + ": " + nested.Message)
+			}
+			return truncate(nested.Message)
+		case len(shaped.Error) > 0 && json.Unmarshal(shaped.Error, &flat) == nil && flat != "":
+			return truncate(flat)
+		case shaped.Message != "":
+			return truncate(shaped.Message)
+		}
+	}
+	return truncate(strings.TrimSpace(string(body)))
+}
+
+// Excerpt shortens provider text for error messages.
+func Excerpt(s string) string { return truncate(strings.TrimSpace(s)) }
+
+func truncate(s string) string {
+	if len(s) <= maxErrorMessage {
+		return s
+	}
+	cut := maxErrorMessage
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

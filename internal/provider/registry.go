@@ -1,0 +1,221 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Provider kinds understood by the adapters.
+const (
+	KindOpenAI    = "openai"
+	KindAnthropic = "anthropic"
+	KindBedrock   = "bedrock"
+	KindWebhook   = "webhook"
+)
+
+var (
+	// ErrInvalidConfig is wrapped by every *ConfigError.
+	ErrInvalidConfig = errors.New("invalid provider config")
+	// ErrUnknownProvider: a name that is not in the registry.
+	ErrUnknownProvider = errors.New("unknown provider")
+)
+
+// Config lists the configured providers. Names are what job types refer to.
+type Config struct {
+	Providers []ProviderConfig `json:"providers"`
+}
+
+// ProviderConfig configures one named provider.
+type ProviderConfig struct {
+	// Name is what job types list, e.g. "openai-primary".
+	Name string `json:"name"`
+	// Kind selects the adapter: openai, anthropic, bedrock, webhook.
+	Kind string `json:"kind"`
+	// BaseURL is the API base (openai, anthropic), the endpoint URL (webhook)
+	// or an endpoint override (bedrock).
+	BaseURL string `json:"base_url,omitempty"`
+	// Model is the model id (openai, anthropic, bedrock).
+	Model string `json:"model,omitempty"`
+	// Region is the AWS region (bedrock).
+	Region string `json:"region,omitempty"`
+	// CredentialRef names the secret holding the API key (env var name or
+	// Secrets Manager id). Empty means the provider needs no key.
+	CredentialRef string `json:"credential_ref,omitempty"`
+}
+
+// ConfigError lists every problem found, so one deploy fixes them all.
+type ConfigError struct {
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	return "invalid provider config: " + strings.Join(e.Problems, "; ")
+}
+
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Validate checks what every kind shares; adapters validate their own fields
+// when constructed.
+func (c Config) Validate() error {
+	var problems []string
+	if len(c.Providers) == 0 {
+		problems = append(problems, "no providers configured")
+	}
+	seen := make(map[string]bool, len(c.Providers))
+	for i, p := range c.Providers {
+		where := fmt.Sprintf("providers[%d]", i)
+		if p.Name != "" {
+			where += " (" + p.Name + ")"
+		}
+		if !namePattern.MatchString(p.Name) {
+			problems = append(problems, where+": name must match "+namePattern.String())
+		}
+		if seen[p.Name] {
+			problems = append(problems, where+": duplicate name")
+		}
+		seen[p.Name] = true
+		if p.Kind == "" {
+			problems = append(problems, where+": kind is required")
+		}
+		if p.BaseURL != "" {
+			if err := ValidateBaseURL(p.BaseURL); err != nil {
+				problems = append(problems, where+": "+err.Error())
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return &ConfigError{Problems: problems}
+	}
+	return nil
+}
+
+// ValidateBaseURL accepts absolute http(s) URLs without query or fragment.
+func ValidateBaseURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("base_url: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("base_url %q must be an absolute http(s) URL", u.Redacted())
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("base_url %q must not have a query or fragment", u.Redacted())
+	}
+	return nil
+}
+
+// ParseConfig decodes a JSON config strictly (unknown fields are typos) and
+// validates it.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, &ConfigError{Problems: []string{"decode: " + err.Error()}}
+	}
+	return c, c.Validate()
+}
+
+// Factory builds the adapter for one provider config. credential is empty
+// when CredentialRef is.
+type Factory func(ctx context.Context, pc ProviderConfig, credential Secret) (Provider, error)
+
+// Registry maps provider names to providers. It is immutable once built.
+type Registry struct {
+	byName map[string]Provider
+	names  []string
+}
+
+// NewRegistry validates cfg, resolves credentials through secrets and builds
+// each provider with the factory registered for its kind. Adapter packages
+// cannot be imported here (they import this package), hence the factories.
+func NewRegistry(ctx context.Context, cfg Config, secrets SecretSource, factories map[string]Factory) (*Registry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ps := make([]Provider, 0, len(cfg.Providers))
+	var problems []string
+	for _, pc := range cfg.Providers {
+		factory, ok := factories[pc.Kind]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s: unknown kind %q", pc.Name, pc.Kind))
+			continue
+		}
+		var cred Secret
+		if pc.CredentialRef != "" {
+			if secrets == nil {
+				problems = append(problems, fmt.Sprintf("%s: credential_ref set but no secret source", pc.Name))
+				continue
+			}
+			s, err := secrets.Secret(ctx, pc.CredentialRef)
+			if err != nil {
+				// The error names the ref, never the value.
+				problems = append(problems, fmt.Sprintf("%s: credential: %v", pc.Name, err))
+				continue
+			}
+			cred = s
+		}
+		p, err := factory(ctx, pc, cred)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", pc.Name, err))
+			continue
+		}
+		ps = append(ps, p)
+	}
+	if len(problems) > 0 {
+		return nil, &ConfigError{Problems: problems}
+	}
+	return RegistryOf(ps...)
+}
+
+// RegistryOf builds a registry from ready providers (wiring, tests).
+func RegistryOf(ps ...Provider) (*Registry, error) {
+	r := &Registry{byName: make(map[string]Provider, len(ps))}
+	for _, p := range ps {
+		name := p.Name()
+		if _, dup := r.byName[name]; dup {
+			return nil, &ConfigError{Problems: []string{fmt.Sprintf("duplicate provider %q", name)}}
+		}
+		r.byName[name] = p
+		r.names = append(r.names, name)
+	}
+	slices.Sort(r.names)
+	return r, nil
+}
+
+// Get returns the provider with the given name.
+func (r *Registry) Get(name string) (Provider, bool) {
+	p, ok := r.byName[name]
+	return p, ok
+}
+
+// Names returns the registered names, sorted.
+func (r *Registry) Names() []string { return slices.Clone(r.names) }
+
+// Resolve returns the providers for names in order, or an error naming every
+// missing one (used at startup to check job types against the config).
+func (r *Registry) Resolve(names []string) ([]Provider, error) {
+	out := make([]Provider, 0, len(names))
+	var missing []string
+	for _, n := range names {
+		p, ok := r.byName[n]
+		if !ok {
+			missing = append(missing, n)
+			continue
+		}
+		out = append(out, p)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownProvider, strings.Join(missing, ", "))
+	}
+	return out, nil
+}

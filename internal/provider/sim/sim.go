@@ -1,0 +1,222 @@
+// Package sim provides loopback simulators of the providers' wire formats
+// (OpenAI Chat Completions, Anthropic Messages, Bedrock Converse, the generic
+// webhook) with scripted behaviour modes, and the demo simulator used end to
+// end. Simulators are plain http.Handlers; Start serves one on a free
+// 127.0.0.1 port. Nothing here is for production traffic.
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Mode scripts how a Simulator answers.
+type Mode string
+
+const (
+	// ModeGood answers with the oracle's good output in the requested structure.
+	ModeGood Mode = "good"
+	// ModeExtraKey answers with the good output plus a hallucinated top-level key.
+	ModeExtraKey Mode = "extra_key"
+	// ModeProse ignores the requested format and answers with prose text.
+	ModeProse Mode = "prose"
+	// ModeSemantic answers with schema-valid output that breaks a semantic check.
+	ModeSemantic Mode = "semantic"
+	// ModeRateLimited answers 429 with Retry-After.
+	ModeRateLimited Mode = "rate_limited"
+	// ModeServerError answers with a 5xx (Options.ErrorStatus).
+	ModeServerError Mode = "server_error"
+	// ModeBadRequest answers 400 in the format's validation-error shape.
+	ModeBadRequest Mode = "bad_request"
+	// ModeModelTimeout answers Bedrock's 408 ModelTimeoutException (504 for
+	// the other formats).
+	ModeModelTimeout Mode = "model_timeout"
+	// ModeMalformed answers 200 with a body that is not valid JSON.
+	ModeMalformed Mode = "malformed"
+	// ModeHang never answers until the request's ctx is done.
+	ModeHang Mode = "hang"
+)
+
+// ExtraKey is the hallucinated key added in ModeExtraKey.
+const ExtraKey = "confidence"
+
+// Call is one received request, normalised across wire formats.
+type Call struct {
+	Format         string // openai, anthropic, bedrock, webhook
+	Path           string
+	IdempotencyKey string
+	RequestID      string // the id the simulator answered with
+	Model          string
+	JobID          string // webhook only
+	Attempt        int    // webhook only
+	JobType        string // webhook only
+	System         string
+	Prompt         string
+	Input          json.RawMessage // webhook only
+	Schema         json.RawMessage // the output schema the provider was asked for
+	ToolName       string
+	Temperature    *float64
+	MaxTokens      int
+	Authorized     bool
+}
+
+// Oracle produces the outputs a simulated model returns.
+type Oracle interface {
+	// Good returns an output that satisfies the job type's contract.
+	Good(c Call) (json.RawMessage, error)
+	// Semantic returns a schema-valid output that breaks a semantic check.
+	Semantic(c Call) (json.RawMessage, error)
+}
+
+// Options configures a Simulator.
+type Options struct {
+	Mode Mode
+	// Oracle is required for the output-producing modes.
+	Oracle Oracle
+	// APIKey, when set, must be presented in the format's auth header or the
+	// simulator answers 401. Bedrock only checks a SigV4 header is present.
+	APIKey string
+	// RetryAfter is the Retry-After header of ModeRateLimited; default "2".
+	RetryAfter string
+	// ErrorStatus is the status of ModeServerError; default 503.
+	ErrorStatus int
+	// Model is the model name reported back; default "sim-model".
+	Model string
+}
+
+// Simulator is a scripted fake provider. Safe for concurrent use.
+type Simulator struct {
+	mu    sync.Mutex
+	opts  Options
+	calls []Call
+	seq   int
+}
+
+// New returns a Simulator; an empty mode means ModeGood.
+func New(opts Options) *Simulator {
+	if opts.Mode == "" {
+		opts.Mode = ModeGood
+	}
+	if opts.RetryAfter == "" {
+		opts.RetryAfter = "2"
+	}
+	if opts.ErrorStatus == 0 {
+		opts.ErrorStatus = http.StatusServiceUnavailable
+	}
+	if opts.Model == "" {
+		opts.Model = "sim-model"
+	}
+	return &Simulator{opts: opts}
+}
+
+// SetMode changes the behaviour for subsequent requests.
+func (s *Simulator) SetMode(m Mode) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.Mode = m
+}
+
+// Calls returns a copy of every received call, in arrival order.
+func (s *Simulator) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
+// IdempotencyKeys returns the received idempotency keys in arrival order.
+func (s *Simulator) IdempotencyKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.calls))
+	for _, c := range s.calls {
+		keys = append(keys, c.IdempotencyKey)
+	}
+	return keys
+}
+
+// record stores the call, assigns its request id and snapshots the options.
+func (s *Simulator) record(c *Call) Options {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	c.RequestID = fmt.Sprintf("sim-req-%d", s.seq)
+	s.calls = append(s.calls, *c)
+	return s.opts
+}
+
+// output computes the structured output for the output-producing modes.
+func (o Options) output(c Call) (map[string]any, error) {
+	if o.Oracle == nil {
+		return nil, errors.New("sim: no oracle configured")
+	}
+	var raw json.RawMessage
+	var err error
+	if o.Mode == ModeSemantic {
+		raw, err = o.Oracle.Semantic(c)
+	} else {
+		raw, err = o.Oracle.Good(c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("sim: oracle output is not an object: %w", err)
+	}
+	if o.Mode == ModeExtraKey {
+		obj[ExtraKey] = 0.97
+	}
+	return obj, nil
+}
+
+// Prose is what ModeProse answers instead of structured output.
+const Prose = "Sure! Having read the request carefully, I think this is most likely a billing question, " +
+	"and I would suggest a fairly high priority. Let me know if you need anything else."
+
+// malformedBody is a truncated JSON document: valid prefix, invalid whole.
+const malformedBody = `{"id":"sim","choices":[{"message":{"content":"{\"category\": `
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeMalformed(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(malformedBody))
+}
+
+// hang blocks until the client gives up (or the server closes).
+func hang(r *http.Request) { <-r.Context().Done() }
+
+// Server is a simulator served on a loopback port.
+type Server struct {
+	url string
+	srv *http.Server
+}
+
+// URL is the base URL, e.g. http://127.0.0.1:41234.
+func (s *Server) URL() string { return s.url }
+
+// Start serves h on a free 127.0.0.1 port. It uses no httptest so it can be
+// embedded in local-stack binaries as well as tests.
+func Start(h http.Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("sim: listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return &Server{url: "http://" + ln.Addr().String(), srv: srv}, nil
+}
+
+// Close stops the server and cancels in-flight requests (releasing hangs).
+func (s *Server) Close() error { return s.srv.Close() }

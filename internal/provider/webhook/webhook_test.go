@@ -1,0 +1,183 @@
+package webhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/provider/providertest"
+	"github.com/onejob/onejob/internal/provider/sim"
+	"github.com/onejob/onejob/internal/provider/webhook"
+)
+
+func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
+	t.Helper()
+	a, err := webhook.New(webhook.Config{Name: "hook", URL: env.BaseURL + "/hook", Token: env.APIKey, Logger: env.Logger, Now: env.Now})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return a
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	providertest.Run(t, providertest.Harness{Handler: (*sim.Simulator).Webhook, New: newAdapter})
+}
+
+func TestWireFormat(t *testing.T) {
+	t.Parallel()
+	var got map[string]any
+	var header http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		header = r.Header.Clone()
+		_ = json.NewDecoder(r.Body).Decode(&got)
+		w.Header().Set("X-Request-Id", "wh-1")
+		_, _ = w.Write([]byte(`{"output":{"ok":true}}`))
+	}))
+	t.Cleanup(srv.Close)
+	resp, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).Call(t.Context(), providertest.Request(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(resp.Output) != `{"ok":true}` || resp.ProviderRequestID != "wh-1" || resp.Model != "hook" {
+		t.Errorf("resp = %+v", resp)
+	}
+	want := map[string]any{
+		"job_id": "job-123", "attempt": 4.0, "idempotency_key": "job-123/4", "job_type": "ticket-triage",
+		"input":  map[string]any{"subject": "refund", "body": "Please refund my last invoice."},
+		"prompt": "Subject: refund\n\nPlease refund my last invoice.",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("body = %v, want %v", got, want)
+	}
+	if header.Get("Idempotency-Key") != "job-123/4" || header.Get("Authorization") != "" {
+		t.Errorf("headers = %v", header)
+	}
+}
+
+func TestBareObjectIsNotAnAnswer(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"category":"billing"}`))
+	}))
+	t.Cleanup(srv.Close)
+	_, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).Call(t.Context(), providertest.Request(1))
+	if !errors.Is(err, provider.ErrNoStructuredOutput) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		url  string
+		ok   bool
+	}{
+		{"HTTPSAnyHost", "https://hooks.example.com/run", true},
+		{"HTTPLoopback", "http://127.0.0.1:8080/run", true},
+		{"HTTPLocalhost", "http://localhost:8080/run", true},
+		{"HTTPRemote", "http://hooks.example.com/run", false},
+		{"Relative", "/run", false},
+		{"Empty", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := webhook.New(webhook.Config{Name: "hook", URL: tc.url})
+			if ok := err == nil; ok != tc.ok {
+				t.Errorf("New(%q) = %v, want ok=%v", tc.url, err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, webhook.ErrInvalidConfig) {
+				t.Errorf("err %v is not ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+// TestDemoSimulator drives sim-primary / sim-fallback through the webhook
+// adapter exactly as the end-to-end suite does.
+func TestDemoSimulator(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		simulate   string
+		deadline   time.Duration
+		wantClass  provider.Class // "" = success
+		wantStatus int
+		maxElapsed time.Duration
+	}{
+		{name: "Ok", simulate: `{}`},
+		{name: "OkAfterLatency", simulate: `{"sim-primary":{"latency_ms":120,"outcome":"ok"}}`},
+		{name: "Error", simulate: `{"sim-primary":{"outcome":"error"}}`, wantClass: provider.ClassRetryable, wantStatus: 503},
+		{name: "Malformed", simulate: `{"sim-primary":{"outcome":"malformed"}}`, wantClass: provider.ClassRetryable, wantStatus: 200},
+		{name: "Timeout", simulate: `{"sim-primary":{"outcome":"timeout"}}`, deadline: 150 * time.Millisecond, wantClass: provider.ClassAmbiguous, maxElapsed: 3 * time.Second},
+		{name: "LatencyBeyondDeadline", simulate: `{"sim-primary":{"latency_ms":5000,"outcome":"ok"}}`, deadline: 100 * time.Millisecond, wantClass: provider.ClassAmbiguous, maxElapsed: 3 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			demo, srv, err := sim.StartDemo()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Close() })
+			reg, err := provider.NewRegistry(t.Context(), sim.DemoConfig(srv.URL()), nil, map[string]provider.Factory{
+				provider.KindWebhook: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
+					return webhook.New(webhook.Config{Name: pc.Name, URL: pc.BaseURL, Token: cred})
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, _ := reg.Get(sim.DemoPrimary)
+			req := provider.Request{
+				JobID: "job-demo", Attempt: 1, IdempotencyKey: "job-demo/1", JobType: "demo", Prompt: "hello",
+				Input: json.RawMessage(`{"prompt":"hello","simulate":` + tc.simulate + `}`),
+			}
+			ctx := t.Context()
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+				defer cancel()
+			}
+			start := time.Now()
+			resp, err := p.Call(ctx, req)
+			if tc.maxElapsed > 0 && time.Since(start) > tc.maxElapsed {
+				t.Errorf("call took %v", time.Since(start))
+			}
+			if tc.wantClass == "" {
+				if err != nil {
+					t.Fatalf("Call: %v", err)
+				}
+				var out map[string]string
+				if err := json.Unmarshal(resp.Output, &out); err != nil || out["provider"] != sim.DemoPrimary || out["text"] == "" {
+					t.Errorf("output = %s", resp.Output)
+				}
+				if resp.ProviderRequestID == "" {
+					t.Error("no provider request id")
+				}
+			} else {
+				var ce *provider.CallError
+				if !errors.As(err, &ce) || ce.Class != tc.wantClass || ce.Status != tc.wantStatus {
+					t.Fatalf("err = %v, want class %s status %d", err, tc.wantClass, tc.wantStatus)
+				}
+			}
+			if got := demo.Calls(sim.DemoPrimary); got != 1 {
+				t.Errorf("sim-primary calls = %d, want 1", got)
+			}
+			if got := demo.Calls(sim.DemoFallback); got != 0 {
+				t.Errorf("sim-fallback calls = %d, want 0 (it must not be called)", got)
+			}
+			if got := demo.IdempotencyKeys(sim.DemoPrimary); !reflect.DeepEqual(got, []string{"job-demo/1"}) {
+				t.Errorf("idempotency keys = %v", got)
+			}
+		})
+	}
+}
