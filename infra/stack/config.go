@@ -1,0 +1,320 @@
+// Package stack defines the onejob CloudFormation stack (one per
+// environment) with the AWS CDK. It lives apart from infra/main.go so the
+// tests can synthesize it with their own asset directories.
+package stack
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// profileFor returns the policy of one of the environments the stack can
+// be deployed as. Each gets its own stack (onejob-<env>) and its own
+// physical resource names, so they can share an account.
+func profileFor(env string) (profile, bool) {
+	switch env {
+	case "dev":
+		// Throwaway data, chatty logs.
+		return profile{retainData: false, logDays: 7, fullExecutionLogs: true}, true
+	case "staging":
+		// Mirrors prod's shape but its data is rebuildable; retaining it
+		// would leave tables whose fixed names block the next deploy.
+		return profile{retainData: false, logDays: 30, fullExecutionLogs: true}, true
+	case "prod":
+		// Keeps its data when the stack or a table goes away, and keeps
+		// job payloads out of the Step Functions logs.
+		return profile{retainData: true, logDays: 90, fullExecutionLogs: false}, true
+	}
+	return profile{}, false
+}
+
+// profile is what differs between environments by policy rather than by
+// deployment target; it is fixed in code so a context typo cannot turn off
+// prod's data retention.
+type profile struct {
+	retainData        bool
+	logDays           int
+	fullExecutionLogs bool
+}
+
+// Context keys read by LoadConfig. Per-environment settings live under
+// ContextEnvironments in cdk.json; single keys given with -c override them.
+const (
+	ContextEnv          = "env"
+	ContextEnvironments = "onejob:environments"
+	ContextFunctionsDir = "functionsDir"
+	ContextDefinition   = "definitionPath"
+	ContextJWTIssuer    = "jwtIssuer"
+	ContextJWTAudience  = "jwtAudience" // comma-separated when given with -c
+	ContextSecretArn    = "providersSecretArn"
+	ContextAlarmEmail   = "alarmEmail"
+)
+
+// FunctionNames lists the Lambda functions the stack deploys, each built
+// into <FunctionsDir>/<name>/bootstrap (the Makefile's INFRA_FUNCTIONS).
+func FunctionNames() []string {
+	var names []string
+	for _, s := range fnSpecs(Config{}) {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+// Config is everything the stack needs to know about one environment.
+// Build it with LoadConfig (or by hand in tests) and call Validate before
+// use; New refuses an invalid one.
+type Config struct {
+	// Env is dev, staging or prod.
+	Env string
+	// Account and Region pin the stack; empty means environment-agnostic
+	// (the CLI's credentials decide at deploy time).
+	Account string
+	Region  string
+
+	// JWTIssuer and JWTAudience configure the HTTP API's JWT authorizer.
+	JWTIssuer   string
+	JWTAudience []string
+
+	// FunctionsDir holds one directory per function with its bootstrap
+	// binary. Absolute after LoadConfig.
+	FunctionsDir string
+	// DefinitionPath is the state machine's ASL file.
+	DefinitionPath string
+
+	// ProvidersSecretArn is a complete Secrets Manager ARN holding the
+	// provider configuration; empty means the stack creates the secret.
+	ProvidersSecretArn string
+	// AlarmEmail, if set, is subscribed to the alarm topic.
+	AlarmEmail string
+
+	// RetainData keeps tables (with deletion protection) and the secret
+	// when the stack or resource is deleted.
+	RetainData bool
+	// LogRetentionDays for every log group.
+	LogRetentionDays int
+	// FullExecutionLogs logs every state machine event with its input and
+	// output; otherwise only errors, without data.
+	FullExecutionLogs bool
+
+	// RunAttemptTimeout is the runattempt Lambda timeout. It should exceed
+	// the per-attempt timeout the state machine applies, so the state
+	// machine's States.Timeout (→ MarkUnknown) fires first.
+	RunAttemptTimeout time.Duration
+	// UnknownAttemptAlarm: alarm when the oldest unknown attempt is older.
+	UnknownAttemptAlarm time.Duration
+	// LostRaceRateAlarm: alarm when RaceLost/AttemptsStarted exceeds it
+	// over LostRaceWindow.
+	LostRaceRateAlarm float64
+	LostRaceWindow    time.Duration
+	// API5xxAlarm: alarm when the HTTP API returns at least this many 5xx
+	// responses in five minutes.
+	API5xxAlarm float64
+}
+
+// envSettings is the per-environment block in cdk.json.
+type envSettings struct {
+	Account            string   `json:"account"`
+	Region             string   `json:"region"`
+	JWTIssuer          string   `json:"jwtIssuer"`
+	JWTAudience        []string `json:"jwtAudience"`
+	ProvidersSecretArn string   `json:"providersSecretArn"`
+	AlarmEmail         string   `json:"alarmEmail"`
+}
+
+// DefaultConfig returns env's policy defaults with no deployment-specific
+// settings (issuer, paths) filled in.
+func DefaultConfig(env string) (Config, error) {
+	p, ok := profileFor(env)
+	if !ok {
+		return Config{}, fmt.Errorf("unknown environment %q (want dev, staging or prod)", env)
+	}
+	return Config{
+		Env:                 env,
+		RetainData:          p.retainData,
+		LogRetentionDays:    p.logDays,
+		FullExecutionLogs:   p.fullExecutionLogs,
+		RunAttemptTimeout:   5 * time.Minute,
+		UnknownAttemptAlarm: 30 * time.Minute,
+		LostRaceRateAlarm:   0.2,
+		LostRaceWindow:      15 * time.Minute,
+		API5xxAlarm:         5,
+	}, nil
+}
+
+// LoadConfig builds the Config from CDK context (lookup returns nil for a
+// missing key) and the process environment. The environment is context
+// "env", else $ONEJOB_ENV, else dev. Relative paths are resolved against
+// the working directory, which the CDK CLI sets to the directory holding
+// cdk.json (the repository root).
+func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config, error) {
+	env := contextString(lookup, ContextEnv)
+	if env == "" {
+		env = getenv("ONEJOB_ENV")
+	}
+	if env == "" {
+		env = "dev"
+	}
+	cfg, err := DefaultConfig(env)
+	if err != nil {
+		return Config{}, err
+	}
+
+	var all map[string]envSettings
+	if raw := lookup(ContextEnvironments); raw != nil {
+		// Context arrives as whatever JSON decoded to on the node side;
+		// a round trip through encoding/json gives it a type.
+		b, err := json.Marshal(raw)
+		if err != nil {
+			return Config{}, fmt.Errorf("context %s: %w", ContextEnvironments, err)
+		}
+		if err := json.Unmarshal(b, &all); err != nil {
+			return Config{}, fmt.Errorf("context %s: %w", ContextEnvironments, err)
+		}
+	}
+	s := all[env]
+	cfg.Account, cfg.Region = s.Account, s.Region
+	cfg.JWTIssuer, cfg.JWTAudience = s.JWTIssuer, s.JWTAudience
+	cfg.ProvidersSecretArn, cfg.AlarmEmail = s.ProvidersSecretArn, s.AlarmEmail
+
+	if v := contextString(lookup, ContextJWTIssuer); v != "" {
+		cfg.JWTIssuer = v
+	}
+	if v := contextString(lookup, ContextJWTAudience); v != "" {
+		cfg.JWTAudience = splitList(v)
+	}
+	if v := contextString(lookup, ContextSecretArn); v != "" {
+		cfg.ProvidersSecretArn = v
+	}
+	if v := contextString(lookup, ContextAlarmEmail); v != "" {
+		cfg.AlarmEmail = v
+	}
+
+	cfg.FunctionsDir = contextString(lookup, ContextFunctionsDir)
+	if cfg.FunctionsDir == "" {
+		cfg.FunctionsDir = getenv("ONEJOB_FUNCTIONS_DIR")
+	}
+	if cfg.FunctionsDir == "" {
+		cfg.FunctionsDir = "build"
+	}
+	cfg.DefinitionPath = contextString(lookup, ContextDefinition)
+	if cfg.DefinitionPath == "" {
+		cfg.DefinitionPath = filepath.Join("statemachine", "onejob.asl.json")
+	}
+	// Asset paths must not depend on where jsii's node process thinks it
+	// is, so pin them down here.
+	if cfg.FunctionsDir, err = filepath.Abs(cfg.FunctionsDir); err != nil {
+		return Config{}, err
+	}
+	if cfg.DefinitionPath, err = filepath.Abs(cfg.DefinitionPath); err != nil {
+		return Config{}, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate reports every problem with c at once, including missing
+// function binaries, so a synth fails before CDK's less helpful errors.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	// A complete secret ARN ends in the six random characters Secrets
+	// Manager appends; a partial ARN would need a wildcard in the policy.
+	secretArnRE := regexp.MustCompile(`^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$`)
+	accountRE := regexp.MustCompile(`^\d{12}$`)
+	regionRE := regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-\d$`)
+
+	if _, ok := profileFor(c.Env); !ok {
+		bad("unknown environment %q (want dev, staging or prod)", c.Env)
+	}
+	if c.Account != "" && !accountRE.MatchString(c.Account) {
+		bad("account %q is not a 12-digit AWS account ID", c.Account)
+	}
+	if c.Region != "" && !regionRE.MatchString(c.Region) {
+		bad("region %q does not look like an AWS region", c.Region)
+	}
+	if u, err := url.Parse(c.JWTIssuer); err != nil || u.Scheme != "https" || u.Host == "" {
+		// API Gateway only accepts https issuers it can fetch keys from.
+		bad("jwt issuer %q must be an https URL (set %s.%s.jwtIssuer in cdk.json or -c %s=…)", c.JWTIssuer, ContextEnvironments, c.Env, ContextJWTIssuer)
+	}
+	if len(c.JWTAudience) == 0 {
+		bad("jwt audience is empty (set %s.%s.jwtAudience in cdk.json or -c %s=a,b)", ContextEnvironments, c.Env, ContextJWTAudience)
+	}
+	for _, a := range c.JWTAudience {
+		if strings.TrimSpace(a) == "" {
+			bad("jwt audience contains an empty entry")
+		}
+	}
+	if c.ProvidersSecretArn != "" && !secretArnRE.MatchString(c.ProvidersSecretArn) {
+		bad("providers secret ARN %q must be a complete Secrets Manager secret ARN (with its 6-character suffix)", c.ProvidersSecretArn)
+	}
+	if c.AlarmEmail != "" && !strings.Contains(c.AlarmEmail, "@") {
+		bad("alarm email %q is not an address", c.AlarmEmail)
+	}
+	if _, err := retentionDays(c.LogRetentionDays); err != nil {
+		errs = append(errs, err)
+	}
+	if c.RunAttemptTimeout < time.Second || c.RunAttemptTimeout > 15*time.Minute {
+		bad("runattempt timeout %v outside Lambda's 1s..15m", c.RunAttemptTimeout)
+	}
+	if c.UnknownAttemptAlarm <= 0 {
+		bad("unknown-attempt alarm threshold must be positive")
+	}
+	if c.LostRaceRateAlarm <= 0 || c.LostRaceRateAlarm > 1 {
+		bad("lost-race rate alarm %v must be in (0, 1]", c.LostRaceRateAlarm)
+	}
+	if c.LostRaceWindow < time.Minute || c.LostRaceWindow%time.Minute != 0 {
+		bad("lost-race window %v must be a whole number of minutes", c.LostRaceWindow)
+	}
+	if c.API5xxAlarm < 1 {
+		bad("API 5xx alarm threshold must be at least 1")
+	}
+
+	if !filepath.IsAbs(c.FunctionsDir) {
+		bad("functions dir %q must be absolute", c.FunctionsDir)
+	} else {
+		var missing []string
+		for _, name := range FunctionNames() {
+			fi, err := os.Stat(filepath.Join(c.FunctionsDir, name, "bootstrap"))
+			if err != nil || !fi.Mode().IsRegular() {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			bad("no bootstrap binary under %s for %s (run `make build`, or `make infra-stubs` for placeholders)", c.FunctionsDir, strings.Join(missing, ", "))
+		}
+	}
+	if b, err := os.ReadFile(c.DefinitionPath); err != nil {
+		bad("state machine definition: %v", err)
+	} else if !json.Valid(b) {
+		bad("state machine definition %s is not valid JSON", c.DefinitionPath)
+	}
+	return errors.Join(errs...)
+}
+
+func contextString(lookup func(string) any, key string) string {
+	switch v := lookup(key).(type) {
+	case string:
+		return strings.TrimSpace(v)
+	case *string:
+		if v != nil {
+			return strings.TrimSpace(*v)
+		}
+	}
+	return ""
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,558 @@
+package stack
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssnssubscriptions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctions"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/worker"
+)
+
+// Environment variables the functions read. The function code must use
+// exactly these names.
+const (
+	EnvJobsTable           = "ONEJOB_JOBS_TABLE"
+	EnvAttemptsTable       = "ONEJOB_ATTEMPTS_TABLE"
+	EnvCertificationsTable = "ONEJOB_CERTIFICATIONS_TABLE"
+	EnvName                = "ONEJOB_ENV"
+	EnvStateMachineArn     = "ONEJOB_STATE_MACHINE_ARN"
+	EnvProvidersSecretArn  = "ONEJOB_PROVIDERS_SECRET_ARN"
+)
+
+// MetricNamespace and MetricDimension are where the functions publish
+// their Embedded Metric Format metrics: namespace "onejob", exactly one
+// dimension set ["env"]. CloudWatch matches dimension sets exactly, so a
+// metric emitted with extra dimensions would not reach these alarms.
+const (
+	MetricNamespace = "onejob"
+	MetricDimension = "env"
+)
+
+// taskSubstitutions maps each placeholder in the state machine definition
+// to the task function whose ARN replaces it; internal/worker owns the
+// list. These five are the only functions the state machine may invoke.
+func taskSubstitutions() map[string]string {
+	out := map[string]string{}
+	for fn, placeholder := range worker.Substitutions() {
+		out[placeholder] = fn
+	}
+	return out
+}
+
+// fnSpec sizes one function. Go binaries are small and mostly wait on
+// DynamoDB or a provider, so memory is modest everywhere.
+type fnSpec struct {
+	name      string
+	logicalID string // stable, so `sam local invoke <LogicalID>` keeps working
+	memoryMB  float64
+	timeout   time.Duration
+	desc      string
+}
+
+func fnSpecs(cfg Config) []fnSpec {
+	return []fnSpec{
+		// API Gateway gives up after 30 s; returning before that lets the
+		// function report its own error.
+		{"api", "ApiFunction", 256, 25 * time.Second, "HTTP API handler"},
+		{"startattempt", "StartAttemptFunction", 256, 30 * time.Second, "Decides a job's next step"},
+		{"runattempt", "RunAttemptFunction", 256, cfg.RunAttemptTimeout, "Runs one attempt against a provider"},
+		{"markunknown", "MarkUnknownFunction", 256, 30 * time.Second, "Marks a timed-out attempt unknown"},
+		{"hedge", "HedgeFunction", 256, 30 * time.Second, "Starts a hedged attempt"},
+		{"finalize", "FinalizeFunction", 256, 30 * time.Second, "Fails a job once every provider was tried"},
+		{"sweeper", "SweeperFunction", 256, 2 * time.Minute, "Restarts stranded jobs and reports unknown attempts"},
+	}
+}
+
+// StackName is the CloudFormation stack name for env.
+func StackName(env string) string { return "onejob-" + env }
+
+// physical names every resource per environment so the three environments
+// can share an account.
+func physical(env, name string) *string { return jsii.String("onejob-" + env + "-" + name) }
+
+// New adds the onejob stack for cfg to scope (normally the CDK App).
+func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("onejob %s config: %w", cfg.Env, err)
+	}
+	definition, err := loadDefinition(cfg.DefinitionPath)
+	if err != nil {
+		return nil, err
+	}
+	retention, err := retentionDays(cfg.LogRetentionDays)
+	if err != nil {
+		return nil, err
+	}
+
+	var env *awscdk.Environment
+	if cfg.Account != "" || cfg.Region != "" {
+		env = &awscdk.Environment{}
+		if cfg.Account != "" {
+			env.Account = jsii.String(cfg.Account)
+		}
+		if cfg.Region != "" {
+			env.Region = jsii.String(cfg.Region)
+		}
+	}
+	stack := awscdk.NewStack(scope, jsii.String(StackName(cfg.Env)), &awscdk.StackProps{
+		Env:         env,
+		Description: jsii.String("onejob " + cfg.Env + ": HTTP API, Step Functions job driver, DynamoDB ledger"),
+	})
+	awscdk.Tags_Of(stack).Add(jsii.String("project"), jsii.String("onejob"), nil)
+	awscdk.Tags_Of(stack).Add(jsii.String("env"), jsii.String(cfg.Env), nil)
+
+	removal := awscdk.RemovalPolicy_DESTROY
+	if cfg.RetainData {
+		removal = awscdk.RemovalPolicy_RETAIN
+	}
+
+	// Tables come from the one schema the local bootstrap also uses.
+	tables := map[string]awsdynamodb.TableV2{}
+	for _, def := range store.Tables() {
+		tables[def.Logical] = newTable(stack, cfg, def, removal)
+	}
+	jobs := tables[store.JobsTable.Logical]
+	attempts := tables[store.AttemptsTable.Logical]
+	certs := tables[store.CertificationsTable.Logical]
+	if jobs == nil || attempts == nil || certs == nil {
+		return nil, fmt.Errorf("store.Tables() lacks one of jobs/attempts/certifications")
+	}
+
+	// The provider configuration. Only runattempt may read it.
+	secretArn := cfg.ProvidersSecretArn
+	if secretArn == "" {
+		secret := awssecretsmanager.NewSecret(stack, jsii.String("ProvidersSecret"), &awssecretsmanager.SecretProps{
+			// No physical name: a deleted secret lingers for its recovery
+			// window and would block re-creating a dev stack.
+			Description: jsii.String("onejob " + cfg.Env + " provider configuration (JSON), read by runattempt"),
+			// A valid empty configuration, set once at creation. CloudFormation
+			// only writes it again if this literal changes, so the value an
+			// operator puts afterwards survives deploys.
+			SecretStringValue: awscdk.SecretValue_UnsafePlainText(jsii.String("{}")),
+			RemovalPolicy:     removal,
+		})
+		secretArn = *secret.SecretArn()
+	}
+
+	// The task functions are the definition's substitutions, each of which
+	// must be a function this stack builds.
+	var taskNames []string
+	for _, name := range taskSubstitutions() {
+		if !slices.Contains(FunctionNames(), name) {
+			return nil, fmt.Errorf("state machine task function %q is not in FunctionNames", name)
+		}
+		taskNames = append(taskNames, name)
+	}
+	slices.Sort(taskNames)
+
+	common := map[string]*string{
+		EnvJobsTable:           jobs.TableName(),
+		EnvAttemptsTable:       attempts.TableName(),
+		EnvCertificationsTable: certs.TableName(),
+		EnvName:                jsii.String(cfg.Env),
+	}
+	fns := map[string]awslambda.Function{}
+	for _, spec := range fnSpecs(cfg) {
+		vars := map[string]*string{}
+		for k, v := range common {
+			vars[k] = v
+		}
+		if spec.name == worker.FnRunAttempt {
+			vars[EnvProvidersSecretArn] = jsii.String(secretArn)
+		}
+		fns[spec.name] = newFunction(stack, cfg, spec, vars, retention, removal)
+	}
+
+	// Task functions: the job row, the attempt ledger, certifications.
+	for _, name := range taskNames {
+		fn := fns[name]
+		allow(fn, []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, jobs.TableArn())
+		allow(fn, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, attempts.TableArn())
+		allow(fn, []string{"dynamodb:GetItem", "dynamodb:Query"}, certs.TableArn())
+	}
+	allow(fns[worker.FnRunAttempt], []string{"secretsmanager:GetSecretValue"}, jsii.String(secretArn))
+
+	// The state machine invokes the five task functions and nothing else;
+	// in particular not the API function, whose environment holds the
+	// state machine ARN (that reference would be a cycle).
+	subs := map[string]*string{}
+	var taskArns []*string
+	for placeholder, name := range taskSubstitutions() {
+		subs[placeholder] = fns[name].FunctionArn()
+	}
+	for _, name := range taskNames {
+		taskArns = append(taskArns, fns[name].FunctionArn())
+	}
+	smLogs := awslogs.NewLogGroup(stack, jsii.String("StateMachineLogs"), &awslogs.LogGroupProps{
+		// The vendedlogs prefix keeps Step Functions from growing the
+		// account's CloudWatch Logs resource policy per log group.
+		LogGroupName:  jsii.String("/aws/vendedlogs/states/onejob-" + cfg.Env),
+		Retention:     retention,
+		RemovalPolicy: removal,
+	})
+	logLevel, withData := awsstepfunctions.LogLevel_ERROR, false
+	if cfg.FullExecutionLogs {
+		logLevel, withData = awsstepfunctions.LogLevel_ALL, true
+	}
+	sm := awsstepfunctions.NewStateMachine(stack, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{
+		StateMachineName: jsii.String("onejob-" + cfg.Env),
+		StateMachineType: awsstepfunctions.StateMachineType_STANDARD,
+		// FromString, not FromFile: FromFile uploads the file as an S3
+		// asset (DefinitionS3Location), which hides the definition from the
+		// template, its tests and local tools.
+		DefinitionBody:          awsstepfunctions.DefinitionBody_FromString(jsii.String(definition)),
+		DefinitionSubstitutions: &subs,
+		TracingEnabled:          jsii.Bool(true),
+		Logs: &awsstepfunctions.LogOptions{
+			Destination:          smLogs,
+			Level:                logLevel,
+			IncludeExecutionData: jsii.Bool(withData),
+		},
+		// The state machine holds no data of its own (removal policy is for
+		// tables, secret and logs); a retained one would outlive its tasks.
+	})
+	// Substituted ARNs are opaque to CDK, so it grants nothing by itself.
+	sm.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("lambda:InvokeFunction"),
+		Resources: &taskArns,
+	}))
+
+	// API: creates and reads jobs, lists by owner, reads the ledger and
+	// writes it on resolve, and starts the job's execution.
+	api := fns["api"]
+	allow(api, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, jobs.TableArn())
+	allow(api, []string{"dynamodb:Query"}, indexArn(jobs, store.IndexByOwner))
+	allow(api, []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"}, attempts.TableArn())
+	allow(api, []string{"states:StartExecution"}, sm.StateMachineArn())
+	api.AddEnvironment(jsii.String(EnvStateMachineArn), sm.StateMachineArn(), nil)
+
+	// Sweeper: reads open jobs from the sparse by_open index (store.ListOpen;
+	// no Scan, no table reads) and (re)starts their executions.
+	sweeper := fns["sweeper"]
+	allow(sweeper, []string{"dynamodb:Query"}, indexArn(jobs, store.IndexByOpen))
+	allow(sweeper, []string{"states:StartExecution"}, sm.StateMachineArn())
+	sweeper.AddEnvironment(jsii.String(EnvStateMachineArn), sm.StateMachineArn(), nil)
+	awsevents.NewRule(stack, jsii.String("SweeperSchedule"), &awsevents.RuleProps{
+		RuleName:    physical(cfg.Env, "sweeper"),
+		Description: jsii.String("Runs the onejob sweeper every 5 minutes"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(5))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(sweeper, &awseventstargets.LambdaFunctionProps{
+			// A late sweep is worthless once the next one is due.
+			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(4)),
+			RetryAttempts: jsii.Number(2),
+		})},
+	})
+
+	httpAPI := newHTTPAPI(stack, cfg, api)
+	topic := newAlarms(stack, cfg, httpAPI, sm, sweeper)
+
+	out := func(id string, value *string, desc string) {
+		awscdk.NewCfnOutput(stack, jsii.String(id), &awscdk.CfnOutputProps{Value: value, Description: jsii.String(desc)})
+	}
+	out("ApiUrl", httpAPI.ApiEndpoint(), "HTTP API endpoint")
+	out("StateMachineArn", sm.StateMachineArn(), "Job driver state machine")
+	out("JobsTableName", jobs.TableName(), "Jobs table")
+	out("AttemptsTableName", attempts.TableName(), "Attempts table")
+	out("CertificationsTableName", certs.TableName(), "Certifications table")
+	out("AlarmTopicArn", topic.TopicArn(), "Alarm notifications")
+	out("ProvidersSecretArn", jsii.String(secretArn), "Provider configuration secret")
+	return stack, nil
+}
+
+func newTable(stack awscdk.Stack, cfg Config, def store.TableDef, removal awscdk.RemovalPolicy) awsdynamodb.TableV2 {
+	var gsis []*awsdynamodb.GlobalSecondaryIndexPropsV2
+	for _, idx := range def.Indexes {
+		gsis = append(gsis, &awsdynamodb.GlobalSecondaryIndexPropsV2{
+			IndexName:      jsii.String(idx.Name),
+			PartitionKey:   attribute(&idx.PartitionKey),
+			SortKey:        attribute(idx.SortKey),
+			ProjectionType: awsdynamodb.ProjectionType_ALL,
+		})
+	}
+	props := &awsdynamodb.TablePropsV2{
+		TableName:    physical(cfg.Env, def.Logical),
+		PartitionKey: attribute(&def.PartitionKey),
+		SortKey:      attribute(def.SortKey),
+		Billing:      awsdynamodb.Billing_OnDemand(nil),
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(true),
+		},
+		DeletionProtection: jsii.Bool(cfg.RetainData),
+		RemovalPolicy:      removal,
+	}
+	if len(gsis) > 0 {
+		props.GlobalSecondaryIndexes = &gsis
+	}
+	return awsdynamodb.NewTableV2(stack, jsii.String(title(def.Logical)+"Table"), props)
+}
+
+func attribute(k *store.KeyAttr) *awsdynamodb.Attribute {
+	if k == nil {
+		return nil
+	}
+	t := awsdynamodb.AttributeType_STRING
+	if k.Type == store.AttrNumber {
+		t = awsdynamodb.AttributeType_NUMBER
+	}
+	return &awsdynamodb.Attribute{Name: jsii.String(k.Name), Type: t}
+}
+
+func newFunction(stack awscdk.Stack, cfg Config, spec fnSpec, vars map[string]*string, retention awslogs.RetentionDays, removal awscdk.RemovalPolicy) awslambda.Function {
+	id := strings.TrimSuffix(spec.logicalID, "Function")
+	// An explicit log group gets the environment's retention without the
+	// LogRetention custom resource (another Lambda with logs:* on "*").
+	logs := awslogs.NewLogGroup(stack, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
+		LogGroupName:  jsii.String("/aws/lambda/onejob-" + cfg.Env + "-" + spec.name),
+		Retention:     retention,
+		RemovalPolicy: removal,
+	})
+	props := &awslambda.FunctionProps{
+		FunctionName: physical(cfg.Env, spec.name),
+		Description:  jsii.String("onejob " + cfg.Env + ": " + spec.desc),
+		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture: awslambda.Architecture_ARM_64(),
+		Handler:      jsii.String("bootstrap"),
+		Code:         awslambda.Code_FromAsset(jsii.String(filepath.Join(cfg.FunctionsDir, spec.name)), nil),
+		MemorySize:   jsii.Number(spec.memoryMB),
+		Timeout:      awscdk.Duration_Seconds(jsii.Number(spec.timeout.Seconds())),
+		Environment:  &vars,
+		LogGroup:     logs,
+		Tracing:      awslambda.Tracing_ACTIVE,
+	}
+	if spec.name == "sweeper" {
+		// The schedule invokes asynchronously; the next tick is the retry.
+		props.RetryAttempts = jsii.Number(0)
+	}
+	fn := awslambda.NewFunction(stack, jsii.String(id), props)
+	fn.Node().DefaultChild().(awscdk.CfnResource).OverrideLogicalId(jsii.String(spec.logicalID))
+	return fn
+}
+
+// allow adds one least-privilege statement to fn's role.
+func allow(fn awslambda.Function, actions []string, resources ...*string) {
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings(actions...),
+		Resources: &resources,
+	}))
+}
+
+func indexArn(t awsdynamodb.TableV2, index string) *string {
+	return jsii.String(*t.TableArn() + "/index/" + index)
+}
+
+func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function) awsapigatewayv2.HttpApi {
+	auth := awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("JwtAuthorizer"), jsii.String(cfg.JWTIssuer),
+		&awsapigatewayv2authorizers.HttpJwtAuthorizerProps{
+			AuthorizerName: physical(cfg.Env, "jwt"),
+			JwtAudience:    jsii.Strings(cfg.JWTAudience...),
+		})
+	integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("ApiIntegration"), api,
+		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
+			PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
+		})
+	httpAPI := awsapigatewayv2.NewHttpApi(stack, jsii.String("HttpApi"), &awsapigatewayv2.HttpApiProps{
+		ApiName:     jsii.String("onejob-" + cfg.Env),
+		Description: jsii.String("onejob " + cfg.Env + " API"),
+		// Also covers any route added later without naming an authorizer.
+		DefaultAuthorizer: auth,
+	})
+	for _, r := range Routes() {
+		httpAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+			Path:        jsii.String(r.Path),
+			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
+			Integration: integration,
+			Authorizer:  auth,
+		})
+	}
+	return httpAPI
+}
+
+// Route is one HTTP API route served by the api function.
+type Route struct{ Method, Path string }
+
+// Routes lists the API's routes; every one requires a valid JWT.
+func Routes() []Route {
+	return []Route{
+		{"POST", "/v1/jobs"},
+		{"GET", "/v1/jobs"},
+		{"GET", "/v1/jobs/{id}"},
+		{"GET", "/v1/jobs/{id}/attempts"},
+		{"POST", "/v1/jobs/{id}/cancel"},
+		{"POST", "/v1/jobs/{id}/attempts/{n}/resolve"},
+	}
+}
+
+func newAlarms(stack awscdk.Stack, cfg Config, httpAPI awsapigatewayv2.HttpApi, sm awsstepfunctions.StateMachine, sweeper awslambda.Function) awssns.Topic {
+	topic := awssns.NewTopic(stack, jsii.String("AlarmTopic"), &awssns.TopicProps{
+		TopicName: physical(cfg.Env, "alarms"),
+	})
+	if cfg.AlarmEmail != "" {
+		topic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(cfg.AlarmEmail), nil))
+	}
+	action := awscloudwatchactions.NewSnsAction(topic)
+	five := awscdk.Duration_Minutes(jsii.Number(5))
+
+	metric := func(name, statistic string, period awscdk.Duration) awscloudwatch.Metric {
+		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+			Namespace:     jsii.String(MetricNamespace),
+			MetricName:    jsii.String(name),
+			DimensionsMap: &map[string]*string{MetricDimension: jsii.String(cfg.Env)},
+			Statistic:     jsii.String(statistic),
+			Period:        period,
+		})
+	}
+	wire := func(a awscloudwatch.Alarm) {
+		a.AddAlarmAction(action)
+		a.AddOkAction(action)
+	}
+
+	// The sweeper reports the age of the oldest unknown attempt. An
+	// unknown attempt blocks its job, so one that stays unknown needs a
+	// person (resolve). No data means the sweeper saw none.
+	wire(metric("AttemptsUnknownOldestSeconds", "Maximum", five).CreateAlarm(stack, jsii.String("UnknownAttemptsAlarm"), &awscloudwatch.CreateAlarmOptions{
+		AlarmName:          physical(cfg.Env, "attempt-unknown-too-long"),
+		AlarmDescription:   jsii.String(fmt.Sprintf("An attempt has been unknown for more than %.0f minutes; resolve it via POST /v1/jobs/{id}/attempts/{n}/resolve.", cfg.UnknownAttemptAlarm.Minutes())),
+		Threshold:          jsii.Number(cfg.UnknownAttemptAlarm.Seconds()),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	}))
+
+	// Hedging loses some races by design; a high share means providers
+	// are slow enough that most work is done twice.
+	window := awscdk.Duration_Minutes(jsii.Number(cfg.LostRaceWindow.Minutes()))
+	lostRate := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression: jsii.String("IF(started > 0, lost / started, 0)"),
+		UsingMetrics: &map[string]awscloudwatch.IMetric{
+			"lost":    metric("RaceLost", "Sum", window),
+			"started": metric("AttemptsStarted", "Sum", window),
+		},
+		Label:  jsii.String("RaceLost / AttemptsStarted"),
+		Period: window,
+	})
+	wire(lostRate.CreateAlarm(stack, jsii.String("LostRaceRateAlarm"), &awscloudwatch.CreateAlarmOptions{
+		AlarmName:          physical(cfg.Env, "lost-race-rate"),
+		AlarmDescription:   jsii.String(fmt.Sprintf("More than %.0f%% of attempts lost the race over %.0f minutes.", cfg.LostRaceRateAlarm*100, cfg.LostRaceWindow.Minutes())),
+		Threshold:          jsii.Number(cfg.LostRaceRateAlarm),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	}))
+
+	// HTTP APIs publish server errors as "5xx" (REST APIs use 5XXError).
+	wire(httpAPI.MetricServerError(&awscloudwatch.MetricOptions{Period: five, Statistic: jsii.String("Sum")}).
+		CreateAlarm(stack, jsii.String("Api5xxAlarm"), &awscloudwatch.CreateAlarmOptions{
+			AlarmName:          physical(cfg.Env, "api-5xx"),
+			AlarmDescription:   jsii.String(fmt.Sprintf("The HTTP API returned at least %.0f 5xx responses in 5 minutes.", cfg.API5xxAlarm)),
+			Threshold:          jsii.Number(cfg.API5xxAlarm),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+			EvaluationPeriods:  jsii.Number(1),
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		}))
+
+	// Executions end in Succeed unless something the definition does not
+	// expect happened (UnexpectedStep, exhausted retries).
+	wire(sm.MetricFailed(&awscloudwatch.MetricOptions{Period: five, Statistic: jsii.String("Sum")}).
+		CreateAlarm(stack, jsii.String("ExecutionsFailedAlarm"), &awscloudwatch.CreateAlarmOptions{
+			AlarmName:          physical(cfg.Env, "executions-failed"),
+			AlarmDescription:   jsii.String("A job execution failed."),
+			Threshold:          jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+			EvaluationPeriods:  jsii.Number(1),
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		}))
+
+	// The unknown-attempt alarm reads silence as health, so a sweeper
+	// that keeps failing must alarm on its own.
+	wire(sweeper.MetricErrors(&awscloudwatch.MetricOptions{Period: five, Statistic: jsii.String("Sum")}).
+		CreateAlarm(stack, jsii.String("SweeperErrorsAlarm"), &awscloudwatch.CreateAlarmOptions{
+			AlarmName:          physical(cfg.Env, "sweeper-errors"),
+			AlarmDescription:   jsii.String("The sweeper failed in three consecutive 5-minute periods."),
+			Threshold:          jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+			EvaluationPeriods:  jsii.Number(3),
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		}))
+	return topic
+}
+
+// loadDefinition reads the ASL and checks that its placeholders are
+// exactly the five task-function substitutions, so a new placeholder
+// cannot silently reach CloudFormation unsubstituted.
+func loadDefinition(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("state machine definition: %w", err)
+	}
+	want := taskSubstitutions()
+	found := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\$\{([^}]*)\}`).FindAllStringSubmatch(string(b), -1) {
+		if _, ok := want[m[1]]; !ok {
+			return "", fmt.Errorf("state machine definition %s: unknown placeholder ${%s}", path, m[1])
+		}
+		found[m[1]] = true
+	}
+	var missing []string
+	for p := range want {
+		if !found[p] {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return "", fmt.Errorf("state machine definition %s: never uses %s", path, strings.Join(missing, ", "))
+	}
+	return string(b), nil
+}
+
+func retentionDays(days int) (awslogs.RetentionDays, error) {
+	known := map[int]awslogs.RetentionDays{
+		1: awslogs.RetentionDays_ONE_DAY, 3: awslogs.RetentionDays_THREE_DAYS, 5: awslogs.RetentionDays_FIVE_DAYS,
+		7: awslogs.RetentionDays_ONE_WEEK, 14: awslogs.RetentionDays_TWO_WEEKS, 30: awslogs.RetentionDays_ONE_MONTH,
+		60: awslogs.RetentionDays_TWO_MONTHS, 90: awslogs.RetentionDays_THREE_MONTHS, 180: awslogs.RetentionDays_SIX_MONTHS,
+		365: awslogs.RetentionDays_ONE_YEAR,
+	}
+	r, ok := known[days]
+	if !ok {
+		keys := make([]int, 0, len(known))
+		for k := range known {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return "", fmt.Errorf("log retention %d days is not one CloudWatch offers here (%v)", days, keys)
+	}
+	return r, nil
+}
+
+// title turns "jobs" into "Jobs" for construct IDs.
+func title(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

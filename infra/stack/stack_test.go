@@ -1,0 +1,1157 @@
+package stack
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/onejob/onejob/internal/store"
+)
+
+// stagingSecretArn exercises the "bring your own secret" path: staging is
+// synthesized with it, dev and prod create their own.
+const stagingSecretArn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:onejob/staging/providers-AbC123"
+
+// synthesized is one environment's stack after a real synthesis.
+type synthesized struct {
+	env      string
+	cfg      Config
+	template map[string]any // the CloudFormation template
+	names    map[string]string
+}
+
+// TestStack synthesizes each environment once (jsii is one node process;
+// its calls stay on this goroutine) and then checks the templates in
+// parallel subtests that only read Go maps.
+func TestStack(t *testing.T) {
+	root := repoRoot(t)
+	fnDir := stubFunctions(t)
+	for _, env := range []string{"dev", "staging", "prod"} {
+		s := synth(t, root, fnDir, env)
+		t.Run(env, func(t *testing.T) {
+			t.Parallel()
+			t.Run("tables", func(t *testing.T) { t.Parallel(); checkTables(t, s) })
+			t.Run("functions", func(t *testing.T) { t.Parallel(); checkFunctions(t, s) })
+			t.Run("state machine", func(t *testing.T) { t.Parallel(); checkStateMachine(t, s) })
+			t.Run("definition references only task functions", func(t *testing.T) { t.Parallel(); checkDefinition(t, s) })
+			t.Run("http api", func(t *testing.T) { t.Parallel(); checkHTTPAPI(t, s) })
+			t.Run("sweeper schedule", func(t *testing.T) { t.Parallel(); checkSchedule(t, s) })
+			t.Run("alarms", func(t *testing.T) { t.Parallel(); checkAlarms(t, s) })
+			t.Run("iam allow-list", func(t *testing.T) { t.Parallel(); checkIAM(t, s) })
+			t.Run("lambda resource policies", func(t *testing.T) { t.Parallel(); checkPermissions(t, s) })
+			t.Run("retention", func(t *testing.T) { t.Parallel(); checkRetention(t, s) })
+			t.Run("no dependency cycle", func(t *testing.T) { t.Parallel(); checkAcyclic(t, s) })
+		})
+	}
+}
+
+// synth builds the stack for env the way the CLI would (cdk.json's
+// context, asset metadata on) and runs the assertions-library checks,
+// which call into jsii and so must not run in parallel.
+func synth(t *testing.T, root, fnDir, env string) *synthesized {
+	t.Helper()
+	ctx := cdkContext(t, root)
+	ctx[ContextEnv] = env
+	ctx[ContextFunctionsDir] = fnDir
+	ctx[ContextDefinition] = filepath.Join(root, "statemachine", "onejob.asl.json")
+	// The CLI always sets this; SAM needs the aws:asset:path it enables.
+	ctx["aws:cdk:enable-asset-metadata"] = true
+	if env == "staging" {
+		ctx[ContextSecretArn] = stagingSecretArn
+	}
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(t.TempDir())})
+	cfg, err := LoadConfig(func(k string) any { return app.Node().TryGetContext(jsii.String(k)) },
+		func(string) string { return "" })
+	if err != nil {
+		t.Fatalf("%s: LoadConfig: %v", env, err)
+	}
+	st, err := New(app, cfg)
+	if err != nil {
+		t.Fatalf("%s: New: %v", env, err)
+	}
+	var tmpl assertions.Template
+	func() {
+		// Synthesis errors (including CDK's own validation, which catches
+		// dependency cycles) arrive as jsii panics.
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("%s: synth: %v", env, r)
+			}
+		}()
+		tmpl = assertions.Template_FromStack(st, nil)
+	}()
+
+	expect := func(what string, f func()) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s: %s: %v", env, what, r)
+			}
+		}()
+		f()
+	}
+	expect("three on-demand tables", func() { tmpl.ResourceCountIs(jsii.String("AWS::DynamoDB::GlobalTable"), jsii.Number(3)) })
+	expect("tables PAY_PER_REQUEST", func() {
+		tmpl.AllResourcesProperties(jsii.String("AWS::DynamoDB::GlobalTable"), map[string]any{"BillingMode": "PAY_PER_REQUEST"})
+	})
+	expect("seven functions", func() { tmpl.ResourceCountIs(jsii.String("AWS::Lambda::Function"), jsii.Number(7)) })
+	expect("functions on provided.al2023/arm64", func() {
+		tmpl.AllResourcesProperties(jsii.String("AWS::Lambda::Function"), map[string]any{
+			"Runtime": "provided.al2023", "Architectures": []any{"arm64"}, "Handler": "bootstrap",
+		})
+	})
+	expect("standard traced state machine", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::StepFunctions::StateMachine"), map[string]any{
+			"StateMachineType": "STANDARD", "TracingConfiguration": map[string]any{"Enabled": true},
+		})
+	})
+	expect("JWT authorizer", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Authorizer"), map[string]any{
+			"AuthorizerType":   "JWT",
+			"JwtConfiguration": map[string]any{"Issuer": cfg.JWTIssuer, "Audience": toAny(cfg.JWTAudience)},
+		})
+	})
+	expect("sweeper schedule", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), map[string]any{"ScheduleExpression": "rate(5 minutes)"})
+	})
+	policy := "Delete"
+	if env == "prod" {
+		policy = "Retain"
+	}
+	expect("table deletion policy", func() {
+		tmpl.AllResources(jsii.String("AWS::DynamoDB::GlobalTable"), map[string]any{"DeletionPolicy": policy, "UpdateReplacePolicy": policy})
+	})
+
+	tj := tmpl.ToJSON()
+	if tj == nil {
+		t.Fatalf("%s: empty template", env)
+	}
+	// Round-trip so the checks see plain encoding/json types.
+	b, err := json.Marshal(*tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var template map[string]any
+	if err := json.Unmarshal(b, &template); err != nil {
+		t.Fatal(err)
+	}
+	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template)}
+}
+
+// --- checks (pure Go over the template) -----------------------------------
+
+func checkTables(t *testing.T, s *synthesized) {
+	want := map[string]store.TableDef{}
+	for _, d := range store.Tables() {
+		want["onejob-"+s.env+"-"+d.Logical] = d
+	}
+	got := resources(s, "AWS::DynamoDB::GlobalTable")
+	if len(got) != len(want) {
+		t.Fatalf("%d tables, want %d", len(got), len(want))
+	}
+	for id, r := range got {
+		p := props(r)
+		name, _ := p["TableName"].(string)
+		def, ok := want[name]
+		if !ok {
+			t.Errorf("%s: unexpected table name %q", id, name)
+			continue
+		}
+		if p["BillingMode"] != "PAY_PER_REQUEST" {
+			t.Errorf("%s: BillingMode %v", name, p["BillingMode"])
+		}
+		keys := map[string]string{}
+		for _, k := range list(p["KeySchema"]) {
+			keys[str(k, "KeyType")] = str(k, "AttributeName")
+		}
+		wantKeys := map[string]string{"HASH": def.PartitionKey.Name}
+		if def.SortKey != nil {
+			wantKeys["RANGE"] = def.SortKey.Name
+		}
+		if !reflect.DeepEqual(keys, wantKeys) {
+			t.Errorf("%s: keys %v, want %v", name, keys, wantKeys)
+		}
+		var gsis []string
+		for _, g := range list(p["GlobalSecondaryIndexes"]) {
+			gsis = append(gsis, str(g, "IndexName"))
+		}
+		var wantGSIs []string
+		for _, idx := range def.Indexes {
+			wantGSIs = append(wantGSIs, idx.Name)
+		}
+		if !slices.Equal(gsis, wantGSIs) {
+			t.Errorf("%s: indexes %v, want %v", name, gsis, wantGSIs)
+		}
+		replicas := list(p["Replicas"])
+		if len(replicas) != 1 {
+			t.Fatalf("%s: %d replicas, want 1", name, len(replicas))
+		}
+		rep := replicas[0].(map[string]any)
+		if pitr, _ := rep["PointInTimeRecoverySpecification"].(map[string]any); pitr["PointInTimeRecoveryEnabled"] != true {
+			t.Errorf("%s: PITR off: %v", name, rep["PointInTimeRecoverySpecification"])
+		}
+		if got, want := rep["DeletionProtectionEnabled"], s.env == "prod"; got != want {
+			t.Errorf("%s: DeletionProtectionEnabled %v, want %v", name, got, want)
+		}
+	}
+}
+
+func checkFunctions(t *testing.T, s *synthesized) {
+	fns := resources(s, "AWS::Lambda::Function")
+	seen := map[string]bool{}
+	for id, r := range fns {
+		p := props(r)
+		fname, _ := p["FunctionName"].(string)
+		short := strings.TrimPrefix(fname, "onejob-"+s.env+"-")
+		seen[short] = true
+		if p["Runtime"] != "provided.al2023" || !reflect.DeepEqual(p["Architectures"], []any{"arm64"}) || p["Handler"] != "bootstrap" {
+			t.Errorf("%s: runtime %v arch %v handler %v", fname, p["Runtime"], p["Architectures"], p["Handler"])
+		}
+		if tc, _ := p["TracingConfig"].(map[string]any); tc["Mode"] != "Active" {
+			t.Errorf("%s: tracing %v", fname, p["TracingConfig"])
+		}
+		md, _ := r["Metadata"].(map[string]any)
+		if path, _ := md["aws:asset:path"].(string); path == "" || md["aws:asset:property"] != "Code" {
+			t.Errorf("%s (%s): no aws:asset:path metadata for SAM: %v", fname, id, md)
+		}
+		if lc, _ := p["LoggingConfig"].(map[string]any); lc["LogGroup"] == nil {
+			t.Errorf("%s: no explicit log group", fname)
+		}
+
+		vars := map[string]string{}
+		env, _ := p["Environment"].(map[string]any)
+		for k, v := range asMap(env["Variables"]) {
+			vars[k] = s.sym(v)
+		}
+		want := map[string]string{
+			EnvJobsTable:           "ref:table:jobs",
+			EnvAttemptsTable:       "ref:table:attempts",
+			EnvCertificationsTable: "ref:table:certifications",
+			EnvName:                s.env,
+		}
+		switch short {
+		case "api", "sweeper":
+			want[EnvStateMachineArn] = "ref:statemachine"
+		case "runattempt":
+			want[EnvProvidersSecretArn] = s.secret()
+		}
+		if !reflect.DeepEqual(vars, want) {
+			t.Errorf("%s: environment\n got %v\nwant %v", fname, vars, want)
+		}
+	}
+	for _, n := range FunctionNames() {
+		if !seen[n] {
+			t.Errorf("function onejob-%s-%s missing", s.env, n)
+		}
+	}
+}
+
+func checkStateMachine(t *testing.T, s *synthesized) {
+	sms := resources(s, "AWS::StepFunctions::StateMachine")
+	if len(sms) != 1 {
+		t.Fatalf("%d state machines", len(sms))
+	}
+	for _, r := range sms {
+		p := props(r)
+		if p["StateMachineType"] != "STANDARD" {
+			t.Errorf("type %v", p["StateMachineType"])
+		}
+		if tc, _ := p["TracingConfiguration"].(map[string]any); tc["Enabled"] != true {
+			t.Errorf("tracing %v", p["TracingConfiguration"])
+		}
+		lc, _ := p["LoggingConfiguration"].(map[string]any)
+		wantLevel, wantData := "ALL", true
+		if s.env == "prod" {
+			wantLevel, wantData = "ERROR", false
+		}
+		if lc["Level"] != wantLevel || lc["IncludeExecutionData"] != wantData {
+			t.Errorf("logging level %v data %v, want %v %v", lc["Level"], lc["IncludeExecutionData"], wantLevel, wantData)
+		}
+		if len(list(lc["Destinations"])) != 1 {
+			t.Errorf("log destinations %v", lc["Destinations"])
+		}
+		if _, ok := p["DefinitionS3Location"]; ok {
+			t.Errorf("definition uploaded to S3; it should be inline")
+		}
+	}
+}
+
+// checkDefinition resolves the definition (literal, Fn::Join or Fn::Sub,
+// plus DefinitionSubstitutions) to ASL whose references are symbolic, and
+// requires every Task resource, and every reference anywhere in it, to be
+// one of this stack's five task functions.
+func checkDefinition(t *testing.T, s *synthesized) {
+	allowed := map[string]bool{}
+	for _, name := range taskSubstitutions() {
+		allowed["arn:fn:"+name] = true
+	}
+	for _, r := range resources(s, "AWS::StepFunctions::StateMachine") {
+		p := props(r)
+		subs := asMap(p["DefinitionSubstitutions"])
+		def, refs := s.flatten(t, p["DefinitionString"])
+		def = regexp.MustCompile(`\$\{([^}]+)\}`).ReplaceAllStringFunc(def, func(m string) string {
+			key := m[2 : len(m)-1]
+			v, ok := subs[key]
+			if !ok {
+				t.Errorf("placeholder %s has no substitution", m)
+				return m
+			}
+			ref := s.sym(v)
+			refs = append(refs, ref)
+			return ref
+		})
+		for _, ref := range refs {
+			if !allowed[ref] {
+				t.Errorf("definition references %s, not one of the task functions", ref)
+			}
+		}
+		var asl map[string]any
+		if err := json.Unmarshal([]byte(def), &asl); err != nil {
+			t.Fatalf("resolved definition is not JSON: %v", err)
+		}
+		used := map[string]bool{}
+		walkStates(asl, func(name string, st map[string]any) {
+			if st["Type"] != "Task" {
+				return
+			}
+			res, _ := st["Resource"].(string)
+			if !allowed[res] {
+				t.Errorf("task %s invokes %q", name, res)
+			}
+			used[res] = true
+		})
+		if !reflect.DeepEqual(used, allowed) {
+			t.Errorf("tasks invoke %v, want exactly %v", keys(used), keys(allowed))
+		}
+	}
+}
+
+func checkHTTPAPI(t *testing.T, s *synthesized) {
+	apis := resources(s, "AWS::ApiGatewayV2::Api")
+	if len(apis) != 1 {
+		t.Fatalf("%d APIs", len(apis))
+	}
+	for _, r := range apis {
+		if props(r)["ProtocolType"] != "HTTP" {
+			t.Errorf("protocol %v", props(r)["ProtocolType"])
+		}
+	}
+	auths := resources(s, "AWS::ApiGatewayV2::Authorizer")
+	if len(auths) != 1 {
+		t.Fatalf("%d authorizers", len(auths))
+	}
+	var authID string
+	for id, r := range auths {
+		authID = id
+		p := props(r)
+		jc := asMap(p["JwtConfiguration"])
+		if p["AuthorizerType"] != "JWT" || jc["Issuer"] != s.cfg.JWTIssuer || !reflect.DeepEqual(jc["Audience"], toAny(s.cfg.JWTAudience)) {
+			t.Errorf("authorizer %v", p)
+		}
+	}
+	integrations := resources(s, "AWS::ApiGatewayV2::Integration")
+	for _, r := range integrations {
+		p := props(r)
+		if p["IntegrationType"] != "AWS_PROXY" || p["PayloadFormatVersion"] != "2.0" || s.sym(p["IntegrationUri"]) != "arn:fn:api" {
+			t.Errorf("integration %v", p)
+		}
+	}
+	var routes []string
+	for id, r := range resources(s, "AWS::ApiGatewayV2::Route") {
+		p := props(r)
+		routes = append(routes, p["RouteKey"].(string))
+		if p["AuthorizationType"] != "JWT" || s.sym(p["AuthorizerId"]) != "ref:"+authID {
+			t.Errorf("route %s (%s) not behind the JWT authorizer: %v %v", p["RouteKey"], id, p["AuthorizationType"], p["AuthorizerId"])
+		}
+		target := s.sym(p["Target"])
+		found := false
+		for iid := range integrations {
+			found = found || target == "integrations/ref:"+iid
+		}
+		if !found {
+			t.Errorf("route %s targets %s", p["RouteKey"], target)
+		}
+	}
+	var want []string
+	for _, r := range Routes() {
+		want = append(want, r.Method+" "+r.Path)
+	}
+	sort.Strings(routes)
+	sort.Strings(want)
+	if !slices.Equal(routes, want) {
+		t.Errorf("routes %v, want %v", routes, want)
+	}
+}
+
+func checkSchedule(t *testing.T, s *synthesized) {
+	rules := resources(s, "AWS::Events::Rule")
+	if len(rules) != 1 {
+		t.Fatalf("%d rules", len(rules))
+	}
+	for _, r := range rules {
+		p := props(r)
+		targets := list(p["Targets"])
+		if p["ScheduleExpression"] != "rate(5 minutes)" || p["State"] != "ENABLED" || len(targets) != 1 || s.sym(asMap(targets[0])["Arn"]) != "arn:fn:sweeper" {
+			t.Errorf("schedule %v", p)
+		}
+	}
+}
+
+func checkAlarms(t *testing.T, s *synthesized) {
+	topics := resources(s, "AWS::SNS::Topic")
+	if len(topics) != 1 {
+		t.Fatalf("%d topics", len(topics))
+	}
+	var topic string
+	for id := range topics {
+		topic = "ref:" + id
+	}
+	metrics := map[string]bool{}
+	for id, r := range resources(s, "AWS::CloudWatch::Alarm") {
+		p := props(r)
+		for _, a := range list(p["AlarmActions"]) {
+			if s.sym(a) != topic {
+				t.Errorf("%s: action %v", id, a)
+			}
+		}
+		if len(list(p["AlarmActions"])) != 1 {
+			t.Errorf("%s: %d alarm actions", id, len(list(p["AlarmActions"])))
+		}
+		if name, ok := p["MetricName"].(string); ok {
+			metrics[p["Namespace"].(string)+"/"+name] = true
+			checkDims(t, s, id, p)
+		}
+		for _, m := range list(p["Metrics"]) {
+			mm := asMap(m)
+			if e, ok := mm["Expression"].(string); ok {
+				metrics["expr:"+e] = true
+				continue
+			}
+			met := asMap(asMap(mm["MetricStat"])["Metric"])
+			metrics[met["Namespace"].(string)+"/"+met["MetricName"].(string)] = true
+			checkDims(t, s, id, met)
+		}
+	}
+	for _, m := range []string{
+		"onejob/AttemptsUnknownOldestSeconds",
+		"onejob/RaceLost", "onejob/AttemptsStarted", "expr:IF(started > 0, lost / started, 0)",
+		"AWS/ApiGateway/5xx",
+		"AWS/States/ExecutionsFailed",
+		"AWS/Lambda/Errors",
+	} {
+		if !metrics[m] {
+			t.Errorf("no alarm on %s (have %v)", m, keys(metrics))
+		}
+	}
+}
+
+// checkDims: custom metrics carry exactly the env dimension the functions
+// emit.
+func checkDims(t *testing.T, s *synthesized, id string, m map[string]any) {
+	if m["Namespace"] != MetricNamespace {
+		return
+	}
+	dims := list(m["Dimensions"])
+	if len(dims) != 1 || str(dims[0], "Name") != MetricDimension || str(dims[0], "Value") != s.env {
+		t.Errorf("%s: dimensions %v, want [%s=%s]", id, dims, MetricDimension, s.env)
+	}
+}
+
+// checkIAM compares every statement of every role with an allow-list:
+// the grants must be exactly these, with no wildcard action.
+func checkIAM(t *testing.T, s *synthesized) {
+	xrayLambda := []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}
+	task := grants{}.
+		add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
+		add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:attempts").
+		add([]string{"dynamodb:GetItem", "dynamodb:Query"}, "arn:table:certifications").
+		add(xrayLambda, "*")
+	want := map[string]grants{
+		"fn:api": grants{}.
+			add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, "arn:table:jobs").
+			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+store.IndexByOwner).
+			add([]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:attempts").
+			add([]string{"states:StartExecution"}, "ref:statemachine").
+			add(xrayLambda, "*"),
+		"fn:startattempt": task,
+		"fn:markunknown":  task,
+		"fn:hedge":        task,
+		"fn:finalize":     task,
+		"fn:runattempt":   task.clone().add([]string{"secretsmanager:GetSecretValue"}, s.secret()),
+		"fn:sweeper": grants{}.
+			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+store.IndexByOpen).
+			add([]string{"states:StartExecution"}, "ref:statemachine").
+			add(xrayLambda, "*"),
+		"statemachine": grants{}.
+			add([]string{"lambda:InvokeFunction"}, "arn:fn:startattempt", "arn:fn:runattempt", "arn:fn:markunknown", "arn:fn:hedge", "arn:fn:finalize").
+			// What Step Functions needs to deliver logs and traces; these
+			// APIs take no resource ARN.
+			add([]string{"logs:CreateLogDelivery", "logs:DeleteLogDelivery", "logs:DescribeLogGroups", "logs:DescribeResourcePolicies",
+				"logs:GetLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:UpdateLogDelivery",
+				"xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTelemetryRecords", "xray:PutTraceSegments"}, "*"),
+	}
+
+	owners := roleOwners(t, s)
+	got := map[string]grants{}
+	addDoc := func(role string, doc any) {
+		owner, ok := owners[role]
+		if !ok {
+			t.Errorf("policy for role %s that no function or state machine uses", role)
+			return
+		}
+		if got[owner] == nil {
+			got[owner] = grants{}
+		}
+		for _, st := range list(asMap(doc)["Statement"]) {
+			stm := asMap(st)
+			for _, k := range []string{"NotAction", "NotResource", "NotPrincipal"} {
+				if _, bad := stm[k]; bad {
+					t.Errorf("%s: statement uses %s: %v", owner, k, stm)
+				}
+			}
+			if stm["Effect"] != "Allow" {
+				continue // a Deny only narrows
+			}
+			for _, a := range strList(stm["Action"]) {
+				if strings.Contains(a, "*") {
+					t.Errorf("%s: wildcard action %q", owner, a)
+				}
+				for _, res := range list(stm["Resource"]) {
+					sym := s.sym(res)
+					if strings.HasPrefix(a, "dynamodb:") && !strings.HasPrefix(sym, "arn:table:") {
+						t.Errorf("%s: %s on %s, not a table or index ARN", owner, a, sym)
+					}
+					got[owner].add([]string{a}, sym)
+				}
+			}
+		}
+	}
+	for _, r := range resources(s, "AWS::IAM::Policy") {
+		p := props(r)
+		for _, role := range list(p["Roles"]) {
+			addDoc(strings.TrimPrefix(s.sym(role), "ref:"), p["PolicyDocument"])
+		}
+	}
+	for id, r := range resources(s, "AWS::IAM::Role") {
+		p := props(r)
+		for _, pol := range list(p["Policies"]) {
+			addDoc(id, asMap(pol)["PolicyDocument"])
+		}
+		var managed []string
+		for _, m := range list(p["ManagedPolicyArns"]) {
+			managed = append(managed, s.sym(m))
+		}
+		wantManaged := []string(nil)
+		if strings.HasPrefix(owners[id], "fn:") {
+			// Only CreateLogGroup/CreateLogStream/PutLogEvents.
+			wantManaged = []string{"arn:ref:AWS::Partition:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"}
+		}
+		if !slices.Equal(managed, wantManaged) {
+			t.Errorf("%s: managed policies %v, want %v", owners[id], managed, wantManaged)
+		}
+	}
+	for owner := range want {
+		if !reflect.DeepEqual(got[owner], want[owner]) {
+			t.Errorf("%s grants differ\n got %v\nwant %v", owner, got[owner], want[owner])
+		}
+	}
+	for owner := range got {
+		if _, ok := want[owner]; !ok {
+			t.Errorf("unexpected grants for %s: %v", owner, got[owner])
+		}
+	}
+}
+
+// checkPermissions: functions may be invoked only by this API (api) and
+// by the schedule (sweeper); the state machine uses its role instead.
+func checkPermissions(t *testing.T, s *synthesized) {
+	for id, r := range resources(s, "AWS::Lambda::Permission") {
+		p := props(r)
+		fn, principal := s.sym(p["FunctionName"]), p["Principal"]
+		ok := p["Action"] == "lambda:InvokeFunction" && p["SourceArn"] != nil &&
+			(fn == "arn:fn:api" && principal == "apigateway.amazonaws.com" ||
+				fn == "arn:fn:sweeper" && principal == "events.amazonaws.com")
+		if !ok {
+			t.Errorf("%s: %s may invoke %s (%v, source %v)", id, principal, fn, p["Action"], p["SourceArn"])
+		}
+	}
+}
+
+// checkRetention: prod keeps tables, secret and logs; elsewhere stack
+// deletion removes them.
+func checkRetention(t *testing.T, s *synthesized) {
+	want := "Delete"
+	if s.env == "prod" {
+		want = "Retain"
+	}
+	for _, typ := range []string{"AWS::DynamoDB::GlobalTable", "AWS::SecretsManager::Secret", "AWS::Logs::LogGroup"} {
+		for id, r := range resources(s, typ) {
+			if r["DeletionPolicy"] != want || r["UpdateReplacePolicy"] != want {
+				t.Errorf("%s %s: DeletionPolicy %v UpdateReplacePolicy %v, want %s", typ, id, r["DeletionPolicy"], r["UpdateReplacePolicy"], want)
+			}
+		}
+	}
+	if n := len(resources(s, "AWS::SecretsManager::Secret")); (s.env == "staging") != (n == 0) {
+		t.Errorf("%d secrets created (staging brings its own)", n)
+	}
+}
+
+// checkAcyclic: CloudFormation rejects circular dependencies at deploy
+// time; e.g. the API function's STATE_MACHINE_ARN would close a cycle if
+// the state machine referenced the API function. (CDK's default
+// validation rules catch this at synth too; this check does not depend
+// on that feature flag.)
+func checkAcyclic(t *testing.T, s *synthesized) {
+	if c := findCycle(s.template); c != nil {
+		t.Errorf("dependency cycle: %s", strings.Join(c, " -> "))
+	}
+}
+
+// findCycle returns one dependency cycle among the template's resources
+// (Ref, GetAtt, Fn::Sub and DependsOn), or nil.
+func findCycle(template map[string]any) []string {
+	res := asMap(template["Resources"])
+	deps := map[string][]string{}
+	for id, r := range res {
+		rm := asMap(r)
+		refs := map[string]bool{}
+		collectRefs(rm["Properties"], refs)
+		for _, d := range strList(rm["DependsOn"]) {
+			refs[d] = true
+		}
+		for _, ref := range keys(refs) {
+			if _, ok := res[ref]; ok {
+				deps[id] = append(deps[id], ref)
+			}
+		}
+	}
+	const (
+		unseen = iota
+		active
+		done
+	)
+	state := map[string]int{}
+	var visit func(id string, path []string) []string
+	visit = func(id string, path []string) []string {
+		switch state[id] {
+		case active:
+			return append(path, id)
+		case done:
+			return nil
+		}
+		state[id] = active
+		for _, d := range deps[id] {
+			if c := visit(d, append(path, id)); c != nil {
+				return c
+			}
+		}
+		state[id] = done
+		return nil
+	}
+	for _, id := range keys(deps) {
+		if c := visit(id, nil); c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+func TestFindCycle(t *testing.T) {
+	t.Parallel()
+	tmpl := func(smRefsAPI bool) map[string]any {
+		sm := map[string]any{"Type": "AWS::StepFunctions::StateMachine", "Properties": map[string]any{
+			"DefinitionSubstitutions": map[string]any{"A": map[string]any{"Fn::GetAtt": []any{"Task", "Arn"}}}}}
+		if smRefsAPI {
+			sm["Properties"].(map[string]any)["DefinitionString"] = map[string]any{"Fn::Sub": "${Api.Arn}"}
+		}
+		return map[string]any{"Resources": map[string]any{
+			"Api":  map[string]any{"Type": "AWS::Lambda::Function", "Properties": map[string]any{"Environment": map[string]any{"Variables": map[string]any{"SM": map[string]any{"Ref": "Sm"}}}}},
+			"Task": map[string]any{"Type": "AWS::Lambda::Function"},
+			"Sm":   sm,
+		}}
+	}
+	if c := findCycle(tmpl(false)); c != nil {
+		t.Errorf("false cycle %v", c)
+	}
+	if c := findCycle(tmpl(true)); len(c) == 0 {
+		t.Errorf("cycle Api -> Sm -> Api not found")
+	}
+}
+
+// --- config ----------------------------------------------------------------
+
+func TestLoadConfig(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	fnDir := stubFunctions(t)
+	base := cdkContext(t, root)
+	load := func(over map[string]any, env map[string]string) (Config, error) {
+		ctx := map[string]any{}
+		for k, v := range base {
+			ctx[k] = v
+		}
+		ctx[ContextFunctionsDir] = fnDir
+		ctx[ContextDefinition] = filepath.Join(root, "statemachine", "onejob.asl.json")
+		for k, v := range over {
+			ctx[k] = v
+		}
+		return LoadConfig(func(k string) any { return ctx[k] }, func(k string) string { return env[k] })
+	}
+
+	t.Run("env from context beats ONEJOB_ENV; default dev", func(t *testing.T) {
+		t.Parallel()
+		c, err := load(map[string]any{ContextEnv: "prod"}, map[string]string{"ONEJOB_ENV": "staging"})
+		if err != nil || c.Env != "prod" || !c.RetainData || c.FullExecutionLogs {
+			t.Fatalf("%+v %v", c, err)
+		}
+		c, err = load(nil, map[string]string{"ONEJOB_ENV": "staging"})
+		if err != nil || c.Env != "staging" || c.RetainData {
+			t.Fatalf("%+v %v", c, err)
+		}
+		c, err = load(nil, nil)
+		if err != nil || c.Env != "dev" {
+			t.Fatalf("%+v %v", c, err)
+		}
+	})
+	t.Run("context overrides cdk.json settings", func(t *testing.T) {
+		t.Parallel()
+		c, err := load(map[string]any{ContextJWTIssuer: "https://issuer.test/x", ContextJWTAudience: " a , b,", ContextAlarmEmail: "ops@onejob.test"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.JWTIssuer != "https://issuer.test/x" || !slices.Equal(c.JWTAudience, []string{"a", "b"}) || c.AlarmEmail != "ops@onejob.test" {
+			t.Fatalf("%+v", c)
+		}
+	})
+	for name, tc := range map[string]struct {
+		over    map[string]any
+		wantErr string
+	}{
+		"unknown env":        {map[string]any{ContextEnv: "qa"}, "unknown environment"},
+		"http issuer":        {map[string]any{ContextJWTIssuer: "http://issuer.test/"}, "https URL"},
+		"partial secret arn": {map[string]any{ContextSecretArn: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:onejob"}, "complete Secrets Manager"},
+		"missing binaries":   {map[string]any{ContextFunctionsDir: t.TempDir()}, "no bootstrap binary"},
+		"missing definition": {map[string]any{ContextDefinition: filepath.Join(t.TempDir(), "x.json")}, "state machine definition"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := load(tc.over, nil); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+	t.Run("every environment in cdk.json is valid", func(t *testing.T) {
+		t.Parallel()
+		for _, env := range []string{"dev", "staging", "prod"} {
+			if _, err := load(map[string]any{ContextEnv: env}, nil); err != nil {
+				t.Errorf("%s: %v", env, err)
+			}
+		}
+	})
+}
+
+func TestDefinitionPlaceholders(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	n := 0
+	write := func(body string) string {
+		n++
+		p := filepath.Join(dir, fmt.Sprintf("d%d.json", n))
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	all := `"${StartAttemptFunctionArn}${RunAttemptFunctionArn}${MarkUnknownFunctionArn}${HedgeFunctionArn}${FinalizeFunctionArn}"`
+	if _, err := loadDefinition(write(all)); err != nil {
+		t.Errorf("all five: %v", err)
+	}
+	if _, err := loadDefinition(write(`"${StartAttemptFunctionArn}${ApiFunctionArn}"`)); err == nil || !strings.Contains(err.Error(), "ApiFunctionArn") {
+		t.Errorf("unknown placeholder accepted: %v", err)
+	}
+	if _, err := loadDefinition(write(`"${StartAttemptFunctionArn}"`)); err == nil || !strings.Contains(err.Error(), "never uses") {
+		t.Errorf("missing placeholders accepted: %v", err)
+	}
+}
+
+// TestCDKJSON pins what offline synthesis depends on.
+func TestCDKJSON(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "cdk.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		App     string         `json:"app"`
+		Notices *bool          `json:"notices"`
+		Context map[string]any `json:"context"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.App != "go run ./infra" || c.Notices == nil || *c.Notices || c.Context["cli-telemetry"] != false {
+		t.Errorf("cdk.json: app %q notices %v telemetry %v", c.App, c.Notices, c.Context["cli-telemetry"])
+	}
+	if c.Context["@aws-cdk/aws-iam:minimizePolicies"] != true || c.Context["@aws-cdk/aws-lambda:useCdkManagedLogGroup"] != true {
+		t.Errorf("cdk.json lacks the recorded feature flags")
+	}
+}
+
+// --- helpers ---------------------------------------------------------------
+
+// grants is role → action → resource set, in symbolic form.
+type grants map[string]map[string]bool
+
+func (g grants) add(actions []string, resources ...string) grants {
+	for _, a := range actions {
+		if g[a] == nil {
+			g[a] = map[string]bool{}
+		}
+		for _, r := range resources {
+			g[a][r] = true
+		}
+	}
+	return g
+}
+
+func (g grants) clone() grants {
+	c := grants{}
+	for a, rs := range g {
+		for r := range rs {
+			c.add([]string{a}, r)
+		}
+	}
+	return c
+}
+
+func (g grants) String() string {
+	var lines []string
+	for _, a := range keys(g) {
+		lines = append(lines, a+" on "+strings.Join(keys(g[a]), ","))
+	}
+	return strings.Join(lines, "; ")
+}
+
+// roleOwners maps each role's logical ID to "fn:<name>" or "statemachine".
+func roleOwners(t *testing.T, s *synthesized) map[string]string {
+	owners := map[string]string{}
+	for id, r := range resources(s, "AWS::Lambda::Function") {
+		owners[roleOf(s, props(r)["Role"])] = s.names[id]
+	}
+	for _, r := range resources(s, "AWS::StepFunctions::StateMachine") {
+		owners[roleOf(s, props(r)["RoleArn"])] = "statemachine"
+	}
+	for id := range resources(s, "AWS::IAM::Role") {
+		if _, ok := owners[id]; !ok {
+			t.Errorf("role %s belongs to neither a function nor the state machine", id)
+		}
+	}
+	return owners
+}
+
+func roleOf(s *synthesized, v any) string {
+	return strings.TrimPrefix(s.sym(v), "arn:")
+}
+
+// friendlyNames names the resources the checks talk about.
+func friendlyNames(tmpl map[string]any) map[string]string {
+	names := map[string]string{}
+	for id, r := range asMap(tmpl["Resources"]) {
+		rm := asMap(r)
+		p := asMap(rm["Properties"])
+		switch rm["Type"] {
+		case "AWS::DynamoDB::GlobalTable":
+			n, _ := p["TableName"].(string)
+			names[id] = "table:" + n[strings.LastIndex(n, "-")+1:]
+		case "AWS::Lambda::Function":
+			n, _ := p["FunctionName"].(string)
+			names[id] = "fn:" + n[strings.LastIndex(n, "-")+1:]
+		case "AWS::StepFunctions::StateMachine":
+			names[id] = "statemachine"
+		case "AWS::SecretsManager::Secret":
+			names[id] = "secret"
+		}
+	}
+	return names
+}
+
+// secret is how the runattempt grant and variable refer to the secret.
+func (s *synthesized) secret() string {
+	if s.cfg.ProvidersSecretArn != "" {
+		return s.cfg.ProvidersSecretArn
+	}
+	return "ref:secret"
+}
+
+// sym renders a CloudFormation value with references in symbolic form:
+// Ref → "ref:<name>", GetAtt Arn → "arn:<name>", Join → concatenation.
+func (s *synthesized) sym(v any) string {
+	name := func(id string) string {
+		if n, ok := s.names[id]; ok {
+			return n
+		}
+		return id
+	}
+	switch x := v.(type) {
+	case string:
+		return x
+	case map[string]any:
+		if ref, ok := x["Ref"].(string); ok {
+			return "ref:" + name(ref)
+		}
+		if ga := list(x["Fn::GetAtt"]); len(ga) == 2 {
+			if ga[1] == "Arn" {
+				return "arn:" + name(ga[0].(string))
+			}
+			return "getatt:" + name(ga[0].(string)) + "." + ga[1].(string)
+		}
+		if j := list(x["Fn::Join"]); len(j) == 2 {
+			var parts []string
+			for _, p := range list(j[1]) {
+				parts = append(parts, s.sym(p))
+			}
+			return strings.Join(parts, j[0].(string))
+		}
+	}
+	b, _ := json.Marshal(v)
+	return "?" + string(b)
+}
+
+// flatten turns a DefinitionString (literal, Fn::Join or Fn::Sub) into one
+// string, rendering embedded references symbolically and returning them.
+func (s *synthesized) flatten(t *testing.T, v any) (string, []string) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case map[string]any:
+		if j := list(x["Fn::Join"]); len(j) == 2 {
+			var b strings.Builder
+			var refs []string
+			for _, p := range list(j[1]) {
+				if str, ok := p.(string); ok {
+					b.WriteString(str)
+					continue
+				}
+				ref := s.sym(p)
+				refs = append(refs, ref)
+				b.WriteString(ref)
+			}
+			return b.String(), refs
+		}
+		if sub, ok := x["Fn::Sub"]; ok {
+			body, vars := "", map[string]any{}
+			if str, ok := sub.(string); ok {
+				body = str
+			} else if l := list(sub); len(l) == 2 {
+				body, vars = l[0].(string), asMap(l[1])
+			}
+			var refs []string
+			body = regexp.MustCompile(`\$\{([^}!]+)\}`).ReplaceAllStringFunc(body, func(m string) string {
+				key := m[2 : len(m)-1]
+				var ref string
+				if v, ok := vars[key]; ok {
+					ref = s.sym(v)
+				} else if id, attr, ok := strings.Cut(key, "."); ok {
+					ref = s.sym(map[string]any{"Fn::GetAtt": []any{id, attr}})
+				} else {
+					ref = s.sym(map[string]any{"Ref": key})
+				}
+				refs = append(refs, ref)
+				return ref
+			})
+			return body, refs
+		}
+	}
+	t.Fatalf("DefinitionString of unexpected shape: %v", v)
+	return "", nil
+}
+
+// walkStates visits every state, including Parallel branches and Map
+// processors.
+func walkStates(machine map[string]any, f func(string, map[string]any)) {
+	for name, st := range asMap(machine["States"]) {
+		stm := asMap(st)
+		f(name, stm)
+		for _, b := range list(stm["Branches"]) {
+			walkStates(asMap(b), f)
+		}
+		for _, k := range []string{"Iterator", "ItemProcessor"} {
+			if sub, ok := stm[k]; ok {
+				walkStates(asMap(sub), f)
+			}
+		}
+	}
+}
+
+func collectRefs(v any, into map[string]bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		if ref, ok := x["Ref"].(string); ok {
+			into[ref] = true
+		}
+		if ga := list(x["Fn::GetAtt"]); len(ga) == 2 {
+			into[ga[0].(string)] = true
+		}
+		if sub, ok := x["Fn::Sub"]; ok {
+			body, _ := sub.(string)
+			if l := list(sub); len(l) == 2 {
+				body, _ = l[0].(string)
+			}
+			for _, m := range regexp.MustCompile(`\$\{([^}.!]+)`).FindAllStringSubmatch(body, -1) {
+				into[m[1]] = true
+			}
+		}
+		for _, vv := range x {
+			collectRefs(vv, into)
+		}
+	case []any:
+		for _, vv := range x {
+			collectRefs(vv, into)
+		}
+	}
+}
+
+func resources(s *synthesized, typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for id, r := range asMap(s.template["Resources"]) {
+		if rm := asMap(r); rm["Type"] == typ {
+			out[id] = rm
+		}
+	}
+	return out
+}
+
+func props(r map[string]any) map[string]any { return asMap(r["Properties"]) }
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+// list also accepts a single value where CloudFormation allows one.
+func list(v any) []any {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case []any:
+		return x
+	default:
+		return []any{x}
+	}
+}
+
+func strList(v any) []string {
+	var out []string
+	for _, x := range list(v) {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func str(v any, key string) string {
+	s, _ := asMap(v)[key].(string)
+	return s
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// repoRoot finds the module root (where cdk.json and statemachine/ live).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test")
+		}
+		dir = parent
+	}
+}
+
+// cdkContext is cdk.json's context: the feature flags and per-environment
+// settings the CLI would pass.
+func cdkContext(t *testing.T, root string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "cdk.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Context map[string]any `json:"context"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c.Context
+}
+
+// stubFunctions makes a functions directory with a dummy bootstrap per
+// function, so the stack synthesizes without building the real ones.
+func stubFunctions(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range FunctionNames() {
+		if err := os.MkdirAll(filepath.Join(dir, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, n, "bootstrap"), []byte("#!/bin/sh\n# "+n+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestMakefileFunctions keeps the Makefile's placeholder list in step with
+// the stack.
+func TestMakefileFunctions(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^INFRA_FUNCTIONS\s*:=\s*(.*)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("Makefile has no INFRA_FUNCTIONS")
+	}
+	got := strings.Fields(string(m[1]))
+	want := FunctionNames()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("Makefile INFRA_FUNCTIONS %v, stack deploys %v", got, want)
+	}
+}
