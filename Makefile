@@ -8,9 +8,18 @@ export GOFLAGS ?= -mod=readonly
 
 all: test
 
+# The whole system on this machine: dynalite, the real state machine, the task
+# functions, simulated providers and the HTTP API on 127.0.0.1:8080.
+run: tools
+	$(GO) build -o bin/onejob ./cmd/onejob
+	exec bin/onejob run
+
 # node_modules is rebuilt from the committed lock whenever the lock changes.
+# The go.mod marker keeps `go ... ./...` out of node_modules (aws-cdk ships
+# Go template files that are not part of this module).
 node_modules/.package-lock.json: package.json package-lock.json
 	$(NPM) ci --no-audit --no-fund --loglevel=error
+	echo 'module ignored' > node_modules/go.mod
 
 tools: node_modules/.package-lock.json
 
@@ -21,3 +30,64 @@ unit: tools
 	$(GO) test -race -count=1 ./...
 
 test: tools vet unit
+
+# ---- infrastructure (infra/, cdk.json) ---------------------------------------
+# Lambda functions are the main packages under functions/<name>/; each builds to
+# build/<name>/bootstrap for provided.al2023 on arm64. The CDK app (infra/) takes
+# its assets from build/ (override with ONEJOB_FUNCTIONS_DIR or -c functionsDir).
+ENV ?= dev
+LAMBDA_FUNCTIONS := $(patsubst functions/%/,%,$(sort $(dir $(wildcard functions/*/*.go))))
+# Every function the stack deploys; must match stack.FunctionNames() in infra/stack.
+INFRA_FUNCTIONS := api startattempt runattempt markunknown hedge finalize sweeper
+INFRA_STUB_MARK := onejob-infra-stub
+# The pinned CLI (package.json), never npx. CDK_HOME keeps its state out of ~/.cdk;
+# cdk.json turns off notices and telemetry so synth needs no network.
+CDK := CDK_HOME=$(CURDIR)/.cdk JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 node node_modules/aws-cdk/bin/cdk
+
+.PHONY: build infra-stubs synth deploy sizes test-infra
+
+build:
+	@for f in $(LAMBDA_FUNCTIONS); do \
+		echo "build build/$$f/bootstrap"; \
+		mkdir -p build/$$f && \
+		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' \
+			-o build/$$f/bootstrap ./functions/$$f || exit 1; \
+	done
+
+# Placeholders for functions that do not exist yet, so the stack can be synthesized
+# (and `sam local` pointed at it) before every function is written. A placeholder
+# fails when invoked; `make deploy` refuses to ship one.
+infra-stubs:
+	@for f in $(INFRA_FUNCTIONS); do \
+		if [ ! -f build/$$f/bootstrap ]; then \
+			echo "warning: functions/$$f not built; writing a placeholder build/$$f/bootstrap" >&2; \
+			mkdir -p build/$$f && \
+			printf '#!/bin/sh\n# $(INFRA_STUB_MARK)\necho "%s is a placeholder (functions/%s not built)" >&2\nexit 1\n' $$f $$f > build/$$f/bootstrap && \
+			chmod +x build/$$f/bootstrap; \
+		fi; \
+	done
+
+# make synth ENV=dev|staging|prod → cdk.out/onejob-$(ENV).template.json (offline).
+synth: tools build infra-stubs
+	$(CDK) synth --context env=$(ENV) --quiet onejob-$(ENV)
+	@echo "wrote cdk.out/onejob-$(ENV).template.json"
+
+# make deploy ENV=… needs AWS credentials for the target account and a CDK
+# bootstrap there (`$(CDK) bootstrap aws://ACCOUNT/REGION` once per account/region).
+# Set the environment's real jwtIssuer/jwtAudience (and optionally account, region,
+# alarmEmail, providersSecretArn) under "onejob:environments" in cdk.json first.
+deploy: tools build
+	@if grep -ls '$(INFRA_STUB_MARK)' $(addsuffix /bootstrap,$(addprefix build/,$(INFRA_FUNCTIONS))); then \
+		echo "refusing to deploy placeholder functions (above); build them first" >&2; exit 1; fi
+	$(CDK) deploy --context env=$(ENV) --require-approval broadening onejob-$(ENV)
+
+sizes:
+	@for f in build/*/bootstrap; do \
+		[ -f "$$f" ] || continue; \
+		if grep -qs '$(INFRA_STUB_MARK)' "$$f"; then note=" (placeholder)"; else note=""; fi; \
+		printf '%-28s %10d bytes%s\n' "$$f" "$$(stat -c %s "$$f")" "$$note"; \
+	done
+
+# The CDK assertion tests synthesize every environment (~1 GB to compile cold).
+test-infra:
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 $(GO) test -count=1 ./infra/...

@@ -45,6 +45,10 @@ const (
 
 const timeLayout = time.RFC3339Nano
 
+// openShard is the by_open partition. One partition is enough while open jobs
+// number in the thousands; past that, suffix a hash of the ID.
+const openShard = "open"
+
 // sortTime is fixed width so that string order is time order.
 const sortTime = "20060102T150405.000000000Z"
 
@@ -82,6 +86,9 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 		aAttempts:     &types.AttributeValueMemberM{Value: attempts},
 		aCreatedAt:    avT(j.CreatedAt),
 		aUpdatedAt:    avT(j.UpdatedAt),
+	}
+	if !j.Status.Terminal() {
+		item[AttrOpenShard] = avS(openShard)
 	}
 	if j.CompletedBy != 0 {
 		item[aCompletedBy] = avN(int64(j.CompletedBy))

@@ -44,8 +44,10 @@ const (
 	AttrNumberKey   = "number"
 	AttrContractKey = "contract_key"
 	AttrProviderKey = "provider_key"
+	AttrOpenShard   = "open_shard"
 
 	IndexByOwner = "by_owner"
+	IndexByOpen  = "by_open"
 )
 
 // JobsTable holds one item per job, keyed by the job ID (which is derived
@@ -56,6 +58,12 @@ var JobsTable = TableDef{
 	Indexes: []IndexDef{{
 		Name:         IndexByOwner,
 		PartitionKey: KeyAttr{Name: AttrOwner, Type: AttrString},
+		SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
+	}, {
+		// Sparse: only jobs without an outcome carry open_shard, so the
+		// sweeper reads open jobs without scanning finished ones.
+		Name:         IndexByOpen,
+		PartitionKey: KeyAttr{Name: AttrOpenShard, Type: AttrString},
 		SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
 	}},
 }

@@ -182,6 +182,9 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (Applied, error) {
 			names["#error"] = aError
 			remove = append(remove, "#error")
 		}
+		// An outcome closes the job: it leaves the sweeper's sparse index.
+		names["#open"] = AttrOpenShard
+		remove = append(remove, "#open")
 		if allowed := t.AllowedAttemptStates(); len(allowed) > 0 {
 			names["#state"] = aState
 			var in []string
