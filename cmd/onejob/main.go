@@ -29,8 +29,9 @@ func main() {
 // to the map.
 func run(ctx context.Context, args []string) error {
 	commands := map[string]func(ctx context.Context, args []string) error{
-		"token": tokenCommand,
-		"run":   runCommand,
+		"token":    tokenCommand,
+		"run":      runCommand,
+		"contract": contractCommand,
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(os.Stderr, usage(commands))

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/onejob/onejob/internal/app"
+	"github.com/onejob/onejob/internal/certify"
+	"github.com/onejob/onejob/internal/dynalite"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/provider/adapters"
+	"github.com/onejob/onejob/internal/store"
+)
+
+// errContractFailed makes a failed contract run exit non-zero after its
+// report was printed.
+var errContractFailed = errors.New("contract run failed")
+
+// contractCommand certifies providers against job type contracts:
+//
+//	onejob contract run  --type T --provider P --providers providers.json [store flags]
+//	onejob contract list [store flags]
+//
+// Store flags: --dynamodb-endpoint URL --table-prefix onejob-local for a
+// local dynalite; otherwise the AWS environment and ONEJOB_*_TABLE.
+func contractCommand(ctx context.Context, args []string) error {
+	return contract(ctx, args, os.Getenv, os.Stdout, os.Stderr)
+}
+
+func contract(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("contract: want `run` or `list`")
+	}
+	fs := flag.NewFlagSet("contract "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	endpoint := fs.String("dynamodb-endpoint", "", "a local DynamoDB endpoint (dynalite), e.g. http://127.0.0.1:8000")
+	prefix := fs.String("table-prefix", "onejob-local", "table name prefix with --dynamodb-endpoint")
+	var typ, prov, providersFile *string
+	var limit *int
+	switch args[0] {
+	case "run":
+		typ = fs.String("type", "", "job type to certify (required)")
+		prov = fs.String("provider", "", "provider name from the providers file (required)")
+		providersFile = fs.String("providers", "", "provider config JSON (default: $ONEJOB_PROVIDERS)")
+		limit = fs.Int("input-limit", certify.DefaultInputLimitChars, "the provider's prompt limit in characters")
+	case "list":
+	default:
+		return fmt.Errorf("contract: unknown subcommand %q (want run or list)", args[0])
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	st, err := contractStore(ctx, *endpoint, *prefix, getenv)
+	if err != nil {
+		return err
+	}
+	if args[0] == "list" {
+		return listCertifications(ctx, st, stdout)
+	}
+	if *typ == "" || *prov == "" {
+		return errors.New("contract run: --type and --provider are required")
+	}
+	cat, err := jobtype.Load()
+	if err != nil {
+		return err
+	}
+	t, ok := cat.Get(*typ)
+	if !ok {
+		return fmt.Errorf("contract run: unknown job type %q (known: %v)", *typ, cat.Names())
+	}
+	raw := []byte(getenv(app.EnvProviders))
+	if *providersFile != "" {
+		if raw, err = os.ReadFile(*providersFile); err != nil {
+			return err
+		}
+	}
+	cfg, err := provider.ParseConfig(raw)
+	if err != nil {
+		return fmt.Errorf("contract run: provider config: %w", err)
+	}
+	reg, err := adapters.NewRegistry(ctx, cfg, provider.EnvSecrets{Lookup: func(k string) (string, bool) {
+		v := getenv(k)
+		return v, v != ""
+	}}, adapters.Options{})
+	if err != nil {
+		return err
+	}
+	p, ok := reg.Get(*prov)
+	if !ok {
+		return fmt.Errorf("contract run: provider %q is not in the config (have %v)", *prov, reg.Names())
+	}
+	rep, cert, err := certify.Run(ctx, st, t, p, *limit, time.Now())
+	fmt.Fprintln(stdout, rep.String())
+	if err != nil {
+		return err
+	}
+	verdict := "PASSED: certified"
+	if !cert.Passed {
+		verdict = "FAILED: not certified (failover to it stays off)"
+	}
+	fmt.Fprintf(stdout, "%s — %s on %s, contract %s\n", verdict, cert.Provider, cert.JobType, cert.ContractVersion)
+	if !cert.Passed {
+		return errContractFailed
+	}
+	return nil
+}
+
+func contractStore(ctx context.Context, endpoint, prefix string, getenv func(string) string) (*store.Store, error) {
+	if endpoint != "" {
+		names := store.NamesWithPrefix(prefix)
+		return store.New(store.Config{Client: dynalite.NewClient(endpoint), JobsTable: names.Jobs,
+			AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
+	}
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return store.New(store.Config{Client: dynamodb.NewFromConfig(cfg), JobsTable: getenv(app.EnvJobsTable),
+		AttemptsTable: getenv(app.EnvAttemptsTable), CertificationsTable: getenv(app.EnvCertificationsTable)})
+}
+
+func listCertifications(ctx context.Context, st *store.Store, out io.Writer) error {
+	certs, err := st.ListCertifications(ctx)
+	if err != nil {
+		return err
+	}
+	cat, err := jobtype.Load()
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "JOB TYPE\tCONTRACT\tCURRENT\tPROVIDER\tMODEL\tRESULT\tCERTIFIED AT")
+	for _, c := range certs {
+		current := "no"
+		if t, ok := cat.Get(c.JobType); ok && t.ContractVersion() == c.ContractVersion {
+			current = "yes"
+		}
+		result := "failed"
+		if c.Passed {
+			result = "passed"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.JobType, c.ContractVersion, current, c.Provider, c.Model, result,
+			c.CertifiedAt.Format(time.RFC3339))
+	}
+	return w.Flush()
+}

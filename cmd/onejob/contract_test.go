@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/onejob/onejob/internal/dynalite/dynalitetest"
+	"github.com/onejob/onejob/internal/provider/sim"
+)
+
+var harness dynalitetest.Harness
+
+func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
+
+// startSim serves an OpenAI-compatible simulator in the given mode.
+func startSim(t *testing.T, mode sim.Mode) string {
+	t.Helper()
+	srv, err := sim.Start(sim.New(sim.Options{Mode: mode, Oracle: sim.TicketTriage{}, APIKey: "sk-test"}).OpenAI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv.URL() + "/v1"
+}
+
+func TestContractRunAndList(t *testing.T) {
+	t.Parallel()
+	_, names := harness.Tables(t)
+	prefix := strings.TrimSuffix(names.Jobs, "-jobs")
+	endpoint := harness.Endpoint(t)
+	modes := map[string]sim.Mode{"good": sim.ModeGood, "extra": sim.ModeExtraKey, "prose": sim.ModeProse, "semantic": sim.ModeSemantic}
+	var providers []map[string]string
+	for name, mode := range modes {
+		providers = append(providers, map[string]string{"name": name, "kind": "openai", "base_url": startSim(t, mode),
+			"model": "gpt-sim", "credential_ref": "SIM_API_KEY"})
+	}
+	raw, _ := json.Marshal(map[string]any{"providers": providers})
+	file := filepath.Join(t.TempDir(), "providers.json")
+	if err := os.WriteFile(file, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(k string) string {
+		if k == "SIM_API_KEY" {
+			return "sk-test"
+		}
+		return ""
+	}
+	tests := []struct {
+		provider string
+		pass     bool
+		want     []string // in the report
+	}{
+		{"good", true, []string{"PASSED"}},
+		{"extra", false, []string{"FAILED", `unknown key "confidence"`, "outage"}},
+		{"prose", false, []string{"FAILED", "billing-refund"}},
+		{"semantic", false, []string{"FAILED", "needs_human"}},
+	}
+	for _, tc := range tests {
+		var out, errOut bytes.Buffer
+		err := contract(context.Background(), []string{"run", "--type", "ticket-triage", "--provider", tc.provider,
+			"--providers", file, "--dynamodb-endpoint", endpoint, "--table-prefix", prefix}, getenv, &out, &errOut)
+		if tc.pass != (err == nil) || (!tc.pass && !errors.Is(err, errContractFailed)) {
+			t.Fatalf("%s: err = %v\n%s%s", tc.provider, err, out.String(), errOut.String())
+		}
+		t.Logf("%s:\n%s", tc.provider, out.String())
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Fatalf("%s: report lacks %q:\n%s", tc.provider, w, out.String())
+			}
+		}
+	}
+	var out bytes.Buffer
+	if err := contract(context.Background(), []string{"list", "--dynamodb-endpoint", endpoint, "--table-prefix", prefix}, getenv, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"good", "extra", "prose", "semantic"} {
+		found := false
+		for _, l := range strings.Split(out.String(), "\n") {
+			f := strings.Fields(l)
+			if len(f) >= 6 && f[0] == "ticket-triage" && f[2] == "yes" && f[3] == line {
+				found = true
+				if (line == "good") != (f[5] == "passed") {
+					t.Fatalf("list shows %s as %s:\n%s", line, f[5], out.String())
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("list lacks %s:\n%s", line, out.String())
+		}
+	}
+}
