@@ -23,13 +23,19 @@ node_modules/.package-lock.json: package.json package-lock.json
 
 tools: node_modules/.package-lock.json
 
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+
+lint:
+	$(GO) run $(STATICCHECK) ./...
 
 unit: tools
 	$(GO) test -race -count=1 ./...
 
-test: tools vet unit
+test: tools vet lint unit
 
 # ---- infrastructure (infra/, cdk.json) ---------------------------------------
 # Lambda functions are the main packages under functions/<name>/; each builds to

@@ -214,6 +214,7 @@ func TestSecretNeverPrints(t *testing.T) {
 	slog.New(slog.NewJSONHandler(&logs, nil)).Info("cfg", "key", s, "holder", holder)
 	js, _ := json.Marshal(holder)
 	outputs := map[string]string{
+		//lint:ignore S1025 the test checks what the %s verb prints
 		"%v": fmt.Sprintf("%v", s), "%s": fmt.Sprintf("%s", s), "%q": fmt.Sprintf("%q", s),
 		"%+v": fmt.Sprintf("%+v", holder), "%#v": fmt.Sprintf("%#v", holder), "%x": fmt.Sprintf("%x", s),
 		"json": string(js), "slog": logs.String(),
