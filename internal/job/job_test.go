@@ -255,3 +255,29 @@ func TestResolveOnlyUnknown(t *testing.T) {
 		t.Fatalf("resolve succeeded: kind=%s after=%+v err=%v", tr.Kind(), tr.After(), err)
 	}
 }
+
+func TestOverdue(t *testing.T) {
+	t.Parallel()
+	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j = after(job.DecideRunning(j, 1, t0))
+	tests := []struct {
+		name string
+		at   time.Duration
+		want int
+	}{
+		{"WithinDeadline", 30 * time.Second, 0},
+		{"PastDeadline", 2 * time.Minute, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := job.Overdue(j, time.Minute, t0.Add(tc.at)); len(got) != tc.want {
+				t.Fatalf("Overdue = %v, want %d attempts", got, tc.want)
+			}
+		})
+	}
+	unknown := after(job.DecideUnknown(j, 1, "t", t0))
+	if got := job.Overdue(unknown, time.Minute, t0.Add(time.Hour)); len(got) != 0 {
+		t.Fatalf("an unknown attempt is not overdue: %v", got)
+	}
+}

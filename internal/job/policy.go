@@ -164,3 +164,17 @@ func (w WaitSchedule) ChecksPerDay() int {
 	}
 	return n
 }
+
+// Overdue returns the attempts still running past their deadline: nothing
+// watched them time out (their runner or their execution was lost), so by
+// the timeout rule their outcome is unknown. A late answer can still
+// complete the job from unknown.
+func Overdue(j Job, deadline time.Duration, now time.Time) []int {
+	var out []int
+	for _, a := range j.Attempts {
+		if a.State == AttemptRunning && now.Sub(a.UpdatedAt) > deadline {
+			out = append(out, a.Number)
+		}
+	}
+	return out
+}

@@ -65,6 +65,9 @@ type Config struct {
 	Wait job.WaitSchedule
 	// CallTimeout caps one provider call (beyond the job type's timeout).
 	CallTimeout time.Duration
+	// OverdueGrace: how long an attempt may stay running past its timeout
+	// before StartAttempt declares it unknown (default: the worker's).
+	OverdueGrace time.Duration
 	// SweepInterval runs the sweeper; 0 disables it.
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
@@ -207,7 +210,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 
 	// Task functions behind a local Lambda Invoke endpoint.
 	s.Worker, err = worker.New(worker.Config{Engine: s.Engine, Catalog: worker.JobTypes{Catalog: s.Catalog}, Providers: s.Providers,
-		Certifications: s.Store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, Logger: log})
+		Certifications: s.Store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -62,6 +62,10 @@ type Config struct {
 	// PollInterval is how often a redelivered run waits on the runner that
 	// claimed the attempt.
 	PollInterval time.Duration
+	// OverdueGrace is how long past its job type's timeout an attempt may
+	// stay running before StartAttempt declares it unknown (its runner or
+	// execution was lost, so no timeout fired).
+	OverdueGrace time.Duration
 	Clock        func() time.Time
 	Logger       *slog.Logger
 }
@@ -86,6 +90,9 @@ func New(c Config) (*Worker, error) {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.OverdueGrace <= 0 {
+		c.OverdueGrace = c.CallTimeout + time.Minute
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -176,6 +183,12 @@ func (w *Worker) StartAttempt(ctx context.Context, in JobInput) (Step, error) {
 	j, jt, err := w.load(ctx, in.JobID)
 	if err != nil {
 		return Step{}, err
+	}
+	for _, n := range job.Overdue(j, jt.Timeout()+w.cfg.OverdueGrace, w.now()) {
+		w.log.WarnContext(ctx, "attempt_overdue", "job_id", j.ID, "attempt", n)
+		if j, err = w.cfg.Engine.MarkUnknown(ctx, j.ID, n, "still running past its timeout with no runner watching"); err != nil {
+			return Step{}, err
+		}
 	}
 	for range 8 {
 		pol, err := w.policy(ctx, j, jt)
