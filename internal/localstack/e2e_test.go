@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/onejob/onejob/internal/localstack"
+	"github.com/onejob/onejob/internal/metrics"
 	"github.com/onejob/onejob/internal/provider/sim"
 )
 
@@ -137,6 +138,9 @@ func TestHedgeReverseOrderFinish(t *testing.T) {
 	}
 	if !strings.Contains(logsOf(s), `"msg":"race_lost","job_id":"`+j.ID+`"`) {
 		t.Fatal("no race_lost log line for the hedged job")
+	}
+	if s.Metrics.Get(metrics.RaceLost) < 1 || s.Metrics.Get(metrics.AttemptsDiscarded) < 1 {
+		t.Fatalf("race_lost=%v discarded=%v, want counted", s.Metrics.Get(metrics.RaceLost), s.Metrics.Get(metrics.AttemptsDiscarded))
 	}
 }
 
@@ -263,4 +267,36 @@ func rng32(s string) int {
 		h = -h
 	}
 	return h
+}
+
+// Every attempt-level log line names its job and attempt, and the lifecycle
+// counters move.
+func TestObservability(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "observe")
+	j := c.submit("demo-hedge", "obs-1", script{
+		sim.DemoPrimary:  {"outcome": "error", "latency_ms": 10},
+		sim.DemoFallback: {"outcome": "ok", "latency_ms": 10},
+	})
+	c.await(j.ID, 20*time.Second, "an outcome", terminal)
+	lines := 0
+	for _, line := range strings.Split(logsOf(s), "\n") {
+		if !strings.Contains(line, `"msg":"attempt_`) && !strings.Contains(line, `"msg":"race_lost"`) &&
+			!strings.Contains(line, `"msg":"provider_called"`) {
+			continue
+		}
+		lines++
+		if !strings.Contains(line, `"job_id":"job_`) || !strings.Contains(line, `"attempt":`) {
+			t.Fatalf("attempt log line without job_id and attempt: %s", line)
+		}
+	}
+	if lines == 0 {
+		t.Fatal("no attempt log lines")
+	}
+	for _, name := range []string{metrics.AttemptsStarted, metrics.Fallbacks} {
+		if s.Metrics.Get(name) < 1 {
+			t.Fatalf("counter %s = %v", name, s.Metrics.Get(name))
+		}
+	}
 }
