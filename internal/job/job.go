@@ -3,6 +3,7 @@ package job
 import (
 	"encoding/json"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -73,7 +74,7 @@ type Attempt struct {
 
 // IdempotencyKey is the attempt's identity, passed downstream to providers.
 func (a Attempt) IdempotencyKey() string {
-	return a.JobID + "/" + itoa(a.Number)
+	return a.JobID + "/" + strconv.Itoa(a.Number)
 }
 
 // Attempt returns attempt n.
@@ -156,9 +157,4 @@ func (j Job) withAttempt(a Attempt) Job {
 		sort.Slice(out.Attempts, func(i, k int) bool { return out.Attempts[i].Number < out.Attempts[k].Number })
 	}
 	return out
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/onejob/onejob/internal/job"
 )
@@ -355,11 +356,9 @@ func (s *Store) List(ctx context.Context, q ListQuery) (Page, error) {
 			ExclusiveStartKey:         start,
 		})
 		if err != nil {
-			var ve *types.ResourceNotFoundException
-			if errors.As(err, &ve) {
-				return Page{}, unavailable("list", err)
-			}
-			if q.Cursor != "" {
+			// A forged cursor names a start key DynamoDB refuses.
+			var api smithy.APIError
+			if q.Cursor != "" && errors.As(err, &api) && api.ErrorCode() == "ValidationException" {
 				return Page{}, ErrInvalidCursor
 			}
 			return Page{}, unavailable("list", err)
