@@ -2,26 +2,10 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/onejob/onejob/internal/app"
+	"github.com/onejob/onejob/internal/worker"
 )
 
 func main() {
-	ctx := context.Background()
-	rt, err := app.New(ctx, app.LoadEnv(os.Getenv), false)
-	if err != nil {
-		app.Logger().Error("init_failed", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
-	w, err := rt.Worker(ctx, false)
-	if err != nil {
-		rt.Logger.Error("init_failed", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
-	lambda.Start(w.MarkUnknownHandler)
+	app.ServeTask(false, func(w *worker.Worker) any { return w.MarkUnknownHandler })
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -177,4 +178,22 @@ func (r *Runtime) providers(ctx context.Context) (*provider.Registry, error) {
 		return nil, err
 	}
 	return adapters.NewRegistry(ctx, cfg, secrets, adapters.Options{Logger: r.Logger, AWSCredentials: r.AWS.Credentials})
+}
+
+// ServeTask is the whole main of a task function: build the runtime and
+// the worker from the environment (exiting loudly if that fails), then
+// serve the handler pick chooses. Only the run function loads providers.
+func ServeTask(withProviders bool, pick func(w *worker.Worker) any) {
+	ctx := context.Background()
+	rt, err := New(ctx, LoadEnv(os.Getenv), false)
+	if err != nil {
+		Logger().Error("init_failed", slog.String("error", err.Error()))
+		os.Exit(1)
+	}
+	w, err := rt.Worker(ctx, withProviders)
+	if err != nil {
+		rt.Logger.Error("init_failed", slog.String("error", err.Error()))
+		os.Exit(1)
+	}
+	lambda.Start(pick(w))
 }
