@@ -31,6 +31,10 @@ type Job struct {
 	Error       *Failure
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	// WriteToken names the store call that last wrote the job item. A call
+	// whose write was applied but whose reply was lost (and whose retry then
+	// failed its condition) recognises its own write by it.
+	WriteToken string
 }
 
 // Failure describes why a job or an attempt failed.
@@ -68,8 +72,11 @@ type Attempt struct {
 	ProviderRequestID string
 	Error             *Failure
 	// Outcome records how the attempt ended beyond its state: "won",
-	// "lost_race (winner 2)", "resolved: <reason>".
+	// "lost_race", "resolved: <reason>".
 	Outcome string
+	// WriteToken names the store call that last wrote this attempt (see
+	// Job.WriteToken).
+	WriteToken string
 }
 
 // IdempotencyKey is the attempt's identity, passed downstream to providers.

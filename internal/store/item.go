@@ -39,6 +39,7 @@ const (
 	aUnknownSince = "unknown_since"
 	aProviderReq  = "provider_request_id"
 	aOutcome      = "outcome"
+	aWriteToken   = "write_token"
 	aClass        = "class"
 	aMessage      = "message"
 )
@@ -90,6 +91,9 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	if !j.Status.Terminal() {
 		item[AttrOpenShard] = avS(openShard)
 	}
+	if j.WriteToken != "" {
+		item[aWriteToken] = avS(j.WriteToken)
+	}
 	if j.CompletedBy != 0 {
 		item[aCompletedBy] = avN(int64(j.CompletedBy))
 	}
@@ -129,6 +133,9 @@ func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
 	}
 	if a.Outcome != "" {
 		m[aOutcome] = avS(a.Outcome)
+	}
+	if a.WriteToken != "" {
+		m[aWriteToken] = avS(a.WriteToken)
 	}
 	return m
 }
@@ -220,6 +227,7 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 		Error:          d.failure(aError),
 		CreatedAt:      d.time(aCreatedAt, true),
 		UpdatedAt:      d.time(aUpdatedAt, true),
+		WriteToken:     d.str(aWriteToken, false),
 	}
 	if r := d.str(aResult, false); r != "" {
 		j.Result = json.RawMessage(r)
@@ -265,6 +273,7 @@ func decodeAttempt(jobID string, number int, m map[string]types.AttributeValue) 
 		ProviderRequestID: d.str(aProviderReq, false),
 		Error:             d.failure(aError),
 		Outcome:           d.str(aOutcome, false),
+		WriteToken:        d.str(aWriteToken, false),
 	}
 	if v, ok := m[aHedge].(*types.AttributeValueMemberBOOL); ok {
 		a.Hedge = v.Value

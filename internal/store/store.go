@@ -6,6 +6,7 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -69,6 +70,7 @@ func unavailable(op string, err error) error {
 // is returned: as a replay when the request fingerprints match, else with a
 // *job.KeyReusedError. Nothing is read before the write.
 func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
+	j.WriteToken = newToken()
 	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           aws.String(s.jobs),
 		Item:                                encodeJob(j),
@@ -86,6 +88,11 @@ func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 	existing, err := s.current(ctx, j.ID, ccf)
 	if err != nil {
 		return job.Job{}, false, err
+	}
+	if existing.WriteToken == j.WriteToken {
+		// Our own put, applied before a lost reply; the SDK's retry then
+		// found it. This call created the job.
+		return existing, false, nil
 	}
 	if existing.Owner != j.Owner || existing.IdempotencyKey != j.IdempotencyKey {
 		// A hash collision would land here; refuse rather than leak a job.
@@ -143,18 +150,20 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (Applied, error) {
 		return Applied{OK: true, Job: t.After()}, nil
 	}
 	before, after := t.Before(), t.After()
+	token := newToken()
 	names := map[string]string{
-		"#status": aStatus, "#updated": aUpdatedAt, "#revision": aRevision,
+		"#status": aStatus, "#updated": aUpdatedAt, "#revision": aRevision, "#token": aWriteToken,
 	}
 	values := map[string]types.AttributeValue{
-		":status": avS(string(after.Status)), ":updated": avT(after.UpdatedAt), ":one": avN(1),
+		":status": avS(string(after.Status)), ":updated": avT(after.UpdatedAt), ":one": avN(1), ":token": avS(token),
 	}
-	set := []string{"#status = :status", "#updated = :updated", "#revision = #revision + :one"}
+	set := []string{"#status = :status", "#updated = :updated", "#revision = #revision + :one", "#token = :token"}
 	var remove []string
 	var cond string
 
 	if num := t.AttemptNumber(); num != 0 {
 		a, _ := after.Attempt(num)
+		a.WriteToken = token
 		names["#attempts"], names["#n"] = aAttempts, strconv.Itoa(num)
 		values[":attempt"] = &types.AttributeValueMemberM{Value: encodeAttempt(a)}
 		set = append(set, "#attempts.#n = :attempt")
@@ -223,7 +232,12 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (Applied, error) {
 		if err != nil {
 			return Applied{}, err
 		}
-		return Applied{OK: false, Job: cur}, nil
+		if !wroteBy(cur, t.AttemptNumber(), token) {
+			return Applied{OK: false, Job: cur}, nil
+		}
+		// Our own update, applied before a lost reply: the SDK's retry
+		// failed its condition against it. It counts as applied.
+		out = &dynamodb.UpdateItemOutput{Attributes: encodeJob(cur)}
 	}
 	applied, err := decodeJob(out.Attributes)
 	if err != nil {
@@ -236,6 +250,23 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (Applied, error) {
 		}
 	}
 	return Applied{OK: true, Job: applied}, nil
+}
+
+// wroteBy reports whether the write named token is visible in j: on the
+// concerned attempt, or on the job item for job-level transitions.
+func wroteBy(j job.Job, attempt int, token string) bool {
+	if attempt != 0 {
+		a, ok := j.Attempt(attempt)
+		return ok && a.WriteToken == token
+	}
+	return j.WriteToken == token
+}
+
+// newToken names one store call's write.
+func newToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // record mirrors an attempt into the ledger. The ledger only moves forward:
