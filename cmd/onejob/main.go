@@ -31,6 +31,7 @@ func run(ctx context.Context, args []string) error {
 	commands := map[string]func(ctx context.Context, args []string) error{
 		"token":    tokenCommand,
 		"run":      runCommand,
+		"invoke":   invokeCommand,
 		"contract": contractCommand,
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,19 +30,10 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/onejob/onejob/infra/permissions"
+	"github.com/onejob/onejob/internal/app"
 	"github.com/onejob/onejob/internal/store"
 	"github.com/onejob/onejob/internal/worker"
-)
-
-// Environment variables the functions read. The function code must use
-// exactly these names.
-const (
-	EnvJobsTable           = "ONEJOB_JOBS_TABLE"
-	EnvAttemptsTable       = "ONEJOB_ATTEMPTS_TABLE"
-	EnvCertificationsTable = "ONEJOB_CERTIFICATIONS_TABLE"
-	EnvName                = "ONEJOB_ENV"
-	EnvStateMachineArn     = "ONEJOB_STATE_MACHINE_ARN"
-	EnvProvidersSecretArn  = "ONEJOB_PROVIDERS_SECRET_ARN"
 )
 
 // MetricNamespace and MetricDimension are where the functions publish
@@ -78,13 +70,13 @@ func fnSpecs(cfg Config) []fnSpec {
 	return []fnSpec{
 		// API Gateway gives up after 30 s; returning before that lets the
 		// function report its own error.
-		{"api", "ApiFunction", 256, 25 * time.Second, "HTTP API handler"},
+		{permissions.FnAPI, "ApiFunction", 256, 25 * time.Second, "HTTP API handler"},
 		{"startattempt", "StartAttemptFunction", 256, 30 * time.Second, "Decides a job's next step"},
 		{"runattempt", "RunAttemptFunction", 256, cfg.RunAttemptTimeout, "Runs one attempt against a provider"},
 		{"markunknown", "MarkUnknownFunction", 256, 30 * time.Second, "Marks a timed-out attempt unknown"},
 		{"hedge", "HedgeFunction", 256, 30 * time.Second, "Starts a hedged attempt"},
 		{"finalize", "FinalizeFunction", 256, 30 * time.Second, "Fails a job once every provider was tried"},
-		{"sweeper", "SweeperFunction", 256, 2 * time.Minute, "Restarts stranded jobs and reports unknown attempts"},
+		{permissions.FnSweeper, "SweeperFunction", 256, 2 * time.Minute, "Restarts stranded jobs and reports unknown attempts"},
 	}
 }
 
@@ -170,11 +162,13 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	}
 	slices.Sort(taskNames)
 
+	// The variable names are the ones internal/app reads, so the two
+	// cannot drift.
 	common := map[string]*string{
-		EnvJobsTable:           jobs.TableName(),
-		EnvAttemptsTable:       attempts.TableName(),
-		EnvCertificationsTable: certs.TableName(),
-		EnvName:                jsii.String(cfg.Env),
+		app.EnvJobsTable:           jobs.TableName(),
+		app.EnvAttemptsTable:       attempts.TableName(),
+		app.EnvCertificationsTable: certs.TableName(),
+		app.EnvName:                jsii.String(cfg.Env),
 	}
 	fns := map[string]awslambda.Function{}
 	for _, spec := range fnSpecs(cfg) {
@@ -183,19 +177,10 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 			vars[k] = v
 		}
 		if spec.name == worker.FnRunAttempt {
-			vars[EnvProvidersSecretArn] = jsii.String(secretArn)
+			vars[app.EnvProvidersSecretARN] = jsii.String(secretArn)
 		}
 		fns[spec.name] = newFunction(stack, cfg, spec, vars, retention, removal)
 	}
-
-	// Task functions: the job row, the attempt ledger, certifications.
-	for _, name := range taskNames {
-		fn := fns[name]
-		allow(fn, []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, jobs.TableArn())
-		allow(fn, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, attempts.TableArn())
-		allow(fn, []string{"dynamodb:GetItem", "dynamodb:Query"}, certs.TableArn())
-	}
-	allow(fns[worker.FnRunAttempt], []string{"secretsmanager:GetSecretValue"}, jsii.String(secretArn))
 
 	// The state machine invokes the five task functions and nothing else;
 	// in particular not the API function, whose environment holds the
@@ -242,21 +227,44 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		Resources: &taskArns,
 	}))
 
-	// API: creates and reads jobs, lists by owner, reads the ledger and
-	// writes it on resolve, and starts the job's execution.
-	api := fns["api"]
-	allow(api, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, jobs.TableArn())
-	allow(api, []string{"dynamodb:Query"}, indexArn(jobs, store.IndexByOwner))
-	allow(api, []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"}, attempts.TableArn())
-	allow(api, []string{"states:StartExecution"}, sm.StateMachineArn())
-	api.AddEnvironment(jsii.String(EnvStateMachineArn), sm.StateMachineArn(), nil)
+	// Each function's role gets exactly its entry in infra/permissions,
+	// the list the local invoke test checks the real binaries against.
+	arnOf := func(r permissions.Resource) (*string, error) {
+		switch r.Kind {
+		case permissions.KindTable:
+			t, ok := tables[r.Table]
+			if !ok {
+				return nil, fmt.Errorf("grant on unknown table %q", r.Table)
+			}
+			if r.Index != "" {
+				return indexArn(t, r.Index), nil
+			}
+			return t.TableArn(), nil
+		case permissions.KindStateMachine:
+			return sm.StateMachineArn(), nil
+		case permissions.KindProvidersSecret:
+			return jsii.String(secretArn), nil
+		}
+		return nil, fmt.Errorf("grant on unknown resource kind %q", r.Kind)
+	}
+	all := permissions.All()
+	if got, want := slices.Sorted(maps.Keys(all)), slices.Sorted(slices.Values(FunctionNames())); !slices.Equal(got, want) {
+		return nil, fmt.Errorf("infra/permissions covers functions %v, the stack deploys %v", got, want)
+	}
+	for _, name := range FunctionNames() {
+		for _, g := range all[name] {
+			arn, err := arnOf(g.Resource)
+			if err != nil {
+				return nil, fmt.Errorf("function %s: %w", name, err)
+			}
+			allow(fns[name], g.Actions, arn)
+		}
+	}
 
-	// Sweeper: reads open jobs from the sparse by_open index (store.ListOpen;
-	// no Scan, no table reads) and (re)starts their executions.
-	sweeper := fns["sweeper"]
-	allow(sweeper, []string{"dynamodb:Query"}, indexArn(jobs, store.IndexByOpen))
-	allow(sweeper, []string{"states:StartExecution"}, sm.StateMachineArn())
-	sweeper.AddEnvironment(jsii.String(EnvStateMachineArn), sm.StateMachineArn(), nil)
+	api := fns[permissions.FnAPI]
+	api.AddEnvironment(jsii.String(app.EnvStateMachineARN), sm.StateMachineArn(), nil)
+	sweeper := fns[permissions.FnSweeper]
+	sweeper.AddEnvironment(jsii.String(app.EnvStateMachineARN), sm.StateMachineArn(), nil)
 	awsevents.NewRule(stack, jsii.String("SweeperSchedule"), &awsevents.RuleProps{
 		RuleName:    physical(cfg.Env, "sweeper"),
 		Description: jsii.String("Runs the onejob sweeper every 5 minutes"),
@@ -344,7 +352,7 @@ func newFunction(stack awscdk.Stack, cfg Config, spec fnSpec, vars map[string]*s
 		LogGroup:     logs,
 		Tracing:      awslambda.Tracing_ACTIVE,
 	}
-	if spec.name == "sweeper" {
+	if spec.name == permissions.FnSweeper {
 		// The schedule invokes asynchronously; the next tick is the retry.
 		props.RetryAttempts = jsii.Number(0)
 	}

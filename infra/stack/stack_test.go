@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/onejob/onejob/internal/app"
+	"github.com/onejob/onejob/internal/invoke"
 	"github.com/onejob/onejob/internal/store"
 )
 
@@ -235,16 +237,16 @@ func checkFunctions(t *testing.T, s *synthesized) {
 			vars[k] = s.sym(v)
 		}
 		want := map[string]string{
-			EnvJobsTable:           "ref:table:jobs",
-			EnvAttemptsTable:       "ref:table:attempts",
-			EnvCertificationsTable: "ref:table:certifications",
-			EnvName:                s.env,
+			app.EnvJobsTable:           "ref:table:jobs",
+			app.EnvAttemptsTable:       "ref:table:attempts",
+			app.EnvCertificationsTable: "ref:table:certifications",
+			app.EnvName:                s.env,
 		}
 		switch short {
 		case "api", "sweeper":
-			want[EnvStateMachineArn] = "ref:statemachine"
+			want[app.EnvStateMachineARN] = "ref:statemachine"
 		case "runattempt":
-			want[EnvProvidersSecretArn] = s.secret()
+			want[app.EnvProvidersSecretARN] = s.secret()
 		}
 		if !reflect.DeepEqual(vars, want) {
 			t.Errorf("%s: environment\n got %v\nwant %v", fname, vars, want)
@@ -472,23 +474,32 @@ func checkDims(t *testing.T, s *synthesized, id string, m map[string]any) {
 // the grants must be exactly these, with no wildcard action.
 func checkIAM(t *testing.T, s *synthesized) {
 	xrayLambda := []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}
-	task := grants{}.
-		add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
-		add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:attempts").
-		add([]string{"dynamodb:GetItem", "dynamodb:Query"}, "arn:table:certifications").
-		add(xrayLambda, "*")
+	// Every task reads and transitions the job; which also writes the
+	// ledger (attempt transitions) or reads certifications (provider
+	// choice) differs: markunknown reads no certifications, finalize
+	// (job-level) writes no ledger entry.
+	task := func(ledger, certs bool) grants {
+		g := grants{}.add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:jobs").add(xrayLambda, "*")
+		if ledger {
+			g.add([]string{"dynamodb:PutItem"}, "arn:table:attempts")
+		}
+		if certs {
+			g.add([]string{"dynamodb:GetItem"}, "arn:table:certifications")
+		}
+		return g
+	}
 	want := map[string]grants{
 		"fn:api": grants{}.
-			add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, "arn:table:jobs").
+			add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+store.IndexByOwner).
-			add([]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:attempts").
+			add([]string{"dynamodb:Query", "dynamodb:PutItem"}, "arn:table:attempts").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add(xrayLambda, "*"),
-		"fn:startattempt": task,
-		"fn:markunknown":  task,
-		"fn:hedge":        task,
-		"fn:finalize":     task,
-		"fn:runattempt":   task.clone().add([]string{"secretsmanager:GetSecretValue"}, s.secret()),
+		"fn:startattempt": task(true, true),
+		"fn:markunknown":  task(true, false),
+		"fn:hedge":        task(true, true),
+		"fn:finalize":     task(false, true),
+		"fn:runattempt":   task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()),
 		"fn:sweeper": grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+store.IndexByOpen).
 			add([]string{"states:StartExecution"}, "ref:statemachine").
@@ -825,16 +836,6 @@ func (g grants) add(actions []string, resources ...string) grants {
 	return g
 }
 
-func (g grants) clone() grants {
-	c := grants{}
-	for a, rs := range g {
-		for r := range rs {
-			c.add([]string{a}, r)
-		}
-	}
-	return c
-}
-
 func (g grants) String() string {
 	var lines []string
 	for _, a := range keys(g) {
@@ -1153,5 +1154,29 @@ func TestMakefileFunctions(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("Makefile INFRA_FUNCTIONS %v, stack deploys %v", got, want)
+	}
+}
+
+// TestInvokeMirrorsFunctions keeps `make invoke` (internal/invoke), which
+// runs each function under RIE with its deployed timeout and memory, in
+// step with the functions this stack deploys in every environment.
+func TestInvokeMirrorsFunctions(t *testing.T) {
+	t.Parallel()
+	got := map[string]invoke.Function{}
+	for _, f := range invoke.Functions() {
+		got[f.Name] = f
+	}
+	for _, env := range []string{"dev", "staging", "prod"} {
+		cfg, err := DefaultConfig(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]invoke.Function{}
+		for _, s := range fnSpecs(cfg) {
+			want[s.name] = invoke.Function{Name: s.name, Timeout: s.timeout, MemoryMB: int(s.memoryMB)}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: invoke.Functions() %v, stack deploys %v", env, got, want)
+		}
 	}
 }

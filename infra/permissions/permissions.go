@@ -1,0 +1,125 @@
+// Package permissions is the one list of what each Lambda function may do to
+// the stack's resources. infra/stack turns it into IAM statements; the local
+// invoke test (internal/invoke) runs the real function binaries and checks
+// that every DynamoDB and Step Functions call they make is listed here. It
+// imports nothing from the CDK so that test stays cheap to compile.
+package permissions
+
+import (
+	"slices"
+
+	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/worker"
+)
+
+// Function names that are not task functions (those are worker.Fn*).
+const (
+	FnAPI     = "api"
+	FnSweeper = "sweeper"
+)
+
+// Kind is the kind of resource a grant applies to.
+type Kind string
+
+// Resource kinds.
+const (
+	KindTable           Kind = "table"
+	KindStateMachine    Kind = "statemachine"
+	KindProvidersSecret Kind = "secret"
+)
+
+// Resource names one of the stack's resources symbolically.
+type Resource struct {
+	Kind Kind
+	// Table is the table's logical name (store.TableDef.Logical).
+	Table string
+	// Index is a global secondary index of Table; empty means the table.
+	Index string
+}
+
+// String is how tests and reports print a resource.
+func (r Resource) String() string {
+	switch {
+	case r.Kind != KindTable:
+		return string(r.Kind)
+	case r.Index != "":
+		return "table:" + r.Table + "/index/" + r.Index
+	}
+	return "table:" + r.Table
+}
+
+// Grant allows Actions on Resource.
+type Grant struct {
+	Actions  []string
+	Resource Resource
+}
+
+func table(def store.TableDef) Resource { return Resource{Kind: KindTable, Table: def.Logical} }
+
+func index(def store.TableDef, name string) Resource {
+	return Resource{Kind: KindTable, Table: def.Logical, Index: name}
+}
+
+var stateMachine = Resource{Kind: KindStateMachine}
+
+// The task functions' grants, from what each does through the engine and
+// the store. Reading the job (GetItem) and applying a transition to it
+// (conditional UpdateItem; GetItem after a lost condition) is common to
+// all; the rest differs:
+//   - a transition on an attempt also mirrors it into the ledger
+//     (conditional PutItem; tasks never read or update the ledger);
+//   - choosing the next provider reads the fallbacks' certifications
+//     (GetItem).
+//
+// markunknown only moves an attempt (no certifications); finalize only
+// fails the job as a whole (job-level, so no ledger write).
+var (
+	jobRW  = Grant{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(store.JobsTable)}
+	ledger = Grant{[]string{"dynamodb:PutItem"}, table(store.AttemptsTable)}
+	certs  = Grant{[]string{"dynamodb:GetItem"}, table(store.CertificationsTable)}
+)
+
+// All returns every function's grants, by function name.
+func All() map[string][]Grant {
+	return map[string][]Grant{
+		// The API: create (conditional PutItem, GetItem on a replay), get
+		// (GetItem), list (Query on by_owner only, never the base table),
+		// list attempts (Query on the ledger), cancel and resolve
+		// (conditional UpdateItem on the job; resolve then PutItem into the
+		// ledger), and start the job's execution.
+		FnAPI: {
+			{[]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, table(store.JobsTable)},
+			{[]string{"dynamodb:Query"}, index(store.JobsTable, store.IndexByOwner)},
+			{[]string{"dynamodb:Query", "dynamodb:PutItem"}, table(store.AttemptsTable)},
+			{[]string{"states:StartExecution"}, stateMachine},
+		},
+		// The sweeper reads open jobs from the sparse by_open index only
+		// (store.ListOpen: no Scan, no table reads) and (re)starts their
+		// executions.
+		FnSweeper: {
+			{[]string{"dynamodb:Query"}, index(store.JobsTable, store.IndexByOpen)},
+			{[]string{"states:StartExecution"}, stateMachine},
+		},
+		// Starts attempts (and marks overdue ones unknown), after reading
+		// the certifications.
+		worker.FnStartAttempt: {jobRW, ledger, certs},
+		// Claims, completes or fails its attempt; checks a fallback's
+		// certification again at call time. Only it calls providers, so
+		// only it reads their configuration.
+		worker.FnRunAttempt: {jobRW, ledger, certs,
+			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
+		worker.FnMarkUnknown: {jobRW, ledger},
+		worker.FnHedge:       {jobRW, ledger, certs},
+		worker.FnFinalize:    {jobRW, certs},
+	}
+}
+
+// Allows reports whether fn may do action on r.
+func Allows(fn, action string, r Resource) bool {
+	for _, g := range All()[fn] {
+		if g.Resource == r && slices.Contains(g.Actions, action) {
+			return true
+		}
+	}
+	return false
+}
