@@ -17,6 +17,7 @@ import (
 	"github.com/onejob/onejob/internal/certify"
 	"github.com/onejob/onejob/internal/dynalite"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/jobtype/celcheck"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/store"
@@ -70,7 +71,7 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 	if *typ == "" || *prov == "" {
 		return errors.New("contract run: --type and --provider are required")
 	}
-	cat, err := jobtype.Load()
+	cat, err := celcheck.Load()
 	if err != nil {
 		return err
 	}

@@ -10,21 +10,35 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/onejob/onejob/internal/api"
 	"github.com/onejob/onejob/internal/app"
+	"github.com/onejob/onejob/internal/jobtype"
 )
 
 func main() {
 	ctx := context.Background()
-	rt, err := app.New(ctx, app.LoadEnv(os.Getenv), true)
+	h, err := handler(ctx)
 	if err != nil {
 		// Failing the init makes a misconfigured function loud at once.
 		app.Logger().Error("init_failed", slog.String("error", err.Error()))
 		os.Exit(1)
 	}
-	h, err := rt.API()
-	if err != nil {
-		rt.Logger.Error("init_failed", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
 	lambda.Start(h.Handle)
+}
+
+func handler(ctx context.Context) (*api.Handler, error) {
+	rt, err := app.New(ctx, app.LoadEnv(os.Getenv), true)
+	if err != nil {
+		return nil, err
+	}
+	// Input validation needs the schemas, not the output checks (CEL).
+	cat, err := jobtype.Load()
+	if err != nil {
+		return nil, err
+	}
+	starter, err := rt.Starter()
+	if err != nil {
+		return nil, err
+	}
+	return api.New(api.Config{Engine: rt.Engine, Catalog: api.JobTypes{Catalog: cat}, Starter: starter, Logger: rt.Logger})
 }

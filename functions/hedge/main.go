@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.ServeTask(false, func(w *worker.Worker) any { return w.HedgeHandler })
+	app.ServeTask(app.SchedulingDeps, func(w *worker.Worker) any { return w.HedgeHandler })
 }

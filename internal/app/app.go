@@ -6,7 +6,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/onejob/onejob/internal/engine"
@@ -25,8 +23,6 @@ import (
 	"github.com/onejob/onejob/internal/metrics"
 	"github.com/onejob/onejob/internal/orchestrator"
 	"github.com/onejob/onejob/internal/provider"
-	"github.com/onejob/onejob/internal/provider/adapters"
-	"github.com/onejob/onejob/internal/provider/awssecrets"
 	"github.com/onejob/onejob/internal/store"
 	"github.com/onejob/onejob/internal/worker"
 )
@@ -123,74 +119,50 @@ func (r *Runtime) Starter() (*orchestrator.Starter, error) {
 	return orchestrator.NewStarter(sfn.NewFromConfig(r.AWS), r.Env.StateMachineARN, r.Logger)
 }
 
-// Worker builds the task logic. Only the run function calls providers, so
-// only it loads their configuration (and may read the secret).
-func (r *Runtime) Worker(ctx context.Context, withProviders bool) (*worker.Worker, error) {
+// TaskDeps are what a task function needs beyond the runtime: the job
+// types (with output checks compiled only where outputs are checked) and
+// the providers (only the run function calls them).
+type TaskDeps struct {
+	Catalog   *jobtype.Catalog
+	Providers worker.Providers
+}
+
+// SchedulingDeps are the dependencies of the tasks that never call a
+// provider or check an output: job types without CEL, no providers.
+func SchedulingDeps(context.Context, *Runtime) (TaskDeps, error) {
 	cat, err := jobtype.Load()
 	if err != nil {
-		return nil, err
+		return TaskDeps{}, err
 	}
 	reg, err := provider.RegistryOf()
-	if err != nil {
-		return nil, err
-	}
-	if withProviders {
-		if reg, err = r.providers(ctx); err != nil {
-			return nil, err
-		}
-	}
+	return TaskDeps{Catalog: cat, Providers: reg}, err
+}
+
+// Worker builds the task logic.
+func (r *Runtime) Worker(d TaskDeps) (*worker.Worker, error) {
 	return worker.New(worker.Config{
-		Engine: r.Engine, Catalog: worker.JobTypes{Catalog: cat}, Providers: reg, Certifications: r.Store,
+		Engine: r.Engine, Catalog: worker.JobTypes{Catalog: d.Catalog}, Providers: d.Providers, Certifications: r.Store,
 		// The run function's timeout is 5 minutes; leave it time to write.
 		CallTimeout: 4 * time.Minute, Logger: r.Logger,
 	})
 }
 
-// providerSecret is the secret's shape: the provider config, whose
-// credential_ref entries name keys of the same secret ("<arn>#<key>").
-func (r *Runtime) providers(ctx context.Context) (*provider.Registry, error) {
-	raw := r.Env.Providers
-	var secrets provider.SecretSource
-	if r.Env.ProvidersSecretARN != "" {
-		client := secretsmanager.NewFromConfig(r.AWS)
-		src, err := awssecrets.New(client)
-		if err != nil {
-			return nil, err
-		}
-		secrets = src
-		if raw == "" {
-			out, err := client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(r.Env.ProvidersSecretARN)})
-			if err != nil {
-				return nil, fmt.Errorf("read provider config: %w", err)
-			}
-			raw = aws.ToString(out.SecretString)
-		}
-	}
-	if raw == "" || raw == "{}" {
-		return provider.RegistryOf()
-	}
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &probe); err != nil {
-		return nil, fmt.Errorf("provider config is not JSON")
-	}
-	cfg, err := provider.ParseConfig([]byte(raw))
-	if err != nil {
-		return nil, err
-	}
-	return adapters.NewRegistry(ctx, cfg, secrets, adapters.Options{Logger: r.Logger, AWSCredentials: r.AWS.Credentials})
-}
-
-// ServeTask is the whole main of a task function: build the runtime and
-// the worker from the environment (exiting loudly if that fails), then
-// serve the handler pick chooses. Only the run function loads providers.
-func ServeTask(withProviders bool, pick func(w *worker.Worker) any) {
+// ServeTask is the whole main of a task function: build the runtime, its
+// dependencies and the worker from the environment (exiting loudly if that
+// fails), then serve the handler pick chooses.
+func ServeTask(deps func(context.Context, *Runtime) (TaskDeps, error), pick func(w *worker.Worker) any) {
 	ctx := context.Background()
 	rt, err := New(ctx, LoadEnv(os.Getenv), false)
 	if err != nil {
 		Logger().Error("init_failed", slog.String("error", err.Error()))
 		os.Exit(1)
 	}
-	w, err := rt.Worker(ctx, withProviders)
+	d, err := deps(ctx, rt)
+	if err != nil {
+		rt.Logger.Error("init_failed", slog.String("error", err.Error()))
+		os.Exit(1)
+	}
+	w, err := rt.Worker(d)
 	if err != nil {
 		rt.Logger.Error("init_failed", slog.String("error", err.Error()))
 		os.Exit(1)

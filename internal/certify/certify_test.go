@@ -12,6 +12,7 @@ import (
 	"github.com/onejob/onejob/internal/certify"
 	"github.com/onejob/onejob/internal/dynalite/dynalitetest"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/jobtype/celcheck"
 	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/provider/sim"
 	"github.com/onejob/onejob/internal/store"
@@ -45,7 +46,7 @@ func withOutputSchemaChange(t *testing.T) *jobtype.Catalog {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := jobtype.LoadFS(m)
+	cat, err := celcheck.LoadFS(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestSchemaChangeVoidsCertification(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := reg.Get(sim.DemoFallback)
-	cat, err := jobtype.Load()
+	cat, err := celcheck.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

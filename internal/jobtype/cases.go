@@ -36,7 +36,7 @@ type caseSpec struct {
 
 // loadCases loads and validates cases/<type>/*.json; each type needs at
 // least one so it can be certified.
-func loadCases(fsys fs.FS, envs *celEnvs, t *Type) ([]Case, error) {
+func loadCases(fsys fs.FS, compile CompileFunc, t *Type) ([]Case, error) {
 	files, err := fs.Glob(fsys, path.Join("cases", t.Name(), "*.json"))
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func loadCases(fsys fs.FS, envs *celEnvs, t *Type) ([]Case, error) {
 	}
 	cases := make([]Case, 0, len(files))
 	for _, file := range files {
-		c, problems := loadCase(fsys, envs, t, file)
+		c, problems := loadCase(fsys, compile, t, file)
 		if len(problems) > 0 {
 			return nil, &TypeError{File: file, Problems: problems}
 		}
@@ -55,7 +55,7 @@ func loadCases(fsys fs.FS, envs *celEnvs, t *Type) ([]Case, error) {
 	return cases, nil
 }
 
-func loadCase(fsys fs.FS, envs *celEnvs, t *Type, file string) (Case, []string) {
+func loadCase(fsys fs.FS, compile CompileFunc, t *Type, file string) (Case, []string) {
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		return Case{}, []string{err.Error()}
@@ -89,7 +89,7 @@ func loadCase(fsys fs.FS, envs *celEnvs, t *Type, file string) (Case, []string) 
 	if len(s.Expect) == 0 && len(s.Assert) == 0 {
 		problems = append(problems, "a case needs expect or assert")
 	}
-	if c.asserts, err = compileChecks(envs.cases, s.Assert, false); err != nil {
+	if c.asserts, err = compileChecks(compile, []string{"input", "output"}, s.Assert, false); err != nil {
 		problems = append(problems, "assert: "+err.Error())
 	}
 	return c, problems

@@ -131,13 +131,17 @@ type Catalog struct {
 }
 
 // Load compiles and validates the embedded job types and cases.
-func Load() (*Catalog, error) {
-	return LoadFS(embedded)
+func Load(opts ...Option) (*Catalog, error) {
+	return LoadFS(embedded, opts...)
 }
 
 // LoadFS loads types/*.json and cases/<type>/*.json from fsys (tests use
 // fstest.MapFS to load variants). Every problem in every type is reported.
-func LoadFS(fsys fs.FS) (*Catalog, error) {
+func LoadFS(fsys fs.FS, opts ...Option) (*Catalog, error) {
+	var o loadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	files, err := fs.Glob(fsys, "types/*.json")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidType, err)
@@ -145,14 +149,10 @@ func LoadFS(fsys fs.FS) (*Catalog, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("%w: no types/*.json files", ErrInvalidType)
 	}
-	envs, err := newCELEnvs()
-	if err != nil {
-		return nil, fmt.Errorf("%w: cel: %w", ErrInvalidType, err)
-	}
 	c := &Catalog{types: make(map[string]*Type, len(files))}
 	var errs []error
 	for _, file := range files {
-		t, err := loadType(fsys, envs, file)
+		t, err := loadType(fsys, o.compile, file)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -211,7 +211,7 @@ func (e *TypeError) Error() string {
 
 func (e *TypeError) Unwrap() error { return ErrInvalidType }
 
-func loadType(fsys fs.FS, envs *celEnvs, file string) (*Type, error) {
+func loadType(fsys fs.FS, compile CompileFunc, file string) (*Type, error) {
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		return nil, &TypeError{File: file, Problems: []string{err.Error()}}
@@ -249,7 +249,7 @@ func loadType(fsys fs.FS, envs *celEnvs, file string) (*Type, error) {
 	} else if t.prompt, err = parseTemplate(s.Name, s.PromptTemplate); err != nil {
 		problem("prompt_template: %v", err)
 	}
-	if t.checks, err = compileChecks(envs.output, s.Checks, true); err != nil {
+	if t.checks, err = compileChecks(compile, []string{"output"}, s.Checks, true); err != nil {
 		problem("checks: %v", err)
 	}
 
@@ -291,7 +291,7 @@ func loadType(fsys fs.FS, envs *celEnvs, file string) (*Type, error) {
 	if t.contractVersion, err = contractVersion(s); err != nil {
 		return nil, &TypeError{File: file, Problems: []string{"contract version: " + err.Error()}}
 	}
-	if t.cases, err = loadCases(fsys, envs, t); err != nil {
+	if t.cases, err = loadCases(fsys, compile, t); err != nil {
 		return nil, err
 	}
 	return t, nil

@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/jobtype/celcheck"
 )
 
 func load(t *testing.T) *jobtype.Catalog {
 	t.Helper()
-	c, err := jobtype.Load()
+	c, err := celcheck.Load()
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -70,7 +71,7 @@ func variantFS(t *testing.T, typeName string, mutate func(doc map[string]any) ma
 
 func loadVariant(t *testing.T, typeName string, mutate func(doc map[string]any) map[string]any) (*jobtype.Type, error) {
 	t.Helper()
-	c, err := jobtype.LoadFS(variantFS(t, typeName, mutate))
+	c, err := celcheck.LoadFS(variantFS(t, typeName, mutate))
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +390,7 @@ func TestLoadRejectsTypeWithoutCases(t *testing.T) {
 			delete(fsys, p)
 		}
 	}
-	if _, err := jobtype.LoadFS(fsys); !errors.Is(err, jobtype.ErrInvalidType) || !strings.Contains(err.Error(), "no golden cases") {
+	if _, err := celcheck.LoadFS(fsys); !errors.Is(err, jobtype.ErrInvalidType) || !strings.Contains(err.Error(), "no golden cases") {
 		t.Errorf("LoadFS = %v", err)
 	}
 }
@@ -409,10 +410,36 @@ func TestLoadRejectsBadCase(t *testing.T) {
 			t.Parallel()
 			fsys := variantFS(t, "ticket-triage", nil)
 			fsys["cases/ticket-triage/zz-bad.json"] = &fstest.MapFile{Data: []byte(tc.body)}
-			_, err := jobtype.LoadFS(fsys)
+			_, err := celcheck.LoadFS(fsys)
 			if !errors.Is(err, jobtype.ErrInvalidType) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "zz-bad.json") {
 				t.Errorf("LoadFS = %v, want error naming zz-bad.json and %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Without a check engine the types still load (for the API and the
+// scheduling tasks), but no output can pass a check that did not run.
+func TestLoadWithoutChecksRefusesOutputs(t *testing.T) {
+	t.Parallel()
+	lean, err := jobtype.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := celcheck.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := json.RawMessage(`{"text":"sim-primary answered","provider":"sim-primary"}`)
+	ft, _ := full.Get("demo")
+	lt, _ := lean.Get("demo")
+	if err := ft.CheckOutput(out); err != nil {
+		t.Fatalf("checked output refused: %v", err)
+	}
+	if err := lt.CheckOutput(out); err == nil || !strings.Contains(err.Error(), "not evaluated") {
+		t.Fatalf("lean CheckOutput = %v, want a refusal", err)
+	}
+	if lt.ContractVersion() != ft.ContractVersion() {
+		t.Fatal("the contract version must not depend on the check engine")
 	}
 }

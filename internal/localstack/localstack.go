@@ -23,13 +23,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/onejob/onejob/internal/api"
-	"github.com/onejob/onejob/internal/app"
 	"github.com/onejob/onejob/internal/auth"
 	"github.com/onejob/onejob/internal/certify"
 	"github.com/onejob/onejob/internal/dynalite"
 	"github.com/onejob/onejob/internal/engine"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/jobtype/celcheck"
 	"github.com/onejob/onejob/internal/locallambda"
 	"github.com/onejob/onejob/internal/localsfn"
 	"github.com/onejob/onejob/internal/metrics"
@@ -198,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Catalog, err = jobtype.Load()
+	s.Catalog, err = celcheck.Load()
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +362,7 @@ func (s *Stack) Certify(ctx context.Context, jobType, providerName string) error
 // apiHandler is the HTTP API exactly as deployed (API Gateway event in,
 // Lambda response out), behind the local JWT authorizer.
 func (s *Stack) apiHandler(cfg Config) (http.Handler, error) {
-	h, err := api.New(api.Config{Engine: s.Engine, Catalog: app.APICatalog{Catalog: s.Catalog}, Starter: s.Starter, Logger: cfg.Logger})
+	h, err := api.New(api.Config{Engine: s.Engine, Catalog: api.JobTypes{Catalog: s.Catalog}, Starter: s.Starter, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
