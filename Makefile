@@ -35,7 +35,11 @@ lint:
 unit: tools
 	$(GO) test -race -count=1 ./...
 
-test: tools vet lint unit
+# Function binaries must stay small (cold starts): make build check-sizes.
+test: tools vet lint unit sizes-gate
+
+sizes-gate: build
+	@$(MAKE) --no-print-directory check-sizes
 
 # ---- infrastructure (infra/, cdk.json) ---------------------------------------
 # Lambda functions are the main packages under functions/<name>/; each builds to
@@ -139,3 +143,14 @@ test-infra:
 lincheck-long: tools
 	ONEJOB_LIN_OPS=$${ONEJOB_LIN_OPS:-20000} $(GO) test -race -count=1 -timeout 30m -v \
 		-run '^TestLinearizableUnderFaults$$' ./internal/linearizability/
+
+# ---- benchmarks (bench/; not part of `make test`) ----------------------------
+# POST /v1/jobs throughput and latency against dynalite's raw conditional
+# PutItem, the 1,000-request idempotency storm, DynamoDB requests / state
+# transitions / Lambda time per job with the AWS cost they imply, and each
+# function's size and cold init under the Lambda Runtime Interface Emulator
+# (fetched from the Go module proxy into a temp folder). Prints the tables and
+# writes bench/results/latest.json; a few minutes on 2 cores.
+.PHONY: bench
+bench: tools build
+	$(GO) run ./bench -out bench/results/latest.json

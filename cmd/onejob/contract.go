@@ -17,7 +17,6 @@ import (
 	"github.com/onejob/onejob/internal/certify"
 	"github.com/onejob/onejob/internal/dynalite"
 	"github.com/onejob/onejob/internal/jobtype"
-	"github.com/onejob/onejob/internal/jobtype/celcheck"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/store"
@@ -71,7 +70,7 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 	if *typ == "" || *prov == "" {
 		return errors.New("contract run: --type and --provider are required")
 	}
-	cat, err := celcheck.Load()
+	cat, err := jobtype.Load()
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func handler(ctx context.Context) (*api.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Input validation needs the schemas, not the output checks (CEL).
+	// Input validation needs the job types' input schemas.
 	cat, err := jobtype.Load()
 	if err != nil {
 		return nil, err

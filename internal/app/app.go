@@ -14,7 +14,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
@@ -96,13 +95,17 @@ func New(ctx context.Context, env Env, needStateMachine bool) (*Runtime, error) 
 	if err := env.Validate(needStateMachine); err != nil {
 		return nil, err
 	}
-	cfg, err := config.LoadDefaultConfig(ctx)
+	cfg, err := LambdaAWSConfig(os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("aws config: %w", err)
 	}
 	log := Logger().With("env", env.Name)
 	rec := metrics.New(os.Stdout, env.Name, nil)
-	st, err := store.New(store.Config{Client: dynamodb.NewFromConfig(cfg), JobsTable: env.JobsTable,
+	st, err := store.New(store.Config{Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		if ep := ServiceEndpoint(os.Getenv, "DYNAMODB"); ep != nil {
+			o.BaseEndpoint = ep
+		}
+	}), JobsTable: env.JobsTable,
 		AttemptsTable: env.AttemptsTable, CertificationsTable: env.CertificationsTable, Logger: log})
 	if err != nil {
 		return nil, err
@@ -116,7 +119,11 @@ func New(ctx context.Context, env Env, needStateMachine bool) (*Runtime, error) 
 
 // Starter starts executions on the environment's state machine.
 func (r *Runtime) Starter() (*orchestrator.Starter, error) {
-	return orchestrator.NewStarter(sfn.NewFromConfig(r.AWS), r.Env.StateMachineARN, r.Logger)
+	return orchestrator.NewStarter(sfn.NewFromConfig(r.AWS, func(o *sfn.Options) {
+		if ep := ServiceEndpoint(os.Getenv, "SFN"); ep != nil {
+			o.BaseEndpoint = ep
+		}
+	}), r.Env.StateMachineARN, r.Logger)
 }
 
 // TaskDeps are what a task function needs beyond the runtime: the job
@@ -128,7 +135,7 @@ type TaskDeps struct {
 }
 
 // SchedulingDeps are the dependencies of the tasks that never call a
-// provider or check an output: job types without CEL, no providers.
+// provider: the job types and an empty provider registry.
 func SchedulingDeps(context.Context, *Runtime) (TaskDeps, error) {
 	cat, err := jobtype.Load()
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/onejob/onejob/internal/certify"
 	"github.com/onejob/onejob/internal/dynalite/dynalitetest"
 	"github.com/onejob/onejob/internal/jobtype"
-	"github.com/onejob/onejob/internal/jobtype/celcheck"
 	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/provider/sim"
 	"github.com/onejob/onejob/internal/store"
@@ -46,7 +45,7 @@ func withOutputSchemaChange(t *testing.T) *jobtype.Catalog {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := celcheck.LoadFS(m)
+	cat, err := jobtype.LoadFS(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +70,7 @@ func TestSchemaChangeVoidsCertification(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := reg.Get(sim.DemoFallback)
-	cat, err := celcheck.Load()
+	cat, err := jobtype.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

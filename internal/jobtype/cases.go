@@ -22,7 +22,7 @@ type Case struct {
 	// Expect maps JSON pointers into the output to the exact expected value,
 	// e.g. {"/category": "outage"}.
 	Expect map[string]json.RawMessage
-	// Assert are CEL checks over `input` and `output`.
+	// Assert are checks (checkexpr) over `input` and `output`.
 	Assert  []CheckSpec
 	asserts []compiledCheck
 }
@@ -36,7 +36,7 @@ type caseSpec struct {
 
 // loadCases loads and validates cases/<type>/*.json; each type needs at
 // least one so it can be certified.
-func loadCases(fsys fs.FS, compile CompileFunc, t *Type) ([]Case, error) {
+func loadCases(fsys fs.FS, compile compileFunc, t *Type) ([]Case, error) {
 	files, err := fs.Glob(fsys, path.Join("cases", t.Name(), "*.json"))
 	if err != nil {
 		return nil, err
@@ -55,7 +55,7 @@ func loadCases(fsys fs.FS, compile CompileFunc, t *Type) ([]Case, error) {
 	return cases, nil
 }
 
-func loadCase(fsys fs.FS, compile CompileFunc, t *Type, file string) (Case, []string) {
+func loadCase(fsys fs.FS, compile compileFunc, t *Type, file string) (Case, []string) {
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		return Case{}, []string{err.Error()}

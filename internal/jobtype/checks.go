@@ -8,31 +8,16 @@ import (
 	"strings"
 )
 
-// CompileFunc compiles a boolean check expression over the named object
-// variables ("output", or "input" and "output" for case assertions) into a
-// function that evaluates it. The CEL engine is in package celcheck, so
-// functions that never check an output (the API, the scheduling tasks) do
-// not link CEL.
-type CompileFunc func(expr string, vars ...string) (func(vars map[string]any) (any, error), error)
-
-// Option configures loading.
-type Option func(*loadOptions)
-
-type loadOptions struct {
-	compile CompileFunc
-}
-
-// WithChecks compiles every check and case assertion with c. Without it the
-// types load with their checks validated for shape only, and CheckOutput
-// refuses every output (a check that cannot run never passes).
-func WithChecks(c CompileFunc) Option { return func(o *loadOptions) { o.compile = c } }
+// compileFunc compiles a boolean check expression over the named object
+// variables ("output", or "input" and "output" for case assertions).
+type compileFunc func(expr string, vars ...string) (func(vars map[string]any) (any, error), error)
 
 type compiledCheck struct {
 	spec CheckSpec
-	prg  func(vars map[string]any) (any, error) // nil: not compiled in this process
+	prg  func(vars map[string]any) (any, error)
 }
 
-func compileChecks(compile CompileFunc, vars []string, specs []CheckSpec, requireName bool) ([]compiledCheck, error) {
+func compileChecks(compile compileFunc, vars []string, specs []CheckSpec, requireName bool) ([]compiledCheck, error) {
 	var errs []error
 	out := make([]compiledCheck, 0, len(specs))
 	seen := map[string]bool{}
@@ -57,16 +42,12 @@ func compileChecks(compile CompileFunc, vars []string, specs []CheckSpec, requir
 			errs = append(errs, fmt.Errorf("%s: expr is required", label))
 			continue
 		}
-		c := compiledCheck{spec: s}
-		if compile != nil {
-			prg, err := compile(s.Expr, vars...)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", label, err))
-				continue
-			}
-			c.prg = prg
+		prg, err := compile(s.Expr, vars...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", label, err))
+			continue
 		}
-		out = append(out, c)
+		out = append(out, compiledCheck{spec: s, prg: prg})
 	}
 	return out, errors.Join(errs...)
 }
@@ -86,9 +67,6 @@ func namePatternCheck(name string) bool {
 // eval runs a check; ok is false when the check fails or cannot be
 // evaluated (e.g. a field it reads is missing), and why says which.
 func (c compiledCheck) eval(vars map[string]any) (ok bool, why string) {
-	if c.prg == nil {
-		return false, c.spec.Message + " (not evaluated: job types were loaded without WithChecks)"
-	}
 	val, err := c.prg(vars)
 	if err != nil {
 		return false, c.spec.Message + " (could not evaluate: " + err.Error() + ")"
@@ -103,7 +81,7 @@ func (c compiledCheck) eval(vars map[string]any) (ok bool, why string) {
 	return true, ""
 }
 
-// celValue decodes JSON for CEL: integral numbers become int64 so that
+// celValue decodes JSON for the checks: integral numbers become int64 so that
 // `output.priority == 1` compares ints, others float64.
 func celValue(raw json.RawMessage) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))

@@ -1,5 +1,5 @@
 // Package jobtype holds job types as versioned data: embedded JSON files
-// (types/*.json) with input/output JSON Schemas, prompt templates, CEL
+// (types/*.json) with input/output JSON Schemas, prompt templates,
 // semantic checks and execution policy (providers, timeout, hedging,
 // attempts), plus golden contract cases (cases/<type>/*.json). Everything is
 // compiled and validated once by Load, so a bad type fails at init, not on a
@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/onejob/onejob/internal/jobtype/checkexpr"
 )
 
 //go:embed types/*.json cases
@@ -39,7 +41,7 @@ var ErrInvalidType = errors.New("invalid job type")
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
-// CheckSpec is a semantic check: a CEL expression over `output` (and, in
+// CheckSpec is a semantic check: an expression (a CEL subset, see checkexpr) over `output` (and, in
 // case assertions, `input`) that must evaluate to true.
 type CheckSpec struct {
 	Name    string `json:"name"`
@@ -131,17 +133,13 @@ type Catalog struct {
 }
 
 // Load compiles and validates the embedded job types and cases.
-func Load(opts ...Option) (*Catalog, error) {
-	return LoadFS(embedded, opts...)
+func Load() (*Catalog, error) {
+	return LoadFS(embedded)
 }
 
 // LoadFS loads types/*.json and cases/<type>/*.json from fsys (tests use
 // fstest.MapFS to load variants). Every problem in every type is reported.
-func LoadFS(fsys fs.FS, opts ...Option) (*Catalog, error) {
-	var o loadOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+func LoadFS(fsys fs.FS) (*Catalog, error) {
 	files, err := fs.Glob(fsys, "types/*.json")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidType, err)
@@ -152,7 +150,7 @@ func LoadFS(fsys fs.FS, opts ...Option) (*Catalog, error) {
 	c := &Catalog{types: make(map[string]*Type, len(files))}
 	var errs []error
 	for _, file := range files {
-		t, err := loadType(fsys, o.compile, file)
+		t, err := loadType(fsys, checkexpr.Compile, file)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -211,7 +209,7 @@ func (e *TypeError) Error() string {
 
 func (e *TypeError) Unwrap() error { return ErrInvalidType }
 
-func loadType(fsys fs.FS, compile CompileFunc, file string) (*Type, error) {
+func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		return nil, &TypeError{File: file, Problems: []string{err.Error()}}

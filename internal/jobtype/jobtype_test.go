@@ -12,12 +12,11 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/jobtype"
-	"github.com/onejob/onejob/internal/jobtype/celcheck"
 )
 
 func load(t *testing.T) *jobtype.Catalog {
 	t.Helper()
-	c, err := celcheck.Load()
+	c, err := jobtype.Load()
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -71,7 +70,7 @@ func variantFS(t *testing.T, typeName string, mutate func(doc map[string]any) ma
 
 func loadVariant(t *testing.T, typeName string, mutate func(doc map[string]any) map[string]any) (*jobtype.Type, error) {
 	t.Helper()
-	c, err := celcheck.LoadFS(variantFS(t, typeName, mutate))
+	c, err := jobtype.LoadFS(variantFS(t, typeName, mutate))
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +351,7 @@ func TestLoadRejectsInvalidTypes(t *testing.T) {
 		{"InvalidSchemaKeyword", set("input_schema", map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"minimum": "one"}}}), "input_schema"},
 		{"NoOutputProperties", set("output_schema", map[string]any{"type": "object"}), "root must declare properties"},
 		{"BadTemplate", set("prompt_template", "{{.subject"), "prompt_template"},
-		{"CheckSyntax", set("checks", []any{map[string]any{"name": "x", "expr": "output.priority >", "message": "m"}}), "Syntax error"},
+		{"CheckSyntax", set("checks", []any{map[string]any{"name": "x", "expr": "output.priority >", "message": "m"}}), "unexpected end of expression"},
 		{"CheckNotBool", set("checks", []any{map[string]any{"name": "x", "expr": "1 + 1", "message": "m"}}), "must be boolean"},
 		{"CheckUnknownVariable", set("checks", []any{map[string]any{"name": "x", "expr": "input.subject != ''", "message": "m"}}), "undeclared reference"},
 		{"CheckWithoutMessage", set("checks", []any{map[string]any{"name": "x", "expr": "true"}}), "message is required"},
@@ -390,7 +389,7 @@ func TestLoadRejectsTypeWithoutCases(t *testing.T) {
 			delete(fsys, p)
 		}
 	}
-	if _, err := celcheck.LoadFS(fsys); !errors.Is(err, jobtype.ErrInvalidType) || !strings.Contains(err.Error(), "no golden cases") {
+	if _, err := jobtype.LoadFS(fsys); !errors.Is(err, jobtype.ErrInvalidType) || !strings.Contains(err.Error(), "no golden cases") {
 		t.Errorf("LoadFS = %v", err)
 	}
 }
@@ -410,36 +409,10 @@ func TestLoadRejectsBadCase(t *testing.T) {
 			t.Parallel()
 			fsys := variantFS(t, "ticket-triage", nil)
 			fsys["cases/ticket-triage/zz-bad.json"] = &fstest.MapFile{Data: []byte(tc.body)}
-			_, err := celcheck.LoadFS(fsys)
+			_, err := jobtype.LoadFS(fsys)
 			if !errors.Is(err, jobtype.ErrInvalidType) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "zz-bad.json") {
 				t.Errorf("LoadFS = %v, want error naming zz-bad.json and %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// Without a check engine the types still load (for the API and the
-// scheduling tasks), but no output can pass a check that did not run.
-func TestLoadWithoutChecksRefusesOutputs(t *testing.T) {
-	t.Parallel()
-	lean, err := jobtype.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	full, err := celcheck.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := json.RawMessage(`{"text":"sim-primary answered","provider":"sim-primary"}`)
-	ft, _ := full.Get("demo")
-	lt, _ := lean.Get("demo")
-	if err := ft.CheckOutput(out); err != nil {
-		t.Fatalf("checked output refused: %v", err)
-	}
-	if err := lt.CheckOutput(out); err == nil || !strings.Contains(err.Error(), "not evaluated") {
-		t.Fatalf("lean CheckOutput = %v, want a refusal", err)
-	}
-	if lt.ContractVersion() != ft.ContractVersion() {
-		t.Fatal("the contract version must not depend on the check engine")
 	}
 }

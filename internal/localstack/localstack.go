@@ -29,7 +29,6 @@ import (
 	"github.com/onejob/onejob/internal/engine"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
-	"github.com/onejob/onejob/internal/jobtype/celcheck"
 	"github.com/onejob/onejob/internal/locallambda"
 	"github.com/onejob/onejob/internal/localsfn"
 	"github.com/onejob/onejob/internal/metrics"
@@ -198,7 +197,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Catalog, err = celcheck.Load()
+	s.Catalog, err = jobtype.Load()
 	if err != nil {
 		return nil, err
 	}

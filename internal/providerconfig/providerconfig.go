@@ -1,18 +1,19 @@
 // Package providerconfig builds what the run function alone needs: the
 // provider adapters from their configuration (environment or Secrets
-// Manager) and the job types with their output checks compiled. It is apart
-// from package app so the other functions link neither the adapters nor CEL.
+// Manager). It is apart from package app so the other functions do not link
+// the adapters.
 package providerconfig
 
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/onejob/onejob/internal/app"
-	"github.com/onejob/onejob/internal/jobtype/celcheck"
+	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/provider/awssecrets"
@@ -20,7 +21,7 @@ import (
 
 // RunDeps are the run function's dependencies.
 func RunDeps(ctx context.Context, rt *app.Runtime) (app.TaskDeps, error) {
-	cat, err := celcheck.Load()
+	cat, err := jobtype.Load()
 	if err != nil {
 		return app.TaskDeps{}, err
 	}
@@ -39,7 +40,11 @@ func Registry(ctx context.Context, rt *app.Runtime) (*provider.Registry, error) 
 	raw := rt.Env.Providers
 	var secrets provider.SecretSource
 	if rt.Env.ProvidersSecretARN != "" {
-		client := secretsmanager.NewFromConfig(rt.AWS)
+		client := secretsmanager.NewFromConfig(rt.AWS, func(o *secretsmanager.Options) {
+			if ep := app.ServiceEndpoint(os.Getenv, "SECRETS_MANAGER"); ep != nil {
+				o.BaseEndpoint = ep
+			}
+		})
 		src, err := awssecrets.New(client)
 		if err != nil {
 			return nil, err
