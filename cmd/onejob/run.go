@@ -17,12 +17,15 @@ import (
 
 // runCommand starts the whole system on this machine until Ctrl-C:
 //
-//	onejob run [--data .local/dynalite] [--duplicate-delivery] [--log FILE]
+//	onejob run [--data .local/dynalite] [--duplicate-delivery] [--log FILE] [--sweep-interval 10s] [--overdue-grace 0]
 func runCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	data := fs.String("data", "", "keep DynamoDB data on disk in this folder (default: in memory)")
 	dup := fs.Bool("duplicate-delivery", false, "deliver every task invocation twice (at-least-once drill)")
 	logPath := fs.String("log", "", "write the JSON logs to this file (default: stderr)")
+	// Crash drills restart stranded executions sooner than the default.
+	sweep := fs.Duration("sweep-interval", 10*time.Second, "how often the sweeper restarts executions of open jobs (0 disables it)")
+	overdue := fs.Duration("overdue-grace", 0, "how long past its timeout a running attempt nobody watches may stay running before it is declared unknown (0: the worker's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +54,7 @@ func runCommand(ctx context.Context, args []string) error {
 	defer cancel()
 	s, err := localstack.Start(startCtx, localstack.Config{
 		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data,
-		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: 10 * time.Second,
+		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)),
 	})
 	if err != nil {
