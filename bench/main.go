@@ -1,0 +1,207 @@
+// Command bench measures onejob on this machine and prints a table, also
+// written as JSON (default bench/results/latest.json). `make bench` runs it.
+//
+// Every number is set against a baseline measured in the same run:
+//   - POST /v1/jobs throughput and p50/p99 at 8 and 32 concurrent clients, as
+//     a ratio to dynalite's raw conditional PutItem of the same job item at
+//     the same concurrency (API with and without the execution Starter);
+//   - 1,000 concurrent creates sharing one Idempotency-Key, as a ratio to
+//     1,000 concurrent creates with distinct keys;
+//   - DynamoDB requests and units, Step Functions state transitions and
+//     Lambda invocations and billed time per job for the happy path, one
+//     fallback, a hedge and an unknown attempt resolved by an operator, and
+//     the AWS cost per million jobs they imply at published us-east-1
+//     prices (each price, its date and its sources are in the output);
+//   - each function's binary size and cold init under the AWS Lambda Runtime
+//     Interface Emulator, as ratios to an empty aws-lambda-go function.
+//
+// Timings from a 2-core machine running dynalite, node and the stack on the
+// same cores are for comparison within one run, not absolute claims.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/onejob/onejob/internal/dynalite"
+	"github.com/onejob/onejob/internal/store"
+)
+
+type options struct {
+	root            string
+	out             string
+	logPath         string
+	window          time.Duration
+	warmup          time.Duration
+	rounds          int
+	stormSize       int
+	jobsPerScenario int
+	coldRuns        int
+	skipFunctions   bool
+}
+
+// report is the JSON document.
+type report struct {
+	GeneratedAt        string           `json:"generated_at"`
+	Host               map[string]any   `json:"host"`
+	Seconds            float64          `json:"seconds"`
+	Notes              []string         `json:"notes"`
+	Throughput         []throughputRow  `json:"throughput"`
+	Storms             []stormResult    `json:"idempotency_storm"`
+	PerJob             []perJob         `json:"per_job"`
+	PricesCheckedOn    string           `json:"prices_checked_on"`
+	Prices             map[string]price `json:"prices_us_east_1"`
+	CostPerMillionJobs []costRow        `json:"cost_per_million_jobs_usd"`
+	Functions          []functionRow    `json:"functions"`
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.out, "out", "bench/results/latest.json", "write the JSON report here")
+	flag.StringVar(&o.logPath, "log", "bench/results/bench.log", "write the stack's JSON logs here")
+	flag.DurationVar(&o.window, "window", 4*time.Second, "measurement time of each side of a throughput row")
+	flag.IntVar(&o.rounds, "rounds", 4, "alternating slices the window is cut into (PutItem, API, PutItem, API, …)")
+	flag.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "discarded warm-up of each side before a throughput row")
+	flag.IntVar(&o.stormSize, "storm", 1000, "requests in the idempotency storm and its distinct-key baseline")
+	flag.IntVar(&o.jobsPerScenario, "jobs", 10, "jobs per cost scenario (half for the unknown one)")
+	flag.IntVar(&o.coldRuns, "cold-runs", 3, "cold starts per function under the emulator")
+	flag.BoolVar(&o.skipFunctions, "skip-functions", false, "skip function sizes and cold starts")
+	flag.Parse()
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		slog.Error("bench failed", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	started := time.Now()
+	var err error
+	if o.root, err = dynalite.FindRoot(); err != nil {
+		return err
+	}
+	for _, p := range []*string{&o.out, &o.logPath} {
+		if !filepath.IsAbs(*p) {
+			*p = filepath.Join(o.root, *p)
+		}
+		if err := os.MkdirAll(filepath.Dir(*p), 0o755); err != nil {
+			return err
+		}
+	}
+	logFile, err := os.Create(o.logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	stackLog := slog.New(slog.NewJSONHandler(logFile, nil))
+	tmp, err := os.MkdirTemp("", "onejob-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	// One in-memory dynalite for the whole run, as `make run` uses by default.
+	dyn, err := dynalite.Start(ctx, dynalite.Options{Root: o.root})
+	if err != nil {
+		return err
+	}
+	defer dyn.Close()
+
+	rep := report{
+		GeneratedAt: time.Now().UTC().Format(time.RFC3339),
+		Host: map[string]any{"goos": runtime.GOOS, "goarch": runtime.GOARCH, "cpus": runtime.NumCPU(),
+			"go": runtime.Version(), "node": nodeVersion()},
+		PricesCheckedOn: pricesCheckedOn,
+		Prices:          prices(),
+		Notes: []string{
+			"All processes (bench client, API, task handlers, dynalite, node Step Functions server) share this machine's cores; compare numbers within one run.",
+			"Throughput rows with starter=off serve the same API handler without an execution Starter (jobs stay pending); starter=on is the local server as `make run` serves it: each create also calls StartExecution and the executions run meanwhile (the row's PutItem slices run among them too). PutItem and API alternate in slices so machine-wide drift hits both.",
+			"DynamoDB units come from dynalite's ConsumedCapacity (item-size based); index write units are modelled: every successful jobs-table write rewrites its by_owner entry and, while the job is open or being closed, its by_open entry, each about the item's size (both indexes project ALL).",
+			"Failed conditional writes are counted as 1 write unit each (DynamoDB charges them; dynalite reports none). Read-backs after a failed condition on the jobs table are local-only (dynalite ignores ReturnValuesOnConditionCheckFailure) and are left out of the cost.",
+			"Lambda billed time per invocation is the local handler's duration (+1 ms rounding) at 256 MB, the memory infra/stack gives every function; the API function's time is the create's round trip at the client. Local durations on amd64 with a loopback dynalite understate AWS (network round trips to DynamoDB).",
+			"API Gateway requests per job: the create, plus the operator's resolve in the unknown scenario; status polling is the client's choice and not counted.",
+			fmt.Sprintf("The unknown scenario's provider never answers; the bench's run function gives up after %s, the deployed one after 4 min (a separate cost row).", benchCallTimeout),
+		},
+	}
+
+	slog.Info("phase 1/3: API throughput and idempotency storm")
+	if rep.Throughput, rep.Storms, err = measureThroughput(ctx, o, dyn.Endpoint(), stackLog); err != nil {
+		return fmt.Errorf("throughput: %w", err)
+	}
+	slog.Info("phase 2/3: per-job requests, transitions and cost")
+	perJobs, cost, closeCost, err := measurePerJob(ctx, o, dyn.Endpoint(), stackLog)
+	if err != nil {
+		return fmt.Errorf("per job: %w", err)
+	}
+	defer closeCost()
+	rep.PerJob = perJobs
+	rep.CostPerMillionJobs = costs(perJobs, rep.Prices)
+
+	if !o.skipFunctions {
+		slog.Info("phase 3/3: function sizes and cold init under the Runtime Interface Emulator")
+		names := store.NamesWithPrefix("bench-cost")
+		env := functionEnv{dynamo: dyn.Endpoint(), sfn: cost.SFN.Endpoint(), stateARN: cost.SFN.StateMachineARN(),
+			tables: [3]string{names.Jobs, names.Attempts, names.Certifications}}
+		if rep.Functions, err = measureFunctions(ctx, o, tmp, env); err != nil {
+			return fmt.Errorf("functions: %w", err)
+		}
+	}
+	rep.Seconds = round2(time.Since(started).Seconds())
+
+	printReport(os.Stdout, rep)
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s (stack logs: %s) in %.0f s\n", o.out, o.logPath, rep.Seconds)
+	return errors.Join(ctx.Err(), checkReport(rep))
+}
+
+// checkReport fails the run when a measurement contradicts the system's
+// guarantees (it asserts facts, never timings).
+func checkReport(rep report) error {
+	var errs []error
+	for _, s := range rep.Storms {
+		if s.Errors > 0 || s.Created != 1 || s.JobIDs != 1 || s.Created+s.Replayed != s.Requests {
+			errs = append(errs, fmt.Errorf("storm (starter %s): %d errors, %d created, %d replayed, %d job IDs; want 1 job",
+				s.Starter, s.Errors, s.Created, s.Replayed, s.JobIDs))
+		}
+	}
+	for _, t := range rep.Throughput {
+		if t.API.Errors > 0 || t.Raw.Errors > 0 {
+			errs = append(errs, fmt.Errorf("throughput c=%d starter=%s: %d API errors (%s), %d PutItem errors (%s)",
+				t.Concurrency, t.Starter, t.API.Errors, t.API.FirstError, t.Raw.Errors, t.Raw.FirstError))
+		}
+	}
+	for _, f := range rep.Functions {
+		if f.MeasureErr != "" {
+			errs = append(errs, fmt.Errorf("function %s: %s", f.Name, f.MeasureErr))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func nodeVersion() string {
+	out, err := exec.Command("node", "--version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
+
+	"github.com/onejob/onejob/internal/dynalite"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/localstack"
+	"github.com/onejob/onejob/internal/provider/sim"
+	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/worker"
+)
+
+// scenario is one kind of job, run n times at once.
+type scenario struct {
+	Name    string
+	jobType string
+	script  map[string]any
+	// resolve settles attempt 1 as failed through the admin API once it is
+	// unknown, as an operator would.
+	resolve bool
+	want    string // the settled attempts, "n:provider:state,..."
+}
+
+func scenarios() []scenario {
+	return []scenario{
+		{Name: "happy path", jobType: "demo", want: "1:sim-primary:succeeded"},
+		{Name: "one fallback", jobType: "demo", script: map[string]any{sim.DemoPrimary: map[string]any{"outcome": "error"}},
+			want: "1:sim-primary:failed,2:sim-fallback:succeeded"},
+		{Name: "hedge", jobType: "demo-hedge", script: map[string]any{
+			sim.DemoPrimary:  map[string]any{"outcome": "ok", "latency_ms": 1500},
+			sim.DemoFallback: map[string]any{"outcome": "ok", "latency_ms": 100},
+		}, want: "1:sim-primary:discarded,2:sim-fallback:succeeded"},
+		{Name: "unknown then resolved", jobType: "demo", script: map[string]any{sim.DemoPrimary: map[string]any{"outcome": "timeout"}},
+			resolve: true, want: "1:sim-primary:failed,2:sim-fallback:succeeded"},
+	}
+}
+
+// perJob is what one job of a scenario cost, averaged over its runs.
+type perJob struct {
+	Scenario string `json:"scenario"`
+	Jobs     int    `json:"jobs"`
+	// DynamoDB, per job.
+	DynamoRequests  float64            `json:"dynamodb_requests"`
+	DynamoByOp      map[string]float64 `json:"dynamodb_requests_by_operation"`
+	ReadUnits       float64            `json:"read_request_units"`
+	WriteUnits      float64            `json:"write_request_units"`
+	IndexWriteUnits float64            `json:"index_write_request_units_modelled"`
+	CondFailed      float64            `json:"conditional_check_failures"`
+	// ReadBacks are GetItems the store makes after a failed condition on the
+	// jobs table only because dynalite ignores
+	// ReturnValuesOnConditionCheckFailure; DynamoDB would not see them.
+	ReadBacks        float64 `json:"local_only_read_backs"`
+	StateTransitions float64 `json:"state_transitions"`
+	// Lambda, per job: invocations and billed milliseconds per function
+	// ("api" is the create request, timed at the client).
+	LambdaInvocations map[string]float64 `json:"lambda_invocations"`
+	LambdaBilledMS    map[string]float64 `json:"lambda_billed_ms"`
+	APIRequests       float64            `json:"api_requests"`
+	// Seconds is the wall time until every job of the scenario settled.
+	Seconds float64 `json:"seconds"`
+}
+
+func (p perJob) lambdaInvocations() float64 {
+	var n float64
+	for _, v := range p.LambdaInvocations {
+		n += v
+	}
+	return n
+}
+
+func (p perJob) lambdaGBSeconds(memoryGB float64) float64 {
+	var ms float64
+	for _, v := range p.LambdaBilledMS {
+		ms += v
+	}
+	return ms / 1000 * memoryGB
+}
+
+var taskFunctions = []string{worker.FnStartAttempt, worker.FnRunAttempt, worker.FnMarkUnknown, worker.FnHedge, worker.FnFinalize}
+
+// benchCallTimeout bounds the run function's wait on a silent provider in
+// the bench (the deployed worker waits up to 4 minutes; see costs).
+const benchCallTimeout = 5 * time.Second
+
+// measurePerJob runs each scenario on a stack whose DynamoDB traffic goes
+// through the counting proxy, with the sweeper off so nothing else writes.
+func measurePerJob(ctx context.Context, o options, dynamo string, logOut *slog.Logger) ([]perJob, *localstack.Stack, func(), error) {
+	names := store.NamesWithPrefix("bench-cost")
+	proxy := newDDBProxy(dynamo, names.Jobs)
+	ps := httptest.NewServer(proxy)
+	times := newLambdaTimes()
+	log := slog.New(captureHandler{next: logOut.Handler(), observe: times.observe})
+	s, err := localstack.Start(ctx, localstack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
+		TablePrefix: "bench-cost", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log})
+	if err != nil {
+		ps.Close()
+		return nil, nil, nil, err
+	}
+	closeAll := func() { _ = s.Close(); ps.Close() }
+	user, err := newAPIClient(s.APIURL, defaultSecret(), "bench-cost")
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	admin, err := newAPIClient(s.APIURL, defaultSecret(), "bench-operator", "jobs:admin")
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	// Polling reads go straight to dynalite so they are not counted.
+	reader, err := store.New(store.Config{Client: dynalite.NewClient(dynamo), JobsTable: names.Jobs,
+		AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	var out []perJob
+	for _, sc := range scenarios() {
+		n := o.jobsPerScenario
+		if sc.resolve {
+			n = max(1, n/2) // each of these waits out the call timeout
+		}
+		r, err := runScenario(ctx, s, proxy, times, user, admin, reader, sc, n)
+		if err != nil {
+			closeAll()
+			return nil, nil, nil, fmt.Errorf("%s: %w", sc.Name, err)
+		}
+		out = append(out, r)
+	}
+	return out, s, closeAll, nil
+}
+
+func runScenario(ctx context.Context, s *localstack.Stack, proxy *ddbProxy, times *lambdaTimes, user, admin *apiClient,
+	reader *store.Store, sc scenario, n int) (perJob, error) {
+	slog.Info("measuring", "scenario", sc.Name, "jobs", n)
+	// Start from a quiet stack: nothing of the last scenario still running.
+	if err := s.Lambda.Wait(ctx); err != nil {
+		return perJob{}, err
+	}
+	ddb0 := proxy.snapshot()
+	ms0, _ := times.snapshot()
+	req0 := map[string]int{}
+	for _, fn := range taskFunctions {
+		req0[fn] = s.Lambda.Requests(fn)
+	}
+	start := time.Now()
+	run := start.UnixNano()
+
+	ids := make([]string, n)
+	apiMS := make([]float64, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			input := map[string]any{"prompt": fmt.Sprintf("bench %s %d", sc.Name, i)}
+			if sc.script != nil {
+				input["simulate"] = sc.script
+			}
+			t0 := time.Now()
+			id, code, err := user.create(ctx, fmt.Sprintf("cost-%d-%d", run, i), map[string]any{"type": sc.jobType, "input": input})
+			apiMS[i] = float64(time.Since(t0).Milliseconds() + 1)
+			if err == nil && code != http.StatusCreated {
+				err = fmt.Errorf("create answered %d", code)
+			}
+			ids[i], errs[i] = id, err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return perJob{}, err
+	}
+	apiRequests := 1.0
+
+	// Settle: every job terminal, every attempt closed, every execution over.
+	resolved := map[string]bool{}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		done := 0
+		for _, id := range ids {
+			j, err := reader.Get(ctx, id)
+			if err != nil {
+				return perJob{}, err
+			}
+			if a, ok := j.Attempt(1); sc.resolve && ok && a.State == job.AttemptUnknown && !resolved[id] {
+				code, body, err := admin.do(ctx, http.MethodPost, "/v1/jobs/"+id+"/attempts/1/resolve", "",
+					map[string]any{"outcome": "failed", "reason": "provider has no record of the request"})
+				if err != nil || code != http.StatusOK {
+					return perJob{}, fmt.Errorf("resolve %s: %d %v %s", id, code, err, body)
+				}
+				resolved[id] = true
+			}
+			if j.Status.Terminal() && len(j.Open()) == 0 {
+				if got := states(j); got != sc.want {
+					return perJob{}, fmt.Errorf("job %s settled as %s, want %s", id, got, sc.want)
+				}
+				done++
+			}
+		}
+		if done == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return perJob{}, fmt.Errorf("%d of %d jobs settled within 60 s", done, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if sc.resolve {
+		apiRequests++ // the operator's resolve
+	}
+	var transitions int
+	for _, id := range ids {
+		if err := awaitExecution(ctx, s, id); err != nil {
+			return perJob{}, err
+		}
+		t, err := s.SFN.StateTransitions(ctx, id)
+		if err != nil {
+			return perJob{}, err
+		}
+		transitions += t
+	}
+	// Late work (the hedge's loser, a call waiting out its timeout) still
+	// reads and writes after the job settled: it belongs to the job.
+	if err := s.Lambda.Wait(ctx); err != nil {
+		return perJob{}, err
+	}
+	elapsed := time.Since(start)
+
+	d := deltaOf(ddb0, proxy.snapshot())
+	tot, byOp := d.totals()
+	ms1, _ := times.snapshot()
+	fn := float64(n)
+	var readBacks int
+	for k, st := range d {
+		if strings.HasSuffix(k, " "+proxy.jobsTable) {
+			readBacks += st.CondFailed
+		}
+	}
+	r := perJob{
+		Scenario: sc.Name, Jobs: n,
+		DynamoRequests: round2(float64(tot.Requests) / fn), DynamoByOp: map[string]float64{},
+		ReadUnits: round2(tot.ReadUnits / fn), WriteUnits: round2(tot.WriteUnits / fn),
+		IndexWriteUnits: round2(tot.IndexWriteUnits / fn), CondFailed: round2(float64(tot.CondFailed) / fn),
+		ReadBacks:         round2(float64(readBacks) / fn),
+		StateTransitions:  round2(float64(transitions) / fn),
+		LambdaInvocations: map[string]float64{"api": apiRequests},
+		LambdaBilledMS:    map[string]float64{"api": round2(sum(apiMS) / fn)},
+		APIRequests:       apiRequests,
+		Seconds:           round2(elapsed.Seconds()),
+	}
+	if sc.resolve {
+		// The resolve request is billed like a create; use the create's time.
+		r.LambdaBilledMS["api"] = round2(2 * sum(apiMS) / fn)
+	}
+	for op, k := range byOp {
+		r.DynamoByOp[op] = round2(float64(k) / fn)
+	}
+	for _, f := range taskFunctions {
+		if k := s.Lambda.Requests(f) - req0[f]; k > 0 {
+			r.LambdaInvocations[f] = round2(float64(k) / fn)
+			r.LambdaBilledMS[f] = round2((ms1[f] - ms0[f]) / fn)
+		}
+	}
+	return r, nil
+}
+
+// awaitExecution waits until the job's execution has closed.
+func awaitExecution(ctx context.Context, s *localstack.Stack, id string) error {
+	arn := strings.Replace(s.SFN.StateMachineARN(), ":stateMachine:", ":execution:", 1) + ":" + id
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := s.SFNClient.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
+		if err != nil {
+			return fmt.Errorf("describe %s: %w", id, err)
+		}
+		if out.Status != sfntypes.ExecutionStatusRunning {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("execution %s still running", id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func states(j job.Job) string {
+	parts := make([]string, 0, len(j.Attempts))
+	for _, a := range j.Attempts {
+		parts = append(parts, fmt.Sprintf("%d:%s:%s", a.Number, a.Provider, a.State))
+	}
+	return strings.Join(parts, ",")
+}
+
+func sum(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+func printReport(w io.Writer, r report) {
+	fmt.Fprintf(w, "onejob bench — %s, %v/%v, %v CPUs, %v, node %v\n", r.GeneratedAt, r.Host["goos"], r.Host["goarch"],
+		r.Host["cpus"], r.Host["go"], r.Host["node"])
+
+	section(w, "POST /v1/jobs vs dynalite conditional PutItem of the same job item, same concurrency (closed loop)")
+	tw := table(w)
+	fmt.Fprintln(tw, "clients\tstarter\tPutItem/s\tp50 ms\tp99 ms\tAPI/s\tp50 ms\tp99 ms\tthroughput ×PutItem\tp50 ×PutItem\tp99 ×PutItem\tdrain after\t")
+	for _, t := range r.Throughput {
+		drain := "-"
+		if t.Drain != nil {
+			drain = t.Drain.String()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2f\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n", t.Concurrency, t.Starter,
+			t.Raw.PerSecond, t.Raw.P50Millis, t.Raw.P99Millis, t.API.PerSecond, t.API.P50Millis, t.API.P99Millis,
+			t.ThroughputRatio, t.P50Ratio, t.P99Ratio, drain)
+	}
+	tw.Flush()
+
+	section(w, "Idempotency storm: N concurrent creates with one key vs N with distinct keys")
+	tw = table(w)
+	fmt.Fprintln(tw, "starter\trequests\tdistinct keys s\tsame key s\tsame ×distinct\t201\t200 replayed\tjob IDs\terrors\tStartExecution accepted (same key)\tdrain after\t")
+	for _, s := range r.Storms {
+		drain := "-"
+		if s.Drain != nil {
+			drain = s.Drain.String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%s\t\n", s.Starter, s.Requests, s.DistinctSeconds,
+			s.SameKeySeconds, s.Ratio, s.Created, s.Replayed, s.JobIDs, s.Errors, s.StartExecutionCalls, drain)
+	}
+	tw.Flush()
+
+	section(w, "Per job (averages): DynamoDB, Step Functions, Lambda, API Gateway")
+	tw = table(w)
+	fmt.Fprintln(tw, "scenario\tjobs\tDDB requests\tby operation\tRRU\tWRU\t+index WRU\tcond. failed\ttransitions\tLambda invocations\tLambda billed ms\tAPI requests\t")
+	for _, p := range r.PerJob {
+		var ops []string
+		for _, k := range sortedKeys(p.DynamoByOp) {
+			ops = append(ops, fmt.Sprintf("%s %.4g", k, p.DynamoByOp[k]))
+		}
+		var inv, billed []string
+		for _, k := range sortedKeys(p.LambdaInvocations) {
+			inv = append(inv, fmt.Sprintf("%s %.3g", k, p.LambdaInvocations[k]))
+			billed = append(billed, fmt.Sprintf("%s %.0f", k, p.LambdaBilledMS[k]))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.0f\t\n", p.Scenario, p.Jobs, p.DynamoRequests,
+			strings.Join(ops, ", "), p.ReadUnits, p.WriteUnits, p.IndexWriteUnits, p.CondFailed, p.StateTransitions,
+			strings.Join(inv, ", "), strings.Join(billed, ", "), p.APIRequests)
+	}
+	tw.Flush()
+
+	section(w, "Prices used (us-east-1, on-demand, first tier; looked up "+r.PricesCheckedOn+")")
+	tw = table(w)
+	fmt.Fprintln(tw, "item\tUSD\tper\teffective\tnumber on an AWS page\tsource\t")
+	for _, k := range sortedKeys(r.Prices) {
+		p := r.Prices[k]
+		conf := "no (secondary sources; UNCONFIRMED on aws.amazon.com)"
+		if p.Confirmed {
+			conf = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%s\t\n", p.Item, p.USD, p.Per, p.Effective, conf, p.Sources[0])
+	}
+	tw.Flush()
+
+	section(w, "AWS cost per million jobs (USD) implied by the per-job counts")
+	tw = table(w)
+	fmt.Fprintln(tw, "scenario\tDynamoDB\tStep Functions\tLambda requests\tLambda duration\tAPI Gateway\ttotal\t×happy path\t")
+	for _, c := range r.CostPerMillionJobs {
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", c.Scenario, c.DynamoDB, c.StepFunctions,
+			c.LambdaReq, c.LambdaGBs, c.APIGateway, c.Total, c.RatioToHappy)
+	}
+	tw.Flush()
+
+	if len(r.Functions) > 0 {
+		section(w, "Functions: size (make build, linux/arm64) and cold init under aws-lambda-rie (host-arch build), medians")
+		tw = table(w)
+		fmt.Fprintln(tw, "function\tarm64 bytes\t×empty\tamd64 bytes\tcold start ms\t×empty\tinit ms\t×empty\tfirst invoke ms\twarm invoke ms\t")
+		for _, f := range r.Functions {
+			arm := "missing (run make build)"
+			if f.ARM64Bytes > 0 {
+				arm = fmt.Sprintf("%d", f.ARM64Bytes)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%.1f\t%.2f\t%.1f\t%.2f\t%.2f\t%.2f\t\n", f.Name, arm, f.SizeRatio, f.AMD64Bytes,
+				f.ColdMS, f.ColdRatio, f.InitMS, f.InitRatio, f.FirstMS, f.WarmMS)
+		}
+		tw.Flush()
+	}
+
+	section(w, "Notes")
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "- %s\n", n)
+	}
+}
+
+func section(w io.Writer, title string) {
+	fmt.Fprintf(w, "\n== %s\n", title)
+}
+
+func table(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+}
+
+func (d drained) String() string {
+	s := fmt.Sprintf("%.1f s", d.Seconds)
+	if d.Stuck > 0 || d.Unknown > 0 {
+		s += fmt.Sprintf(" (%d stuck, %d jobs unknown)", d.Stuck, d.Unknown)
+	}
+	return s
+}
