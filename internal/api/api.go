@@ -372,7 +372,10 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 // start hands the job to the orchestrator. The job is durable already, so a
 // failure is logged and left to the sweeper, never reported as an error.
 func (h *Handler) start(ctx context.Context, r *request, j job.Job) {
-	if h.starter == nil {
+	// A replay restarts only a job nothing has touched yet (its first start
+	// may have been lost); once an attempt exists, an execution is running
+	// or ran, and a storm of replays must not become a storm of starts.
+	if h.starter == nil || j.Status != job.StatusPending {
 		return
 	}
 	if err := h.starter.Start(ctx, j); err != nil {

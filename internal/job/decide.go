@@ -219,16 +219,25 @@ func DecideRunning(j Job, n int, now time.Time) (Transition, error) {
 }
 
 // DecideUnknown records that an attempt outlived its timeout: its outcome is
-// unknown, never failed. An attempt that already finished stays as it is.
+// unknown, never failed. An attempt that already finished stays as it is; one
+// that was never claimed (still starting) provably never called its provider
+// and fails as retryable instead.
 func DecideUnknown(j Job, n int, reason string, now time.Time) (Transition, error) {
 	a, ok := j.Attempt(n)
 	if !ok {
 		return Transition{}, ErrAttemptNotFound
 	}
-	if a.State != AttemptStarting && a.State != AttemptRunning {
-		return noop(j, KindAttempt, n), nil
+	switch a.State {
+	case AttemptStarting:
+		// Never claimed by a runner, so the provider was never called — and
+		// never will be: a claim needs the attempt to be starting. Nothing is
+		// ambiguous, so the job may fall back at once.
+		return attemptTo(j, a, AttemptFailed, &Failure{Class: ClassRetryable,
+			Message: "not claimed by a runner within its timeout (" + reason + "); the provider was not called"}, "", "", now)
+	case AttemptRunning:
+		return attemptTo(j, a, AttemptUnknown, &Failure{Class: ClassAmbiguous, Message: reason}, "", "", now)
 	}
-	return attemptTo(j, a, AttemptUnknown, &Failure{Class: ClassAmbiguous, Message: reason}, "", "", now)
+	return noop(j, KindAttempt, n), nil
 }
 
 // DecideAttemptFailed records a provider failure for an attempt. A failure

@@ -15,7 +15,7 @@
 //	starting ─▶ running ─▶ succeeded | failed
 //	   │           │
 //	   │           └──timeout──▶ unknown ─resolve─▶ succeeded | failed | cancelled
-//	   └─▶ failed | unknown
+//	   └─▶ failed (timed out before a runner claimed it: never sent)
 //	starting | running | unknown ─lost the race─▶ discarded
 //
 // A job's status is derived from its attempts until an outcome is written:

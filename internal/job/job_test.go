@@ -281,3 +281,19 @@ func TestOverdue(t *testing.T) {
 		t.Fatalf("an unknown attempt is not overdue: %v", got)
 	}
 }
+
+func TestTimeoutBeforeClaimFails(t *testing.T) {
+	t.Parallel()
+	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j = after(job.DecideUnknown(j, 1, "timeout", t0))
+	a, _ := j.Attempt(1)
+	if a.State != job.AttemptFailed || a.Error == nil || a.Error.Class != job.ClassRetryable || j.Status != job.StatusRunning {
+		t.Fatalf("attempt %s (%+v), job %s: want failed retryable, job running", a.State, a.Error, j.Status)
+	}
+	if tr, err := job.DecideRunning(j, 1, t0); err != nil || !tr.Noop() {
+		t.Fatalf("a late claim must not succeed: noop=%v err=%v", tr.Noop(), err)
+	}
+	if plan := job.Next(j, job.Policy{Certified: func(string) bool { return true }}, t0); plan.Action != job.ActionRun || plan.Provider != "p2" {
+		t.Fatalf("plan = %+v, want fallback to p2", plan)
+	}
+}

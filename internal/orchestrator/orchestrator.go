@@ -53,7 +53,8 @@ func (s *Starter) Start(ctx context.Context, j job.Job) error {
 }
 
 func (s *Starter) start(ctx context.Context, id string) (bool, error) {
-	_, err := s.client.StartExecution(ctx, &sfn.StartExecutionInput{
+	begun := time.Now()
+	out, err := s.client.StartExecution(ctx, &sfn.StartExecutionInput{
 		StateMachineArn: aws.String(s.arn),
 		Name:            aws.String(id),
 		Input:           aws.String(ExecutionInput(id)),
@@ -64,6 +65,11 @@ func (s *Starter) start(ctx context.Context, id string) (bool, error) {
 	}
 	if err != nil {
 		return false, fmt.Errorf("start execution %s: %w", id, err)
+	}
+	// For a running execution of the same name and input, Step Functions
+	// answers with the original start: that is not a new execution.
+	if out.StartDate != nil && out.StartDate.Before(begun.Add(-5*time.Second)) {
+		return false, nil
 	}
 	s.log.InfoContext(ctx, "execution_started", "job_id", id)
 	return true, nil
