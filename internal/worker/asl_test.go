@@ -99,7 +99,11 @@ func TestStateMachineRoutesEveryAction(t *testing.T) {
 	route := def["States"].(map[string]any)["Route"].(map[string]any)
 	var routed []string
 	for _, c := range route["Choices"].([]any) {
-		routed = append(routed, c.(map[string]any)["StringEquals"].(string))
+		rule := c.(map[string]any)
+		if and, ok := rule["And"].([]any); ok {
+			rule = and[0].(map[string]any)
+		}
+		routed = append(routed, rule["StringEquals"].(string))
 	}
 	for _, a := range []job.Action{job.ActionRun, job.ActionWait, job.ActionFinalize, job.ActionDone} {
 		if !slices.Contains(routed, string(a)) {
