@@ -20,12 +20,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
-)
 
-// rieModule is the AWS Lambda Runtime Interface Emulator, built into the
-// bench's temp folder with `go install pkg@version` so the project's go.mod
-// never mentions it.
-const rieModule = "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@v0.0.0-20261030222936-bef5c4ba774d"
+	"github.com/onejob/onejob/internal/invoke"
+)
 
 // baselineFunction is bench/emptyfn: aws-lambda-go and nothing else.
 const baselineFunction = "emptyfn"
@@ -76,7 +73,7 @@ func measureFunctions(ctx context.Context, o options, tmp string, env functionEn
 	if err := goBuild(ctx, o.root, "arm64", arm64Dir, "./bench/"+baselineFunction); err != nil {
 		return nil, err
 	}
-	rie, err := buildRIE(ctx, tmp)
+	rie, err := invoke.EnsureRIE(ctx, o.root, os.Stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -153,18 +150,6 @@ func goBuild(ctx context.Context, root, goarch, outDir string, pkgs ...string) e
 	return nil
 }
 
-// buildRIE installs the emulator into tmp/rie from the module proxy.
-func buildRIE(ctx context.Context, tmp string) (string, error) {
-	gobin := filepath.Join(tmp, "rie")
-	slog.Info("building", "what", rieModule)
-	cmd := exec.CommandContext(ctx, "go", "install", rieModule)
-	cmd.Dir = tmp // outside the project: its go.mod is not consulted
-	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install %s: %w\n%s", rieModule, err, out)
-	}
-	return filepath.Join(gobin, "aws-lambda-rie"), nil
-}
 
 // invokePayload is a small, valid event for each function: the API gets
 // a recorded API Gateway event, the task functions a job that does not
