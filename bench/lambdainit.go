@@ -150,7 +150,6 @@ func goBuild(ctx context.Context, root, goarch, outDir string, pkgs ...string) e
 	return nil
 }
 
-
 // invokePayload is a small, valid event for each function: the API gets
 // a recorded API Gateway event, the task functions a job that does not
 // exist (one DynamoDB read, then a named error), the sweeper nothing.
