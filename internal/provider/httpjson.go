@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -248,3 +249,36 @@ func truncate(s string) string {
 	}
 	return s[:cut] + "…"
 }
+
+// HTTPBase is what every HTTP adapter shares: a JSON client named after the
+// provider, a logger and a clock, with their defaults filled in once here.
+type HTTPBase struct {
+	http JSONClient
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+// NewHTTPBase fills the defaults: a discarding logger, time.Now, and the
+// adapter's request-id headers.
+func NewHTTPBase(name string, client *http.Client, log *slog.Logger, now func() time.Time, requestIDHeaders ...string) HTTPBase {
+	if log == nil {
+		log = DiscardLogger()
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return HTTPBase{
+		http: JSONClient{Provider: name, HTTP: client, Now: now, RequestIDHeaders: requestIDHeaders},
+		log:  log,
+		now:  now,
+	}
+}
+
+// Client is the JSON client.
+func (b *HTTPBase) Client() *JSONClient { return &b.http }
+
+// Logger is the adapter's logger.
+func (b HTTPBase) Logger() *slog.Logger { return b.log }
+
+// Clock is the adapter's clock.
+func (b HTTPBase) Clock() func() time.Time { return b.now }

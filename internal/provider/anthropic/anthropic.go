@@ -64,10 +64,8 @@ func (c *Config) validate() error {
 
 // Adapter calls POST {base}/v1/messages.
 type Adapter struct {
-	cfg  Config
-	http provider.JSONClient
-	log  *slog.Logger
-	now  func() time.Time
+	provider.HTTPBase
+	cfg Config
 }
 
 // New validates cfg and returns the adapter.
@@ -75,20 +73,7 @@ func New(cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &Adapter{cfg: cfg, log: cfg.Logger, now: cfg.Now}
-	if a.log == nil {
-		a.log = provider.DiscardLogger()
-	}
-	if a.now == nil {
-		a.now = time.Now
-	}
-	a.http = provider.JSONClient{
-		Provider:         cfg.Name,
-		HTTP:             cfg.HTTPClient,
-		Now:              a.now,
-		RequestIDHeaders: []string{"request-id"},
-	}
-	return a, nil
+	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "request-id"), cfg: cfg}, nil
 }
 
 // Name implements provider.Provider.
@@ -133,8 +118,8 @@ type messagesResponse struct {
 // Call implements provider.Provider. A 529 (overloaded) is retryable through
 // provider.ClassifyStatus.
 func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
-	start := a.now()
-	defer func() { provider.LogCall(ctx, a.log, a.cfg.Name, req, a.now().Sub(start), resp, err) }()
+	start := a.Clock()()
+	defer func() { provider.LogCall(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), resp, err) }()
 	if err := provider.CheckRequest(a.cfg.Name, req, true); err != nil {
 		return provider.Response{}, err
 	}
@@ -162,13 +147,13 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	header.Set("anthropic-version", APIVersion)
 	header.Set("Idempotency-Key", req.IdempotencyKey)
 
-	hresp, err := a.http.PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/v1/messages", header, body)
+	hresp, err := a.Client().PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/v1/messages", header, body)
 	if err != nil {
 		return provider.Response{}, err
 	}
 	var m messagesResponse
 	if err := json.Unmarshal(hresp.Body, &m); err != nil {
-		return provider.Response{}, a.http.Malformed(hresp, "decode message", err)
+		return provider.Response{}, a.Client().Malformed(hresp, "decode message", err)
 	}
 	if hresp.RequestID == "" {
 		hresp.RequestID = m.ID
@@ -181,7 +166,7 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 				continue
 			}
 			if !provider.IsJSONObject(block.Input) {
-				return provider.Response{}, a.http.NoStructuredOutput(hresp, "tool input is not a JSON object")
+				return provider.Response{}, a.Client().NoStructuredOutput(hresp, "tool input is not a JSON object")
 			}
 			model := m.Model
 			if model == "" {
@@ -196,5 +181,5 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if text.Len() > 0 {
 		msg += ": " + provider.Excerpt(text.String())
 	}
-	return provider.Response{}, a.http.NoStructuredOutput(hresp, msg)
+	return provider.Response{}, a.Client().NoStructuredOutput(hresp, msg)
 }

@@ -72,10 +72,8 @@ func (c *Config) validate() error {
 
 // Adapter calls POST {base}/chat/completions.
 type Adapter struct {
-	cfg  Config
-	http provider.JSONClient
-	log  *slog.Logger
-	now  func() time.Time
+	provider.HTTPBase
+	cfg Config
 }
 
 // New validates cfg and returns the adapter.
@@ -83,20 +81,7 @@ func New(cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &Adapter{cfg: cfg, log: cfg.Logger, now: cfg.Now}
-	if a.log == nil {
-		a.log = provider.DiscardLogger()
-	}
-	if a.now == nil {
-		a.now = time.Now
-	}
-	a.http = provider.JSONClient{
-		Provider:         cfg.Name,
-		HTTP:             cfg.HTTPClient,
-		Now:              a.now,
-		RequestIDHeaders: []string{"x-request-id"},
-	}
-	return a, nil
+	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "x-request-id"), cfg: cfg}, nil
 }
 
 // Name implements provider.Provider.
@@ -132,8 +117,8 @@ type completion struct {
 
 // Call implements provider.Provider.
 func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
-	start := a.now()
-	defer func() { provider.LogCall(ctx, a.log, a.cfg.Name, req, a.now().Sub(start), resp, err) }()
+	start := a.Clock()()
+	defer func() { provider.LogCall(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), resp, err) }()
 	if err := provider.CheckRequest(a.cfg.Name, req, true); err != nil {
 		return provider.Response{}, err
 	}
@@ -165,13 +150,13 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		header.Set("Authorization", "Bearer "+a.cfg.APIKey.Reveal())
 	}
 
-	hresp, err := a.http.PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/chat/completions", header, body)
+	hresp, err := a.Client().PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/chat/completions", header, body)
 	if err != nil {
 		return provider.Response{}, err
 	}
 	var c completion
 	if err := json.Unmarshal(hresp.Body, &c); err != nil {
-		return provider.Response{}, a.http.Malformed(hresp, "decode chat completion", err)
+		return provider.Response{}, a.Client().Malformed(hresp, "decode chat completion", err)
 	}
 	if hresp.RequestID == "" {
 		// vLLM and Ollama may omit x-request-id; the completion id still
@@ -179,21 +164,21 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		hresp.RequestID = c.ID
 	}
 	if len(c.Choices) == 0 {
-		return provider.Response{}, a.http.Malformed(hresp, "no choices in chat completion", nil)
+		return provider.Response{}, a.Client().Malformed(hresp, "no choices in chat completion", nil)
 	}
 	choice := c.Choices[0]
 	if r := choice.Message.Refusal; r != nil && *r != "" {
-		return provider.Response{}, a.http.NoStructuredOutput(hresp, "model refused: "+provider.Excerpt(*r))
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "model refused: "+provider.Excerpt(*r))
 	}
 	if choice.FinishReason == "length" {
-		return provider.Response{}, a.http.NoStructuredOutput(hresp, "output truncated at the token limit")
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "output truncated at the token limit")
 	}
 	content := ""
 	if choice.Message.Content != nil {
 		content = *choice.Message.Content
 	}
 	if !provider.IsJSONObject([]byte(content)) {
-		return provider.Response{}, a.http.NoStructuredOutput(hresp, "message content is not a JSON object: "+provider.Excerpt(content))
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "message content is not a JSON object: "+provider.Excerpt(content))
 	}
 	model := c.Model
 	if model == "" {

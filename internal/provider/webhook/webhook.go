@@ -70,10 +70,8 @@ func isLoopback(host string) bool {
 
 // Adapter posts attempts to the webhook URL.
 type Adapter struct {
-	cfg  Config
-	http provider.JSONClient
-	log  *slog.Logger
-	now  func() time.Time
+	provider.HTTPBase
+	cfg Config
 }
 
 // New validates cfg and returns the adapter.
@@ -81,20 +79,7 @@ func New(cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &Adapter{cfg: cfg, log: cfg.Logger, now: cfg.Now}
-	if a.log == nil {
-		a.log = provider.DiscardLogger()
-	}
-	if a.now == nil {
-		a.now = time.Now
-	}
-	a.http = provider.JSONClient{
-		Provider:         cfg.Name,
-		HTTP:             cfg.HTTPClient,
-		Now:              a.now,
-		RequestIDHeaders: []string{"X-Request-Id"},
-	}
-	return a, nil
+	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "X-Request-Id"), cfg: cfg}, nil
 }
 
 // Name implements provider.Provider.
@@ -118,8 +103,8 @@ type Response struct {
 
 // Call implements provider.Provider.
 func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
-	start := a.now()
-	defer func() { provider.LogCall(ctx, a.log, a.cfg.Name, req, a.now().Sub(start), resp, err) }()
+	start := a.Clock()()
+	defer func() { provider.LogCall(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), resp, err) }()
 	if err := provider.CheckRequest(a.cfg.Name, req, false); err != nil {
 		return provider.Response{}, err
 	}
@@ -132,7 +117,7 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if !a.cfg.Token.IsZero() {
 		header.Set("Authorization", "Bearer "+a.cfg.Token.Reveal())
 	}
-	hresp, err := a.http.PostJSON(ctx, a.cfg.URL, header, Request{
+	hresp, err := a.Client().PostJSON(ctx, a.cfg.URL, header, Request{
 		JobID:          req.JobID,
 		Attempt:        req.Attempt,
 		IdempotencyKey: req.IdempotencyKey,
@@ -145,10 +130,10 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	}
 	var body Response
 	if err := json.Unmarshal(hresp.Body, &body); err != nil {
-		return provider.Response{}, a.http.Malformed(hresp, "decode webhook response: "+provider.Excerpt(string(hresp.Body)), err)
+		return provider.Response{}, a.Client().Malformed(hresp, "decode webhook response: "+provider.Excerpt(string(hresp.Body)), err)
 	}
 	if !provider.IsJSONObject(body.Output) {
-		return provider.Response{}, a.http.NoStructuredOutput(hresp, `response has no "output" object`)
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, `response has no "output" object`)
 	}
 	model := body.Model
 	if model == "" {
