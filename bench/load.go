@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/onejob/onejob/internal/auth"
+	"github.com/onejob/onejob/internal/apiclient"
 	"github.com/onejob/onejob/internal/localstack"
 )
 
@@ -117,57 +115,25 @@ func percentile(d []time.Duration, q float64) float64 {
 }
 
 // apiClient posts creates to a local API as one owner.
-type apiClient struct {
-	base  string
-	token string
-	http  *http.Client
-}
+type apiClient struct{ api *apiclient.Client }
 
 func newAPIClient(base, secret, subject string, scopes ...string) (*apiClient, error) {
-	tokens, err := auth.New(auth.Config{Secret: []byte(secret)})
-	if err != nil {
-		return nil, err
-	}
-	tok, err := tokens.Mint(auth.Grant{Subject: subject, Scopes: scopes, TTL: time.Hour})
-	if err != nil {
-		return nil, err
-	}
 	// One connection per concurrent caller, kept alive: the storm opens a
 	// thousand at once.
 	tr := &http.Transport{MaxIdleConns: 2048, MaxIdleConnsPerHost: 2048, DisableCompression: true}
-	return &apiClient{base: base, token: tok, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
+	c, err := apiclient.New(base, secret, subject, &http.Client{Transport: tr, Timeout: 60 * time.Second}, scopes...)
+	if err != nil {
+		return nil, err
+	}
+	return &apiClient{api: c}, nil
 }
 
 func defaultSecret() string { return localstack.DefaultJWTSecret }
 
 // do sends one request and returns the status and body.
 func (c *apiClient) do(ctx context.Context, method, path, key string, body any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, out, err
+	code, _, out, err := c.api.Do(ctx, method, path, key, body)
+	return code, out, err
 }
 
 // create posts one job and wants 201 (new) or 200 (replayed).

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onejob/onejob/internal/apiclient"
 	"github.com/onejob/onejob/internal/auth"
 )
 
@@ -104,54 +104,22 @@ func (in *instance) kill() {
 }
 
 // client is one owner talking to the local HTTP API.
-type client struct {
-	base  string
-	token string
-	http  *http.Client
-}
+type client struct{ api *apiclient.Client }
 
 func newClient(t *testing.T, base, secret, sub string, scopes ...string) *client {
 	t.Helper()
-	tokens, err := auth.New(auth.Config{Secret: []byte(secret)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokens.Mint(auth.Grant{Subject: sub, Scopes: scopes, TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
-	return &client{base: base, token: tok, http: &http.Client{Timeout: 10 * time.Second, Transport: tr}}
+	c, err := apiclient.New(base, secret, sub, &http.Client{Timeout: 10 * time.Second, Transport: tr}, scopes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client{api: c}
 }
 
 // do sends one request; err is a transport error (no HTTP answer).
 func (c *client) do(ctx context.Context, method, path, key string, body any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, out, err
+	code, _, out, err := c.api.Do(ctx, method, path, key, body)
+	return code, out, err
 }
 
 // waitReady polls the API until it answers an authenticated list.

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/onejob/onejob/internal/auth"
+	"github.com/onejob/onejob/internal/apiclient"
 	"github.com/onejob/onejob/internal/localstack"
 )
 
@@ -91,49 +91,26 @@ func stack(t *testing.T, flavour string, cfg localstack.Config) *localstack.Stac
 
 // client talks to the local HTTP API as one owner.
 type client struct {
-	t     *testing.T
-	base  string
-	token string
+	t   *testing.T
+	api *apiclient.Client
 }
 
 func newClient(t *testing.T, s *localstack.Stack, sub string, scopes ...string) *client {
 	t.Helper()
-	tokens, err := auth.New(auth.Config{Secret: []byte(localstack.DefaultJWTSecret)})
+	c, err := apiclient.New(s.APIURL, localstack.DefaultJWTSecret, sub, nil, scopes...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := tokens.Mint(auth.Grant{Subject: sub, Scopes: scopes, TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &client{t: t, base: s.APIURL, token: tok}
+	return &client{t: t, api: c}
 }
 
 func (c *client) do(method, path, key string, body any) (int, http.Header, []byte) {
 	c.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, c.base+path, rd)
+	code, header, out, err := c.api.Do(context.Background(), method, path, key, body)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, out
+	return code, header, out
 }
 
 type attemptView struct {

@@ -161,7 +161,7 @@ func TestDuplicateDeliverySameEndStates(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := &client{t: t, base: c.base, token: c.token}
+			c := &client{t: t, api: c.api}
 			j := c.submit(tc.jobType, "dup-"+tc.name, tc.script)
 			j = c.await(j.ID, 30*time.Second, "settled", func(j jobView) bool {
 				return terminal(j) && states(j) == tc.want
@@ -205,7 +205,7 @@ func TestFiftyRandomJobs(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, p := range jobs {
 		wg.Go(func() {
-			cc := &client{t: t, base: c.base, token: c.token}
+			cc := &client{t: t, api: c.api}
 			j := cc.submit("demo", p.key, script{
 				sim.DemoPrimary:  {"outcome": p.primary, "latency_ms": rng32(p.key) % 200},
 				sim.DemoFallback: {"outcome": p.backup, "latency_ms": rng32(p.key+"b") % 200},
