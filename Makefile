@@ -130,7 +130,7 @@ invoke: tools
 # `make invoke` for every file in events/, with the expected answers (also part
 # of `make test`).
 test-invoke: tools
-	$(GO) test -count=1 -v -run '^TestEveryEvent$$' ./internal/invoke/
+	$(GO) test -count=1 -v -run '^TestEveryEvent$$' ./internal/dev/rie/
 
 # The CDK assertion tests synthesize every environment (~1 GB to compile cold).
 test-infra:
@@ -142,7 +142,7 @@ test-infra:
 .PHONY: lincheck-long
 lincheck-long: tools
 	ONEJOB_LIN_OPS=$${ONEJOB_LIN_OPS:-20000} $(GO) test -race -count=1 -timeout 30m -v \
-		-run '^TestLinearizableUnderFaults$$' ./internal/linearizability/
+		-run '^TestLinearizableUnderFaults$$' ./internal/verify/linearizability/
 
 # ---- benchmarks (bench/; not part of `make test`) ----------------------------
 # POST /v1/jobs throughput and latency against dynalite's raw conditional

@@ -17,11 +17,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/onejob/onejob/internal/invoke"
+	"github.com/onejob/onejob/internal/dev/rie"
+	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
 // baselineFunction is bench/emptyfn: aws-lambda-go and nothing else.
@@ -73,7 +73,7 @@ func measureFunctions(ctx context.Context, o options, tmp string, env functionEn
 	if err := goBuild(ctx, o.root, "arm64", arm64Dir, "./bench/"+baselineFunction); err != nil {
 		return nil, err
 	}
-	rie, err := invoke.EnsureRIE(ctx, o.root, os.Stderr)
+	rie, err := rie.EnsureRIE(ctx, o.root, os.Stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +182,11 @@ var (
 // --runtime-api-address (the default 127.0.0.1:9001 would collide) and
 // takes one invocation at a time.
 func coldStart(ctx context.Context, rie, bin, name string, env functionEnv, payload []byte) (coldMeasure, error) {
-	apiPort, err := freePort()
+	apiPort, err := testenv.FreePort()
 	if err != nil {
 		return coldMeasure{}, err
 	}
-	runtimePort, err := freePort()
+	runtimePort, err := testenv.FreePort()
 	if err != nil {
 		return coldMeasure{}, err
 	}
@@ -204,7 +204,7 @@ func coldStart(ctx context.Context, rie, bin, name string, env functionEnv, payl
 		"ONEJOB_JOBS_TABLE=" + env.tables[0], "ONEJOB_ATTEMPTS_TABLE=" + env.tables[1],
 		"ONEJOB_CERTIFICATIONS_TABLE=" + env.tables[2], "ONEJOB_ENV=bench", "ONEJOB_STATE_MACHINE_ARN=" + env.stateARN,
 	}
-	var stdout syncBuffer
+	var stdout testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
@@ -290,15 +290,6 @@ func reports(out string) (inits, durations []float64) {
 	return inits, durations
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func ms(d time.Duration) float64 { return round2(float64(d.Microseconds()) / 1000) }
 
 func median(v []float64) float64 {
@@ -311,22 +302,4 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return round2((s[len(s)/2-1] + s[len(s)/2]) / 2)
-}
-
-// syncBuffer is a bytes.Buffer safe for the emulator's two output streams.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/onejob/onejob/internal/apiclient"
-	"github.com/onejob/onejob/internal/localstack"
+	"github.com/onejob/onejob/internal/dev/apiclient"
+	"github.com/onejob/onejob/internal/dev/stack"
 )
 
 // loadResult is one closed-loop measurement.
@@ -128,7 +128,7 @@ func newAPIClient(base, secret, subject string, scopes ...string) (*apiClient, e
 	return &apiClient{api: c}, nil
 }
 
-func defaultSecret() string { return localstack.DefaultJWTSecret }
+func defaultSecret() string { return stack.DefaultJWTSecret }
 
 // do sends one request and returns the status and body.
 func (c *apiClient) do(ctx context.Context, method, path, key string, body any) (int, []byte, error) {

@@ -34,7 +34,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onejob/onejob/internal/dynalite"
+	"github.com/onejob/onejob/internal/dev/dynalite"
+	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/store"
 )
 
@@ -91,7 +92,7 @@ func main() {
 func run(ctx context.Context, o options) error {
 	started := time.Now()
 	var err error
-	if o.root, err = dynalite.FindRoot(); err != nil {
+	if o.root, err = testenv.Root(); err != nil {
 		return err
 	}
 	for _, p := range []*string{&o.out, &o.logPath} {

@@ -16,10 +16,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
-	"github.com/onejob/onejob/internal/dynalite"
+	"github.com/onejob/onejob/internal/dev/dynalite"
+	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/localstack"
-	"github.com/onejob/onejob/internal/provider/sim"
 	"github.com/onejob/onejob/internal/store"
 	"github.com/onejob/onejob/internal/worker"
 )
@@ -98,13 +98,13 @@ const benchCallTimeout = 5 * time.Second
 
 // measurePerJob runs each scenario on a stack whose DynamoDB traffic goes
 // through the counting proxy, with the sweeper off so nothing else writes.
-func measurePerJob(ctx context.Context, o options, dynamo string, logOut *slog.Logger) ([]perJob, *localstack.Stack, func(), error) {
+func measurePerJob(ctx context.Context, o options, dynamo string, logOut *slog.Logger) ([]perJob, *stack.Stack, func(), error) {
 	names := store.NamesWithPrefix("bench-cost")
 	proxy := newDDBProxy(dynamo, names.Jobs)
 	ps := httptest.NewServer(proxy)
 	times := newLambdaTimes()
 	log := slog.New(captureHandler{next: logOut.Handler(), observe: times.observe})
-	s, err := localstack.Start(ctx, localstack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
+	s, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
 		TablePrefix: "bench-cost", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log})
 	if err != nil {
 		ps.Close()
@@ -144,7 +144,7 @@ func measurePerJob(ctx context.Context, o options, dynamo string, logOut *slog.L
 	return out, s, closeAll, nil
 }
 
-func runScenario(ctx context.Context, s *localstack.Stack, proxy *ddbProxy, times *lambdaTimes, user, admin *apiClient,
+func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *lambdaTimes, user, admin *apiClient,
 	reader *store.Store, sc scenario, n int) (perJob, error) {
 	slog.Info("measuring", "scenario", sc.Name, "jobs", n)
 	// Start from a quiet stack: nothing of the last scenario still running.
@@ -278,7 +278,7 @@ func runScenario(ctx context.Context, s *localstack.Stack, proxy *ddbProxy, time
 }
 
 // awaitExecution waits until the job's execution has closed.
-func awaitExecution(ctx context.Context, s *localstack.Stack, id string) error {
+func awaitExecution(ctx context.Context, s *stack.Stack, id string) error {
 	arn := strings.Replace(s.SFN.StateMachineARN(), ":stateMachine:", ":execution:", 1) + ":" + id
 	deadline := time.Now().Add(30 * time.Second)
 	for {

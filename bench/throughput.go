@@ -16,10 +16,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
-	"github.com/onejob/onejob/internal/api"
-	"github.com/onejob/onejob/internal/auth"
+	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/localstack"
 )
 
 // throughputRow compares POST /v1/jobs with dynalite's raw conditional
@@ -70,16 +70,16 @@ const createInput = `{"prompt":"bench"}`
 // apiServer serves the API over net/http without a Starter: creates write
 // the job and return, as the deployed API would with Step Functions
 // unreachable (the sweeper would start them later).
-func apiServer(s *localstack.Stack, log *slog.Logger) (string, func(), error) {
-	h, err := api.New(api.Config{Engine: s.Engine, Catalog: api.JobTypes{Catalog: s.Catalog}, Logger: log})
+func apiServer(s *stack.Stack, log *slog.Logger) (string, func(), error) {
+	h, err := apigw.New(apigw.Config{Engine: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Logger: log})
 	if err != nil {
 		return "", nil, err
 	}
-	tokens, err := auth.New(auth.Config{Secret: []byte(defaultSecret())})
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(defaultSecret())})
 	if err != nil {
 		return "", nil, err
 	}
-	local, err := api.NewLocal(api.LocalConfig{Handler: h, Tokens: tokens, Logger: log})
+	local, err := apigwlocal.NewServer(apigwlocal.ServerConfig{Handler: h, Tokens: tokens, Logger: log})
 	if err != nil {
 		return "", nil, err
 	}
@@ -102,7 +102,7 @@ func measureThroughput(ctx context.Context, o options, dynamo string, logOut *sl
 			starts.Add(1)
 		}
 	}})
-	s, err := localstack.Start(ctx, localstack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: dynamo,
+	s, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: dynamo,
 		TablePrefix: "bench-tp", Logger: log})
 	if err != nil {
 		return nil, nil, err
@@ -181,7 +181,7 @@ func measureThroughput(ctx context.Context, o options, dynamo string, logOut *sl
 // unknown attempt waits for an operator forever) end the wait after
 // stallAfter without progress; they are reported as stuck, with the jobs
 // left unknown.
-func drain(ctx context.Context, s *localstack.Stack) drained {
+func drain(ctx context.Context, s *stack.Stack) drained {
 	const stallAfter = 10 * time.Second
 	start, lastProgress := time.Now(), time.Now()
 	last := -1
@@ -223,7 +223,7 @@ type drained struct {
 	Unknown int `json:"jobs_unknown"`
 }
 
-func runningExecutions(ctx context.Context, s *localstack.Stack) (int, error) {
+func runningExecutions(ctx context.Context, s *stack.Stack) (int, error) {
 	n := 0
 	var token *string
 	for {

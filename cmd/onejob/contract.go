@@ -15,7 +15,7 @@ import (
 
 	"github.com/onejob/onejob/internal/app"
 	"github.com/onejob/onejob/internal/certify"
-	"github.com/onejob/onejob/internal/dynalite"
+	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"

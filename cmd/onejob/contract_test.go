@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/onejob/onejob/internal/dynalite/dynalitetest"
-	"github.com/onejob/onejob/internal/provider/sim"
+	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
+	"github.com/onejob/onejob/internal/dev/sim"
 )
 
 var harness dynalitetest.Harness

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/infra/permissions"
-	"github.com/onejob/onejob/internal/invoke"
+	"github.com/onejob/onejob/internal/dev/rie"
 )
 
 // invokeCommand runs one function's real bootstrap under the Lambda Runtime
@@ -51,7 +51,7 @@ func invokeMain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if *fn == "" {
-		*fn = invoke.FunctionForEvent(*eventPath)
+		*fn = rie.FunctionForEvent(*eventPath)
 	}
 
 	var logs io.Writer = stderr
@@ -59,7 +59,7 @@ func invokeMain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		logs = nil
 	}
 	started := time.Now()
-	l, err := invoke.Start(ctx, invoke.Config{Output: logs, Progress: stderr})
+	l, err := rie.Start(ctx, rie.Config{Output: logs, Progress: stderr})
 	if err != nil {
 		return err
 	}
@@ -68,9 +68,9 @@ func invokeMain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	ready := time.Since(started)
-	var res *invoke.Result
+	var res *rie.Result
 	if *empty {
-		res, err = l.InvokeIn(ctx, *fn, event, invoke.ScenarioEmpty, "")
+		res, err = l.InvokeIn(ctx, *fn, event, rie.ScenarioEmpty, "")
 	} else {
 		res, err = l.Invoke(ctx, *fn, event)
 	}
@@ -87,7 +87,7 @@ func invokeMain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stderr, "  RIE status %d, duration %v (cold, init included), wall %v; setup and build %v\n",
 		res.Response.Status, res.Report.Duration.Round(time.Millisecond/10),
 		res.Wall.Round(time.Millisecond), ready.Round(time.Millisecond))
-	var denied []invoke.Call
+	var denied []rie.Call
 	for _, c := range res.Calls {
 		mark := ""
 		if !permissions.Allows(res.Function, c.Action, c.Resource) {
@@ -98,7 +98,7 @@ func invokeMain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if res.Response.FunctionError != "" {
 		// As with `sam local invoke`, a function error is a response, not
-		// a failure of the invoke.
+		// a failure of the rie.
 		fmt.Fprintf(stderr, "  function error: %s\n", res.Response.FunctionError)
 	}
 	fmt.Fprintln(stdout, string(res.Response.Body))

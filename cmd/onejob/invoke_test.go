@@ -8,7 +8,7 @@ import (
 )
 
 // TestInvokeFlags covers what is refused before anything is started; the
-// invocations themselves are tested in internal/invoke.
+// invocations themselves are tested in internal/dev/rie.
 func TestInvokeFlags(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

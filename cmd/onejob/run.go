@@ -10,9 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/onejob/onejob/internal/api"
-	"github.com/onejob/onejob/internal/auth"
-	"github.com/onejob/onejob/internal/localstack"
+	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/stack"
 )
 
 // runCommand starts the whole system on this machine until Ctrl-C:
@@ -29,7 +28,7 @@ func runCommand(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	settings := api.LocalSettingsFromEnv(os.Getenv)
+	settings := apigwlocal.LocalSettingsFromEnv(os.Getenv)
 	var logOut io.Writer = os.Stderr
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -52,7 +51,7 @@ func runCommand(ctx context.Context, args []string) error {
 	started := time.Now()
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	s, err := localstack.Start(startCtx, localstack.Config{
+	s, err := stack.Start(startCtx, stack.Config{
 		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)),
@@ -61,15 +60,15 @@ func runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.Close()
-	tokens, err := auth.New(auth.Config{Secret: []byte(settings.JWTSecret)})
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(settings.JWTSecret)})
 	if err != nil {
 		return err
 	}
-	user, err := tokens.Mint(auth.Grant{Subject: "user-1", TTL: 24 * time.Hour})
+	user, err := tokens.Mint(apigwlocal.Grant{Subject: "user-1", TTL: 24 * time.Hour})
 	if err != nil {
 		return err
 	}
-	admin, err := tokens.Mint(auth.Grant{Subject: "operator", Scopes: []string{"jobs:admin"}, TTL: 24 * time.Hour})
+	admin, err := tokens.Mint(apigwlocal.Grant{Subject: "operator", Scopes: []string{"jobs:admin"}, TTL: 24 * time.Hour})
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onejob/onejob/internal/auth"
+	"github.com/onejob/onejob/internal/dev/apigwlocal"
 )
 
 // tokenCommand prints an HS256 bearer token for the local server, signed
@@ -30,7 +30,7 @@ func token(_ context.Context, args []string, getenv func(string) string, now fun
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: onejob token --sub SUBJECT [--scope SCOPE] [--ttl 24h]\n\n"+
-			"Prints an HS256 token signed with $%s (default %q).\n\n", auth.EnvLocalSecret, auth.DefaultLocalSecret)
+			"Prints an HS256 token signed with $%s (default %q).\n\n", apigwlocal.EnvLocalSecret, apigwlocal.DefaultLocalSecret)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -42,15 +42,15 @@ func token(_ context.Context, args []string, getenv func(string) string, now fun
 	if *sub == "" {
 		return errors.New("token: --sub is required")
 	}
-	secret := getenv(auth.EnvLocalSecret)
+	secret := getenv(apigwlocal.EnvLocalSecret)
 	if secret == "" {
-		secret = auth.DefaultLocalSecret
+		secret = apigwlocal.DefaultLocalSecret
 	}
-	tokens, err := auth.New(auth.Config{Secret: []byte(secret), Clock: now})
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(secret), Clock: now})
 	if err != nil {
 		return err
 	}
-	tok, err := tokens.Mint(auth.Grant{Subject: *sub, Scopes: scopes, TTL: *ttl})
+	tok, err := tokens.Mint(apigwlocal.Grant{Subject: *sub, Scopes: scopes, TTL: *ttl})
 	if err != nil {
 		return fmt.Errorf("token: %w", err)
 	}

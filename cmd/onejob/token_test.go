@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/onejob/onejob/internal/auth"
+	"github.com/onejob/onejob/internal/dev/apigwlocal"
 )
 
 func TestToken(t *testing.T) {
@@ -25,12 +25,12 @@ func TestToken(t *testing.T) {
 		wantScope string
 		wantExp   time.Time
 	}{
-		{name: "Defaults", args: []string{"--sub", "user-1"}, secret: auth.DefaultLocalSecret, wantExp: now.Add(24 * time.Hour)},
+		{name: "Defaults", args: []string{"--sub", "user-1"}, secret: apigwlocal.DefaultLocalSecret, wantExp: now.Add(24 * time.Hour)},
 		{name: "AdminScope", args: []string{"--sub", "op-1", "--scope", "jobs:admin", "--ttl", "1h"},
-			secret: auth.DefaultLocalSecret, wantScope: "jobs:admin", wantExp: now.Add(time.Hour)},
+			secret: apigwlocal.DefaultLocalSecret, wantScope: "jobs:admin", wantExp: now.Add(time.Hour)},
 		{name: "RepeatedScopes", args: []string{"-sub=op-1", "-scope", "openid", "-scope", "jobs:admin email"},
-			secret: auth.DefaultLocalSecret, wantScope: "openid jobs:admin email", wantExp: now.Add(24 * time.Hour)},
-		{name: "SecretFromEnv", args: []string{"--sub", "user-1"}, env: map[string]string{auth.EnvLocalSecret: "from-env"},
+			secret: apigwlocal.DefaultLocalSecret, wantScope: "openid jobs:admin email", wantExp: now.Add(24 * time.Hour)},
+		{name: "SecretFromEnv", args: []string{"--sub", "user-1"}, env: map[string]string{apigwlocal.EnvLocalSecret: "from-env"},
 			secret: "from-env", wantExp: now.Add(24 * time.Hour)},
 	}
 	for _, tc := range tests {
@@ -41,7 +41,7 @@ func TestToken(t *testing.T) {
 			if err := token(context.Background(), tc.args, getenv, func() time.Time { return now }, &out, io.Discard); err != nil {
 				t.Fatal(err)
 			}
-			tokens, err := auth.New(auth.Config{Secret: []byte(tc.secret), Clock: func() time.Time { return now }})
+			tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(tc.secret), Clock: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/onejob/onejob/internal/api"
+	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/app"
 	"github.com/onejob/onejob/internal/jobtype"
 )
@@ -26,7 +26,7 @@ func main() {
 	lambda.Start(h.Handle)
 }
 
-func handler(ctx context.Context) (*api.Handler, error) {
+func handler(ctx context.Context) (*apigw.Handler, error) {
 	rt, err := app.New(ctx, app.LoadEnv(os.Getenv), true)
 	if err != nil {
 		return nil, err
@@ -40,5 +40,5 @@ func handler(ctx context.Context) (*api.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return api.New(api.Config{Engine: rt.Engine, Catalog: api.JobTypes{Catalog: cat}, Starter: starter, Logger: rt.Logger})
+	return apigw.New(apigw.Config{Engine: rt.Engine, Catalog: apigw.JobTypes{Catalog: cat}, Starter: starter, Logger: rt.Logger})
 }

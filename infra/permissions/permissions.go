@@ -1,6 +1,6 @@
 // Package permissions is the one list of what each Lambda function may do to
 // the stack's resources. infra/stack turns it into IAM statements; the local
-// invoke test (internal/invoke) runs the real function binaries and checks
+// invoke test (internal/dev/rie) runs the real function binaries and checks
 // that every DynamoDB and Step Functions call they make is listed here. It
 // imports nothing from the CDK so that test stays cheap to compile.
 package permissions

@@ -17,7 +17,8 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/onejob/onejob/internal/app"
-	"github.com/onejob/onejob/internal/invoke"
+	"github.com/onejob/onejob/internal/dev/rie"
+	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/store"
 )
 
@@ -37,7 +38,7 @@ type synthesized struct {
 // its calls stay on this goroutine) and then checks the templates in
 // parallel subtests that only read Go maps.
 func TestStack(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.MustRoot(t)
 	fnDir := stubFunctions(t)
 	for _, env := range []string{"dev", "staging", "prod"} {
 		s := synth(t, root, fnDir, env)
@@ -704,7 +705,7 @@ func TestFindCycle(t *testing.T) {
 
 func TestLoadConfig(t *testing.T) {
 	t.Parallel()
-	root := repoRoot(t)
+	root := testenv.MustRoot(t)
 	fnDir := stubFunctions(t)
 	base := cdkContext(t, root)
 	load := func(over map[string]any, env map[string]string) (Config, error) {
@@ -799,7 +800,7 @@ func TestDefinitionPlaceholders(t *testing.T) {
 // TestCDKJSON pins what offline synthesis depends on.
 func TestCDKJSON(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "cdk.json"))
+	b, err := os.ReadFile(filepath.Join(testenv.MustRoot(t), "cdk.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1084,25 +1085,6 @@ func toAny(ss []string) []any {
 	return out
 }
 
-// repoRoot finds the module root (where cdk.json and statemachine/ live).
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test")
-		}
-		dir = parent
-	}
-}
-
 // cdkContext is cdk.json's context: the feature flags and per-environment
 // settings the CLI would pass.
 func cdkContext(t *testing.T, root string) map[string]any {
@@ -1140,7 +1122,7 @@ func stubFunctions(t *testing.T) string {
 // the stack.
 func TestMakefileFunctions(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "Makefile"))
+	b, err := os.ReadFile(filepath.Join(testenv.MustRoot(t), "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1157,13 +1139,13 @@ func TestMakefileFunctions(t *testing.T) {
 	}
 }
 
-// TestInvokeMirrorsFunctions keeps `make invoke` (internal/invoke), which
+// TestInvokeMirrorsFunctions keeps `make invoke` (internal/dev/rie), which
 // runs each function under RIE with its deployed timeout and memory, in
 // step with the functions this stack deploys in every environment.
 func TestInvokeMirrorsFunctions(t *testing.T) {
 	t.Parallel()
-	got := map[string]invoke.Function{}
-	for _, f := range invoke.Functions() {
+	got := map[string]rie.Function{}
+	for _, f := range rie.Functions() {
 		got[f.Name] = f
 	}
 	for _, env := range []string{"dev", "staging", "prod"} {
@@ -1171,12 +1153,12 @@ func TestInvokeMirrorsFunctions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[string]invoke.Function{}
+		want := map[string]rie.Function{}
 		for _, s := range fnSpecs(cfg) {
-			want[s.name] = invoke.Function{Name: s.name, Timeout: s.timeout, MemoryMB: int(s.memoryMB)}
+			want[s.name] = rie.Function{Name: s.name, Timeout: s.timeout, MemoryMB: int(s.memoryMB)}
 		}
 		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: invoke.Functions() %v, stack deploys %v", env, got, want)
+			t.Errorf("%s: rie.Functions() %v, stack deploys %v", env, got, want)
 		}
 	}
 }

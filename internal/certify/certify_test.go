@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/certify"
-	"github.com/onejob/onejob/internal/dynalite/dynalitetest"
+	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
+	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/provider/adapters"
-	"github.com/onejob/onejob/internal/provider/sim"
 	"github.com/onejob/onejob/internal/store"
 )
 

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/engine"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/store"
@@ -27,25 +27,8 @@ type env struct {
 	eng   *engine.Engine
 	db    *dynamodb.Client
 	names store.TableNames
-	logs  *syncBuffer
+	logs  *testenv.SyncBuffer
 	calls *atomic.Int64
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // countRequests is SDK middleware counting every DynamoDB request sent.
@@ -65,7 +48,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	calls := &atomic.Int64{}
 	db, names := harness.Tables(t, countRequests(calls))
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	st, err := store.New(store.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
 		CertificationsTable: names.Certifications})
 	if err != nil {

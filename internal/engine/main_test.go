@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/onejob/onejob/internal/dynalite/dynalitetest"
+	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
 )
 
 var harness dynalitetest.Harness

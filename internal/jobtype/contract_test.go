@@ -10,12 +10,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/anthropic"
 	"github.com/onejob/onejob/internal/provider/bedrock"
 	"github.com/onejob/onejob/internal/provider/openai"
-	"github.com/onejob/onejob/internal/provider/sim"
 	"github.com/onejob/onejob/internal/provider/webhook"
 )
 

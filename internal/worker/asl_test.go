@@ -8,13 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/worker"
 )
 
 func loadASL(t *testing.T) (string, map[string]any) {
 	t.Helper()
-	raw, err := os.ReadFile("../../statemachine/onejob.asl.json")
+	raw, err := os.ReadFile(testenv.Path(t, "statemachine", "onejob.asl.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
-	"github.com/onejob/onejob/internal/provider/sim"
 )
 
 const secretValue = "sk-live-NEVER-LOG-ME"

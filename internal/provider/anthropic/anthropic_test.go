@@ -7,10 +7,10 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/anthropic"
-	"github.com/onejob/onejob/internal/provider/providertest"
-	"github.com/onejob/onejob/internal/provider/sim"
+	"github.com/onejob/onejob/internal/verify/providertest"
 )
 
 func newAdapter(t *testing.T, env providertest.Env) provider.Provider {

@@ -9,10 +9,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/bedrock"
-	"github.com/onejob/onejob/internal/provider/providertest"
-	"github.com/onejob/onejob/internal/provider/sim"
+	"github.com/onejob/onejob/internal/verify/providertest"
 )
 
 const modelID = "anthropic.claude-test-v1:0"

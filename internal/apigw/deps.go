@@ -1,0 +1,58 @@
+package apigw
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// Catalog finds job types by name. The API needs only this much of the
+// job-type catalog; an adapter over package jobtype provides it.
+type Catalog interface {
+	Lookup(jobType string) (JobType, bool)
+}
+
+// JobType is one job type's contract as far as creating a job is concerned.
+type JobType interface {
+	// ValidateInput checks an input object against the type's input schema.
+	// Pointers are JSON Pointers relative to the input (the API prefixes
+	// them with "/input"); nil means valid.
+	ValidateInput(input json.RawMessage) []FieldError
+	// DefaultProviders is the order providers are tried in when a request
+	// names none.
+	DefaultProviders() []string
+	// KnownProvider reports whether a request may name the provider.
+	KnownProvider(name string) bool
+}
+
+// Starter starts a job's execution. It must be idempotent (Step Functions
+// StartExecution named by the job ID is): it is called after every
+// successful create and every replay. A failed start leaves a pending job
+// that the sweeper starts later.
+type Starter interface {
+	Start(ctx context.Context, j job.Job) error
+}
+
+// FieldError is one entry of a validation-failed problem: what is wrong,
+// and where — a JSON Pointer into the body, or a query parameter's name.
+type FieldError struct {
+	Pointer   string
+	Parameter string
+	Detail    string
+}
+
+// MarshalJSON writes "parameter" for a query parameter and "pointer"
+// otherwise — also when it is "", which points at the whole body.
+func (e FieldError) MarshalJSON() ([]byte, error) {
+	if e.Parameter != "" {
+		return json.Marshal(struct {
+			Parameter string `json:"parameter"`
+			Detail    string `json:"detail"`
+		}{e.Parameter, e.Detail})
+	}
+	return json.Marshal(struct {
+		Pointer string `json:"pointer"`
+		Detail  string `json:"detail"`
+	}{e.Pointer, e.Detail})
+}

@@ -1,0 +1,454 @@
+package apigw_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
+	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/engine"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/store"
+)
+
+var harness dynalitetest.Harness
+
+func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
+
+const testSecret = "api-test-secret"
+
+// ---- fakes ------------------------------------------------------------------
+
+// fakeCatalog knows demo, demo-hedge and ticket-triage like package jobtype
+// does, and "explode", whose validation panics (a stand-in for a bug).
+type fakeCatalog struct{}
+
+type fakeType struct {
+	name      string
+	providers []string
+}
+
+func (fakeCatalog) Lookup(name string) (apigw.JobType, bool) {
+	switch name {
+	case "demo", "demo-hedge", "explode":
+		return fakeType{name: name, providers: []string{"sim-primary", "sim-fallback"}}, true
+	case "ticket-triage":
+		return fakeType{name: name, providers: []string{"sim-primary"}}, true
+	}
+	return nil, false
+}
+
+func (t fakeType) DefaultProviders() []string { return append([]string(nil), t.providers...) }
+
+func (t fakeType) KnownProvider(p string) bool {
+	for _, x := range t.providers {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+func (t fakeType) ValidateInput(input json.RawMessage) []apigw.FieldError {
+	if t.name == "explode" {
+		panic("catalog bug: secret internal detail")
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(input, &m); err != nil {
+		return []apigw.FieldError{{Pointer: "", Detail: "must be an object"}}
+	}
+	var errs []apigw.FieldError
+	var prompt string
+	if raw, ok := m["prompt"]; !ok {
+		errs = append(errs, apigw.FieldError{Pointer: "/prompt", Detail: "is required"})
+	} else if json.Unmarshal(raw, &prompt) != nil || prompt == "" {
+		errs = append(errs, apigw.FieldError{Pointer: "/prompt", Detail: "must be a non-empty string"})
+	}
+	for k := range m {
+		if k != "prompt" && k != "simulate" && k != "n" {
+			errs = append(errs, apigw.FieldError{Pointer: "/" + k, Detail: "unknown member"})
+		}
+	}
+	return errs
+}
+
+// fakeStarter records the jobs it was asked to start.
+type fakeStarter struct {
+	mu   sync.Mutex
+	ids  []string
+	fail bool
+}
+
+func (s *fakeStarter) Start(_ context.Context, j job.Job) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids = append(s.ids, j.ID)
+	if s.fail {
+		return errors.New("states: ThrottlingException: rate exceeded")
+	}
+	return nil
+}
+
+func (s *fakeStarter) started() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.ids...)
+}
+
+// ---- environment --------------------------------------------------------------
+
+// env is one test's API: a real engine on fresh dynalite tables, the
+// handler, and the local server on a loopback listener.
+type env struct {
+	h        *apigw.Handler
+	eng      *engine.Engine
+	db       *dynamodb.Client
+	names    store.TableNames
+	logs     *testenv.SyncBuffer
+	starter  *fakeStarter
+	tokens   *apigwlocal.Tokens
+	srv      *httptest.Server
+	client   *http.Client
+	contract *contract
+}
+
+type envOption func(*apigw.Config, *store.Config)
+
+func failingStarter(c *apigw.Config, _ *store.Config) { c.Starter.(*fakeStarter).fail = true }
+
+func smallResponses(c *apigw.Config, _ *store.Config) { c.MaxResponseBytes = 3000 }
+
+func missingTables(_ *apigw.Config, s *store.Config) {
+	s.JobsTable, s.AttemptsTable = "no-such-jobs", "no-such-attempts"
+}
+
+func newEnv(t testing.TB, opts ...envOption) *env {
+	t.Helper()
+	db, names := harness.Tables(t)
+	logs := &testenv.SyncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	sc := store.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts, CertificationsTable: names.Certifications}
+	starter := &fakeStarter{}
+	ac := apigw.Config{Catalog: fakeCatalog{}, Starter: starter, Logger: logger}
+	for _, o := range opts {
+		o(&ac, &sc)
+	}
+	st, err := store.New(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{Store: st, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac.Engine = eng
+	h, err := apigw.New(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(testSecret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := apigwlocal.NewServer(apigwlocal.ServerConfig{Handler: h, Tokens: tokens, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(local)
+	t.Cleanup(srv.Close)
+	e := &env{h: h, eng: eng, db: db, names: names, logs: logs, starter: starter, tokens: tokens, srv: srv,
+		contract: loadContract(t)}
+	e.client = &http.Client{Timeout: 30 * time.Second, Transport: &validating{t: t, next: srv.Client().Transport, c: e.contract}}
+	return e
+}
+
+func (e *env) token(t testing.TB, sub string, scopes ...string) string {
+	t.Helper()
+	tok, err := e.tokens.Mint(apigwlocal.Grant{Subject: sub, Scopes: scopes, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// count scans a table consistently.
+func (e *env) count(t testing.TB, table string) int {
+	t.Helper()
+	out, err := e.db.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(out.Count)
+}
+
+// call is one HTTP request to the local server.
+type call struct {
+	method  string
+	path    string
+	token   string // sent as a bearer token when not empty
+	headers map[string]string
+	body    []byte
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r result) problem(t testing.TB) map[string]any {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("content type %q, want application/problem+json; body %s", ct, r.body)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatalf("problem body %s: %v", r.body, err)
+	}
+	return p
+}
+
+func (r result) jobBody(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body %s: %v", r.body, err)
+	}
+	return m
+}
+
+func (e *env) do(t testing.TB, c call) result {
+	t.Helper()
+	req, err := http.NewRequest(c.method, e.srv.URL+c.path, bytes.NewReader(c.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	for k, v := range c.headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", c.method, c.path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return result{status: resp.StatusCode, header: resp.Header, body: body}
+}
+
+// create posts a job as owner with key.
+func (e *env) create(t testing.TB, owner, key, body string) result {
+	t.Helper()
+	return e.do(t, call{method: http.MethodPost, path: "/v1/jobs", token: e.token(t, owner),
+		headers: map[string]string{"Idempotency-Key": key, "Content-Type": "application/json"}, body: []byte(body)})
+}
+
+func (e *env) mustCreate(t testing.TB, owner, key, body string) string {
+	t.Helper()
+	r := e.create(t, owner, key, body)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	return r.jobBody(t)["id"].(string)
+}
+
+const demoBody = `{"type":"demo","input":{"prompt":"hello"}}`
+
+func wantProblem(t testing.TB, r result, status int, code apigw.Code) map[string]any {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	p := r.problem(t)
+	if p["type"] != code.Type() || p["status"] != float64(status) {
+		t.Fatalf("problem %s, want type %s", r.body, code.Type())
+	}
+	if id, _ := p["request_id"].(string); id == "" {
+		t.Fatalf("problem without request_id: %s", r.body)
+	}
+	return p
+}
+
+// ---- the OpenAPI contract ---------------------------------------------------------
+
+// contract validates responses against openapi.yaml.
+type contract struct {
+	doc       *openapi3.T
+	router    routers.Router
+	problem   *openapi3.Schema
+	routeKeys map[string]bool // "GET /v1/jobs/{id}", as API Gateway names routes
+}
+
+func loadContract(t testing.TB) *contract {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(apigw.OpenAPI())
+	if err != nil {
+		t.Fatalf("load openapi.yaml: %v", err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("openapi.yaml is %s, want 3.1", doc.OpenAPI)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("openapi.yaml is invalid: %v", err)
+	}
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			keys[method+" "+path] = true
+		}
+	}
+	return &contract{doc: doc, router: router, problem: doc.Components.Schemas["Problem"].Value, routeKeys: keys}
+}
+
+// check validates one response to req. Requests outside the document's
+// operations (unknown paths, other methods) must answer a problem.
+func (c *contract) check(req *http.Request, status int, header http.Header, body []byte) error {
+	route, params, err := c.router.FindRoute(req)
+	// The legacy router ignores a trailing slash; the API does not.
+	if err != nil || (len(req.URL.Path) > 1 && strings.HasSuffix(req.URL.Path, "/")) {
+		return c.checkProblem(status, header, body)
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 status,
+		Header:                 header,
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	in.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		return fmt.Errorf("%s %s → %d: %w\nbody: %s", req.Method, req.URL.Path, status, err, body)
+	}
+	return nil
+}
+
+func (c *contract) checkProblem(status int, header http.Header, body []byte) error {
+	if status < 400 || header.Get("Content-Type") != "application/problem+json" {
+		return fmt.Errorf("undocumented response %d %s: %s", status, header.Get("Content-Type"), body)
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return fmt.Errorf("problem body: %w", err)
+	}
+	if err := c.problem.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		return fmt.Errorf("problem %s: %w", body, err)
+	}
+	return nil
+}
+
+// checkEvent validates a handler response to an event.
+func (c *contract) checkEvent(ev events.APIGatewayV2HTTPRequest, resp events.APIGatewayV2HTTPResponse) error {
+	path := ev.RawPath
+	if p, err := url.PathUnescape(path); err == nil {
+		path = p
+	}
+	method := ev.RequestContext.HTTP.Method
+	// A route key names the operation whatever the raw path (a named stage
+	// prefixes it); the handler trusts it as it trusts API Gateway.
+	if m, tmpl, ok := strings.Cut(ev.RouteKey, " "); ok && c.routeKeys[ev.RouteKey] {
+		method, path = m, tmpl
+		for k, v := range ev.PathParameters {
+			path = strings.ReplaceAll(path, "{"+k+"}", v)
+		}
+	}
+	req := &http.Request{Method: method, URL: &url.URL{Path: path}, Header: http.Header{}}
+	header := http.Header{}
+	for k, v := range resp.Headers {
+		header.Set(k, v)
+	}
+	return c.check(req, resp.StatusCode, header, []byte(resp.Body))
+}
+
+// validating checks every response the local server sends.
+type validating struct {
+	t    testing.TB
+	next http.RoundTripper
+	c    *contract
+}
+
+func (v *validating) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := v.next.RoundTrip(req)
+	if err != nil || req.URL.Path == "/openapi.yaml" {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if err := v.c.check(req, resp.StatusCode, resp.Header, body); err != nil {
+		v.t.Errorf("response violates openapi.yaml: %v", err)
+	}
+	return resp, nil
+}
+
+// ---- events -------------------------------------------------------------------------
+
+// event builds an API Gateway event for direct handler calls.
+func event(method, path, owner, scope string, headers map[string]string, body string) events.APIGatewayV2HTTPRequest {
+	ev := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: "$default", RawPath: path, Headers: headers, Body: body,
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RequestID: "req-" + strings.ReplaceAll(path, "/", "-"),
+			HTTP:      events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: path},
+		},
+	}
+	if owner != "" {
+		claims := map[string]string{"sub": owner}
+		if scope != "" {
+			claims["scope"] = scope
+		}
+		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: claims},
+		}
+	}
+	return ev
+}
+
+// handle calls the handler directly and validates its response.
+func (e *env) handle(t testing.TB, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	resp, err := e.h.Handle(context.Background(), ev)
+	if err != nil {
+		t.Fatalf("Handle returned an error: %v", err)
+	}
+	if err := e.contract.checkEvent(ev, resp); err != nil {
+		t.Errorf("response violates openapi.yaml: %v", err)
+	}
+	return resp
+}
+
+type eventT = events.APIGatewayV2HTTPRequest

@@ -1,0 +1,38 @@
+package apigw
+
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/onejob/onejob/internal/jobtype"
+)
+
+// JobTypes adapts the embedded job types to what the API validates.
+type JobTypes struct {
+	Catalog *jobtype.Catalog
+}
+
+// Lookup finds a job type.
+func (c JobTypes) Lookup(name string) (JobType, bool) {
+	t, ok := c.Catalog.Get(name)
+	if !ok {
+		return nil, false
+	}
+	return apiType{t}, true
+}
+
+type apiType struct{ t *jobtype.Type }
+
+func (a apiType) ValidateInput(input json.RawMessage) []FieldError {
+	var out []FieldError
+	for _, fe := range a.t.ValidateInput(input) {
+		out = append(out, FieldError{Pointer: fe.Pointer, Detail: fe.Message})
+	}
+	return out
+}
+
+func (a apiType) DefaultProviders() []string { return a.t.Providers() }
+
+// KnownProvider limits a request to the type's own providers: only they
+// are covered by its contract and its certifications.
+func (a apiType) KnownProvider(name string) bool { return slices.Contains(a.t.Providers(), name) }

@@ -1,0 +1,184 @@
+package apigw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/onejob/onejob/internal/engine"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/store"
+)
+
+// ProblemBase prefixes every problem type URI (RFC 9457 §3.1.1). The URIs
+// are stable identifiers; clients match on them, never on titles.
+const ProblemBase = "https://onejob.dev/problems/"
+
+// Code names a kind of problem; its type URI is ProblemBase + code.
+type Code string
+
+// Problem codes.
+const (
+	CodeIdempotencyKeyMissing Code = "idempotency-key-missing"
+	CodeIdempotencyKeyInvalid Code = "idempotency-key-invalid"
+	CodeIdempotencyKeyReused  Code = "idempotency-key-reused"
+	CodeMalformedJSON         Code = "malformed-json"
+	CodeUnsupportedMediaType  Code = "unsupported-media-type"
+	CodePayloadTooLarge       Code = "payload-too-large"
+	CodeValidationFailed      Code = "validation-failed"
+	CodeUnknownJobType        Code = "unknown-job-type"
+	CodeInvalidCursor         Code = "invalid-cursor"
+	CodeNotFound              Code = "not-found"
+	CodeForbidden             Code = "forbidden"
+	CodeUnauthenticated       Code = "unauthenticated"
+	CodeConflict              Code = "conflict"
+	CodeMethodNotAllowed      Code = "method-not-allowed"
+	CodeUnavailable           Code = "unavailable"
+	CodeInternal              Code = "internal"
+)
+
+// Codes lists every problem code, for documentation and tests.
+func Codes() []Code {
+	return []Code{
+		CodeIdempotencyKeyMissing, CodeIdempotencyKeyInvalid, CodeIdempotencyKeyReused, CodeMalformedJSON,
+		CodeUnsupportedMediaType, CodePayloadTooLarge, CodeValidationFailed, CodeUnknownJobType,
+		CodeInvalidCursor, CodeNotFound, CodeForbidden, CodeUnauthenticated, CodeConflict,
+		CodeMethodNotAllowed, CodeUnavailable, CodeInternal,
+	}
+}
+
+// Type is the code's problem type URI.
+func (c Code) Type() string { return ProblemBase + string(c) }
+
+// describe is the one table of problem kinds: each code's status and title.
+func (c Code) describe() (int, string) {
+	switch c {
+	case CodeIdempotencyKeyMissing:
+		return http.StatusBadRequest, "Idempotency-Key header missing"
+	case CodeIdempotencyKeyInvalid:
+		return http.StatusBadRequest, "Idempotency-Key header invalid"
+	case CodeIdempotencyKeyReused:
+		return http.StatusConflict, "Idempotency key reused with a different request"
+	case CodeMalformedJSON:
+		return http.StatusBadRequest, "Malformed JSON"
+	case CodeUnsupportedMediaType:
+		return http.StatusUnsupportedMediaType, "Unsupported media type"
+	case CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge, "Payload too large"
+	case CodeValidationFailed:
+		return http.StatusUnprocessableEntity, "Validation failed"
+	case CodeUnknownJobType:
+		return http.StatusUnprocessableEntity, "Unknown job type"
+	case CodeInvalidCursor:
+		return http.StatusBadRequest, "Invalid cursor"
+	case CodeNotFound:
+		return http.StatusNotFound, "Not found"
+	case CodeForbidden:
+		return http.StatusForbidden, "Forbidden"
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized, "Unauthenticated"
+	case CodeConflict:
+		return http.StatusConflict, "Conflict"
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed, "Method not allowed"
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable, "Service unavailable"
+	default:
+		return http.StatusInternalServerError, "Internal error"
+	}
+}
+
+// Status is the HTTP status the code answers with.
+func (c Code) Status() int {
+	status, _ := c.describe()
+	return status
+}
+
+// Error is a problem found at the edge. Its Detail is written for the
+// client; it never wraps internal error text.
+type Error struct {
+	Code   Code
+	Detail string
+	Errors []FieldError
+	// Allow lists the methods of a path, for method-not-allowed.
+	Allow string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Detail) }
+
+func fail(c Code, detail string) *Error { return &Error{Code: c, Detail: detail} }
+
+func invalid(errs ...FieldError) *Error {
+	return &Error{Code: CodeValidationFailed, Detail: "the request is not valid; see errors", Errors: errs}
+}
+
+// problem is an RFC 9457 problem document plus onejob's extension members.
+type problem struct {
+	Type      string       `json:"type"`
+	Title     string       `json:"title"`
+	Status    int          `json:"status"`
+	Detail    string       `json:"detail"`
+	Instance  string       `json:"instance,omitempty"`
+	RequestID string       `json:"request_id"`
+	JobID     string       `json:"job_id,omitempty"`
+	Errors    []FieldError `json:"errors,omitempty"`
+
+	allow string
+}
+
+// problemOf is the one table from errors to problems: the edge's own
+// *Error, then the domain's and the store's typed errors. Anything else is
+// an internal fault whose text stays in the log.
+func problemOf(err error) problem {
+	var (
+		edge     *Error
+		reused   *job.KeyReusedError
+		finished *job.FinishedError
+		trans    *job.TransitionError
+		invalidJ *job.InvalidError
+		authErr  *AuthError
+	)
+	p := problem{}
+	code := CodeInternal
+	switch {
+	case errors.As(err, &edge):
+		code, p.Detail, p.Errors, p.allow = edge.Code, edge.Detail, edge.Errors, edge.Allow
+	case errors.As(err, &authErr):
+		code, p.Detail = CodeUnauthenticated, authErr.Reason
+	case errors.Is(err, ErrUnauthenticated):
+		code, p.Detail = CodeUnauthenticated, "a valid bearer token is required"
+	case errors.As(err, &reused):
+		code, p.JobID = CodeIdempotencyKeyReused, reused.JobID
+		p.Detail = "this Idempotency-Key already names a job created from a different request"
+	case errors.Is(err, job.ErrNotFound), errors.Is(err, job.ErrAttemptNotFound):
+		// One body for "absent" and "someone else's": no existence leak.
+		code, p.Detail = CodeNotFound, "no such job or attempt"
+	case errors.As(err, &finished):
+		code, p.Detail = CodeConflict, fmt.Sprintf("the job already %s", finished.Status)
+	case errors.As(err, &trans):
+		code, p.Detail = CodeConflict, fmt.Sprintf("attempt %d is %s: only an unknown attempt can be resolved",
+			trans.Attempt, trans.From)
+	case errors.Is(err, job.ErrAttemptBlocked):
+		code, p.Detail = CodeConflict, "an attempt of this job is starting or unknown"
+	case errors.Is(err, job.ErrJobFinished):
+		code, p.Detail = CodeConflict, "the job already finished"
+	case errors.Is(err, job.ErrInvalidTransition):
+		code, p.Detail = CodeConflict, "the attempt is not in a state that allows this"
+	case errors.Is(err, job.ErrDuplicateKey):
+		code, p.Detail = CodeMalformedJSON, "a JSON object names the same key twice"
+	case errors.As(err, &invalidJ):
+		code, p.Detail = CodeValidationFailed, "the request is not valid; see errors"
+		p.Errors = []FieldError{{Pointer: "/" + invalidJ.Field, Detail: invalidJ.Reason}}
+	case errors.Is(err, store.ErrInvalidCursor):
+		code, p.Detail = CodeInvalidCursor, "the cursor was not issued by this API for this listing"
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, engine.ErrContention),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		code, p.Detail = CodeUnavailable, "the service is temporarily unavailable; retry with the same Idempotency-Key"
+	default:
+		p.Detail = "an internal error occurred; quote the request_id when reporting it"
+	}
+	p.Status, p.Title = code.describe()
+	p.Type = code.Type()
+	return p
+}

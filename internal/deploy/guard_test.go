@@ -1,0 +1,42 @@
+package deploy_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestFunctionsLinkNoTooling keeps what exists only for local runs and tests
+// out of every deployed binary: nothing under internal/dev or internal/verify,
+// no testing package, and no JWT library (API Gateway verifies tokens).
+func TestFunctionsLinkNoTooling(t *testing.T) {
+	t.Parallel()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{.ImportPath}}", "./functions/...")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	forbidden := []string{
+		"github.com/onejob/onejob/internal/dev",
+		"github.com/onejob/onejob/internal/verify",
+		"testing",
+		"github.com/golang-jwt/jwt",
+	}
+	var deps int
+	for _, pkg := range strings.Fields(string(out)) {
+		deps++
+		for _, f := range forbidden {
+			if pkg == f || strings.HasPrefix(pkg, f+"/") {
+				t.Errorf("a function links %s (forbidden: %s)", pkg, f)
+			}
+		}
+	}
+	if deps < 50 {
+		t.Fatalf("go list reported only %d packages; is ./functions/... empty?", deps)
+	}
+}

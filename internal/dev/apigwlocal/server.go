@@ -1,0 +1,256 @@
+package apigwlocal
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/onejob/onejob/internal/apigw"
+)
+
+// Local server settings and their defaults.
+const (
+	EnvLocalAddr     = "ONEJOB_ADDR"
+	DefaultLocalAddr = "127.0.0.1:8080"
+	// localTimeout is API Gateway's integration timeout.
+	localTimeout = 30 * time.Second
+)
+
+// LocalSettings is the local server's configuration from the environment.
+type LocalSettings struct {
+	Addr      string
+	JWTSecret string
+}
+
+// LocalSettingsFromEnv reads ONEJOB_ADDR and ONEJOB_LOCAL_JWT_SECRET,
+// applying their defaults.
+func LocalSettingsFromEnv(getenv func(string) string) LocalSettings {
+	s := LocalSettings{Addr: getenv(EnvLocalAddr), JWTSecret: getenv(EnvLocalSecret)}
+	if s.Addr == "" {
+		s.Addr = DefaultLocalAddr
+	}
+	if s.JWTSecret == "" {
+		s.JWTSecret = DefaultLocalSecret
+	}
+	return s
+}
+
+// ServerConfig wires a Server. Validate it with NewServer.
+type ServerConfig struct {
+	Handler *apigw.Handler
+	// Tokens verifies bearer tokens, as API Gateway's JWT authorizer does.
+	Tokens *Tokens
+	Clock  func() time.Time
+	Logger *slog.Logger
+}
+
+// Server serves the API over plain net/http the way API Gateway does: it
+// runs the JWT authorizer (a 401 problem before the handler is called),
+// builds the payload 2.0 event API Gateway would send, calls the same
+// Handler, and writes its response. GET /openapi.yaml serves the document.
+//
+// Requests matching none of the routes reach the handler under the
+// "$default" route key (API Gateway would answer them itself), so that they
+// too get problem documents.
+type Server struct {
+	h      *apigw.Handler
+	tokens *Tokens
+	now    func() time.Time
+	log    *slog.Logger
+}
+
+// NewServer validates the configuration.
+func NewServer(c ServerConfig) (*Server, error) {
+	if c.Handler == nil || c.Tokens == nil {
+		return nil, errors.New("apigwlocal: the server needs a handler and tokens")
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{h: c.Handler, tokens: c.Tokens, now: c.Clock, log: c.Logger}, nil
+}
+
+// ServeHTTP answers one request as API Gateway and the Lambda would.
+func (l *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/openapi.yaml" {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(apigw.OpenAPI())
+		return
+	}
+	now := l.now()
+	requestID := apigw.NewRequestID()
+	claims, err := l.tokens.Verify(r.Header.Get("Authorization"))
+	if err != nil {
+		resp := l.h.Problem(requestID, r.URL.EscapedPath(), err)
+		l.log.InfoContext(r.Context(), "request", "request_id", requestID, "method", r.Method,
+			"status", resp.StatusCode, "error", err.Error())
+		l.write(w, requestID, resp)
+		return
+	}
+	// One byte past the limit is enough for the handler to answer 413; the
+	// rest is never read.
+	body, err := io.ReadAll(io.LimitReader(r.Body, apigw.MaxBodyBytes+1))
+	if err != nil {
+		l.log.WarnContext(r.Context(), "request_body_unreadable", "request_id", requestID, "error", err.Error())
+		l.write(w, requestID, l.h.Problem(requestID, r.URL.EscapedPath(),
+			&apigw.Error{Code: apigw.CodeMalformedJSON, Detail: "the body could not be read"}))
+		return
+	}
+	ev := l.event(r, body, claims, requestID, now)
+	// A Lambda is not cancelled when the client goes away; API Gateway
+	// gives up after its integration timeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), localTimeout)
+	defer cancel()
+	resp, err := l.h.Handle(ctx, ev)
+	if err != nil {
+		// What API Gateway answers when the function itself fails.
+		resp = events.APIGatewayV2HTTPResponse{StatusCode: http.StatusInternalServerError,
+			Headers: map[string]string{"Content-Type": "application/json"}, Body: `{"message":"Internal Server Error"}`}
+	}
+	l.write(w, requestID, resp)
+}
+
+// event builds the API Gateway HTTP API payload 2.0 event for r.
+func (l *Server) event(r *http.Request, body []byte, claims Claims, requestID string, now time.Time) events.APIGatewayV2HTTPRequest {
+	headers := map[string]string{}
+	var cookies []string
+	for name, values := range r.Header {
+		lname := strings.ToLower(name)
+		if lname == "cookie" {
+			for _, v := range values {
+				for _, c := range strings.Split(v, ";") {
+					if c = strings.TrimSpace(c); c != "" {
+						cookies = append(cookies, c)
+					}
+				}
+			}
+			continue
+		}
+		headers[lname] = strings.Join(values, ",")
+	}
+	sourceIP, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		sourceIP = r.RemoteAddr
+	}
+	headers["host"] = r.Host
+	if r.ContentLength >= 0 && len(body) > 0 {
+		headers["content-length"] = strconv.FormatInt(r.ContentLength, 10)
+	}
+	headers["x-forwarded-for"] = sourceIP
+	headers["x-forwarded-proto"] = "http"
+	if _, port, err := net.SplitHostPort(r.Host); err == nil {
+		headers["x-forwarded-port"] = port
+	}
+	headers["x-amzn-trace-id"] = traceID(now)
+
+	rawPath := r.URL.EscapedPath()
+	routeKey, params := l.h.RouteFor(r.Method, rawPath)
+	var query map[string]string
+	if r.URL.RawQuery != "" {
+		v, _ := url.ParseQuery(r.URL.RawQuery)
+		query = make(map[string]string, len(v))
+		for k, vs := range v {
+			query[k] = strings.Join(vs, ",")
+		}
+	}
+	domainPrefix, _, _ := strings.Cut(r.Host, ".")
+	ev := events.APIGatewayV2HTTPRequest{
+		Version:               "2.0",
+		RouteKey:              routeKey,
+		RawPath:               rawPath,
+		RawQueryString:        r.URL.RawQuery,
+		Cookies:               cookies,
+		Headers:               headers,
+		QueryStringParameters: query,
+		PathParameters:        params,
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey:     routeKey,
+			AccountID:    "000000000000",
+			Stage:        "$default",
+			RequestID:    requestID,
+			APIID:        "local",
+			DomainName:   r.Host,
+			DomainPrefix: domainPrefix,
+			Time:         now.UTC().Format("02/Jan/2006:15:04:05 -0700"),
+			TimeEpoch:    now.UnixMilli(),
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
+				Method:    r.Method,
+				Path:      r.URL.Path,
+				Protocol:  r.Proto,
+				SourceIP:  sourceIP,
+				UserAgent: r.UserAgent(),
+			},
+			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{
+					Claims: claims,
+					Scopes: apigw.Scopes(claims["scope"]),
+				},
+			},
+		},
+	}
+	if len(body) > 0 {
+		if utf8.Valid(body) {
+			ev.Body = string(body)
+		} else {
+			ev.Body = base64.StdEncoding.EncodeToString(body)
+			ev.IsBase64Encoded = true
+		}
+	}
+	return ev
+}
+
+func (l *Server) write(w http.ResponseWriter, requestID string, resp events.APIGatewayV2HTTPResponse) {
+	body := []byte(resp.Body)
+	if resp.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(resp.Body)
+		if err != nil {
+			resp = events.APIGatewayV2HTTPResponse{StatusCode: http.StatusInternalServerError,
+				Headers: map[string]string{"Content-Type": "application/json"}}
+			b = []byte(`{"message":"Internal Server Error"}`)
+		}
+		body = b
+	}
+	h := w.Header()
+	for k, v := range resp.Headers {
+		h.Set(k, v)
+	}
+	for k, vs := range resp.MultiValueHeaders {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	for _, c := range resp.Cookies {
+		h.Add("Set-Cookie", c)
+	}
+	h.Set("Apigw-Requestid", requestID)
+	status := resp.StatusCode
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// traceID looks like the X-Amzn-Trace-Id API Gateway adds.
+func traceID(now time.Time) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("Root=1-%08x-%s", now.Unix(), hex.EncodeToString(b))
+}

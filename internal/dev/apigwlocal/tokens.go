@@ -1,0 +1,214 @@
+// Package auth mints and verifies the HS256 bearer tokens of local runs, and
+// hands back their claims exactly as API Gateway's JWT authorizer passes them
+// to a Lambda: a flat map of strings. In AWS the authorizer does this work;
+// locally the same handler then sees the same event.
+package apigwlocal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/onejob/onejob/internal/apigw"
+)
+
+// Reasons a token is refused.
+const (
+	ReasonMissing   = "missing bearer token"
+	ReasonMalformed = "malformed token"
+	ReasonSignature = "invalid token signature"
+	ReasonAlgorithm = "token must be signed with HS256"
+	ReasonExpired   = "token expired"
+	ReasonNotYet    = "token not valid yet"
+	ReasonClaims    = "invalid token claims"
+)
+
+// Algorithm is the only signing algorithm accepted.
+const Algorithm = "HS256"
+
+// Claims are verified claims in API Gateway's shape: strings stay strings,
+// numbers and booleans are their JSON text, arrays are rendered "[a b]".
+type Claims map[string]string
+
+// TokenConfig configures Tokens. Validate it with NewTokens.
+type TokenConfig struct {
+	// Secret is the HS256 key; required.
+	Secret []byte
+	// Clock decides expiry; time.Now when nil.
+	Clock func() time.Time
+	// Issuer and Audience are optional: when set, minted tokens carry them
+	// and verified tokens must match them (as API Gateway checks iss/aud).
+	Issuer   string
+	Audience string
+	// Leeway tolerates clock skew on exp/nbf/iat.
+	Leeway time.Duration
+}
+
+// Tokens mints and verifies HS256 tokens with one secret.
+type Tokens struct {
+	secret []byte
+	now    func() time.Time
+	iss    string
+	aud    string
+	parser *jwt.Parser
+}
+
+// NewTokens validates the configuration.
+func NewTokens(c TokenConfig) (*Tokens, error) {
+	if len(c.Secret) == 0 {
+		return nil, errors.New("apigwlocal: secret is required")
+	}
+	if c.Leeway < 0 {
+		return nil, errors.New("apigwlocal: leeway must not be negative")
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	opts := []jwt.ParserOption{
+		// Pinning the method is what defeats alg=none and key-confusion tokens.
+		jwt.WithValidMethods([]string{Algorithm}),
+		jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(c.Clock),
+		jwt.WithLeeway(c.Leeway),
+		// Keeps numbers as written, so claims render as API Gateway renders them.
+		jwt.WithJSONNumber(),
+	}
+	if c.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(c.Issuer))
+	}
+	if c.Audience != "" {
+		opts = append(opts, jwt.WithAudience(c.Audience))
+	}
+	secret := append([]byte(nil), c.Secret...)
+	return &Tokens{secret: secret, now: c.Clock, iss: c.Issuer, aud: c.Audience, parser: jwt.NewParser(opts...)}, nil
+}
+
+// Grant is what a minted token says.
+type Grant struct {
+	Subject string
+	// Scopes become the space-separated "scope" claim (RFC 8693 §4.2).
+	Scopes []string
+	TTL    time.Duration
+}
+
+// Mint signs a token for the grant.
+func (t *Tokens) Mint(g Grant) (string, error) {
+	if g.Subject == "" || !utf8.ValidString(g.Subject) {
+		return "", errors.New("apigwlocal: subject is required")
+	}
+	if g.TTL <= 0 {
+		return "", errors.New("apigwlocal: ttl must be positive")
+	}
+	now := t.now()
+	claims := jwt.MapClaims{
+		"sub": g.Subject,
+		"iat": now.Unix(),
+		"exp": now.Add(g.TTL).Unix(),
+	}
+	if t.iss != "" {
+		claims["iss"] = t.iss
+	}
+	if t.aud != "" {
+		claims["aud"] = t.aud
+	}
+	var scopes []string
+	for _, s := range g.Scopes {
+		scopes = append(scopes, strings.Fields(s)...)
+	}
+	if len(scopes) > 0 {
+		claims["scope"] = strings.Join(scopes, " ")
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(t.secret)
+}
+
+// Verify checks an Authorization header value ("Bearer <jwt>") and returns
+// the token's claims. Every failure is an *apigw.AuthError.
+func (t *Tokens) Verify(authorization string) (Claims, error) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return nil, &apigw.AuthError{Reason: ReasonMissing}
+	}
+	var mc jwt.MapClaims
+	_, err := t.parser.ParseWithClaims(token, &mc, func(*jwt.Token) (any, error) { return t.secret, nil })
+	if err != nil {
+		return nil, &apigw.AuthError{Reason: reason(err)}
+	}
+	sub, ok := mc["sub"].(string)
+	if !ok || sub == "" {
+		return nil, &apigw.AuthError{Reason: apigw.ReasonSubject}
+	}
+	claims := Claims{}
+	for k, v := range mc {
+		if s, ok := render(v); ok {
+			claims[k] = s
+		}
+	}
+	return claims, nil
+}
+
+// reason maps the library's errors to fixed reasons.
+func reason(err error) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return ReasonMalformed
+	// The library reports a refused alg (none, RS256, …) as an invalid
+	// signature naming the method; telling it apart only helps debugging.
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && strings.Contains(err.Error(), "signing method"):
+		return ReasonAlgorithm
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
+		return ReasonSignature
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return ReasonExpired
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return ReasonNotYet
+	default:
+		return ReasonClaims
+	}
+}
+
+// render writes a claim value the way API Gateway's JWT authorizer does.
+// Nested objects have no documented rendering; they become compact JSON.
+func render(v any) (string, bool) {
+	switch x := v.(type) {
+	case nil:
+		return "", false
+	case string:
+		return x, true
+	case json.Number:
+		return x.String(), true
+	case bool:
+		if x {
+			return "true", true
+		}
+		return "false", true
+	case float64:
+		return fmt.Sprint(x), true
+	case []any:
+		parts := make([]string, 0, len(x))
+		for _, e := range x {
+			if s, ok := render(e); ok {
+				parts = append(parts, s)
+			}
+		}
+		return "[" + strings.Join(parts, " ") + "]", true
+	default:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return "", false
+		}
+		return string(b), true
+	}
+}
+
+// The local secret's environment variable and default, shared by the local
+// server and `onejob token`. The default is for loopback use only.
+const (
+	EnvLocalSecret     = "ONEJOB_LOCAL_JWT_SECRET"
+	DefaultLocalSecret = "onejob-local-secret"
+)

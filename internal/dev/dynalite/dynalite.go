@@ -1,0 +1,133 @@
+// Package dynalite starts and stops a local dynalite server (an open-source
+// implementation of the DynamoDB HTTP API) from the project's pinned
+// node_modules, on a free loopback port.
+package dynalite
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/onejob/onejob/internal/dev/testenv"
+)
+
+// Options configure a server.
+type Options struct {
+	// Path keeps the data on disk (for crash tests); empty is in-memory.
+	Path string
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// Root is the repository root holding node_modules; empty finds it by
+	// walking up from the working directory to go.mod.
+	Root string
+	// Stderr receives the server's output; nil discards it.
+	Stderr *os.File
+}
+
+// Server is a running dynalite.
+type Server struct {
+	cmd      *exec.Cmd
+	endpoint string
+	done     chan struct{}
+}
+
+// Endpoint is the server's base URL.
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// Start launches dynalite and waits until it answers.
+func Start(ctx context.Context, o Options) (*Server, error) {
+	if o.Root == "" {
+		root, err := testenv.Root()
+		if err != nil {
+			return nil, err
+		}
+		o.Root = root
+	}
+	cli := filepath.Join(o.Root, "node_modules", "dynalite", "cli.js")
+	if _, err := os.Stat(cli); err != nil {
+		return nil, fmt.Errorf("dynalite not installed (run `make tools` or `npm ci`): %w", err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return nil, fmt.Errorf("node not found: %w", err)
+	}
+	if o.Port == 0 {
+		if o.Port, err = testenv.FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{cli, "--host", "127.0.0.1", "--port", strconv.Itoa(o.Port),
+		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}
+	if o.Path != "" {
+		args = append(args, "--path", o.Path)
+	}
+	cmd := exec.Command(node, args...)
+	cmd.Stdout, cmd.Stderr = o.Stderr, o.Stderr
+	// If this process dies, so does the server: no orphans after a test panic.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(o.Port), done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("dynalite exited before answering")
+		case <-ctx.Done():
+			_ = s.Kill()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = s.Kill()
+			return nil, fmt.Errorf("dynalite did not answer on %s", s.endpoint)
+		}
+	}
+}
+
+// Close stops the server gracefully.
+func (s *Server) Close() error {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return s.Kill()
+	}
+}
+
+// Kill stops the server at once, as a crash would (kill -9).
+func (s *Server) Kill() error {
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.done
+	return nil
+}
+
+// NewClient returns a DynamoDB client for a local endpoint. It builds the
+// client directly (not through config.LoadDefaultConfig) so a custom CA
+// bundle in the environment cannot break it.
+func NewClient(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
+	}, optFns...)
+}

@@ -1,0 +1,422 @@
+package rie
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/onejob/onejob/infra/permissions"
+	"github.com/onejob/onejob/internal/app"
+	"github.com/onejob/onejob/internal/dev/dynalite"
+	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/store"
+)
+
+// Function is a deployed function as far as a local invoke cares.
+type Function struct {
+	Name     string
+	Timeout  time.Duration
+	MemoryMB int
+}
+
+// Functions mirrors infra/stack's function specs (a test there keeps the
+// two equal); RIE enforces the timeout as Lambda would.
+func Functions() []Function {
+	return []Function{
+		{"api", 25 * time.Second, 256},
+		{"startattempt", 30 * time.Second, 256},
+		{"runattempt", 5 * time.Minute, 256},
+		{"markunknown", 30 * time.Second, 256},
+		{"hedge", 30 * time.Second, 256},
+		{"finalize", 30 * time.Second, 256},
+		{"sweeper", 2 * time.Minute, 256},
+	}
+}
+
+func lookup(fn string) (Function, bool) {
+	for _, f := range Functions() {
+		if f.Name == fn {
+			return f, true
+		}
+	}
+	return Function{}, false
+}
+
+// Local fakes: the account, region and state machine the functions see.
+const (
+	Region          = "us-east-1"
+	StateMachineARN = "arn:aws:states:us-east-1:000000000000:stateMachine:onejob-local"
+)
+
+// Config configures a Local.
+type Config struct {
+	// Root is the repository root; empty finds it from the working directory.
+	Root string
+	// RIE is the emulator binary; empty builds or reuses the cached one.
+	RIE string
+	// Output receives the functions' logs and RIE's lines as they come;
+	// nil keeps them in Result.Logs only.
+	Output io.Writer
+	// Progress receives build messages; nil discards them.
+	Progress io.Writer
+}
+
+// Local is the loopback world the functions are invoked in: dynalite, the
+// demo provider simulator, and per invocation a fresh set of tables, a
+// recording proxy in front of dynalite and a stub for every other AWS API.
+type Local struct {
+	cfg       Config
+	dyn       *dynalite.Server
+	db        *dynamodb.Client
+	simServer *sim.Server
+	providers string // ONEJOB_PROVIDERS for runattempt
+	tmp       string
+
+	mu         sync.Mutex
+	bootstraps map[string]string
+	seq        int
+}
+
+// Start brings up dynalite and the simulator and makes sure RIE is built.
+func Start(ctx context.Context, cfg Config) (_ *Local, err error) {
+	if cfg.Root == "" {
+		if cfg.Root, err = testenv.Root(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.RIE == "" {
+		if cfg.RIE, err = EnsureRIE(ctx, cfg.Root, cfg.Progress); err != nil {
+			return nil, err
+		}
+	}
+	l := &Local{cfg: cfg, bootstraps: map[string]string{}}
+	defer func() {
+		if err != nil {
+			_ = l.Close()
+		}
+	}()
+	if l.tmp, err = os.MkdirTemp("", "onejob-invoke-"); err != nil {
+		return nil, err
+	}
+	if l.dyn, err = dynalite.Start(ctx, dynalite.Options{Root: cfg.Root}); err != nil {
+		return nil, err
+	}
+	l.db = dynalite.NewClient(l.dyn.Endpoint())
+	if _, l.simServer, err = sim.StartDemo(); err != nil {
+		return nil, err
+	}
+	pc, err := json.Marshal(sim.DemoConfig(l.simServer.URL()))
+	if err != nil {
+		return nil, err
+	}
+	l.providers = string(pc)
+	return l, nil
+}
+
+// Close stops everything Start started.
+func (l *Local) Close() error {
+	var errs []error
+	if l.simServer != nil {
+		errs = append(errs, l.simServer.Close())
+	}
+	if l.dyn != nil {
+		errs = append(errs, l.dyn.Close())
+	}
+	if l.tmp != "" {
+		errs = append(errs, os.RemoveAll(l.tmp))
+	}
+	return errors.Join(errs...)
+}
+
+// Build builds the bootstraps of fns that are not built yet, in one go.
+func (l *Local) Build(ctx context.Context, fns ...string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var todo []string
+	for _, fn := range fns {
+		if _, ok := l.bootstraps[fn]; !ok {
+			todo = append(todo, fn)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	fmt.Fprintf(l.cfg.Progress, "building %s for %s\n", strings.Join(todo, ", "), "this machine")
+	paths, err := BuildBootstraps(ctx, l.cfg.Root, l.tmp, todo...)
+	if err != nil {
+		return err
+	}
+	for fn, p := range paths {
+		l.bootstraps[fn] = p
+	}
+	return nil
+}
+
+// Call is one AWS API call a function made, as an IAM action on a resource.
+type Call struct {
+	Action   string
+	Resource permissions.Resource
+	// Detail is e.g. the execution name of a StartExecution.
+	Detail string
+}
+
+func (c Call) String() string {
+	s := c.Action + " on " + c.Resource.String()
+	if c.Detail != "" {
+		s += " (" + c.Detail + ")"
+	}
+	return s
+}
+
+// Result is one invocation.
+type Result struct {
+	Function string
+	Scenario Scenario
+	// Job is the seeded job (zero for ScenarioEmpty).
+	Job      job.Job
+	Response Response
+	// Calls are the AWS calls the function made, in order.
+	Calls []Call
+	// Report is RIE's timing of the invocation (Init: the cold start).
+	Report Report
+	// Wall is the time from starting RIE to its answer.
+	Wall time.Duration
+	// Logs is everything RIE and the function printed.
+	Logs string
+}
+
+// Invoke seeds fresh tables for the event, runs fn's bootstrap under a new
+// RIE with the environment infra/stack gives it (pointed at the loopback
+// services), sends the event and stops RIE. Invocations are independent;
+// each uses its own tables, proxy, stub and RIE ports.
+func (l *Local) Invoke(ctx context.Context, fn string, event []byte) (*Result, error) {
+	sc, jobID, err := ScenarioFor(fn, event)
+	if err != nil {
+		return nil, err
+	}
+	return l.InvokeIn(ctx, fn, event, sc, jobID)
+}
+
+// InvokeIn is Invoke with the seeded state chosen by the caller, e.g.
+// ScenarioEmpty to see how a function handles a job that does not exist.
+func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenario, jobID string) (*Result, error) {
+	spec, ok := lookup(fn)
+	if !ok {
+		return nil, fmt.Errorf("unknown function %q", fn)
+	}
+	if err := l.Build(ctx, fn); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.seq++
+	prefix := "onejob-invoke-" + strconv.Itoa(l.seq)
+	bootstrap := l.bootstraps[fn]
+	l.mu.Unlock()
+
+	names := store.NamesWithPrefix(prefix)
+	if err := store.CreateTables(ctx, l.db, names); err != nil {
+		return nil, err
+	}
+	st, err := store.New(store.Config{Client: l.db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
+		CertificationsTable: names.Certifications})
+	if err != nil {
+		return nil, err
+	}
+	seeded, err := Seed(ctx, st, sc, jobID)
+	if err != nil {
+		return nil, err
+	}
+
+	rec := &recorder{prefix: prefix + "-"}
+	dynURL, err := url.Parse(l.dyn.Endpoint())
+	if err != nil {
+		return nil, err
+	}
+	proxy := httputil.NewSingleHostReverseProxy(dynURL)
+	proxy.Transport = &http.Transport{Proxy: nil}
+	dynamo, closeDynamo, err := serve(rec.dynamo(proxy))
+	if err != nil {
+		return nil, err
+	}
+	defer closeDynamo()
+	stub, closeStub, err := serve(http.HandlerFunc(rec.aws))
+	if err != nil {
+		return nil, err
+	}
+	defer closeStub()
+
+	env := map[string]string{
+		app.EnvJobsTable:           names.Jobs,
+		app.EnvAttemptsTable:       names.Attempts,
+		app.EnvCertificationsTable: names.Certifications,
+		app.EnvName:                "local",
+		// What the Lambda service sets, roughly; RIE adds the runtime API.
+		"AWS_REGION":                      Region,
+		"AWS_DEFAULT_REGION":              Region,
+		"AWS_LAMBDA_FUNCTION_NAME":        "onejob-local-" + fn,
+		"AWS_LAMBDA_FUNCTION_TIMEOUT":     strconv.Itoa(int(spec.Timeout.Seconds())),
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": strconv.Itoa(spec.MemoryMB),
+		"PATH":                            "/usr/local/bin:/usr/bin:/bin",
+		"TZ":                              "UTC",
+		// Dummy credentials, and no shared config or instance metadata:
+		// nothing may reach a real account.
+		"AWS_ACCESS_KEY_ID":           "local",
+		"AWS_SECRET_ACCESS_KEY":       "local",
+		"AWS_CONFIG_FILE":             os.DevNull,
+		"AWS_SHARED_CREDENTIALS_FILE": os.DevNull,
+		"AWS_EC2_METADATA_DISABLED":   "true",
+		// DynamoDB through the recording proxy; every other service (Step
+		// Functions included) to the stub, which records and refuses
+		// whatever it does not emulate.
+		"AWS_ENDPOINT_URL_DYNAMODB": dynamo,
+		"AWS_ENDPOINT_URL_SFN":      stub,
+		"AWS_ENDPOINT_URL":          stub,
+	}
+	// As infra/stack sets them: the state machine ARN for the functions
+	// that start executions, the provider configuration for the one that
+	// calls providers (locally inline, in AWS a secret).
+	if permissions.Allows(fn, "states:StartExecution", permissions.Resource{Kind: permissions.KindStateMachine}) {
+		env[app.EnvStateMachineARN] = StateMachineARN
+	}
+	if permissions.Allows(fn, "secretsmanager:GetSecretValue", permissions.Resource{Kind: permissions.KindProvidersSecret}) {
+		env[app.EnvProviders] = l.providers
+	}
+
+	ictx, cancel := context.WithTimeout(ctx, spec.Timeout+15*time.Second)
+	defer cancel()
+	start := time.Now()
+	em, err := StartEmulator(ictx, EmulatorConfig{RIE: l.cfg.RIE, Bootstrap: bootstrap, Env: env, Output: l.cfg.Output})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := em.Invoke(ictx, event)
+	wall := time.Since(start)
+	_ = em.Close()
+	logs := em.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, logs)
+	}
+	report, _ := ParseReport(logs)
+	return &Result{Function: fn, Scenario: sc, Job: seeded, Response: resp, Calls: rec.take(),
+		Report: report, Wall: wall, Logs: logs}, nil
+}
+
+// serve runs h on a free loopback port until the returned func is called.
+func serve(h http.Handler) (string, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// recorder notes every AWS call of one invocation.
+type recorder struct {
+	prefix string // of this invocation's physical table names
+	mu     sync.Mutex
+	calls  []Call
+}
+
+func (r *recorder) add(c Call) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, c)
+}
+
+func (r *recorder) take() []Call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.calls
+	r.calls = nil
+	return out
+}
+
+// dynamo records each DynamoDB request's operation and table (or index),
+// then passes it on to dynalite unchanged.
+func (r *recorder) dynamo(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(req.Body, 16<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		var in struct{ TableName, IndexName string }
+		_ = json.Unmarshal(body, &in)
+		res := permissions.Resource{Kind: permissions.KindTable, Table: strings.TrimPrefix(in.TableName, r.prefix), Index: in.IndexName}
+		if in.TableName == "" || !strings.HasPrefix(in.TableName, r.prefix) {
+			// Batch and transaction calls name tables elsewhere; none is
+			// granted, so an unknown resource is reported as such.
+			res = permissions.Resource{Kind: "unknown", Table: in.TableName}
+		}
+		r.add(Call{Action: iamAction(req.Header.Get("X-Amz-Target")), Resource: res})
+		next.ServeHTTP(w, req)
+	})
+}
+
+// aws answers StartExecution like Step Functions (idempotent per name) and
+// refuses every other call, recording all of them.
+func (r *recorder) aws(w http.ResponseWriter, req *http.Request) {
+	target := req.Header.Get("X-Amz-Target")
+	body, _ := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	action := iamAction(target)
+	if action == "" {
+		action = "?" + req.Method + " " + req.URL.Path
+	}
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	if target == "AWSStepFunctions.StartExecution" {
+		var in struct{ StateMachineArn, Name string }
+		_ = json.Unmarshal(body, &in)
+		res := permissions.Resource{Kind: permissions.KindStateMachine}
+		if in.StateMachineArn != StateMachineARN {
+			res = permissions.Resource{Kind: "unknown", Table: in.StateMachineArn}
+		}
+		r.add(Call{Action: action, Resource: res, Detail: in.Name})
+		arn := strings.Replace(StateMachineARN, ":stateMachine:", ":execution:", 1) + ":" + in.Name
+		_ = json.NewEncoder(w).Encode(map[string]any{"executionArn": arn, "startDate": float64(time.Now().UnixMilli()) / 1000})
+		return
+	}
+	r.add(Call{Action: action, Resource: permissions.Resource{Kind: "unknown"}})
+	w.WriteHeader(http.StatusBadRequest)
+	_ = json.NewEncoder(w).Encode(map[string]string{"__type": "UnrecognizedClientException",
+		"message": "onejob invoke does not emulate " + action})
+}
+
+// iamAction turns a JSON-protocol X-Amz-Target into its IAM action, e.g.
+// DynamoDB_20120810.GetItem → dynamodb:GetItem.
+func iamAction(target string) string {
+	svc, op, ok := strings.Cut(target, ".")
+	if !ok || op == "" {
+		return ""
+	}
+	switch {
+	case strings.HasPrefix(svc, "DynamoDB_"):
+		return "dynamodb:" + op
+	case svc == "AWSStepFunctions":
+		return "states:" + op
+	case svc == "secretsmanager":
+		return "secretsmanager:" + op
+	}
+	return strings.ToLower(svc) + ":" + op
+}

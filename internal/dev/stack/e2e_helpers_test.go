@@ -1,0 +1,198 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/dev/apiclient"
+	"github.com/onejob/onejob/internal/dev/stack"
+	"github.com/onejob/onejob/internal/dev/testenv"
+)
+
+// stacks are started once per test binary and shared by the tests.
+type stacks struct {
+	mu   sync.Mutex
+	byID map[string]*stack.Stack
+	logs map[*stack.Stack]*testenv.SyncBuffer
+}
+
+var shared = &stacks{byID: map[string]*stack.Stack{}, logs: map[*stack.Stack]*testenv.SyncBuffer{}}
+
+// logsOf returns everything the stack has logged so far.
+func logsOf(s *stack.Stack) string {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	return shared.logs[s].String()
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, s := range shared.byID {
+		_ = s.Close()
+	}
+	os.Exit(code)
+}
+
+// stack returns the shared stack of a given flavour, starting it on first use.
+func sharedStack(t *testing.T, flavour string, cfg stack.Config) *stack.Stack {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if s, ok := shared.byID[flavour]; ok {
+		return s
+	}
+	cfg.APIAddr = "127.0.0.1:0"
+	logs := &testenv.SyncBuffer{}
+	var w io.Writer = logs
+	if os.Getenv("E2E_LOG") != "" {
+		w = io.MultiWriter(logs, os.Stderr)
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(w, nil))
+	cfg.TablePrefix = "e2e-" + flavour
+	if cfg.Wait.Steps == nil {
+		cfg.Wait.Steps = []time.Duration{time.Second}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := stack.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start local stack: %v", err)
+	}
+	shared.byID[flavour] = s
+	shared.logs[s] = logs
+	return s
+}
+
+// client talks to the local HTTP API as one owner.
+type client struct {
+	t   *testing.T
+	api *apiclient.Client
+}
+
+func newClient(t *testing.T, s *stack.Stack, sub string, scopes ...string) *client {
+	t.Helper()
+	c, err := apiclient.New(s.APIURL, stack.DefaultJWTSecret, sub, nil, scopes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client{t: t, api: c}
+}
+
+func (c *client) do(method, path, key string, body any) (int, http.Header, []byte) {
+	c.t.Helper()
+	code, header, out, err := c.api.Do(context.Background(), method, path, key, body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return code, header, out
+}
+
+type attemptView struct {
+	Number   int    `json:"number"`
+	Provider string `json:"provider"`
+	State    string `json:"state"`
+	Hedge    bool   `json:"hedge"`
+}
+
+type jobView struct {
+	ID          string          `json:"id"`
+	Status      string          `json:"status"`
+	Version     int64           `json:"version"`
+	CompletedBy int             `json:"completed_by"`
+	Result      json.RawMessage `json:"result"`
+	Attempts    []attemptView   `json:"attempts"`
+	Error       json.RawMessage `json:"error"`
+}
+
+// resultProvider is which simulated provider produced the result.
+func (j jobView) resultProvider() string {
+	var r struct {
+		Provider string `json:"provider"`
+	}
+	_ = json.Unmarshal(j.Result, &r)
+	return r.Provider
+}
+
+type script map[string]map[string]any
+
+func (c *client) submit(jobType, key string, s script) jobView {
+	c.t.Helper()
+	input := map[string]any{"prompt": "e2e " + key}
+	if s != nil {
+		input["simulate"] = s
+	}
+	code, _, body := c.do(http.MethodPost, "/v1/jobs", key, map[string]any{"type": jobType, "input": input})
+	if code != http.StatusCreated {
+		c.t.Fatalf("submit %s: %d %s", key, code, body)
+	}
+	var j jobView
+	if err := json.Unmarshal(body, &j); err != nil {
+		c.t.Fatal(err)
+	}
+	return j
+}
+
+func (c *client) attempts(id string) []attemptView {
+	c.t.Helper()
+	code, _, body := c.do(http.MethodGet, "/v1/jobs/"+id+"/attempts", "", nil)
+	if code != http.StatusOK {
+		c.t.Fatalf("attempts %s: %d %s", id, code, body)
+	}
+	var out struct {
+		Attempts []attemptView `json:"attempts"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		c.t.Fatal(err)
+	}
+	return out.Attempts
+}
+
+func (c *client) get(id string) jobView {
+	c.t.Helper()
+	code, _, body := c.do(http.MethodGet, "/v1/jobs/"+id, "", nil)
+	if code != http.StatusOK {
+		c.t.Fatalf("get %s: %d %s", id, code, body)
+	}
+	var j jobView
+	if err := json.Unmarshal(body, &j); err != nil {
+		c.t.Fatal(err)
+	}
+	return j
+}
+
+// await polls the job until cond holds or the timeout passes.
+func (c *client) await(id string, timeout time.Duration, what string, cond func(jobView) bool) jobView {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		j := c.get(id)
+		if cond(j) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("job %s: %s not reached within %s; last: %+v", id, what, timeout, j)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func terminal(j jobView) bool {
+	return j.Status == "succeeded" || j.Status == "failed" || j.Status == "cancelled"
+}
+
+func states(j jobView) string {
+	var parts []string
+	for _, a := range j.Attempts {
+		parts = append(parts, fmt.Sprintf("%d:%s:%s", a.Number, a.Provider, a.State))
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,302 @@
+package stack_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+
+	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/dev/stack"
+	"github.com/onejob/onejob/internal/metrics"
+)
+
+func defaultStack(t *testing.T) *stack.Stack {
+	t.Helper()
+	return sharedStack(t, "default", stack.Config{CertifyDemo: true, SweepInterval: time.Second})
+}
+
+func TestHappyPath(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "happy")
+	j := c.submit("demo", "happy-1", nil)
+	j = c.await(j.ID, 15*time.Second, "an outcome", terminal)
+	if j.Status != "succeeded" || len(j.Attempts) != 1 || j.Attempts[0].Provider != sim.DemoPrimary ||
+		j.resultProvider() != sim.DemoPrimary || j.CompletedBy != 1 || j.Version != 1 {
+		t.Fatalf("job = %+v (%s)", j, states(j))
+	}
+	if keys := s.Sim.IdempotencyKeys(sim.DemoPrimary); !slices.Contains(keys, j.ID+"/1") {
+		t.Fatalf("sim-primary never saw idempotency key %s/1", j.ID)
+	}
+}
+
+func TestFallbackAfterProviderError(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "fallback")
+	j := c.submit("demo", "fb-1", script{sim.DemoPrimary: {"outcome": "error"}})
+	j = c.await(j.ID, 20*time.Second, "an outcome", terminal)
+	if j.Status != "succeeded" || states(j) != "1:sim-primary:failed,2:sim-fallback:succeeded" ||
+		j.resultProvider() != sim.DemoFallback || j.CompletedBy != 2 {
+		t.Fatalf("job = %+v (%s)", j, states(j))
+	}
+}
+
+func TestBothProvidersFailFailsWithLastError(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "allfail")
+	j := c.submit("demo", "af-1", script{sim.DemoPrimary: {"outcome": "error"}, sim.DemoFallback: {"outcome": "malformed"}})
+	j = c.await(j.ID, 20*time.Second, "an outcome", terminal)
+	if j.Status != "failed" || states(j) != "1:sim-primary:failed,2:sim-fallback:failed" || len(j.Error) == 0 {
+		t.Fatalf("job = %+v (%s) error=%s", j, states(j), j.Error)
+	}
+}
+
+func TestTimeoutBlocksUntilResolved(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "timeout")
+	admin := newClient(t, s, "operator", "jobs:admin")
+	// Attempt 1 answers after 9 s, long after its 2 s timeout.
+	submitted := time.Now()
+	j := c.submit("demo", "to-1", script{sim.DemoPrimary: {"outcome": "ok", "latency_ms": 9000}})
+	j = c.await(j.ID, 10*time.Second, "status unknown", func(j jobView) bool { return j.Status == "unknown" })
+	if states(j) != "1:sim-primary:unknown" {
+		t.Fatalf("after timeout: %s", states(j))
+	}
+	// Blocked: no attempt 2 for at least 5 s although a fallback exists.
+	blockedUntil := time.Now().Add(5 * time.Second)
+	for time.Now().Before(blockedUntil) {
+		if got := c.get(j.ID); len(got.Attempts) != 1 || got.Status != "unknown" {
+			t.Fatalf("new attempt while unknown: %s (%s)", got.Status, states(got))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if slices.Contains(s.Sim.IdempotencyKeys(sim.DemoFallback), j.ID+"/2") {
+		t.Fatal("fallback was called while attempt 1 was unknown")
+	}
+	code, _, body := admin.do(http.MethodPost, "/v1/jobs/"+j.ID+"/attempts/1/resolve", "",
+		map[string]any{"outcome": "failed", "reason": "provider confirmed the request was dropped"})
+	if code != http.StatusOK {
+		t.Fatalf("resolve: %d %s", code, body)
+	}
+	j = c.await(j.ID, 10*time.Second, "an outcome", terminal)
+	if j.Status != "succeeded" || j.CompletedBy != 2 || j.resultProvider() != sim.DemoFallback {
+		t.Fatalf("after resolve: %+v (%s)", j, states(j))
+	}
+	// Attempt 1's late answer arrives at ~9 s and must be discarded.
+	time.Sleep(time.Until(submitted.Add(10 * time.Second)))
+	final := c.get(j.ID)
+	if !strings.Contains(logsOf(s), `"msg":"late_result_discarded","job_id":"`+j.ID+`","attempt":1`) {
+		t.Fatal("attempt 1's late answer was not seen and discarded")
+	}
+	if final.Version != j.Version || final.CompletedBy != 2 || final.resultProvider() != sim.DemoFallback ||
+		states(final) != "1:sim-primary:failed,2:sim-fallback:succeeded" {
+		t.Fatalf("late result changed the job: %+v (%s)", final, states(final))
+	}
+}
+
+func TestLateResultClearsUnknownWhenAlone(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "late")
+	j := c.submit("demo", "late-1", script{sim.DemoPrimary: {"outcome": "ok", "latency_ms": 3500}})
+	c.await(j.ID, 10*time.Second, "status unknown", func(j jobView) bool { return j.Status == "unknown" })
+	j = c.await(j.ID, 15*time.Second, "an outcome", terminal)
+	if j.Status != "succeeded" || states(j) != "1:sim-primary:succeeded" || j.resultProvider() != sim.DemoPrimary {
+		t.Fatalf("job = %+v (%s)", j, states(j))
+	}
+}
+
+func TestHedgeReverseOrderFinish(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "hedge")
+	j := c.submit("demo-hedge", "rev-1", script{
+		sim.DemoPrimary:  {"outcome": "ok", "latency_ms": 1500},
+		sim.DemoFallback: {"outcome": "ok", "latency_ms": 100},
+	})
+	j = c.await(j.ID, 15*time.Second, "both attempts closed", func(j jobView) bool {
+		return terminal(j) && len(j.Attempts) == 2 && j.Attempts[0].State != "running"
+	})
+	if j.Status != "succeeded" || states(j) != "1:sim-primary:discarded,2:sim-fallback:succeeded" ||
+		j.CompletedBy != 2 || j.resultProvider() != sim.DemoFallback || j.Version != 1 {
+		t.Fatalf("job = %+v (%s)", j, states(j))
+	}
+	if atts := c.attempts(j.ID); len(atts) != 2 || atts[0].Hedge || !atts[1].Hedge {
+		t.Fatalf("attempts = %+v, want attempt 2 to be the hedge", atts)
+	}
+	if !strings.Contains(logsOf(s), `"msg":"race_lost","job_id":"`+j.ID+`"`) {
+		t.Fatal("no race_lost log line for the hedged job")
+	}
+	if s.Metrics.Get(metrics.RaceLost) < 1 || s.Metrics.Get(metrics.AttemptsDiscarded) < 1 {
+		t.Fatalf("race_lost=%v discarded=%v, want counted", s.Metrics.Get(metrics.RaceLost), s.Metrics.Get(metrics.AttemptsDiscarded))
+	}
+}
+
+func TestDuplicateDeliverySameEndStates(t *testing.T) {
+	t.Parallel()
+	s := sharedStack(t, "duplicate", stack.Config{CertifyDemo: true, DuplicateDelivery: true})
+	c := newClient(t, s, "dup")
+	cases := []struct {
+		name, jobType string
+		script        script
+		want          string
+	}{
+		{"Happy", "demo", nil, "1:sim-primary:succeeded"},
+		{"Fallback", "demo", script{sim.DemoPrimary: {"outcome": "error"}}, "1:sim-primary:failed,2:sim-fallback:succeeded"},
+		{"Hedge", "demo-hedge", script{sim.DemoPrimary: {"outcome": "ok", "latency_ms": 1500}, sim.DemoFallback: {"outcome": "ok", "latency_ms": 100}},
+			"1:sim-primary:discarded,2:sim-fallback:succeeded"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := &client{t: t, api: c.api}
+			j := c.submit(tc.jobType, "dup-"+tc.name, tc.script)
+			j = c.await(j.ID, 30*time.Second, "settled", func(j jobView) bool {
+				return terminal(j) && states(j) == tc.want
+			})
+			if j.Version != 1 {
+				t.Fatalf("version %d, want 1", j.Version)
+			}
+			for _, p := range []string{sim.DemoPrimary, sim.DemoFallback} {
+				seen := map[string]int{}
+				for _, k := range s.Sim.IdempotencyKeys(p) {
+					seen[k]++
+				}
+				for n := 1; n <= len(j.Attempts); n++ {
+					if seen[fmt.Sprintf("%s/%d", j.ID, n)] > 1 {
+						t.Fatalf("%s called %d times for attempt %d", p, seen[fmt.Sprintf("%s/%d", j.ID, n)], n)
+					}
+				}
+			}
+		})
+	}
+	if s.Lambda.Invocations("startattempt") < 2*s.Lambda.Requests("startattempt") {
+		t.Fatalf("duplicate delivery off: %d runs for %d requests", s.Lambda.Invocations("startattempt"), s.Lambda.Requests("startattempt"))
+	}
+}
+
+func TestFiftyRandomJobs(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "random")
+	outcomes := []string{"ok", "ok", "error", "malformed", "timeout"}
+	rng := rand.New(rand.NewPCG(7, 11))
+	type planned struct {
+		key     string
+		primary string
+		backup  string
+	}
+	var jobs []planned
+	for i := range 50 {
+		jobs = append(jobs, planned{key: fmt.Sprintf("rnd-%d", i), primary: outcomes[rng.IntN(len(outcomes))], backup: outcomes[rng.IntN(len(outcomes))]})
+	}
+	var wg sync.WaitGroup
+	for _, p := range jobs {
+		wg.Go(func() {
+			cc := &client{t: t, api: c.api}
+			j := cc.submit("demo", p.key, script{
+				sim.DemoPrimary:  {"outcome": p.primary, "latency_ms": rng32(p.key) % 200},
+				sim.DemoFallback: {"outcome": p.backup, "latency_ms": rng32(p.key+"b") % 200},
+			})
+			want, wantStates := expect(p.primary, p.backup)
+			j = cc.await(j.ID, 30*time.Second, want, func(j jobView) bool { return j.Status == want && states(j) == wantStates })
+			winners := 0
+			for _, a := range j.Attempts {
+				if a.State == "succeeded" {
+					winners++
+				}
+			}
+			if winners > 1 || (want == "succeeded") != (j.CompletedBy != 0) {
+				t.Errorf("%s: %d winners, completed_by %d", p.key, winners, j.CompletedBy)
+			}
+		})
+	}
+	wg.Wait()
+	// One execution per job, named by the job ID.
+	out, err := s.SFNClient.ListExecutions(context.Background(), &sfn.ListExecutionsInput{StateMachineArn: aws.String(s.SFN.StateMachineARN())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for _, e := range out.Executions {
+		names[aws.ToString(e.Name)]++
+	}
+	for n, k := range names {
+		if k != 1 {
+			t.Fatalf("execution %s exists %d times", n, k)
+		}
+	}
+}
+
+// expect is what a script implies: primary ok wins; a failing primary falls
+// back; a silent provider leaves the job unknown.
+func expect(primary, backup string) (string, string) {
+	switch primary {
+	case "ok":
+		return "succeeded", "1:sim-primary:succeeded"
+	case "timeout":
+		return "unknown", "1:sim-primary:unknown"
+	}
+	switch backup {
+	case "ok":
+		return "succeeded", "1:sim-primary:failed,2:sim-fallback:succeeded"
+	case "timeout":
+		return "unknown", "1:sim-primary:failed,2:sim-fallback:unknown"
+	}
+	return "failed", "1:sim-primary:failed,2:sim-fallback:failed"
+}
+
+func rng32(s string) int {
+	h := 0
+	for _, c := range s {
+		h = h*31 + int(c)
+	}
+	if h < 0 {
+		h = -h
+	}
+	return h
+}
+
+// Every attempt-level log line names its job and attempt, and the lifecycle
+// counters move.
+func TestObservability(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "observe")
+	j := c.submit("demo-hedge", "obs-1", script{
+		sim.DemoPrimary:  {"outcome": "error", "latency_ms": 10},
+		sim.DemoFallback: {"outcome": "ok", "latency_ms": 10},
+	})
+	c.await(j.ID, 20*time.Second, "an outcome", terminal)
+	lines := 0
+	for _, line := range strings.Split(logsOf(s), "\n") {
+		if !strings.Contains(line, `"msg":"attempt_`) && !strings.Contains(line, `"msg":"race_lost"`) &&
+			!strings.Contains(line, `"msg":"provider_called"`) {
+			continue
+		}
+		lines++
+		if !strings.Contains(line, `"job_id":"job_`) || !strings.Contains(line, `"attempt":`) {
+			t.Fatalf("attempt log line without job_id and attempt: %s", line)
+		}
+	}
+	if lines == 0 {
+		t.Fatal("no attempt log lines")
+	}
+	for _, name := range []string{metrics.AttemptsStarted, metrics.Fallbacks} {
+		if s.Metrics.Get(name) < 1 {
+			t.Fatalf("counter %s = %v", name, s.Metrics.Get(name))
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package stack_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/dev/stack"
+)
+
+// A fallback is used only once contract tests prove it: without a
+// certification the job fails naming the provider and never calls it.
+func TestFailoverNeedsCertification(t *testing.T) {
+	t.Parallel()
+	s := sharedStack(t, "uncertified", stack.Config{})
+	c := newClient(t, s, "gate")
+	failing := script{sim.DemoPrimary: {"outcome": "error"}}
+
+	before := c.submit("demo", "gate-before", failing)
+	before = c.await(before.ID, 20*time.Second, "an outcome", terminal)
+	if before.Status != "failed" || states(before) != "1:sim-primary:failed" ||
+		!strings.Contains(string(before.Error), "uncertified") || !strings.Contains(string(before.Error), sim.DemoFallback) {
+		t.Fatalf("uncertified fallback: %+v (%s) error=%s", before, states(before), before.Error)
+	}
+	if slices.ContainsFunc(s.Sim.IdempotencyKeys(sim.DemoFallback), func(k string) bool { return strings.HasPrefix(k, before.ID) }) {
+		t.Fatal("the uncertified fallback was called")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Certify(ctx, "demo", sim.DemoFallback); err != nil {
+		t.Fatalf("certify: %v", err)
+	}
+	after := c.submit("demo", "gate-after", failing)
+	after = c.await(after.ID, 20*time.Second, "an outcome", terminal)
+	if after.Status != "succeeded" || states(after) != "1:sim-primary:failed,2:sim-fallback:succeeded" ||
+		after.resultProvider() != sim.DemoFallback {
+		t.Fatalf("after certification: %+v (%s)", after, states(after))
+	}
+	// demo-hedge shares demo's contract but is its own job type: its
+	// certification is separate and still missing.
+	hedge := c.submit("demo-hedge", "gate-hedge", failing)
+	hedge = c.await(hedge.ID, 20*time.Second, "an outcome", terminal)
+	if hedge.Status != "failed" {
+		t.Fatalf("demo-hedge failed over without its own certification: %s", states(hedge))
+	}
+}

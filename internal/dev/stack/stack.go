@@ -1,0 +1,374 @@
+// Package stack runs the whole of onejob on this machine: dynalite for
+// DynamoDB, the real state machine definition executed by a local Step
+// Functions endpoint, a Lambda Invoke endpoint serving the real task
+// handlers, the simulated providers and the HTTP API — all on 127.0.0.1.
+// `make run` and the end-to-end tests both start it.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+
+	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/certify"
+	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/dynalite"
+	"github.com/onejob/onejob/internal/dev/lambdalocal"
+	"github.com/onejob/onejob/internal/dev/sfnlocal"
+	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/engine"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/metrics"
+	"github.com/onejob/onejob/internal/orchestrator"
+	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/provider/adapters"
+	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/worker"
+)
+
+const (
+	region    = "us-east-1"
+	accountID = "000000000000"
+)
+
+// Config configures a local stack. The zero value (plus Root) is `make run`.
+type Config struct {
+	// Root is the repository root (node_modules, statemachine/); empty finds it.
+	Root string
+	// APIAddr is where the HTTP API listens; "127.0.0.1:0" picks a port.
+	APIAddr   string
+	JWTSecret string
+	// DynamoEndpoint reuses a running dynalite; empty starts one.
+	DynamoEndpoint string
+	// DynamoPath keeps the started dynalite's data on disk.
+	DynamoPath  string
+	TablePrefix string
+	// DuplicateDelivery makes the Lambda endpoint run every task twice.
+	DuplicateDelivery   bool
+	DuplicateConcurrent bool
+	// Wait spaces the checks of a blocked job (locally: every second).
+	Wait job.WaitSchedule
+	// CallTimeout caps one provider call (beyond the job type's timeout).
+	CallTimeout time.Duration
+	// OverdueGrace: how long an attempt may stay running past its timeout
+	// before StartAttempt declares it unknown (default: the worker's).
+	OverdueGrace time.Duration
+	// SweepInterval runs the sweeper; 0 disables it.
+	SweepInterval time.Duration
+	SweepGrace    time.Duration
+	// CertifyDemo runs the demo job types' contract tests against the
+	// simulated fallback at start, so demo jobs may fail over.
+	CertifyDemo bool
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+	// MetricsOut receives EMF metric lines; nil keeps counts in memory only.
+	MetricsOut io.Writer
+}
+
+func (c *Config) defaults() error {
+	if c.Root == "" {
+		root, err := testenv.Root()
+		if err != nil {
+			return err
+		}
+		c.Root = root
+	}
+	if c.APIAddr == "" {
+		c.APIAddr = "127.0.0.1:8080"
+	}
+	if c.JWTSecret == "" {
+		c.JWTSecret = DefaultJWTSecret
+	}
+	if c.TablePrefix == "" {
+		c.TablePrefix = "onejob-local"
+	}
+	if len(c.Wait.Steps) == 0 {
+		c.Wait = job.WaitSchedule{Steps: []time.Duration{time.Second}}
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 15 * time.Second
+	}
+	if c.SweepGrace <= 0 {
+		c.SweepGrace = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	host, _, err := net.SplitHostPort(c.APIAddr)
+	if err != nil {
+		return fmt.Errorf("stack: APIAddr: %w", err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("stack: APIAddr %s is not a loopback address", c.APIAddr)
+	}
+	return nil
+}
+
+// DefaultJWTSecret signs local tokens unless ONEJOB_LOCAL_JWT_SECRET is set.
+const DefaultJWTSecret = apigwlocal.DefaultLocalSecret
+
+// Stack is a running local onejob.
+type Stack struct {
+	cfg       Config
+	Dynalite  *dynalite.Server // nil when reusing an endpoint
+	DB        *dynamodb.Client
+	Tables    store.TableNames
+	Store     *store.Store
+	Engine    *engine.Engine
+	Metrics   *metrics.Recorder
+	Sim       *sim.DemoSimulator
+	Providers *provider.Registry
+	Catalog   *jobtype.Catalog
+	Worker    *worker.Worker
+	Lambda    *lambdalocal.Handler
+	SFN       *sfnlocal.Server
+	SFNClient *sfn.Client
+	Starter   *orchestrator.Starter
+	Sweeper   *orchestrator.Sweeper
+	// APIURL is the HTTP API's base URL.
+	APIURL string
+
+	closers []func() error
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// Start brings the stack up. On error everything started is stopped.
+func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	s := &Stack{cfg: cfg}
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
+	log := cfg.Logger
+
+	// DynamoDB.
+	endpoint := cfg.DynamoEndpoint
+	if endpoint == "" {
+		s.Dynalite, err = dynalite.Start(ctx, dynalite.Options{Root: cfg.Root, Path: cfg.DynamoPath})
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, s.Dynalite.Close)
+		endpoint = s.Dynalite.Endpoint()
+	}
+	s.DB = dynalite.NewClient(endpoint)
+	s.Tables = store.NamesWithPrefix(cfg.TablePrefix)
+	if err := store.CreateTables(ctx, s.DB, s.Tables); err != nil {
+		return nil, err
+	}
+	s.Store, err = store.New(store.Config{Client: s.DB, JobsTable: s.Tables.Jobs, AttemptsTable: s.Tables.Attempts,
+		CertificationsTable: s.Tables.Certifications, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s.Metrics = metrics.New(cfg.MetricsOut, "local", nil)
+	s.Engine, err = engine.New(engine.Config{Store: s.Store, Logger: log, Counters: s.Metrics.Counters()})
+	if err != nil {
+		return nil, err
+	}
+
+	// Providers: the demo simulator behind the webhook adapter.
+	var simServer *sim.Server
+	s.Sim, simServer, err = sim.StartDemo()
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, simServer.Close)
+	s.Providers, err = adapters.NewRegistry(ctx, sim.DemoConfig(simServer.URL()), nil, adapters.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s.Catalog, err = jobtype.Load()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.CertifyDemo {
+		if err := s.certifyDemo(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	// Task functions behind a local Lambda Invoke endpoint.
+	s.Worker, err = worker.New(worker.Config{Engine: s.Engine, Catalog: worker.JobTypes{Catalog: s.Catalog}, Providers: s.Providers,
+		Certifications: s.Store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s.Lambda, err = lambdalocal.NewHandler(lambdalocal.Config{
+		Factories: s.Worker.Factories(), DefaultTimeout: cfg.CallTimeout + 15*time.Second,
+		DuplicateDelivery: cfg.DuplicateDelivery, DuplicateConcurrent: cfg.DuplicateConcurrent,
+		Region: region, AccountID: accountID, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	lambdaURL, closeLambda, err := serve(s.Lambda, "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() error {
+		err := closeLambda()
+		wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.Lambda.Wait(wctx) // let in-flight task handlers finish their writes
+		return err
+	})
+
+	// The real state machine definition on the local Step Functions endpoint.
+	subst := map[string]string{}
+	for fn, key := range worker.Substitutions() {
+		subst[key] = lambdalocal.FunctionARN(region, accountID, fn)
+	}
+	s.SFN, err = sfnlocal.Start(ctx, sfnlocal.Config{
+		RepoRoot:        cfg.Root,
+		DefinitionPath:  filepath.Join(cfg.Root, "statemachine", "onejob.asl.json"),
+		Substitutions:   subst,
+		LambdaEndpoint:  lambdaURL,
+		StateMachineARN: fmt.Sprintf("arn:aws:states:%s:%s:stateMachine:onejob-local", region, accountID),
+		Logger:          log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.SFN.Close)
+	s.SFNClient = sfn.New(sfn.Options{Region: region, BaseEndpoint: aws.String(s.SFN.Endpoint()),
+		Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")})
+	s.Starter, err = orchestrator.NewStarter(s.SFNClient, s.SFN.StateMachineARN(), log)
+	if err != nil {
+		return nil, err
+	}
+	s.Sweeper = &orchestrator.Sweeper{Store: s.Store, Starter: s.Starter, Grace: cfg.SweepGrace, Logger: log,
+		Gauge: s.Metrics.Gauge}
+
+	// The HTTP API.
+	apiHandler, err := s.apiHandler(cfg)
+	if err != nil {
+		return nil, err
+	}
+	apiURL, closeAPI, err := serve(apiHandler, cfg.APIAddr)
+	if err != nil {
+		return nil, err
+	}
+	s.APIURL = apiURL
+	s.closers = append(s.closers, closeAPI)
+
+	bg, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	if cfg.SweepInterval > 0 {
+		s.wg.Go(func() {
+			t := time.NewTicker(cfg.SweepInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-bg.Done():
+					return
+				case <-t.C:
+					if _, err := s.Sweeper.Sweep(bg); err != nil && bg.Err() == nil {
+						log.Warn("sweep_failed", "error", err.Error())
+					}
+				}
+			}
+		})
+	}
+	return s, nil
+}
+
+// serve runs h on addr until the returned close function is called.
+func serve(h http.Handler, addr string) (string, func() error, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			return srv.Close()
+		}
+		return nil
+	}, nil
+}
+
+// Close stops everything, newest first.
+func (s *Stack) Close() error {
+	if s.stop != nil {
+		s.stop()
+	}
+	s.wg.Wait()
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		if err := s.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// certifyDemo runs the demo types' contract cases against the simulated
+// fallback, as an operator would with `onejob contract run`, so demo jobs
+// may fail over to it. The primary needs no certification.
+func (s *Stack) certifyDemo(ctx context.Context) error {
+	for _, name := range []string{"demo", "demo-hedge"} {
+		if err := s.Certify(ctx, name, sim.DemoFallback); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Certify runs a job type's contract against a provider and records it.
+func (s *Stack) Certify(ctx context.Context, jobType, providerName string) error {
+	t, ok := s.Catalog.Get(jobType)
+	if !ok {
+		return fmt.Errorf("unknown job type %q", jobType)
+	}
+	p, ok := s.Providers.Get(providerName)
+	if !ok {
+		return fmt.Errorf("unknown provider %q", providerName)
+	}
+	rep, _, err := certify.Run(ctx, s.Store, t, p, 0, time.Now())
+	if err != nil {
+		return err
+	}
+	if !rep.Passed() {
+		return fmt.Errorf("contract run failed:\n%s", rep.String())
+	}
+	return nil
+}
+
+// apiHandler is the HTTP API exactly as deployed (API Gateway event in,
+// Lambda response out), behind the local JWT authorizer.
+func (s *Stack) apiHandler(cfg Config) (http.Handler, error) {
+	h, err := apigw.New(apigw.Config{Engine: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: s.Starter, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(cfg.JWTSecret)})
+	if err != nil {
+		return nil, err
+	}
+	return apigwlocal.NewServer(apigwlocal.ServerConfig{Handler: h, Tokens: tokens, Logger: cfg.Logger})
+}

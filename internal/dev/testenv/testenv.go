@@ -1,0 +1,130 @@
+// Package testenv is what local runs and tests share about the machine they
+// run on: where the checkout is, free loopback ports, knobs read from the
+// environment, and a log sink safe for concurrent writers. It does not
+// import package testing, so local tools can use it too.
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// TB is the part of testing.TB the helpers need.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// Root walks up from the working directory to the directory holding go.mod:
+// the checkout, with node_modules, statemachine/ and events/.
+func Root() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return RootFrom(dir)
+}
+
+// RootFrom is Root starting at dir.
+func RootFrom(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above " + dir)
+		}
+		dir = parent
+	}
+}
+
+// MustRoot is Root for tests.
+func MustRoot(tb TB) string {
+	tb.Helper()
+	root, err := Root()
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	return root
+}
+
+// Path joins elements under the checkout root.
+func Path(tb TB, elem ...string) string {
+	tb.Helper()
+	return filepath.Join(append([]string{MustRoot(tb)}, elem...)...)
+}
+
+// FreePort asks the kernel for an unused loopback port.
+func FreePort() (int, error) {
+	ports, err := FreePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
+}
+
+// FreePorts returns n distinct unused loopback ports (held open together
+// while they are chosen, so they differ).
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// EnvInt reads a positive integer knob from the environment, or def when
+// unset; anything else fails the test.
+func EnvInt(tb TB, name string, def int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		tb.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers, such as several
+// goroutines logging into one test's log.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

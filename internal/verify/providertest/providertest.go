@@ -1,0 +1,355 @@
+// Package providertest is the conformance suite every adapter runs against
+// its loopback simulator: success and structured-output parsing, rate limits
+// with Retry-After, 5xx, malformed bodies, prose, client errors, timeouts,
+// connection refusal, idempotency keys and credential hygiene.
+package providertest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/provider"
+)
+
+// APIKey is the credential the suite configures; it must never be logged.
+const APIKey = "sk-conformance-SECRET-0123456789"
+
+// Env is what an adapter under test is built from.
+type Env struct {
+	BaseURL string
+	APIKey  provider.Secret
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Harness describes an adapter to the suite.
+type Harness struct {
+	// Handler selects the simulator's wire format, e.g. (*sim.Simulator).OpenAI.
+	Handler func(*sim.Simulator) http.Handler
+	// New builds the adapter against env.
+	New func(t *testing.T, env Env) provider.Provider
+	// SendsSystem and SendsSchema say whether the wire format carries the
+	// system prompt and the output schema (the webhook carries neither).
+	SendsSystem, SendsSchema bool
+	// ErrorStatus is the 5xx the server-error case uses (default 503).
+	ErrorStatus int
+}
+
+// goodOutput is what the suite's oracle answers.
+var goodOutput = json.RawMessage(`{"category":"billing","priority":3,"summary":"Refund request.","needs_human":false}`)
+
+var outputSchema = json.RawMessage(`{"type":"object","properties":{"category":{"type":"string"},"priority":{"type":"integer"},"summary":{"type":"string"},"needs_human":{"type":"boolean"}},"required":["category","priority","summary","needs_human"],"additionalProperties":false}`)
+
+// Request returns the suite's request for the given attempt.
+func Request(attempt int) provider.Request {
+	return provider.Request{
+		JobID:           "job-123",
+		Attempt:         attempt,
+		IdempotencyKey:  provider.AttemptKey("job-123", attempt),
+		JobType:         "ticket-triage",
+		System:          "You triage support tickets.",
+		Prompt:          "Subject: refund\n\nPlease refund my last invoice.",
+		Input:           json.RawMessage(`{"subject":"refund","body":"Please refund my last invoice."}`),
+		OutputSchema:    outputSchema,
+		Temperature:     0,
+		MaxOutputTokens: 256,
+	}
+}
+
+// fixedNow is the suite's injected clock.
+var fixedNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+type rig struct {
+	sim  *sim.Simulator
+	url  string
+	p    provider.Provider
+	logs *testenv.SyncBuffer
+}
+
+// start serves a simulator with opts and builds the adapter against it.
+func (h Harness) start(t *testing.T, opts sim.Options) rig {
+	t.Helper()
+	if opts.Oracle == nil {
+		opts.Oracle = sim.Fixed{GoodOutput: goodOutput, SemanticOutput: goodOutput}
+	}
+	if opts.APIKey == "" {
+		opts.APIKey = APIKey
+	}
+	s := sim.New(opts)
+	srv, err := sim.Start(h.Handler(s))
+	if err != nil {
+		t.Fatalf("start simulator: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	logs := &testenv.SyncBuffer{}
+	p := h.New(t, Env{
+		BaseURL: srv.URL(),
+		APIKey:  provider.Secret(APIKey),
+		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Now:     func() time.Time { return fixedNow },
+	})
+	t.Cleanup(func() {
+		if strings.Contains(logs.String(), APIKey) {
+			t.Errorf("credential leaked into logs: %s", logs.String())
+		}
+	})
+	return rig{sim: s, url: srv.URL(), p: p, logs: logs}
+}
+
+// callError asserts err is a *provider.CallError of the given class.
+func callError(t *testing.T, err error, want provider.Class) *provider.CallError {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("Call succeeded, want %s error", want)
+	}
+	var ce *provider.CallError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %T %v is not a *provider.CallError", err, err)
+	}
+	if got := provider.Classify(err); got != want {
+		t.Fatalf("Classify = %s, want %s (err: %v)", got, want, err)
+	}
+	if strings.Contains(err.Error(), APIKey) {
+		t.Fatalf("credential leaked into error: %v", err)
+	}
+	return ce
+}
+
+// JSONEqual reports whether a and b encode the same JSON value.
+func JSONEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var va, vb any
+	if err := json.Unmarshal(a, &va); err != nil {
+		t.Fatalf("unmarshal %s: %v", a, err)
+	}
+	if err := json.Unmarshal(b, &vb); err != nil {
+		t.Fatalf("unmarshal %s: %v", b, err)
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	errorStatus := h.ErrorStatus
+	if errorStatus == 0 {
+		errorStatus = http.StatusServiceUnavailable
+	}
+
+	t.Run("Success", func(t *testing.T) {
+		t.Parallel()
+		r := h.start(t, sim.Options{})
+		req := Request(1)
+		resp, err := r.p.Call(t.Context(), req)
+		if err != nil {
+			t.Fatalf("Call: %v", err)
+		}
+		if !JSONEqual(t, resp.Output, goodOutput) {
+			t.Errorf("Output = %s, want %s", resp.Output, goodOutput)
+		}
+		if resp.Model == "" {
+			t.Error("Model is empty")
+		}
+		calls := r.sim.Calls()
+		if len(calls) != 1 {
+			t.Fatalf("simulator saw %d calls, want 1", len(calls))
+		}
+		c := calls[0]
+		if resp.ProviderRequestID != c.RequestID {
+			t.Errorf("ProviderRequestID = %q, want %q", resp.ProviderRequestID, c.RequestID)
+		}
+		if !c.Authorized {
+			t.Error("simulator did not see the credential")
+		}
+		if c.IdempotencyKey != req.IdempotencyKey {
+			t.Errorf("simulator got idempotency key %q, want %q", c.IdempotencyKey, req.IdempotencyKey)
+		}
+		if !strings.Contains(c.Prompt, req.Prompt) {
+			t.Errorf("simulator got prompt %q, want %q", c.Prompt, req.Prompt)
+		}
+		if h.SendsSystem && c.System != req.System {
+			t.Errorf("simulator got system %q, want %q", c.System, req.System)
+		}
+		if h.SendsSchema {
+			if len(c.Schema) == 0 || !JSONEqual(t, c.Schema, req.OutputSchema) {
+				t.Errorf("simulator got schema %s, want %s", c.Schema, req.OutputSchema)
+			}
+			if c.Temperature == nil || *c.Temperature != req.Temperature {
+				t.Errorf("simulator got temperature %v, want %v", c.Temperature, req.Temperature)
+			}
+			if c.MaxTokens != req.MaxOutputTokens {
+				t.Errorf("simulator got max tokens %d, want %d", c.MaxTokens, req.MaxOutputTokens)
+			}
+		}
+		if !strings.Contains(r.logs.String(), `"job_id":"job-123"`) {
+			t.Errorf("no call log with job_id: %s", r.logs.String())
+		}
+	})
+
+	t.Run("ExtraKeyPassesThrough", func(t *testing.T) {
+		t.Parallel()
+		// Adapters do not validate: the contract check upstream rejects it.
+		r := h.start(t, sim.Options{Mode: sim.ModeExtraKey})
+		resp, err := r.p.Call(t.Context(), Request(1))
+		if err != nil {
+			t.Fatalf("Call: %v", err)
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(resp.Output, &obj); err != nil {
+			t.Fatalf("output %s: %v", resp.Output, err)
+		}
+		if _, ok := obj[sim.ExtraKey]; !ok {
+			t.Errorf("output %s lacks %q", resp.Output, sim.ExtraKey)
+		}
+	})
+
+	failures := []struct {
+		name       string
+		opts       sim.Options
+		class      provider.Class
+		status     int
+		retryAfter time.Duration
+		is         []error // any of
+	}{
+		{name: "RateLimitedRetryAfterSeconds", opts: sim.Options{Mode: sim.ModeRateLimited, RetryAfter: "7"},
+			class: provider.ClassRetryable, status: http.StatusTooManyRequests, retryAfter: 7 * time.Second},
+		{name: "RateLimitedRetryAfterHTTPDate", opts: sim.Options{Mode: sim.ModeRateLimited, RetryAfter: fixedNow.Add(30 * time.Second).Format(http.TimeFormat)},
+			class: provider.ClassRetryable, status: http.StatusTooManyRequests, retryAfter: 30 * time.Second},
+		{name: "ServerError", opts: sim.Options{Mode: sim.ModeServerError, ErrorStatus: errorStatus},
+			class: provider.ClassRetryable, status: errorStatus},
+		{name: "InternalServerError", opts: sim.Options{Mode: sim.ModeServerError, ErrorStatus: http.StatusInternalServerError},
+			class: provider.ClassRetryable, status: http.StatusInternalServerError},
+		{name: "BadRequest", opts: sim.Options{Mode: sim.ModeBadRequest},
+			class: provider.ClassNonRetryable, status: http.StatusBadRequest},
+		{name: "WrongCredential", opts: sim.Options{APIKey: "another-key"},
+			class: provider.ClassNonRetryable},
+		{name: "MalformedBody", opts: sim.Options{Mode: sim.ModeMalformed},
+			class: provider.ClassRetryable, is: []error{provider.ErrMalformedResponse}},
+		{name: "Prose", opts: sim.Options{Mode: sim.ModeProse},
+			class: provider.ClassRetryable, is: []error{provider.ErrNoStructuredOutput, provider.ErrMalformedResponse}},
+	}
+	for _, tc := range failures {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := h.start(t, tc.opts)
+			_, err := r.p.Call(t.Context(), Request(1))
+			ce := callError(t, err, tc.class)
+			if tc.status != 0 && ce.Status != tc.status {
+				t.Errorf("Status = %d, want %d", ce.Status, tc.status)
+			}
+			if ce.RetryAfter != tc.retryAfter {
+				t.Errorf("RetryAfter = %v, want %v", ce.RetryAfter, tc.retryAfter)
+			}
+			if want := r.sim.Calls()[0].RequestID; ce.ProviderRequestID != want {
+				t.Errorf("ProviderRequestID = %q, want %q (recorded on errors too)", ce.ProviderRequestID, want)
+			}
+			if ce.Provider != r.p.Name() {
+				t.Errorf("Provider = %q, want %q", ce.Provider, r.p.Name())
+			}
+			if len(tc.is) > 0 {
+				matched := false
+				for _, target := range tc.is {
+					matched = matched || errors.Is(err, target)
+				}
+				if !matched {
+					t.Errorf("error %v is none of %v", err, tc.is)
+				}
+			}
+			if !strings.Contains(r.logs.String(), `"class":"`+string(tc.class)+`"`) {
+				t.Errorf("failure not logged with class: %s", r.logs.String())
+			}
+		})
+	}
+
+	t.Run("HangIsAmbiguousAtDeadline", func(t *testing.T) {
+		t.Parallel()
+		r := h.start(t, sim.Options{Mode: sim.ModeHang})
+		ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := r.p.Call(ctx, Request(1))
+		callError(t, err, provider.ClassAmbiguous)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("error %v does not wrap context.DeadlineExceeded", err)
+		}
+		if elapsed := time.Since(start); elapsed > 5*time.Second {
+			t.Errorf("Call took %v after a 150ms deadline", elapsed)
+		}
+		if got := len(r.sim.Calls()); got != 1 {
+			t.Errorf("simulator saw %d calls, want 1 (the request was sent)", got)
+		}
+	})
+
+	t.Run("ConnectionRefusedIsRetryable", func(t *testing.T) {
+		t.Parallel()
+		p := h.New(t, Env{BaseURL: refusingURL(t), APIKey: APIKey, Logger: provider.DiscardLogger(), Now: time.Now})
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err := p.Call(ctx, Request(1))
+		callError(t, err, provider.ClassRetryable)
+	})
+
+	t.Run("IdempotencyKeyPerAttempt", func(t *testing.T) {
+		t.Parallel()
+		r := h.start(t, sim.Options{})
+		for attempt := 1; attempt <= 3; attempt++ {
+			if _, err := r.p.Call(t.Context(), Request(attempt)); err != nil {
+				t.Fatalf("attempt %d: %v", attempt, err)
+			}
+		}
+		// A resend of attempt 2 (e.g. after an ambiguous failure) reuses its key.
+		if _, err := r.p.Call(t.Context(), Request(2)); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"job-123/1", "job-123/2", "job-123/3", "job-123/2"}
+		if got := r.sim.IdempotencyKeys(); !reflect.DeepEqual(got, want) {
+			t.Errorf("idempotency keys = %v, want %v", got, want)
+		}
+	})
+
+	t.Run("MissingIdempotencyKeyRejected", func(t *testing.T) {
+		t.Parallel()
+		r := h.start(t, sim.Options{})
+		req := Request(1)
+		req.IdempotencyKey = ""
+		_, err := r.p.Call(t.Context(), req)
+		callError(t, err, provider.ClassNonRetryable)
+		if !errors.Is(err, provider.ErrInvalidRequest) {
+			t.Errorf("error %v does not wrap ErrInvalidRequest", err)
+		}
+		if n := len(r.sim.Calls()); n != 0 {
+			t.Errorf("simulator saw %d calls, want 0", n)
+		}
+	})
+}
+
+// refusingURL returns a loopback URL whose port is bound but not listening,
+// so connections are refused for the whole test. (Closing a listener instead
+// would let a parallel test's server reuse the port.)
+func refusingURL(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatalf("socket: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatalf("bind: %v", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatalf("getsockname: %v", err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+}
