@@ -46,9 +46,9 @@ sizes-gate: build
 # build/<name>/bootstrap for provided.al2023 on arm64. The CDK app (infra/) takes
 # its assets from build/ (override with ONEJOB_FUNCTIONS_DIR or -c functionsDir).
 ENV ?= dev
+# One folder per deployed function (infra/stack's TestFunctionFolders keeps
+# them equal to internal/deploy.Functions()).
 LAMBDA_FUNCTIONS := $(patsubst functions/%/,%,$(sort $(dir $(wildcard functions/*/*.go))))
-# Every function the stack deploys; must match stack.FunctionNames() in infra/stack.
-INFRA_FUNCTIONS := api startattempt runattempt markunknown hedge finalize sweeper
 INFRA_STUB_MARK := onejob-infra-stub
 # The pinned CLI (package.json), never npx. CDK_HOME keeps its state out of ~/.cdk;
 # cdk.json turns off notices and telemetry so synth needs no network.
@@ -71,7 +71,7 @@ build:
 # (and `sam local` pointed at it) before every function is written. A placeholder
 # fails when invoked; `make deploy` refuses to ship one.
 infra-stubs:
-	@for f in $(INFRA_FUNCTIONS); do \
+	@for f in $(LAMBDA_FUNCTIONS); do \
 		if [ ! -f build/$$f/bootstrap ]; then \
 			echo "warning: functions/$$f not built; writing a placeholder build/$$f/bootstrap" >&2; \
 			mkdir -p build/$$f && \
@@ -90,7 +90,7 @@ synth: tools build infra-stubs
 # Set the environment's real jwtIssuer/jwtAudience (and optionally account, region,
 # alarmEmail, providersSecretArn) under "onejob:environments" in cdk.json first.
 deploy: tools build
-	@if grep -ls '$(INFRA_STUB_MARK)' $(addsuffix /bootstrap,$(addprefix build/,$(INFRA_FUNCTIONS))); then \
+	@if grep -ls '$(INFRA_STUB_MARK)' $(addsuffix /bootstrap,$(addprefix build/,$(LAMBDA_FUNCTIONS))); then \
 		echo "refusing to deploy placeholder functions (above); build them first" >&2; exit 1; fi
 	$(CDK) deploy --context env=$(ENV) --require-approval broadening onejob-$(ENV)
 
@@ -107,7 +107,7 @@ sizes:
 # something it does not use, and cold starts grow with the binary.
 MAX_BOOTSTRAP_BYTES := 15000000
 check-sizes:
-	@fail=0; for f in $(INFRA_FUNCTIONS); do \
+	@fail=0; for f in $(LAMBDA_FUNCTIONS); do \
 		b=build/$$f/bootstrap; \
 		if [ ! -f "$$b" ]; then echo "$$b: missing (make build)" >&2; fail=1; continue; fi; \
 		if grep -qs '$(INFRA_STUB_MARK)' "$$b"; then echo "$$b: placeholder, not a function" >&2; fail=1; continue; fi; \

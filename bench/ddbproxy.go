@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/dynamo"
 )
 
 // ddbProxy sits between the stack and dynalite and counts every DynamoDB
@@ -192,7 +192,7 @@ func indexWrites(op string, req map[string]json.RawMessage, resp []byte) int {
 	n := 1 // by_owner
 	switch op {
 	case "PutItem":
-		if bytes.Contains(req["Item"], []byte(`"`+store.AttrOpenShard+`"`)) {
+		if bytes.Contains(req["Item"], []byte(`"`+dynamo.AttrOpenShard+`"`)) {
 			n++
 		}
 	case "UpdateItem":
@@ -200,8 +200,8 @@ func indexWrites(op string, req map[string]json.RawMessage, resp []byte) int {
 			Attributes map[string]json.RawMessage
 		}
 		_ = json.Unmarshal(resp, &out)
-		_, stillOpen := out.Attributes[store.AttrOpenShard]
-		removes := bytes.Contains(req["ExpressionAttributeNames"], []byte(`"`+store.AttrOpenShard+`"`))
+		_, stillOpen := out.Attributes[dynamo.AttrOpenShard]
+		removes := bytes.Contains(req["ExpressionAttributeNames"], []byte(`"`+dynamo.AttrOpenShard+`"`))
 		if stillOpen || removes {
 			n++
 		}

@@ -36,7 +36,7 @@ import (
 
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/testenv"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/dynamo"
 )
 
 type options struct {
@@ -154,7 +154,7 @@ func run(ctx context.Context, o options) error {
 
 	if !o.skipFunctions {
 		slog.Info("phase 3/3: function sizes and cold init under the Runtime Interface Emulator")
-		names := store.NamesWithPrefix("bench-cost")
+		names := dynamo.NamesWithPrefix("bench-cost")
 		env := functionEnv{dynamo: dyn.Endpoint(), sfn: cost.SFN.Endpoint(), stateARN: cost.SFN.StateMachineARN(),
 			tables: [3]string{names.Jobs, names.Attempts, names.Certifications}}
 		if rep.Functions, err = measureFunctions(ctx, o, tmp, env); err != nil {

@@ -16,12 +16,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
+	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/store"
-	"github.com/onejob/onejob/internal/worker"
 )
 
 // scenario is one kind of job, run n times at once.
@@ -90,17 +90,15 @@ func (p perJob) lambdaGBSeconds(memoryGB float64) float64 {
 	return ms / 1000 * memoryGB
 }
 
-var taskFunctions = []string{worker.FnStartAttempt, worker.FnRunAttempt, worker.FnMarkUnknown, worker.FnHedge, worker.FnFinalize}
-
 // benchCallTimeout bounds the run function's wait on a silent provider in
 // the bench (the deployed worker waits up to 4 minutes; see costs).
 const benchCallTimeout = 5 * time.Second
 
 // measurePerJob runs each scenario on a stack whose DynamoDB traffic goes
 // through the counting proxy, with the sweeper off so nothing else writes.
-func measurePerJob(ctx context.Context, o options, dynamo string, logOut *slog.Logger) ([]perJob, *stack.Stack, func(), error) {
-	names := store.NamesWithPrefix("bench-cost")
-	proxy := newDDBProxy(dynamo, names.Jobs)
+func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slog.Logger) ([]perJob, *stack.Stack, func(), error) {
+	names := dynamo.NamesWithPrefix("bench-cost")
+	proxy := newDDBProxy(dynamoURL, names.Jobs)
 	ps := httptest.NewServer(proxy)
 	times := newLambdaTimes()
 	log := slog.New(captureHandler{next: logOut.Handler(), observe: times.observe})
@@ -122,7 +120,7 @@ func measurePerJob(ctx context.Context, o options, dynamo string, logOut *slog.L
 		return nil, nil, nil, err
 	}
 	// Polling reads go straight to dynalite so they are not counted.
-	reader, err := store.New(store.Config{Client: dynalite.NewClient(dynamo), JobsTable: names.Jobs,
+	reader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), JobsTable: names.Jobs,
 		AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
 	if err != nil {
 		closeAll()
@@ -145,7 +143,7 @@ func measurePerJob(ctx context.Context, o options, dynamo string, logOut *slog.L
 }
 
 func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *lambdaTimes, user, admin *apiClient,
-	reader *store.Store, sc scenario, n int) (perJob, error) {
+	reader *dynamo.Store, sc scenario, n int) (perJob, error) {
 	slog.Info("measuring", "scenario", sc.Name, "jobs", n)
 	// Start from a quiet stack: nothing of the last scenario still running.
 	if err := s.Lambda.Wait(ctx); err != nil {
@@ -154,7 +152,7 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	ddb0 := proxy.snapshot()
 	ms0, _ := times.snapshot()
 	req0 := map[string]int{}
-	for _, fn := range taskFunctions {
+	for _, fn := range deploy.TaskNames() {
 		req0[fn] = s.Lambda.Requests(fn)
 	}
 	start := time.Now()
@@ -268,7 +266,7 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	for op, k := range byOp {
 		r.DynamoByOp[op] = round2(float64(k) / fn)
 	}
-	for _, f := range taskFunctions {
+	for _, f := range deploy.TaskNames() {
 		if k := s.Lambda.Requests(f) - req0[f]; k > 0 {
 			r.LambdaInvocations[f] = round2(float64(k) / fn)
 			r.LambdaBilledMS[f] = round2((ms1[f] - ms0[f]) / fn)

@@ -71,7 +71,7 @@ const createInput = `{"prompt":"bench"}`
 // the job and return, as the deployed API would with Step Functions
 // unreachable (the sweeper would start them later).
 func apiServer(s *stack.Stack, log *slog.Logger) (string, func(), error) {
-	h, err := apigw.New(apigw.Config{Engine: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Logger: log})
+	h, err := apigw.New(apigw.Config{Jobs: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Logger: log})
 	if err != nil {
 		return "", nil, err
 	}
@@ -94,7 +94,7 @@ func apiServer(s *stack.Stack, log *slog.Logger) (string, func(), error) {
 
 // measureThroughput runs the throughput rows and the storms on their own
 // stack (tables bench-tp-*), then stops it.
-func measureThroughput(ctx context.Context, o options, dynamo string, logOut *slog.Logger) ([]throughputRow, []stormResult, error) {
+func measureThroughput(ctx context.Context, o options, dynamoURL string, logOut *slog.Logger) ([]throughputRow, []stormResult, error) {
 	// Count the Starter's successful StartExecution calls ("execution_started").
 	var starts atomic.Int64
 	log := slog.New(captureHandler{next: logOut.Handler(), observe: func(r slog.Record) {
@@ -102,7 +102,7 @@ func measureThroughput(ctx context.Context, o options, dynamo string, logOut *sl
 			starts.Add(1)
 		}
 	}})
-	s, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: dynamo,
+	s, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: dynamoURL,
 		TablePrefix: "bench-tp", Logger: log})
 	if err != nil {
 		return nil, nil, err

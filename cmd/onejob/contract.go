@@ -13,13 +13,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/onejob/onejob/internal/app"
-	"github.com/onejob/onejob/internal/certify"
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/dynalite"
+	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
-	"github.com/onejob/onejob/internal/store"
 )
 
 // errContractFailed makes a failed contract run exit non-zero after its
@@ -52,7 +51,7 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 		typ = fs.String("type", "", "job type to certify (required)")
 		prov = fs.String("provider", "", "provider name from the providers file (required)")
 		providersFile = fs.String("providers", "", "provider config JSON (default: $ONEJOB_PROVIDERS)")
-		limit = fs.Int("input-limit", certify.DefaultInputLimitChars, "the provider's prompt limit in characters")
+		limit = fs.Int("input-limit", jobtype.DefaultInputLimitChars, "the provider's prompt limit in characters")
 	case "list":
 	default:
 		return fmt.Errorf("contract: unknown subcommand %q (want run or list)", args[0])
@@ -78,7 +77,7 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 	if !ok {
 		return fmt.Errorf("contract run: unknown job type %q (known: %v)", *typ, cat.Names())
 	}
-	raw := []byte(getenv(app.EnvProviders))
+	raw := []byte(getenv(deploy.EnvProviders))
 	if *providersFile != "" {
 		if raw, err = os.ReadFile(*providersFile); err != nil {
 			return err
@@ -99,7 +98,7 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 	if !ok {
 		return fmt.Errorf("contract run: provider %q is not in the config (have %v)", *prov, reg.Names())
 	}
-	rep, cert, err := certify.Run(ctx, st, t, p, *limit, time.Now())
+	rep, cert, err := jobtype.Certify(ctx, st, t, p, *limit, time.Now())
 	fmt.Fprintln(stdout, rep.String())
 	if err != nil {
 		return err
@@ -115,21 +114,21 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 	return nil
 }
 
-func contractStore(ctx context.Context, endpoint, prefix string, getenv func(string) string) (*store.Store, error) {
+func contractStore(ctx context.Context, endpoint, prefix string, getenv func(string) string) (*dynamo.Store, error) {
 	if endpoint != "" {
-		names := store.NamesWithPrefix(prefix)
-		return store.New(store.Config{Client: dynalite.NewClient(endpoint), JobsTable: names.Jobs,
+		names := dynamo.NamesWithPrefix(prefix)
+		return dynamo.New(dynamo.Config{Client: dynalite.NewClient(endpoint), JobsTable: names.Jobs,
 			AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
 	}
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return store.New(store.Config{Client: dynamodb.NewFromConfig(cfg), JobsTable: getenv(app.EnvJobsTable),
-		AttemptsTable: getenv(app.EnvAttemptsTable), CertificationsTable: getenv(app.EnvCertificationsTable)})
+	return dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), JobsTable: getenv(deploy.EnvJobsTable),
+		AttemptsTable: getenv(deploy.EnvAttemptsTable), CertificationsTable: getenv(deploy.EnvCertificationsTable)})
 }
 
-func listCertifications(ctx context.Context, st *store.Store, out io.Writer) error {
+func listCertifications(ctx context.Context, st *dynamo.Store, out io.Writer) error {
 	certs, err := st.ListCertifications(ctx)
 	if err != nil {
 		return err

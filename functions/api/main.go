@@ -4,41 +4,48 @@
 package main
 
 import (
-	"context"
-	"log/slog"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/onejob/onejob/internal/apigw"
-	"github.com/onejob/onejob/internal/app"
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/emf"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/stepfn"
 )
 
 func main() {
-	ctx := context.Background()
-	h, err := handler(ctx)
-	if err != nil {
-		// Failing the init makes a misconfigured function loud at once.
-		app.Logger().Error("init_failed", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
-	lambda.Start(h.Handle)
-}
+	env := deploy.LoadEnv(os.Getenv)
+	log := deploy.Logger(env.Name)
+	deploy.Check(log, env.Validate(deploy.NeedStateMachine))
+	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
+	deploy.Check(log, err)
 
-func handler(ctx context.Context) (*apigw.Handler, error) {
-	rt, err := app.New(ctx, app.LoadEnv(os.Getenv), true)
-	if err != nil {
-		return nil, err
-	}
+	store, err := dynamo.New(dynamo.Config{
+		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
+		}),
+		JobsTable: env.JobsTable, AttemptsTable: env.AttemptsTable, CertificationsTable: env.CertificationsTable,
+		Logger: log,
+	})
+	deploy.Check(log, err)
+	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
+	deploy.Check(log, err)
+	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
+		Client:          sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint) }),
+		StateMachineARN: env.StateMachineARN, Logger: log,
+	})
+	deploy.Check(log, err)
 	// Input validation needs the job types' input schemas.
-	cat, err := jobtype.Load()
-	if err != nil {
-		return nil, err
-	}
-	starter, err := rt.Starter()
-	if err != nil {
-		return nil, err
-	}
-	return apigw.New(apigw.Config{Engine: rt.Engine, Catalog: apigw.JobTypes{Catalog: cat}, Starter: starter, Logger: rt.Logger})
+	catalog, err := jobtype.Load()
+	deploy.Check(log, err)
+
+	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog}, Starter: starter, Logger: log})
+	deploy.Check(log, err)
+	lambda.Start(h.Handle)
 }

@@ -1,11 +1,49 @@
-// Command markunknown is the markunknown task function of the onejob state machine.
+// Command markunknown is a task function of the onejob state machine: it
+// records that an attempt outlived its timeout: its outcome is unknown,
+// never failed.
 package main
 
 import (
-	"github.com/onejob/onejob/internal/app"
-	"github.com/onejob/onejob/internal/worker"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/emf"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/stepfn"
 )
 
 func main() {
-	app.ServeTask(app.SchedulingDeps, func(w *worker.Worker) any { return w.MarkUnknownHandler })
+	env := deploy.LoadEnv(os.Getenv)
+	log := deploy.Logger(env.Name)
+	deploy.Check(log, env.Validate(0))
+	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
+	deploy.Check(log, err)
+
+	store, err := dynamo.New(dynamo.Config{
+		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
+		}),
+		JobsTable: env.JobsTable, AttemptsTable: env.AttemptsTable, CertificationsTable: env.CertificationsTable,
+		Logger: log,
+	})
+	deploy.Check(log, err)
+	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
+	deploy.Check(log, err)
+	catalog, err := jobtype.Load()
+	deploy.Check(log, err)
+	providers, err := provider.RegistryOf() // this function calls none
+	deploy.Check(log, err)
+
+	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{
+		Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}, Providers: providers,
+		Certifications: store, CallTimeout: deploy.CallTimeout, Logger: log,
+	})
+	deploy.Check(log, err)
+	lambda.Start(stepfn.MarkUnknown(tasks))
 }

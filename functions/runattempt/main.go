@@ -1,13 +1,59 @@
-// Command runattempt is the runattempt task function of the onejob state
-// machine: the only one that calls providers and checks their answers.
+// Command runattempt is a task function of the onejob state machine: it
+// claims an attempt, calls its provider and completes the job by
+// compare-and-swap: the only function that calls providers.
 package main
 
 import (
-	"github.com/onejob/onejob/internal/app"
-	"github.com/onejob/onejob/internal/providerconfig"
-	"github.com/onejob/onejob/internal/worker"
+	"context"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/emf"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/provider/adapters"
+	"github.com/onejob/onejob/internal/stepfn"
 )
 
 func main() {
-	app.ServeTask(providerconfig.RunDeps, func(w *worker.Worker) any { return w.RunAttemptHandler })
+	ctx := context.Background()
+	env := deploy.LoadEnv(os.Getenv)
+	log := deploy.Logger(env.Name)
+	deploy.Check(log, env.Validate(0))
+	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
+	deploy.Check(log, err)
+
+	store, err := dynamo.New(dynamo.Config{
+		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
+		}),
+		JobsTable: env.JobsTable, AttemptsTable: env.AttemptsTable, CertificationsTable: env.CertificationsTable,
+		Logger: log,
+	})
+	deploy.Check(log, err)
+	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
+	deploy.Check(log, err)
+	catalog, err := jobtype.Load()
+	deploy.Check(log, err)
+	// Only this function calls providers, so only it reads their
+	// configuration (and links their adapters).
+	providers, err := adapters.Load(ctx, adapters.Source{
+		JSON: env.Providers, SecretARN: env.ProvidersSecretARN, AWSCredentials: cfg.Credentials, Logger: log,
+		Secrets: secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SECRETS_MANAGER", o.BaseEndpoint)
+		}),
+	})
+	deploy.Check(log, err)
+
+	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{
+		Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}, Providers: providers,
+		Certifications: store, CallTimeout: deploy.CallTimeout, Logger: log,
+	})
+	deploy.Check(log, err)
+	lambda.Start(stepfn.RunAttempt(tasks))
 }

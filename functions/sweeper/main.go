@@ -4,29 +4,43 @@
 package main
 
 import (
-	"context"
-	"log/slog"
 	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
-	"github.com/onejob/onejob/internal/app"
-	"github.com/onejob/onejob/internal/orchestrator"
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/emf"
+	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/stepfn"
 )
 
 func main() {
-	ctx := context.Background()
-	rt, err := app.New(ctx, app.LoadEnv(os.Getenv), true)
-	if err != nil {
-		app.Logger().Error("init_failed", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
-	starter, err := rt.Starter()
-	if err != nil {
-		rt.Logger.Error("init_failed", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
-	sw := &orchestrator.Sweeper{Store: rt.Store, Starter: starter, Grace: 2 * time.Minute, Logger: rt.Logger, Gauge: rt.Metrics.Gauge}
-	lambda.Start(func(ctx context.Context) (orchestrator.SweepReport, error) { return sw.Sweep(ctx) })
+	env := deploy.LoadEnv(os.Getenv)
+	log := deploy.Logger(env.Name)
+	deploy.Check(log, env.Validate(deploy.NeedStateMachine))
+	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
+	deploy.Check(log, err)
+
+	store, err := dynamo.New(dynamo.Config{
+		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
+		}),
+		JobsTable: env.JobsTable, AttemptsTable: env.AttemptsTable, CertificationsTable: env.CertificationsTable,
+		Logger: log,
+	})
+	deploy.Check(log, err)
+	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
+		Client:          sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint) }),
+		StateMachineARN: env.StateMachineARN, Logger: log,
+	})
+	deploy.Check(log, err)
+	// Jobs younger than two minutes are left to the API's own start.
+	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: 2 * time.Minute,
+		Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
+	deploy.Check(log, err)
+	lambda.Start(sweeper.Sweep)
 }

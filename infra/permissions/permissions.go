@@ -8,14 +8,8 @@ package permissions
 import (
 	"slices"
 
-	"github.com/onejob/onejob/internal/store"
-	"github.com/onejob/onejob/internal/worker"
-)
-
-// Function names that are not task functions (those are worker.Fn*).
-const (
-	FnAPI     = "api"
-	FnSweeper = "sweeper"
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dynamo"
 )
 
 // Kind is the kind of resource a grant applies to.
@@ -31,7 +25,7 @@ const (
 // Resource names one of the stack's resources symbolically.
 type Resource struct {
 	Kind Kind
-	// Table is the table's logical name (store.TableDef.Logical).
+	// Table is the table's logical name (dynamo.TableDef.Logical).
 	Table string
 	// Index is a global secondary index of Table; empty means the table.
 	Index string
@@ -54,16 +48,16 @@ type Grant struct {
 	Resource Resource
 }
 
-func table(def store.TableDef) Resource { return Resource{Kind: KindTable, Table: def.Logical} }
+func table(def dynamo.TableDef) Resource { return Resource{Kind: KindTable, Table: def.Logical} }
 
-func index(def store.TableDef, name string) Resource {
+func index(def dynamo.TableDef, name string) Resource {
 	return Resource{Kind: KindTable, Table: def.Logical, Index: name}
 }
 
 var stateMachine = Resource{Kind: KindStateMachine}
 
 // The task functions' grants, from what each does through the engine and
-// the store. Reading the job (GetItem) and applying a transition to it
+// the dynamo. Reading the job (GetItem) and applying a transition to it
 // (conditional UpdateItem; GetItem after a lost condition) is common to
 // all; the rest differs:
 //   - a transition on an attempt also mirrors it into the ledger
@@ -74,9 +68,9 @@ var stateMachine = Resource{Kind: KindStateMachine}
 // markunknown only moves an attempt (no certifications); finalize only
 // fails the job as a whole (job-level, so no ledger write).
 var (
-	jobRW  = Grant{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(store.JobsTable)}
-	ledger = Grant{[]string{"dynamodb:PutItem"}, table(store.AttemptsTable)}
-	certs  = Grant{[]string{"dynamodb:GetItem"}, table(store.CertificationsTable)}
+	jobRW  = Grant{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable)}
+	ledger = Grant{[]string{"dynamodb:PutItem"}, table(dynamo.AttemptsTable)}
+	certs  = Grant{[]string{"dynamodb:GetItem"}, table(dynamo.CertificationsTable)}
 )
 
 // All returns every function's grants, by function name.
@@ -87,30 +81,30 @@ func All() map[string][]Grant {
 		// list attempts (Query on the ledger), cancel and resolve
 		// (conditional UpdateItem on the job; resolve then PutItem into the
 		// ledger), and start the job's execution.
-		FnAPI: {
-			{[]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, table(store.JobsTable)},
-			{[]string{"dynamodb:Query"}, index(store.JobsTable, store.IndexByOwner)},
-			{[]string{"dynamodb:Query", "dynamodb:PutItem"}, table(store.AttemptsTable)},
+		deploy.FnAPI: {
+			{[]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable)},
+			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable, dynamo.IndexByOwner)},
+			{[]string{"dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.AttemptsTable)},
 			{[]string{"states:StartExecution"}, stateMachine},
 		},
 		// The sweeper reads open jobs from the sparse by_open index only
-		// (store.ListOpen: no Scan, no table reads) and (re)starts their
+		// (dynamo.ListOpen: no Scan, no table reads) and (re)starts their
 		// executions.
-		FnSweeper: {
-			{[]string{"dynamodb:Query"}, index(store.JobsTable, store.IndexByOpen)},
+		deploy.FnSweeper: {
+			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable, dynamo.IndexByOpen)},
 			{[]string{"states:StartExecution"}, stateMachine},
 		},
 		// Starts attempts (and marks overdue ones unknown), after reading
 		// the certifications.
-		worker.FnStartAttempt: {jobRW, ledger, certs},
+		deploy.FnStartAttempt: {jobRW, ledger, certs},
 		// Claims, completes or fails its attempt; checks a fallback's
 		// certification again at call time. Only it calls providers, so
 		// only it reads their configuration.
-		worker.FnRunAttempt: {jobRW, ledger, certs,
+		deploy.FnRunAttempt: {jobRW, ledger, certs,
 			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
-		worker.FnMarkUnknown: {jobRW, ledger},
-		worker.FnHedge:       {jobRW, ledger, certs},
-		worker.FnFinalize:    {jobRW, certs},
+		deploy.FnMarkUnknown: {jobRW, ledger},
+		deploy.FnHedge:       {jobRW, ledger, certs},
+		deploy.FnFinalize:    {jobRW, certs},
 	}
 }
 

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/onejob/onejob/internal/store"
-	"github.com/onejob/onejob/internal/worker"
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dynamo"
 )
 
 // TestResourcesExist: a grant on a table or index the schema lacks would
@@ -14,7 +14,7 @@ import (
 func TestResourcesExist(t *testing.T) {
 	t.Parallel()
 	schema := map[string][]string{}
-	for _, d := range store.Tables() {
+	for _, d := range dynamo.Tables() {
 		for _, ix := range d.Indexes {
 			schema[d.Logical] = append(schema[d.Logical], ix.Name)
 		}
@@ -48,27 +48,27 @@ func TestResourcesExist(t *testing.T) {
 
 func TestAllows(t *testing.T) {
 	t.Parallel()
-	jobs := Resource{Kind: KindTable, Table: store.JobsTable.Logical}
-	byOwner := Resource{Kind: KindTable, Table: store.JobsTable.Logical, Index: store.IndexByOwner}
-	attempts := Resource{Kind: KindTable, Table: store.AttemptsTable.Logical}
-	certs := Resource{Kind: KindTable, Table: store.CertificationsTable.Logical}
+	jobs := Resource{Kind: KindTable, Table: dynamo.JobsTable.Logical}
+	byOwner := Resource{Kind: KindTable, Table: dynamo.JobsTable.Logical, Index: dynamo.IndexByOwner}
+	attempts := Resource{Kind: KindTable, Table: dynamo.AttemptsTable.Logical}
+	certs := Resource{Kind: KindTable, Table: dynamo.CertificationsTable.Logical}
 	for _, tc := range []struct {
 		fn, action string
 		r          Resource
 		want       bool
 	}{
-		{FnAPI, "dynamodb:PutItem", jobs, true},
-		{FnAPI, "dynamodb:Query", byOwner, true},
-		{FnAPI, "dynamodb:Query", jobs, false}, // only the index
-		{FnAPI, "dynamodb:UpdateItem", attempts, false},
-		{worker.FnHedge, "dynamodb:PutItem", attempts, true},
-		{worker.FnHedge, "dynamodb:GetItem", attempts, false},
-		{worker.FnHedge, "dynamodb:GetItem", certs, true},
-		{worker.FnMarkUnknown, "dynamodb:GetItem", certs, false},
-		{worker.FnFinalize, "dynamodb:PutItem", attempts, false},
-		{worker.FnRunAttempt, "secretsmanager:GetSecretValue", Resource{Kind: KindProvidersSecret}, true},
-		{worker.FnFinalize, "secretsmanager:GetSecretValue", Resource{Kind: KindProvidersSecret}, false},
-		{FnSweeper, "states:StartExecution", Resource{Kind: KindStateMachine}, true},
+		{deploy.FnAPI, "dynamodb:PutItem", jobs, true},
+		{deploy.FnAPI, "dynamodb:Query", byOwner, true},
+		{deploy.FnAPI, "dynamodb:Query", jobs, false}, // only the index
+		{deploy.FnAPI, "dynamodb:UpdateItem", attempts, false},
+		{deploy.FnHedge, "dynamodb:PutItem", attempts, true},
+		{deploy.FnHedge, "dynamodb:GetItem", attempts, false},
+		{deploy.FnHedge, "dynamodb:GetItem", certs, true},
+		{deploy.FnMarkUnknown, "dynamodb:GetItem", certs, false},
+		{deploy.FnFinalize, "dynamodb:PutItem", attempts, false},
+		{deploy.FnRunAttempt, "secretsmanager:GetSecretValue", Resource{Kind: KindProvidersSecret}, true},
+		{deploy.FnFinalize, "secretsmanager:GetSecretValue", Resource{Kind: KindProvidersSecret}, false},
+		{deploy.FnSweeper, "states:StartExecution", Resource{Kind: KindStateMachine}, true},
 		{"nosuch", "dynamodb:GetItem", jobs, false},
 	} {
 		if got := Allows(tc.fn, tc.action, tc.r); got != tc.want {

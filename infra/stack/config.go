@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/onejob/onejob/internal/deploy"
 )
 
 // profileFor returns the policy of one of the environments the stack can
@@ -57,16 +59,6 @@ const (
 	ContextAlarmEmail   = "alarmEmail"
 )
 
-// FunctionNames lists the Lambda functions the stack deploys, each built
-// into <FunctionsDir>/<name>/bootstrap (the Makefile's INFRA_FUNCTIONS).
-func FunctionNames() []string {
-	var names []string
-	for _, s := range fnSpecs(Config{}) {
-		names = append(names, s.name)
-	}
-	return names
-}
-
 // Config is everything the stack needs to know about one environment.
 // Build it with LoadConfig (or by hand in tests) and call Validate before
 // use; New refuses an invalid one.
@@ -103,10 +95,6 @@ type Config struct {
 	// output; otherwise only errors, without data.
 	FullExecutionLogs bool
 
-	// RunAttemptTimeout is the runattempt Lambda timeout. It should exceed
-	// the per-attempt timeout the state machine applies, so the state
-	// machine's States.Timeout (→ MarkUnknown) fires first.
-	RunAttemptTimeout time.Duration
 	// UnknownAttemptAlarm: alarm when the oldest unknown attempt is older.
 	UnknownAttemptAlarm time.Duration
 	// LostRaceRateAlarm: alarm when RaceLost/AttemptsStarted exceeds it
@@ -140,7 +128,6 @@ func DefaultConfig(env string) (Config, error) {
 		RetainData:          p.retainData,
 		LogRetentionDays:    p.logDays,
 		FullExecutionLogs:   p.fullExecutionLogs,
-		RunAttemptTimeout:   5 * time.Minute,
 		UnknownAttemptAlarm: 30 * time.Minute,
 		LostRaceRateAlarm:   0.2,
 		LostRaceWindow:      15 * time.Minute,
@@ -259,9 +246,6 @@ func (c Config) Validate() error {
 	if _, err := retentionDays(c.LogRetentionDays); err != nil {
 		errs = append(errs, err)
 	}
-	if c.RunAttemptTimeout < time.Second || c.RunAttemptTimeout > 15*time.Minute {
-		bad("runattempt timeout %v outside Lambda's 1s..15m", c.RunAttemptTimeout)
-	}
 	if c.UnknownAttemptAlarm <= 0 {
 		bad("unknown-attempt alarm threshold must be positive")
 	}
@@ -279,7 +263,7 @@ func (c Config) Validate() error {
 		bad("functions dir %q must be absolute", c.FunctionsDir)
 	} else {
 		var missing []string
-		for _, name := range FunctionNames() {
+		for _, name := range deploy.Names() {
 			fi, err := os.Stat(filepath.Join(c.FunctionsDir, name, "bootstrap"))
 			if err != nil || !fi.Mode().IsRegular() {
 				missing = append(missing, name)

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
@@ -31,54 +30,10 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/onejob/onejob/infra/permissions"
-	"github.com/onejob/onejob/internal/app"
-	"github.com/onejob/onejob/internal/store"
-	"github.com/onejob/onejob/internal/worker"
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/emf"
 )
-
-// MetricNamespace and MetricDimension are where the functions publish
-// their Embedded Metric Format metrics: namespace "onejob", exactly one
-// dimension set ["env"]. CloudWatch matches dimension sets exactly, so a
-// metric emitted with extra dimensions would not reach these alarms.
-const (
-	MetricNamespace = "onejob"
-	MetricDimension = "env"
-)
-
-// taskSubstitutions maps each placeholder in the state machine definition
-// to the task function whose ARN replaces it; internal/worker owns the
-// list. These five are the only functions the state machine may invoke.
-func taskSubstitutions() map[string]string {
-	out := map[string]string{}
-	for fn, placeholder := range worker.Substitutions() {
-		out[placeholder] = fn
-	}
-	return out
-}
-
-// fnSpec sizes one function. Go binaries are small and mostly wait on
-// DynamoDB or a provider, so memory is modest everywhere.
-type fnSpec struct {
-	name      string
-	logicalID string // stable, so `sam local invoke <LogicalID>` keeps working
-	memoryMB  float64
-	timeout   time.Duration
-	desc      string
-}
-
-func fnSpecs(cfg Config) []fnSpec {
-	return []fnSpec{
-		// API Gateway gives up after 30 s; returning before that lets the
-		// function report its own error.
-		{permissions.FnAPI, "ApiFunction", 256, 25 * time.Second, "HTTP API handler"},
-		{"startattempt", "StartAttemptFunction", 256, 30 * time.Second, "Decides a job's next step"},
-		{"runattempt", "RunAttemptFunction", 256, cfg.RunAttemptTimeout, "Runs one attempt against a provider"},
-		{"markunknown", "MarkUnknownFunction", 256, 30 * time.Second, "Marks a timed-out attempt unknown"},
-		{"hedge", "HedgeFunction", 256, 30 * time.Second, "Starts a hedged attempt"},
-		{"finalize", "FinalizeFunction", 256, 30 * time.Second, "Fails a job once every provider was tried"},
-		{permissions.FnSweeper, "SweeperFunction", 256, 2 * time.Minute, "Restarts stranded jobs and reports unknown attempts"},
-	}
-}
 
 // StackName is the CloudFormation stack name for env.
 func StackName(env string) string { return "onejob-" + env }
@@ -125,14 +80,14 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 
 	// Tables come from the one schema the local bootstrap also uses.
 	tables := map[string]awsdynamodb.TableV2{}
-	for _, def := range store.Tables() {
+	for _, def := range dynamo.Tables() {
 		tables[def.Logical] = newTable(stack, cfg, def, removal)
 	}
-	jobs := tables[store.JobsTable.Logical]
-	attempts := tables[store.AttemptsTable.Logical]
-	certs := tables[store.CertificationsTable.Logical]
+	jobs := tables[dynamo.JobsTable.Logical]
+	attempts := tables[dynamo.AttemptsTable.Logical]
+	certs := tables[dynamo.CertificationsTable.Logical]
 	if jobs == nil || attempts == nil || certs == nil {
-		return nil, fmt.Errorf("store.Tables() lacks one of jobs/attempts/certifications")
+		return nil, fmt.Errorf("dynamo.Tables() lacks one of jobs/attempts/certifications")
 	}
 
 	// The provider configuration. Only runattempt may read it.
@@ -151,35 +106,24 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		secretArn = *secret.SecretArn()
 	}
 
-	// The task functions are the definition's substitutions, each of which
-	// must be a function this stack builds.
-	var taskNames []string
-	for _, name := range taskSubstitutions() {
-		if !slices.Contains(FunctionNames(), name) {
-			return nil, fmt.Errorf("state machine task function %q is not in FunctionNames", name)
-		}
-		taskNames = append(taskNames, name)
-	}
-	slices.Sort(taskNames)
-
 	// The variable names are the ones internal/app reads, so the two
 	// cannot drift.
 	common := map[string]*string{
-		app.EnvJobsTable:           jobs.TableName(),
-		app.EnvAttemptsTable:       attempts.TableName(),
-		app.EnvCertificationsTable: certs.TableName(),
-		app.EnvName:                jsii.String(cfg.Env),
+		deploy.EnvJobsTable:           jobs.TableName(),
+		deploy.EnvAttemptsTable:       attempts.TableName(),
+		deploy.EnvCertificationsTable: certs.TableName(),
+		deploy.EnvName:                jsii.String(cfg.Env),
 	}
 	fns := map[string]awslambda.Function{}
-	for _, spec := range fnSpecs(cfg) {
+	for _, spec := range deploy.Functions() {
 		vars := map[string]*string{}
 		for k, v := range common {
 			vars[k] = v
 		}
-		if spec.name == worker.FnRunAttempt {
-			vars[app.EnvProvidersSecretARN] = jsii.String(secretArn)
+		if spec.Name == deploy.FnRunAttempt {
+			vars[deploy.EnvProvidersSecretARN] = jsii.String(secretArn)
 		}
-		fns[spec.name] = newFunction(stack, cfg, spec, vars, retention, removal)
+		fns[spec.Name] = newFunction(stack, cfg, spec, vars, retention, removal)
 	}
 
 	// The state machine invokes the five task functions and nothing else;
@@ -187,10 +131,10 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	// state machine ARN (that reference would be a cycle).
 	subs := map[string]*string{}
 	var taskArns []*string
-	for placeholder, name := range taskSubstitutions() {
+	for placeholder, name := range deploy.Tasks() {
 		subs[placeholder] = fns[name].FunctionArn()
 	}
-	for _, name := range taskNames {
+	for _, name := range deploy.TaskNames() {
 		taskArns = append(taskArns, fns[name].FunctionArn())
 	}
 	smLogs := awslogs.NewLogGroup(stack, jsii.String("StateMachineLogs"), &awslogs.LogGroupProps{
@@ -248,10 +192,10 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		return nil, fmt.Errorf("grant on unknown resource kind %q", r.Kind)
 	}
 	all := permissions.All()
-	if got, want := slices.Sorted(maps.Keys(all)), slices.Sorted(slices.Values(FunctionNames())); !slices.Equal(got, want) {
+	if got, want := slices.Sorted(maps.Keys(all)), slices.Sorted(slices.Values(deploy.Names())); !slices.Equal(got, want) {
 		return nil, fmt.Errorf("infra/permissions covers functions %v, the stack deploys %v", got, want)
 	}
-	for _, name := range FunctionNames() {
+	for _, name := range deploy.Names() {
 		for _, g := range all[name] {
 			arn, err := arnOf(g.Resource)
 			if err != nil {
@@ -261,10 +205,10 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		}
 	}
 
-	api := fns[permissions.FnAPI]
-	api.AddEnvironment(jsii.String(app.EnvStateMachineARN), sm.StateMachineArn(), nil)
-	sweeper := fns[permissions.FnSweeper]
-	sweeper.AddEnvironment(jsii.String(app.EnvStateMachineARN), sm.StateMachineArn(), nil)
+	api := fns[deploy.FnAPI]
+	api.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
+	sweeper := fns[deploy.FnSweeper]
+	sweeper.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
 	awsevents.NewRule(stack, jsii.String("SweeperSchedule"), &awsevents.RuleProps{
 		RuleName:    physical(cfg.Env, "sweeper"),
 		Description: jsii.String("Runs the onejob sweeper every 5 minutes"),
@@ -292,7 +236,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	return stack, nil
 }
 
-func newTable(stack awscdk.Stack, cfg Config, def store.TableDef, removal awscdk.RemovalPolicy) awsdynamodb.TableV2 {
+func newTable(stack awscdk.Stack, cfg Config, def dynamo.TableDef, removal awscdk.RemovalPolicy) awsdynamodb.TableV2 {
 	var gsis []*awsdynamodb.GlobalSecondaryIndexPropsV2
 	for _, idx := range def.Indexes {
 		gsis = append(gsis, &awsdynamodb.GlobalSecondaryIndexPropsV2{
@@ -319,45 +263,45 @@ func newTable(stack awscdk.Stack, cfg Config, def store.TableDef, removal awscdk
 	return awsdynamodb.NewTableV2(stack, jsii.String(title(def.Logical)+"Table"), props)
 }
 
-func attribute(k *store.KeyAttr) *awsdynamodb.Attribute {
+func attribute(k *dynamo.KeyAttr) *awsdynamodb.Attribute {
 	if k == nil {
 		return nil
 	}
 	t := awsdynamodb.AttributeType_STRING
-	if k.Type == store.AttrNumber {
+	if k.Type == dynamo.AttrNumber {
 		t = awsdynamodb.AttributeType_NUMBER
 	}
 	return &awsdynamodb.Attribute{Name: jsii.String(k.Name), Type: t}
 }
 
-func newFunction(stack awscdk.Stack, cfg Config, spec fnSpec, vars map[string]*string, retention awslogs.RetentionDays, removal awscdk.RemovalPolicy) awslambda.Function {
-	id := strings.TrimSuffix(spec.logicalID, "Function")
+func newFunction(stack awscdk.Stack, cfg Config, spec deploy.Function, vars map[string]*string, retention awslogs.RetentionDays, removal awscdk.RemovalPolicy) awslambda.Function {
+	id := strings.TrimSuffix(spec.LogicalID, "Function")
 	// An explicit log group gets the environment's retention without the
 	// LogRetention custom resource (another Lambda with logs:* on "*").
 	logs := awslogs.NewLogGroup(stack, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
-		LogGroupName:  jsii.String("/aws/lambda/onejob-" + cfg.Env + "-" + spec.name),
+		LogGroupName:  jsii.String("/aws/lambda/onejob-" + cfg.Env + "-" + spec.Name),
 		Retention:     retention,
 		RemovalPolicy: removal,
 	})
 	props := &awslambda.FunctionProps{
-		FunctionName: physical(cfg.Env, spec.name),
-		Description:  jsii.String("onejob " + cfg.Env + ": " + spec.desc),
+		FunctionName: physical(cfg.Env, spec.Name),
+		Description:  jsii.String("onejob " + cfg.Env + ": " + spec.Description),
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture: awslambda.Architecture_ARM_64(),
 		Handler:      jsii.String("bootstrap"),
-		Code:         awslambda.Code_FromAsset(jsii.String(filepath.Join(cfg.FunctionsDir, spec.name)), nil),
-		MemorySize:   jsii.Number(spec.memoryMB),
-		Timeout:      awscdk.Duration_Seconds(jsii.Number(spec.timeout.Seconds())),
+		Code:         awslambda.Code_FromAsset(jsii.String(filepath.Join(cfg.FunctionsDir, spec.Name)), nil),
+		MemorySize:   jsii.Number(spec.MemoryMB),
+		Timeout:      awscdk.Duration_Seconds(jsii.Number(spec.Timeout.Seconds())),
 		Environment:  &vars,
 		LogGroup:     logs,
 		Tracing:      awslambda.Tracing_ACTIVE,
 	}
-	if spec.name == permissions.FnSweeper {
+	if spec.Name == deploy.FnSweeper {
 		// The schedule invokes asynchronously; the next tick is the retry.
 		props.RetryAttempts = jsii.Number(0)
 	}
 	fn := awslambda.NewFunction(stack, jsii.String(id), props)
-	fn.Node().DefaultChild().(awscdk.CfnResource).OverrideLogicalId(jsii.String(spec.logicalID))
+	fn.Node().DefaultChild().(awscdk.CfnResource).OverrideLogicalId(jsii.String(spec.LogicalID))
 	return fn
 }
 
@@ -427,9 +371,9 @@ func newAlarms(stack awscdk.Stack, cfg Config, httpAPI awsapigatewayv2.HttpApi, 
 
 	metric := func(name, statistic string, period awscdk.Duration) awscloudwatch.Metric {
 		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-			Namespace:     jsii.String(MetricNamespace),
+			Namespace:     jsii.String(emf.Namespace),
 			MetricName:    jsii.String(name),
-			DimensionsMap: &map[string]*string{MetricDimension: jsii.String(cfg.Env)},
+			DimensionsMap: &map[string]*string{emf.Dimension: jsii.String(cfg.Env)},
 			Statistic:     jsii.String(statistic),
 			Period:        period,
 		})
@@ -442,7 +386,7 @@ func newAlarms(stack awscdk.Stack, cfg Config, httpAPI awsapigatewayv2.HttpApi, 
 	// The sweeper reports the age of the oldest unknown attempt. An
 	// unknown attempt blocks its job, so one that stays unknown needs a
 	// person (resolve). No data means the sweeper saw none.
-	wire(metric("AttemptsUnknownOldestSeconds", "Maximum", five).CreateAlarm(stack, jsii.String("UnknownAttemptsAlarm"), &awscloudwatch.CreateAlarmOptions{
+	wire(metric(emf.AttemptsUnknownOldestSeconds, "Maximum", five).CreateAlarm(stack, jsii.String("UnknownAttemptsAlarm"), &awscloudwatch.CreateAlarmOptions{
 		AlarmName:          physical(cfg.Env, "attempt-unknown-too-long"),
 		AlarmDescription:   jsii.String(fmt.Sprintf("An attempt has been unknown for more than %.0f minutes; resolve it via POST /v1/jobs/{id}/attempts/{n}/resolve.", cfg.UnknownAttemptAlarm.Minutes())),
 		Threshold:          jsii.Number(cfg.UnknownAttemptAlarm.Seconds()),
@@ -457,8 +401,8 @@ func newAlarms(stack awscdk.Stack, cfg Config, httpAPI awsapigatewayv2.HttpApi, 
 	lostRate := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
 		Expression: jsii.String("IF(started > 0, lost / started, 0)"),
 		UsingMetrics: &map[string]awscloudwatch.IMetric{
-			"lost":    metric("RaceLost", "Sum", window),
-			"started": metric("AttemptsStarted", "Sum", window),
+			"lost":    metric(emf.RaceLost, "Sum", window),
+			"started": metric(emf.AttemptsStarted, "Sum", window),
 		},
 		Label:  jsii.String("RaceLost / AttemptsStarted"),
 		Period: window,
@@ -517,7 +461,7 @@ func loadDefinition(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("state machine definition: %w", err)
 	}
-	want := taskSubstitutions()
+	want := deploy.Tasks()
 	found := map[string]bool{}
 	for _, m := range regexp.MustCompile(`\$\{([^}]*)\}`).FindAllStringSubmatch(string(b), -1) {
 		if _, ok := want[m[1]]; !ok {

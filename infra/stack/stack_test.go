@@ -16,10 +16,10 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/onejob/onejob/internal/app"
-	"github.com/onejob/onejob/internal/dev/rie"
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/testenv"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/emf"
 )
 
 // stagingSecretArn exercises the "bring your own secret" path: staging is
@@ -155,8 +155,8 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 // --- checks (pure Go over the template) -----------------------------------
 
 func checkTables(t *testing.T, s *synthesized) {
-	want := map[string]store.TableDef{}
-	for _, d := range store.Tables() {
+	want := map[string]dynamo.TableDef{}
+	for _, d := range dynamo.Tables() {
 		want["onejob-"+s.env+"-"+d.Logical] = d
 	}
 	got := resources(s, "AWS::DynamoDB::GlobalTable")
@@ -238,22 +238,22 @@ func checkFunctions(t *testing.T, s *synthesized) {
 			vars[k] = s.sym(v)
 		}
 		want := map[string]string{
-			app.EnvJobsTable:           "ref:table:jobs",
-			app.EnvAttemptsTable:       "ref:table:attempts",
-			app.EnvCertificationsTable: "ref:table:certifications",
-			app.EnvName:                s.env,
+			deploy.EnvJobsTable:           "ref:table:jobs",
+			deploy.EnvAttemptsTable:       "ref:table:attempts",
+			deploy.EnvCertificationsTable: "ref:table:certifications",
+			deploy.EnvName:                s.env,
 		}
 		switch short {
 		case "api", "sweeper":
-			want[app.EnvStateMachineARN] = "ref:statemachine"
+			want[deploy.EnvStateMachineARN] = "ref:statemachine"
 		case "runattempt":
-			want[app.EnvProvidersSecretARN] = s.secret()
+			want[deploy.EnvProvidersSecretARN] = s.secret()
 		}
 		if !reflect.DeepEqual(vars, want) {
 			t.Errorf("%s: environment\n got %v\nwant %v", fname, vars, want)
 		}
 	}
-	for _, n := range FunctionNames() {
+	for _, n := range deploy.Names() {
 		if !seen[n] {
 			t.Errorf("function onejob-%s-%s missing", s.env, n)
 		}
@@ -296,7 +296,7 @@ func checkStateMachine(t *testing.T, s *synthesized) {
 // one of this stack's five task functions.
 func checkDefinition(t *testing.T, s *synthesized) {
 	allowed := map[string]bool{}
-	for _, name := range taskSubstitutions() {
+	for _, name := range deploy.Tasks() {
 		allowed["arn:fn:"+name] = true
 	}
 	for _, r := range resources(s, "AWS::StepFunctions::StateMachine") {
@@ -462,12 +462,12 @@ func checkAlarms(t *testing.T, s *synthesized) {
 // checkDims: custom metrics carry exactly the env dimension the functions
 // emit.
 func checkDims(t *testing.T, s *synthesized, id string, m map[string]any) {
-	if m["Namespace"] != MetricNamespace {
+	if m["Namespace"] != emf.Namespace {
 		return
 	}
 	dims := list(m["Dimensions"])
-	if len(dims) != 1 || str(dims[0], "Name") != MetricDimension || str(dims[0], "Value") != s.env {
-		t.Errorf("%s: dimensions %v, want [%s=%s]", id, dims, MetricDimension, s.env)
+	if len(dims) != 1 || str(dims[0], "Name") != emf.Dimension || str(dims[0], "Value") != s.env {
+		t.Errorf("%s: dimensions %v, want [%s=%s]", id, dims, emf.Dimension, s.env)
 	}
 }
 
@@ -492,7 +492,7 @@ func checkIAM(t *testing.T, s *synthesized) {
 	want := map[string]grants{
 		"fn:api": grants{}.
 			add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
-			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+store.IndexByOwner).
+			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOwner).
 			add([]string{"dynamodb:Query", "dynamodb:PutItem"}, "arn:table:attempts").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add(xrayLambda, "*"),
@@ -502,7 +502,7 @@ func checkIAM(t *testing.T, s *synthesized) {
 		"fn:finalize":     task(false, true),
 		"fn:runattempt":   task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()),
 		"fn:sweeper": grants{}.
-			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+store.IndexByOpen).
+			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOpen).
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add(xrayLambda, "*"),
 		"statemachine": grants{}.
@@ -1107,7 +1107,7 @@ func cdkContext(t *testing.T, root string) map[string]any {
 func stubFunctions(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, n := range FunctionNames() {
+	for _, n := range deploy.Names() {
 		if err := os.MkdirAll(filepath.Join(dir, n), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -1118,47 +1118,23 @@ func stubFunctions(t *testing.T) string {
 	return dir
 }
 
-// TestMakefileFunctions keeps the Makefile's placeholder list in step with
-// the stack.
-func TestMakefileFunctions(t *testing.T) {
+// TestFunctionFolders keeps functions/ (one main per Lambda, the folders
+// the Makefile builds and size-gates) and the functions this stack deploys
+// the same set.
+func TestFunctionFolders(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(testenv.MustRoot(t), "Makefile"))
+	entries, err := os.ReadDir(filepath.Join(testenv.MustRoot(t), "functions"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^INFRA_FUNCTIONS\s*:=\s*(.*)$`).FindSubmatch(b)
-	if m == nil {
-		t.Fatal("Makefile has no INFRA_FUNCTIONS")
+	var got []string
+	for _, e := range entries {
+		if e.IsDir() {
+			got = append(got, e.Name())
+		}
 	}
-	got := strings.Fields(string(m[1]))
-	want := FunctionNames()
-	slices.Sort(got)
-	slices.Sort(want)
+	want := slices.Sorted(slices.Values(deploy.Names()))
 	if !slices.Equal(got, want) {
-		t.Errorf("Makefile INFRA_FUNCTIONS %v, stack deploys %v", got, want)
-	}
-}
-
-// TestInvokeMirrorsFunctions keeps `make invoke` (internal/dev/rie), which
-// runs each function under RIE with its deployed timeout and memory, in
-// step with the functions this stack deploys in every environment.
-func TestInvokeMirrorsFunctions(t *testing.T) {
-	t.Parallel()
-	got := map[string]rie.Function{}
-	for _, f := range rie.Functions() {
-		got[f.Name] = f
-	}
-	for _, env := range []string{"dev", "staging", "prod"} {
-		cfg, err := DefaultConfig(env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[string]rie.Function{}
-		for _, s := range fnSpecs(cfg) {
-			want[s.name] = rie.Function{Name: s.name, Timeout: s.timeout, MemoryMB: int(s.memoryMB)}
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: rie.Functions() %v, stack deploys %v", env, got, want)
-		}
+		t.Errorf("functions/ holds %v, deploy.Functions() lists %v", got, want)
 	}
 }

@@ -18,9 +18,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/onejob/onejob/internal/engine"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // AdminScope in the scope claim makes the caller an operator.
@@ -29,18 +28,17 @@ const AdminScope = "jobs:admin"
 // Limits checked before the engine is called.
 const (
 	// maxOwnerBytes keeps the owner within DynamoDB's key limits.
-	maxOwnerBytes   = 1024
-	maxTypeBytes    = 128
-	maxReasonBytes  = 1024
-	maxCursorBytes  = 2048
-	maxResultBytes  = 64 << 10 // with a 256 KiB input, still within a 400 KB item
-	maxListLimit    = 100
-	defaultListSize = 20
+	maxOwnerBytes  = 1024
+	maxTypeBytes   = 128
+	maxReasonBytes = 1024
+	maxCursorBytes = 2048
+	maxResultBytes = 64 << 10 // with a 256 KiB input, still within a 400 KB item
 )
 
 // Config wires a Handler. Validate it with New.
 type Config struct {
-	Engine  *engine.Engine
+	// Jobs runs the use cases (a *lifecycle.Engine).
+	Jobs    Jobs
 	Catalog Catalog
 	// Starter starts a job's execution; nil leaves created jobs pending
 	// (for the sweeper), which only tests and tools should want.
@@ -54,7 +52,7 @@ type Config struct {
 
 // Handler serves the API's routes.
 type Handler struct {
-	eng     *engine.Engine
+	jobs    Jobs
 	catalog Catalog
 	starter Starter
 	now     func() time.Time
@@ -66,11 +64,11 @@ type Handler struct {
 
 // New validates the configuration.
 func New(c Config) (*Handler, error) {
-	if c.Engine == nil {
-		return nil, errors.New("api: engine is required")
+	if c.Jobs == nil {
+		return nil, errors.New("apigw: jobs are required")
 	}
 	if c.Catalog == nil {
-		return nil, errors.New("api: catalog is required")
+		return nil, errors.New("apigw: catalog is required")
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -79,12 +77,12 @@ func New(c Config) (*Handler, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.MaxResponseBytes < 0 {
-		return nil, errors.New("api: max response bytes must not be negative")
+		return nil, errors.New("apigw: max response bytes must not be negative")
 	}
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = 5 << 20
 	}
-	h := &Handler{eng: c.Engine, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
+	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
 		maxResponse: c.MaxResponseBytes}
 	h.routes = []route{
 		{method: http.MethodPost, path: "/v1/jobs", serve: h.createJob},
@@ -310,7 +308,7 @@ func (h *Handler) createJob(ctx context.Context, r *request) (reply, error) {
 		return reply{}, err
 	}
 	req.Owner, req.IdempotencyKey = r.owner, key
-	j, replayed, err := h.eng.Create(ctx, req)
+	j, replayed, err := h.jobs.Create(ctx, req)
 	if err != nil {
 		rep := reply{}
 		var reused *job.KeyReusedError
@@ -396,7 +394,7 @@ func (h *Handler) start(ctx context.Context, r *request, j job.Job) {
 	if h.starter == nil || j.Status != job.StatusPending {
 		return
 	}
-	if err := h.starter.Start(ctx, j); err != nil {
+	if _, err := h.starter.Start(ctx, j.ID); err != nil {
 		h.log.ErrorContext(ctx, "execution_start_failed", "request_id", r.requestID, "job_id", j.ID, "error", err.Error())
 	}
 }
@@ -414,7 +412,7 @@ func (h *Handler) listAttempts(ctx context.Context, r *request) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	attempts, err := h.eng.Attempts(ctx, j)
+	attempts, err := h.jobs.Attempts(ctx, j)
 	if err != nil {
 		return reply{jobID: j.ID}, err
 	}
@@ -426,7 +424,7 @@ func (h *Handler) cancelJob(ctx context.Context, r *request) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	j, err = h.eng.Cancel(ctx, j.ID)
+	j, err = h.jobs.Cancel(ctx, j.ID)
 	if err != nil {
 		return reply{jobID: j.ID}, err
 	}
@@ -434,7 +432,7 @@ func (h *Handler) cancelJob(ctx context.Context, r *request) (reply, error) {
 }
 
 func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
-	q := store.ListQuery{Owner: r.owner, Limit: defaultListSize}
+	q := lifecycle.ListQuery{Owner: r.owner, Limit: lifecycle.DefaultPageSize}
 	params := r.query()
 	var errs []FieldError
 	if s, ok := params["status"]; ok {
@@ -445,8 +443,8 @@ func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
 	}
 	if s, ok := params["limit"]; ok {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxListLimit {
-			errs = append(errs, FieldError{Parameter: "limit", Detail: fmt.Sprintf("must be an integer from 1 to %d", maxListLimit)})
+		if err != nil || n < 1 || n > lifecycle.MaxPageSize {
+			errs = append(errs, FieldError{Parameter: "limit", Detail: fmt.Sprintf("must be an integer from 1 to %d", lifecycle.MaxPageSize)})
 		}
 		q.Limit = n
 	}
@@ -455,14 +453,14 @@ func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
 	}
 	if c, ok := params["cursor"]; ok {
 		if c == "" || len(c) > maxCursorBytes {
-			return reply{}, store.ErrInvalidCursor
+			return reply{}, lifecycle.ErrInvalidCursor
 		}
 		q.Cursor = c
 	}
 	// A page of large jobs could outgrow Lambda's response limit; then ask
 	// for fewer. One job always fits (a DynamoDB item is at most 400 KB).
 	for {
-		page, err := h.eng.List(ctx, q)
+		page, err := h.jobs.List(ctx, q)
 		if err != nil {
 			return reply{}, err
 		}
@@ -504,7 +502,7 @@ func (h *Handler) resolveAttempt(ctx context.Context, r *request) (reply, error)
 		return reply{}, err
 	}
 	// Operators may resolve any owner's job: no owner check here.
-	j, err := h.eng.Resolve(ctx, id, n, res)
+	j, err := h.jobs.Resolve(ctx, id, n, res)
 	if err != nil {
 		return reply{jobID: id}, err
 	}
@@ -557,7 +555,7 @@ func (h *Handler) ownJob(ctx context.Context, r *request) (job.Job, error) {
 	if err != nil {
 		return job.Job{}, err
 	}
-	j, err := h.eng.Get(ctx, id)
+	j, err := h.jobs.Get(ctx, id)
 	if err != nil {
 		return job.Job{}, err
 	}

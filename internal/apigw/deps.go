@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // Catalog finds job types by name. The API needs only this much of the
@@ -31,7 +32,17 @@ type JobType interface {
 // successful create and every replay. A failed start leaves a pending job
 // that the sweeper starts later.
 type Starter interface {
-	Start(ctx context.Context, j job.Job) error
+	Start(ctx context.Context, jobID string) (started bool, err error)
+}
+
+// Jobs is what the routes do: one call each.
+type Jobs interface {
+	Create(ctx context.Context, r job.Request) (j job.Job, replayed bool, err error)
+	Get(ctx context.Context, id string) (job.Job, error)
+	Attempts(ctx context.Context, j job.Job) ([]job.Attempt, error)
+	List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page, error)
+	Cancel(ctx context.Context, id string) (job.Job, error)
+	Resolve(ctx context.Context, id string, n int, r job.Resolution) (job.Job, error)
 }
 
 // FieldError is one entry of a validation-failed problem: what is wrong,

@@ -29,9 +29,8 @@ import (
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
 	"github.com/onejob/onejob/internal/dev/testenv"
-	"github.com/onejob/onejob/internal/engine"
-	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 var harness dynalitetest.Harness
@@ -102,14 +101,14 @@ type fakeStarter struct {
 	fail bool
 }
 
-func (s *fakeStarter) Start(_ context.Context, j job.Job) error {
+func (s *fakeStarter) Start(_ context.Context, jobID string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ids = append(s.ids, j.ID)
+	s.ids = append(s.ids, jobID)
 	if s.fail {
-		return errors.New("states: ThrottlingException: rate exceeded")
+		return false, errors.New("states: ThrottlingException: rate exceeded")
 	}
-	return nil
+	return true, nil
 }
 
 func (s *fakeStarter) started() []string {
@@ -124,9 +123,9 @@ func (s *fakeStarter) started() []string {
 // handler, and the local server on a loopback listener.
 type env struct {
 	h        *apigw.Handler
-	eng      *engine.Engine
+	eng      *lifecycle.Engine
 	db       *dynamodb.Client
-	names    store.TableNames
+	names    dynamo.TableNames
 	logs     *testenv.SyncBuffer
 	starter  *fakeStarter
 	tokens   *apigwlocal.Tokens
@@ -135,13 +134,13 @@ type env struct {
 	contract *contract
 }
 
-type envOption func(*apigw.Config, *store.Config)
+type envOption func(*apigw.Config, *dynamo.Config)
 
-func failingStarter(c *apigw.Config, _ *store.Config) { c.Starter.(*fakeStarter).fail = true }
+func failingStarter(c *apigw.Config, _ *dynamo.Config) { c.Starter.(*fakeStarter).fail = true }
 
-func smallResponses(c *apigw.Config, _ *store.Config) { c.MaxResponseBytes = 3000 }
+func smallResponses(c *apigw.Config, _ *dynamo.Config) { c.MaxResponseBytes = 3000 }
 
-func missingTables(_ *apigw.Config, s *store.Config) {
+func missingTables(_ *apigw.Config, s *dynamo.Config) {
 	s.JobsTable, s.AttemptsTable = "no-such-jobs", "no-such-attempts"
 }
 
@@ -150,21 +149,21 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	db, names := harness.Tables(t)
 	logs := &testenv.SyncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
-	sc := store.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts, CertificationsTable: names.Certifications}
+	sc := dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts, CertificationsTable: names.Certifications}
 	starter := &fakeStarter{}
 	ac := apigw.Config{Catalog: fakeCatalog{}, Starter: starter, Logger: logger}
 	for _, o := range opts {
 		o(&ac, &sc)
 	}
-	st, err := store.New(sc)
+	st, err := dynamo.New(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(engine.Config{Store: st, Logger: logger})
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ac.Engine = eng
+	ac.Jobs = eng
 	h, err := apigw.New(ac)
 	if err != nil {
 		t.Fatal(err)

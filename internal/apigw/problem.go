@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/onejob/onejob/internal/engine"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // ProblemBase prefixes every problem type URI (RFC 9457 §3.1.1). The URIs
@@ -170,9 +169,9 @@ func problemOf(err error) problem {
 	case errors.As(err, &invalidJ):
 		code, p.Detail = CodeValidationFailed, "the request is not valid; see errors"
 		p.Errors = []FieldError{{Pointer: "/" + invalidJ.Field, Detail: invalidJ.Reason}}
-	case errors.Is(err, store.ErrInvalidCursor):
+	case errors.Is(err, lifecycle.ErrInvalidCursor):
 		code, p.Detail = CodeInvalidCursor, "the cursor was not issued by this API for this listing"
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, engine.ErrContention),
+	case errors.Is(err, lifecycle.ErrUnavailable), errors.Is(err, lifecycle.ErrContention),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		code, p.Detail = CodeUnavailable, "the service is temporarily unavailable; retry with the same Idempotency-Key"
 	default:

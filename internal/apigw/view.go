@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // The wire representations: snake_case, RFC 3339 times in UTC, optional
@@ -124,7 +124,7 @@ func attemptsView(jobID string, attempts []job.Attempt) attemptsBody {
 	return v
 }
 
-func listView(p store.Page) listBody {
+func listView(p lifecycle.Page) listBody {
 	v := listBody{Jobs: make([]jobBody, 0, len(p.Jobs)), NextCursor: p.Next}
 	for _, j := range p.Jobs {
 		v.Jobs = append(v.Jobs, jobView(j))

@@ -80,9 +80,11 @@ type Attempt struct {
 }
 
 // IdempotencyKey is the attempt's identity, passed downstream to providers.
-func (a Attempt) IdempotencyKey() string {
-	return a.JobID + "/" + strconv.Itoa(a.Number)
-}
+func (a Attempt) IdempotencyKey() string { return AttemptKey(a.JobID, a.Number) }
+
+// AttemptKey is the canonical identity of attempt n of a job: the
+// Idempotency-Key every provider call carries, "<job_id>/<n>".
+func AttemptKey(jobID string, n int) string { return jobID + "/" + strconv.Itoa(n) }
 
 // Attempt returns attempt n.
 func (j Job) Attempt(n int) (Attempt, bool) {

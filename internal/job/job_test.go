@@ -297,3 +297,13 @@ func TestTimeoutBeforeClaimFails(t *testing.T) {
 		t.Fatalf("plan = %+v, want fallback to p2", plan)
 	}
 }
+
+func TestAttemptKey(t *testing.T) {
+	t.Parallel()
+	if got := job.AttemptKey("j", 3); got != "j/3" {
+		t.Errorf("AttemptKey = %q, want j/3", got)
+	}
+	if got := (job.Attempt{JobID: "job_x", Number: 2}).IdempotencyKey(); got != "job_x/2" {
+		t.Errorf("IdempotencyKey = %q, want job_x/2", got)
+	}
+}

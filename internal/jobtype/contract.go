@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
 )
 
@@ -114,7 +115,8 @@ func runCase(ctx context.Context, t *Type, p provider.Provider, c Case, run stri
 	// A fresh job id per run: a provider that honours Idempotency-Key must
 	// not replay an earlier run's answer.
 	jobID := fmt.Sprintf("contract-%s-%s-%s", t.Name(), c.Name, run)
-	req, err := t.NewRequest(jobID, 1, c.Input)
+	req, err := t.Request(c.Input)
+	req.JobID, req.Attempt, req.IdempotencyKey = jobID, 1, job.AttemptKey(jobID, 1)
 	if err != nil {
 		res.Err = err
 		return fail(Violation{Rule: RuleRender, Message: err.Error()})

@@ -294,3 +294,22 @@ func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 	}
 	return t, nil
 }
+
+// Lookup finds job types for a consumer that declares its own interface of
+// one (lifecycle.JobType, apigw.JobType): *Type satisfies each, so this is
+// the one adapter between the catalog and its users.
+type Lookup[T any] struct {
+	Catalog *Catalog
+}
+
+// Lookup returns the named type as a T; false when the type is unknown (or,
+// a programming error caught by tests, when *Type does not satisfy T).
+func (l Lookup[T]) Lookup(name string) (T, bool) {
+	var zero T
+	t, ok := l.Catalog.Get(name)
+	if !ok {
+		return zero, false
+	}
+	v, ok := any(t).(T)
+	return v, ok
+}

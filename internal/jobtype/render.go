@@ -43,16 +43,14 @@ func (t *Type) Render(input json.RawMessage) (system, prompt string, err error) 
 	return t.spec.SystemPrompt, b.String(), nil
 }
 
-// NewRequest renders input and builds the provider request of one attempt.
-func (t *Type) NewRequest(jobID string, attempt int, input json.RawMessage) (provider.Request, error) {
+// Request renders input into the provider request of the type; the caller
+// adds the attempt's identity (JobID, Attempt, IdempotencyKey).
+func (t *Type) Request(input json.RawMessage) (provider.Request, error) {
 	system, prompt, err := t.Render(input)
 	if err != nil {
 		return provider.Request{}, err
 	}
 	return provider.Request{
-		JobID:           jobID,
-		Attempt:         attempt,
-		IdempotencyKey:  provider.AttemptKey(jobID, attempt),
 		JobType:         t.Name(),
 		System:          system,
 		Prompt:          prompt,

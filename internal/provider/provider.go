@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -18,7 +17,7 @@ import (
 type Request struct {
 	JobID   string
 	Attempt int
-	// IdempotencyKey identifies the attempt (see AttemptKey). Adapters pass it
+	// IdempotencyKey identifies the attempt (job.AttemptKey). Adapters pass it
 	// downstream wherever the provider accepts one so that a resend of the same
 	// attempt is deduplicated by the provider.
 	IdempotencyKey string
@@ -45,11 +44,6 @@ type Response struct {
 type Provider interface {
 	Name() string
 	Call(ctx context.Context, req Request) (Response, error)
-}
-
-// AttemptKey is the canonical idempotency key of an attempt.
-func AttemptKey(jobID string, attempt int) string {
-	return jobID + "/" + strconv.Itoa(attempt)
 }
 
 // Class tells the orchestrator what it may safely do after a failed call.

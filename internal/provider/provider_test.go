@@ -343,7 +343,4 @@ func TestCallErrorMessage(t *testing.T) {
 	if !errors.Is(err, provider.ErrHTTPStatus) {
 		t.Error("Unwrap broken")
 	}
-	if provider.AttemptKey("j", 3) != "j/3" {
-		t.Error("AttemptKey")
-	}
 }

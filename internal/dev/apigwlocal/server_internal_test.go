@@ -14,13 +14,13 @@ import (
 
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/dev/testenv"
-	"github.com/onejob/onejob/internal/engine"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 func newTestLocal(t *testing.T) *Server {
 	t.Helper()
 	// The event builder never calls the engine; any non-nil one will do.
-	h, err := apigw.New(apigw.Config{Engine: &engine.Engine{}, Catalog: noCatalog{}})
+	h, err := apigw.New(apigw.Config{Jobs: &lifecycle.Engine{}, Catalog: noCatalog{}})
 	if err != nil {
 		t.Fatal(err)
 	}

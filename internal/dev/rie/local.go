@@ -20,43 +20,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/onejob/onejob/infra/permissions"
-	"github.com/onejob/onejob/internal/app"
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/store"
 )
-
-// Function is a deployed function as far as a local invoke cares.
-type Function struct {
-	Name     string
-	Timeout  time.Duration
-	MemoryMB int
-}
-
-// Functions mirrors infra/stack's function specs (a test there keeps the
-// two equal); RIE enforces the timeout as Lambda would.
-func Functions() []Function {
-	return []Function{
-		{"api", 25 * time.Second, 256},
-		{"startattempt", 30 * time.Second, 256},
-		{"runattempt", 5 * time.Minute, 256},
-		{"markunknown", 30 * time.Second, 256},
-		{"hedge", 30 * time.Second, 256},
-		{"finalize", 30 * time.Second, 256},
-		{"sweeper", 2 * time.Minute, 256},
-	}
-}
-
-func lookup(fn string) (Function, bool) {
-	for _, f := range Functions() {
-		if f.Name == fn {
-			return f, true
-		}
-	}
-	return Function{}, false
-}
 
 // Local fakes: the account, region and state machine the functions see.
 const (
@@ -219,7 +189,7 @@ func (l *Local) Invoke(ctx context.Context, fn string, event []byte) (*Result, e
 // InvokeIn is Invoke with the seeded state chosen by the caller, e.g.
 // ScenarioEmpty to see how a function handles a job that does not exist.
 func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenario, jobID string) (*Result, error) {
-	spec, ok := lookup(fn)
+	spec, ok := deploy.Lookup(fn)
 	if !ok {
 		return nil, fmt.Errorf("unknown function %q", fn)
 	}
@@ -232,11 +202,11 @@ func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenar
 	bootstrap := l.bootstraps[fn]
 	l.mu.Unlock()
 
-	names := store.NamesWithPrefix(prefix)
-	if err := store.CreateTables(ctx, l.db, names); err != nil {
+	names := dynamo.NamesWithPrefix(prefix)
+	if err := dynamo.CreateTables(ctx, l.db, names); err != nil {
 		return nil, err
 	}
-	st, err := store.New(store.Config{Client: l.db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
+	st, err := dynamo.New(dynamo.Config{Client: l.db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
 		CertificationsTable: names.Certifications})
 	if err != nil {
 		return nil, err
@@ -265,10 +235,10 @@ func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenar
 	defer closeStub()
 
 	env := map[string]string{
-		app.EnvJobsTable:           names.Jobs,
-		app.EnvAttemptsTable:       names.Attempts,
-		app.EnvCertificationsTable: names.Certifications,
-		app.EnvName:                "local",
+		deploy.EnvJobsTable:           names.Jobs,
+		deploy.EnvAttemptsTable:       names.Attempts,
+		deploy.EnvCertificationsTable: names.Certifications,
+		deploy.EnvName:                "local",
 		// What the Lambda service sets, roughly; RIE adds the runtime API.
 		"AWS_REGION":                      Region,
 		"AWS_DEFAULT_REGION":              Region,
@@ -295,10 +265,10 @@ func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenar
 	// that start executions, the provider configuration for the one that
 	// calls providers (locally inline, in AWS a secret).
 	if permissions.Allows(fn, "states:StartExecution", permissions.Resource{Kind: permissions.KindStateMachine}) {
-		env[app.EnvStateMachineARN] = StateMachineARN
+		env[deploy.EnvStateMachineARN] = StateMachineARN
 	}
 	if permissions.Allows(fn, "secretsmanager:GetSecretValue", permissions.Resource{Kind: permissions.KindProvidersSecret}) {
-		env[app.EnvProviders] = l.providers
+		env[deploy.EnvProviders] = l.providers
 	}
 
 	ictx, cancel := context.WithTimeout(ctx, spec.Timeout+15*time.Second)

@@ -13,9 +13,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/onejob/onejob/infra/permissions"
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/worker"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // expectation is what invoking one events/ file must give.
@@ -77,7 +78,7 @@ func TestEveryEvent(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	var fns []string
-	for _, f := range Functions() {
+	for _, f := range deploy.Functions() {
 		fns = append(fns, f.Name)
 	}
 	if err := l.Build(ctx, fns...); err != nil {
@@ -110,9 +111,9 @@ func TestEveryEvent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Response.Status != 200 || res.Response.FunctionError != worker.ErrNameJobNotFound {
+		if res.Response.Status != 200 || res.Response.FunctionError != lifecycle.ErrNameJobNotFound {
 			t.Errorf("RIE %d, function error %q, want 200 and %s: %s", res.Response.Status, res.Response.FunctionError,
-				worker.ErrNameJobNotFound, res.Response.Body)
+				lifecycle.ErrNameJobNotFound, res.Response.Body)
 		}
 	})
 
@@ -324,7 +325,7 @@ func TestFunctionsMatchEvents(t *testing.T) {
 	for name := range expected {
 		covered = append(covered, FunctionForEvent(name))
 	}
-	for _, f := range Functions() {
+	for _, f := range deploy.Functions() {
 		if !slices.Contains(covered, f.Name) {
 			t.Errorf("no event in events/ for function %s", f.Name)
 		}

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/sim"
-	"github.com/onejob/onejob/internal/engine"
+	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
-	"github.com/onejob/onejob/internal/store"
-	"github.com/onejob/onejob/internal/worker"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // The job the sample events in events/ talk about: user-1's demo job with
@@ -82,7 +82,7 @@ func ScenarioFor(fn string, event []byte) (Scenario, string, error) {
 		jobID = id
 	}
 	switch fn {
-	case "api":
+	case deploy.FnAPI:
 		switch {
 		case ev.RouteKey == "POST /v1/jobs":
 			return ScenarioEmpty, "", nil
@@ -90,30 +90,30 @@ func ScenarioFor(fn string, event []byte) (Scenario, string, error) {
 			return ScenarioUnknown, jobID, nil
 		}
 		return ScenarioPending, jobID, nil
-	case "sweeper":
+	case deploy.FnSweeper:
 		return ScenarioPending, jobID, nil
-	case worker.FnStartAttempt:
+	case deploy.FnStartAttempt:
 		return ScenarioPending, jobID, nil
-	case worker.FnRunAttempt:
+	case deploy.FnRunAttempt:
 		return ScenarioStarting, jobID, nil
-	case worker.FnMarkUnknown, worker.FnHedge:
+	case deploy.FnMarkUnknown, deploy.FnHedge:
 		return ScenarioRunning, jobID, nil
-	case worker.FnFinalize:
+	case deploy.FnFinalize:
 		return ScenarioExhausted, jobID, nil
 	}
 	return "", "", fmt.Errorf("no seeding known for function %q", fn)
 }
 
-// Seed writes the scenario through the real store and engine. The job is
+// Seed writes the scenario through the real store and lifecycle. The job is
 // user-1's order-4711 demo job; an event naming another job ID gets that ID
 // instead (the ID then no longer derives from owner and key, which nothing
 // here depends on).
-func Seed(ctx context.Context, st *store.Store, sc Scenario, jobID string) (job.Job, error) {
+func Seed(ctx context.Context, st *dynamo.Store, sc Scenario, jobID string) (job.Job, error) {
 	if sc == ScenarioEmpty {
 		return job.Job{}, nil
 	}
 	past := time.Now().Add(-seedAge)
-	eng, err := engine.New(engine.Config{Store: st, Clock: func() time.Time { return past }})
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, NowFunc: func() time.Time { return past }})
 	if err != nil {
 		return job.Job{}, err
 	}
@@ -157,7 +157,7 @@ func Seed(ctx context.Context, st *store.Store, sc Scenario, jobID string) (job.
 
 // certify records a passing contract run for the job type's current
 // contract version, which is what lets the worker use a fallback provider.
-func certify(ctx context.Context, st *store.Store, jobType, providerName string, at time.Time) error {
+func certify(ctx context.Context, st *dynamo.Store, jobType, providerName string, at time.Time) error {
 	cat, err := jobtype.Load()
 	if err != nil {
 		return err
@@ -166,6 +166,6 @@ func certify(ctx context.Context, st *store.Store, jobType, providerName string,
 	if !ok {
 		return fmt.Errorf("unknown job type %q", jobType)
 	}
-	return st.PutCertification(ctx, store.Certification{JobType: jobType, ContractVersion: t.ContractVersion(),
+	return st.PutCertification(ctx, job.Certification{JobType: jobType, ContractVersion: t.ContractVersion(),
 		Provider: providerName, Model: "seeded", Passed: true, Cases: json.RawMessage(`[]`), CertifiedAt: at})
 }

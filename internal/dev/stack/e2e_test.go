@@ -16,7 +16,7 @@ import (
 
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
-	"github.com/onejob/onejob/internal/metrics"
+	"github.com/onejob/onejob/internal/emf"
 )
 
 func defaultStack(t *testing.T) *stack.Stack {
@@ -139,8 +139,8 @@ func TestHedgeReverseOrderFinish(t *testing.T) {
 	if !strings.Contains(logsOf(s), `"msg":"race_lost","job_id":"`+j.ID+`"`) {
 		t.Fatal("no race_lost log line for the hedged job")
 	}
-	if s.Metrics.Get(metrics.RaceLost) < 1 || s.Metrics.Get(metrics.AttemptsDiscarded) < 1 {
-		t.Fatalf("race_lost=%v discarded=%v, want counted", s.Metrics.Get(metrics.RaceLost), s.Metrics.Get(metrics.AttemptsDiscarded))
+	if s.Metrics.Get(emf.RaceLost) < 1 || s.Metrics.Get(emf.AttemptsDiscarded) < 1 {
+		t.Fatalf("race_lost=%v discarded=%v, want counted", s.Metrics.Get(emf.RaceLost), s.Metrics.Get(emf.AttemptsDiscarded))
 	}
 }
 
@@ -294,7 +294,7 @@ func TestObservability(t *testing.T) {
 	if lines == 0 {
 		t.Fatal("no attempt log lines")
 	}
-	for _, name := range []string{metrics.AttemptsStarted, metrics.Fallbacks} {
+	for _, name := range []string{emf.AttemptsStarted, emf.Fallbacks} {
 		if s.Metrics.Get(name) < 1 {
 			t.Fatalf("counter %s = %v", name, s.Metrics.Get(name))
 		}

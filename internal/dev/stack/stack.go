@@ -23,22 +23,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/onejob/onejob/internal/apigw"
-	"github.com/onejob/onejob/internal/certify"
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/lambdalocal"
 	"github.com/onejob/onejob/internal/dev/sfnlocal"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
-	"github.com/onejob/onejob/internal/engine"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/emf"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
-	"github.com/onejob/onejob/internal/metrics"
-	"github.com/onejob/onejob/internal/orchestrator"
+	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
-	"github.com/onejob/onejob/internal/store"
-	"github.com/onejob/onejob/internal/worker"
+	"github.com/onejob/onejob/internal/stepfn"
 )
 
 const (
@@ -127,19 +126,19 @@ type Stack struct {
 	cfg       Config
 	Dynalite  *dynalite.Server // nil when reusing an endpoint
 	DB        *dynamodb.Client
-	Tables    store.TableNames
-	Store     *store.Store
-	Engine    *engine.Engine
-	Metrics   *metrics.Recorder
+	Tables    dynamo.TableNames
+	Store     *dynamo.Store
+	Engine    *lifecycle.Engine
+	Metrics   *emf.Recorder
 	Sim       *sim.DemoSimulator
 	Providers *provider.Registry
 	Catalog   *jobtype.Catalog
-	Worker    *worker.Worker
+	Tasks     *lifecycle.Tasks
 	Lambda    *lambdalocal.Handler
 	SFN       *sfnlocal.Server
 	SFNClient *sfn.Client
-	Starter   *orchestrator.Starter
-	Sweeper   *orchestrator.Sweeper
+	Starter   *stepfn.Starter
+	Sweeper   *lifecycle.Sweeper
 	// APIURL is the HTTP API's base URL.
 	APIURL string
 
@@ -172,17 +171,17 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		endpoint = s.Dynalite.Endpoint()
 	}
 	s.DB = dynalite.NewClient(endpoint)
-	s.Tables = store.NamesWithPrefix(cfg.TablePrefix)
-	if err := store.CreateTables(ctx, s.DB, s.Tables); err != nil {
+	s.Tables = dynamo.NamesWithPrefix(cfg.TablePrefix)
+	if err := dynamo.CreateTables(ctx, s.DB, s.Tables); err != nil {
 		return nil, err
 	}
-	s.Store, err = store.New(store.Config{Client: s.DB, JobsTable: s.Tables.Jobs, AttemptsTable: s.Tables.Attempts,
+	s.Store, err = dynamo.New(dynamo.Config{Client: s.DB, JobsTable: s.Tables.Jobs, AttemptsTable: s.Tables.Attempts,
 		CertificationsTable: s.Tables.Certifications, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	s.Metrics = metrics.New(cfg.MetricsOut, "local", nil)
-	s.Engine, err = engine.New(engine.Config{Store: s.Store, Logger: log, Counters: s.Metrics.Counters()})
+	s.Metrics = emf.New(cfg.MetricsOut, "local", nil)
+	s.Engine, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: s.Store, Logger: log, Events: s.Metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -209,13 +208,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 
 	// Task functions behind a local Lambda Invoke endpoint.
-	s.Worker, err = worker.New(worker.Config{Engine: s.Engine, Catalog: worker.JobTypes{Catalog: s.Catalog}, Providers: s.Providers,
+	s.Tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: s.Engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}, Providers: s.Providers,
 		Certifications: s.Store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	s.Lambda, err = lambdalocal.NewHandler(lambdalocal.Config{
-		Factories: s.Worker.Factories(), DefaultTimeout: cfg.CallTimeout + 15*time.Second,
+		Factories: stepfn.Factories(s.Tasks), DefaultTimeout: cfg.CallTimeout + 15*time.Second,
 		DuplicateDelivery: cfg.DuplicateDelivery, DuplicateConcurrent: cfg.DuplicateConcurrent,
 		Region: region, AccountID: accountID, Logger: log,
 	})
@@ -236,7 +235,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 
 	// The real state machine definition on the local Step Functions endpoint.
 	subst := map[string]string{}
-	for fn, key := range worker.Substitutions() {
+	for key, fn := range deploy.Tasks() {
 		subst[key] = lambdalocal.FunctionARN(region, accountID, fn)
 	}
 	s.SFN, err = sfnlocal.Start(ctx, sfnlocal.Config{
@@ -253,12 +252,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.closers = append(s.closers, s.SFN.Close)
 	s.SFNClient = sfn.New(sfn.Options{Region: region, BaseEndpoint: aws.String(s.SFN.Endpoint()),
 		Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")})
-	s.Starter, err = orchestrator.NewStarter(s.SFNClient, s.SFN.StateMachineARN(), log)
+	s.Starter, err = stepfn.NewStarter(stepfn.StarterConfig{Client: s.SFNClient, StateMachineARN: s.SFN.StateMachineARN(), Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	s.Sweeper = &orchestrator.Sweeper{Store: s.Store, Starter: s.Starter, Grace: cfg.SweepGrace, Logger: log,
-		Gauge: s.Metrics.Gauge}
+	s.Sweeper, err = lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: s.Store, Starter: s.Starter, Grace: cfg.SweepGrace,
+		Logger: log, Events: s.Metrics})
+	if err != nil {
+		return nil, err
+	}
 
 	// The HTTP API.
 	apiHandler, err := s.apiHandler(cfg)
@@ -349,7 +351,7 @@ func (s *Stack) Certify(ctx context.Context, jobType, providerName string) error
 	if !ok {
 		return fmt.Errorf("unknown provider %q", providerName)
 	}
-	rep, _, err := certify.Run(ctx, s.Store, t, p, 0, time.Now())
+	rep, _, err := jobtype.Certify(ctx, s.Store, t, p, 0, time.Now())
 	if err != nil {
 		return err
 	}
@@ -362,7 +364,7 @@ func (s *Stack) Certify(ctx context.Context, jobType, providerName string) error
 // apiHandler is the HTTP API exactly as deployed (API Gateway event in,
 // Lambda response out), behind the local JWT authorizer.
 func (s *Stack) apiHandler(cfg Config) (http.Handler, error) {
-	h, err := apigw.New(apigw.Config{Engine: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: s.Starter, Logger: cfg.Logger})
+	h, err := apigw.New(apigw.Config{Jobs: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: s.Starter, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -19,8 +19,9 @@ import (
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 const (
@@ -513,8 +514,8 @@ func crashSnapshot(ctx context.Context, t *testing.T, root, data string, ids []s
 		t.Fatalf("dynalite on the crash's data: %v", err)
 	}
 	defer srv.Close()
-	names := store.NamesWithPrefix("onejob-local")
-	st, err := store.New(store.Config{Client: dynalite.NewClient(srv.Endpoint()), JobsTable: names.Jobs,
+	names := dynamo.NamesWithPrefix("onejob-local")
+	st, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(srv.Endpoint()), JobsTable: names.Jobs,
 		AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
 	if err != nil {
 		t.Fatal(err)
@@ -544,7 +545,7 @@ func crashSnapshot(ctx context.Context, t *testing.T, root, data string, ids []s
 		}
 	}
 	for cursor := ""; ; {
-		page, err := st.List(ctx, store.ListQuery{Owner: owner, Limit: 100, Cursor: cursor})
+		page, err := st.List(ctx, lifecycle.ListQuery{Owner: owner, Limit: 100, Cursor: cursor})
 		if err != nil {
 			t.Fatalf("read by_owner: %v", err)
 		}

@@ -15,9 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/onejob/onejob/internal/dev/testenv"
-	"github.com/onejob/onejob/internal/engine"
+	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/verify/faultproxy"
 )
 
@@ -184,7 +184,7 @@ func (c *jobCase) resolvedResult(n int) string {
 	return fmt.Sprintf(`{"job":%d,"attempt":%d,"resolved":true}`, c.i, n)
 }
 
-// faultRun drives the cases through the faulty engine.
+// faultRun drives the cases through the faulty lifecycle.
 type faultRun struct {
 	r     *rig
 	cases []*jobCase
@@ -198,7 +198,7 @@ type faultRun struct {
 
 // eng picks the engine for the next call: every fourth call is impatient,
 // so some calls of every kind end with an unknown outcome.
-func (run *faultRun) eng() *engine.Engine {
+func (run *faultRun) eng() *lifecycle.Engine {
 	if run.calls.Add(1)%4 == 0 {
 		return run.r.impatient
 	}
@@ -286,8 +286,8 @@ func (run *faultRun) verifyCreates(t *testing.T) {
 	t.Helper()
 	items := map[string]map[string]types.AttributeValue{}
 	for _, it := range run.r.scan(t, run.r.names.Jobs) {
-		id := str(it, store.AttrID)
-		if want := job.NewID(str(it, store.AttrOwner), str(it, "idem_key")); id != want {
+		id := str(it, dynamo.AttrID)
+		if want := job.NewID(str(it, dynamo.AttrOwner), str(it, "idem_key")); id != want {
 			t.Errorf("item %s is not the ID of its (owner, key) (%s)", id, want)
 		}
 		items[id] = it
@@ -338,7 +338,7 @@ func (run *faultRun) verifyCreates(t *testing.T) {
 				if s.id != c.id || mine == c.fp {
 					t.Errorf("%s: spurious key reuse (job %s, conflicting=%v): %v", c.key, s.id, s.conflicting, s.err)
 				}
-			case !errors.Is(s.err, store.ErrUnavailable):
+			case !errors.Is(s.err, lifecycle.ErrUnavailable):
 				t.Errorf("%s: create: %v", c.key, s.err)
 			}
 		}
@@ -352,7 +352,7 @@ func (run *faultRun) verifyCreates(t *testing.T) {
 		}
 	}
 	never(t, "phantom-replay", int(run.phantomReplays.Load()),
-		"store.Create told the call whose PutItem created the job replayed=true (its SDK retry failed the condition)")
+		"dynamo.Create told the call whose PutItem created the job replayed=true (its SDK retry failed the condition)")
 }
 
 const redeliveries = 6
@@ -366,7 +366,7 @@ func (run *faultRun) redeliver(c *jobCase, f func() error) {
 		}
 		err := f()
 		c.noteErr(err)
-		if !errors.Is(err, store.ErrUnavailable) {
+		if !errors.Is(err, lifecycle.ErrUnavailable) {
 			return
 		}
 	}
@@ -428,7 +428,7 @@ func (run *faultRun) drive(t *testing.T, c *jobCase) {
 // noteErr remembers a call that ended with an unknown outcome: its write
 // may have applied without the ledger copy that follows it.
 func (c *jobCase) noteErr(err error) {
-	if errors.Is(err, store.ErrUnavailable) {
+	if errors.Is(err, lifecycle.ErrUnavailable) {
 		c.record(func() { c.abandoned = true })
 	}
 }
@@ -462,7 +462,7 @@ func (run *faultRun) start(t *testing.T, c *jobCase, provider string, hedge bool
 			return a.Number, true
 		}
 		var blocked *job.BlockedError
-		if !errors.As(err, &blocked) && !errors.Is(err, store.ErrUnavailable) {
+		if !errors.As(err, &blocked) && !errors.Is(err, lifecycle.ErrUnavailable) {
 			t.Errorf("%s: start on %s: %v", c.key, provider, err)
 			return 0, false
 		}
@@ -548,7 +548,7 @@ func (run *faultRun) verifyOutcomes(t *testing.T) {
 		}
 	}
 	never(t, "start-misreported", int(run.misreportedStarts.Load()),
-		"engine.StartAttempt returned BlockedError naming the attempt its own (retried) write started")
+		"lifecycle.StartAttempt returned BlockedError naming the attempt its own (retried) write started")
 	never(t, "claim-lost", int(run.lostClaims.Load()),
 		"no MarkRunning call was told claimed=true although all answered and the attempt is running")
 	never(t, "ledger-lag", int(run.laggingLedgers.Load()),
@@ -572,8 +572,8 @@ func (run *faultRun) checkOutcome(t *testing.T, c *jobCase, j job.Job) []string 
 		fail("status=%s version=%d completed_by=%d", j.Status, j.Version, j.CompletedBy)
 	}
 	raw, err := run.r.clean.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(run.r.names.Jobs),
-		Key: map[string]types.AttributeValue{store.AttrID: &types.AttributeValueMemberS{Value: c.id}}, ConsistentRead: aws.Bool(true)})
-	if err != nil || raw.Item[store.AttrOpenShard] != nil {
+		Key: map[string]types.AttributeValue{dynamo.AttrID: &types.AttributeValueMemberS{Value: c.id}}, ConsistentRead: aws.Bool(true)})
+	if err != nil || raw.Item[dynamo.AttrOpenShard] != nil {
 		fail("finished job still in the open index (err %v)", err)
 	}
 	if j.AttemptCount != len(j.Attempts) || len(j.Attempts) != len(c.attempts) {
@@ -672,7 +672,7 @@ func (run *faultRun) checkOutcome(t *testing.T, c *jobCase, j job.Job) []string 
 			fail("cancel succeeded; job %s", j.Status)
 		case errors.Is(err, job.ErrJobFinished) && j.Status != job.StatusSucceeded:
 			fail("cancel refused as finished; job %s", j.Status)
-		case err != nil && !errors.Is(err, job.ErrJobFinished) && !errors.Is(err, store.ErrUnavailable):
+		case err != nil && !errors.Is(err, job.ErrJobFinished) && !errors.Is(err, lifecycle.ErrUnavailable):
 			fail("cancel: %v", err)
 		}
 	}

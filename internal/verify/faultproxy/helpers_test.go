@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/onejob/onejob/internal/dev/dynalite"
-	"github.com/onejob/onejob/internal/engine"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/verify/faultproxy"
 )
 
@@ -27,7 +27,7 @@ func never(t *testing.T, name string, n int, detail string) {
 
 // rig is one test's tables, reached directly (clean) and through a proxy.
 type rig struct {
-	names  store.TableNames
+	names  dynamo.TableNames
 	clean  *dynamodb.Client
 	faulty *dynamodb.Client
 	proxy  *faultproxy.Proxy
@@ -35,7 +35,7 @@ type rig struct {
 	// eng writes through the proxy; check reads directly; impatient goes
 	// through the proxy with one SDK attempt, so its calls fail at the
 	// first fault with an unknown outcome.
-	eng, check, impatient *engine.Engine
+	eng, check, impatient *lifecycle.Engine
 }
 
 // uniqueClock never returns the same instant twice, so a job's created_at
@@ -59,13 +59,13 @@ func newRig(t *testing.T, cfg faultproxy.Config, maxAttempts int) *rig {
 	obs := &faultproxy.Observer{}
 	faulty := dynalite.NewClient(p.URL(), faultproxy.ClientOptions(maxAttempts, obs))
 	clock := uniqueClock()
-	mk := func(db *dynamodb.Client) *engine.Engine {
-		st, err := store.New(store.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
+	mk := func(db *dynamodb.Client) *lifecycle.Engine {
+		st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
 			CertificationsTable: names.Certifications})
 		if err != nil {
 			t.Fatal(err)
 		}
-		eng, err := engine.New(engine.Config{Store: st, Clock: clock})
+		eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, NowFunc: clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func (r *rig) ledger(t *testing.T, id string) map[int]string {
 		res, err := r.clean.Query(context.Background(), &dynamodb.QueryInput{
 			TableName:                 aws.String(r.names.Attempts),
 			KeyConditionExpression:    aws.String("#j = :j"),
-			ExpressionAttributeNames:  map[string]string{"#j": store.AttrJobID},
+			ExpressionAttributeNames:  map[string]string{"#j": dynamo.AttrJobID},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":j": &types.AttributeValueMemberS{Value: id}},
 			ConsistentRead:            aws.Bool(true),
 			ExclusiveStartKey:         start,
@@ -93,7 +93,7 @@ func (r *rig) ledger(t *testing.T, id string) map[int]string {
 			t.Fatal(err)
 		}
 		for _, item := range res.Items {
-			n, _ := strconv.Atoi(str(item, store.AttrNumberKey))
+			n, _ := strconv.Atoi(str(item, dynamo.AttrNumberKey))
 			out[n] = str(item, "state")
 		}
 		if start = res.LastEvaluatedKey; len(start) == 0 {

@@ -11,7 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/onejob/onejob/internal/dev/dynalite"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/verify/faultproxy"
 )
 
@@ -49,7 +50,7 @@ func TestEveryFaultIsRetriedBySDK(t *testing.T) {
 			_, err := r.faulty.PutItem(ctx, &dynamodb.PutItemInput{
 				TableName: aws.String(r.names.Jobs),
 				Item: map[string]types.AttributeValue{
-					store.AttrID: &types.AttributeValueMemberS{Value: "probe"},
+					dynamo.AttrID: &types.AttributeValueMemberS{Value: "probe"},
 				},
 				ConditionExpression: aws.String("attribute_not_exists(id)"),
 			})
@@ -112,7 +113,7 @@ func TestPersistentFaultsSurfaceAsUnavailable(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, faultproxy.Config{Rate: 1, Faults: []faultproxy.Kind{tc.kind}}, 3)
 			_, _, err := r.eng.Create(context.Background(), req("k"))
-			if !errors.Is(err, store.ErrUnavailable) {
+			if !errors.Is(err, lifecycle.ErrUnavailable) {
 				t.Fatalf("err = %v, want ErrUnavailable", err)
 			}
 			if got := len(r.scan(t, r.names.Jobs)); got != tc.wantStore {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/testenv"
-	"github.com/onejob/onejob/internal/engine"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/verify/faultproxy"
 	"github.com/onejob/onejob/internal/verify/linearizability"
 )
@@ -42,7 +42,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	}
 	defer proxy.Close()
 	obs := &faultproxy.Observer{}
-	eng := func(maxAttempts int) *engine.Engine {
+	eng := func(maxAttempts int) *lifecycle.Engine {
 		db := dynalite.NewClient(proxy.URL(), faultproxy.ClientOptions(maxAttempts, obs))
 		return newEngine(t, db, names)
 	}
@@ -75,14 +75,14 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	}
 }
 
-func newEngine(t *testing.T, db *dynamodb.Client, names store.TableNames) *engine.Engine {
+func newEngine(t *testing.T, db *dynamodb.Client, names dynamo.TableNames) *lifecycle.Engine {
 	t.Helper()
-	st, err := store.New(store.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
+	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
 		CertificationsTable: names.Certifications})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(engine.Config{Store: st})
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}

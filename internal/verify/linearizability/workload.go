@@ -13,9 +13,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/onejob/onejob/internal/engine"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/verify/faultproxy"
 )
 
@@ -62,10 +61,10 @@ func (r *Recorder) History() []porcupine.Operation {
 // Config drives a workload.
 type Config struct {
 	// Patient retries faults (a high SDK max attempts): its calls rarely fail.
-	Patient *engine.Engine
+	Patient *lifecycle.Engine
 	// Impatient, if set, gives up at the first fault (SDK max attempts 1),
 	// so a share of calls fail with an unknown outcome.
-	Impatient      *engine.Engine
+	Impatient      *lifecycle.Engine
 	ImpatientShare float64 // default 0.25
 	Ops            int     // recorded operations to aim for
 	Keys           int     // keys worked on at once (default 10)
@@ -231,7 +230,7 @@ func (w *workload) lanes(kc keyCase, phase int, fs ...func(l lane)) {
 	wg.Wait()
 }
 
-func (w *workload) engine(l lane) *engine.Engine {
+func (w *workload) engine(l lane) *lifecycle.Engine {
 	if w.c.Impatient != nil && l.rng.Float64() < w.c.ImpatientShare {
 		return w.c.Impatient
 	}
@@ -281,7 +280,7 @@ func (w *workload) create(ctx context.Context, l lane, kc keyCase, which int) Ou
 	return w.createWith(ctx, w.engine(l), l, kc, which)
 }
 
-func (w *workload) createWith(ctx context.Context, e *engine.Engine, l lane, kc keyCase, which int) Output {
+func (w *workload) createWith(ctx context.Context, e *lifecycle.Engine, l lane, kc keyCase, which int) Output {
 	in := Input{Op: OpCreate, Key: kc.part, ID: kc.id, Fingerprint: kc.fps[which], Label: label(which)}
 	r := job.Request{Owner: kc.owner, IdempotencyKey: kc.key, Type: "demo", Input: json.RawMessage(kc.inputs[which]),
 		Providers: w.providers()}
@@ -296,7 +295,7 @@ func (w *workload) createWith(ctx context.Context, e *engine.Engine, l lane, kc 
 		out = Output{ID: j.ID, Replayed: replayed}
 	case errors.As(err, &reused):
 		out = Output{Reused: true, ID: reused.JobID}
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, lifecycle.ErrUnavailable):
 		out = Output{Ambiguous: true}
 	default:
 		w.fail(fmt.Errorf("%s: create: %w", kc.part, err))
@@ -315,7 +314,7 @@ func (w *workload) get(ctx context.Context, l lane, kc keyCase) {
 		w.add(l, in, call, Output{Found: true, ID: j.ID, Fingerprint: j.Fingerprint, CompletedBy: j.CompletedBy, Result: string(j.Result)})
 	case errors.Is(err, job.ErrNotFound):
 		w.add(l, in, call, Output{})
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, lifecycle.ErrUnavailable):
 		// A failed read has no effect: leave it out.
 	default:
 		w.fail(fmt.Errorf("%s: get: %w", kc.part, err))
@@ -333,7 +332,7 @@ func (w *workload) complete(ctx context.Context, l lane, kc keyCase, n int) {
 			out.Winner = c.Lost.Winner
 		}
 		w.add(l, in, call, out)
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, lifecycle.ErrUnavailable):
 		w.add(l, in, call, Output{Ambiguous: true})
 	default:
 		w.fail(fmt.Errorf("%s: complete %d: %w", kc.part, n, err))
@@ -402,7 +401,7 @@ func (w *workload) start(ctx context.Context, kc keyCase, provider string, hedge
 			return a.Number, true
 		}
 		var blocked *job.BlockedError
-		if !errors.As(err, &blocked) && !errors.Is(err, store.ErrUnavailable) {
+		if !errors.As(err, &blocked) && !errors.Is(err, lifecycle.ErrUnavailable) {
 			w.fail(fmt.Errorf("%s: start on %s: %w", kc.part, provider, err))
 			return 0, false
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
 )
 
@@ -56,7 +57,7 @@ func Request(attempt int) provider.Request {
 	return provider.Request{
 		JobID:           "job-123",
 		Attempt:         attempt,
-		IdempotencyKey:  provider.AttemptKey("job-123", attempt),
+		IdempotencyKey:  job.AttemptKey("job-123", attempt),
 		JobType:         "ticket-triage",
 		System:          "You triage support tickets.",
 		Prompt:          "Subject: refund\n\nPlease refund my last invoice.",

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/onejob/onejob/internal/dev/dynalite"
-	"github.com/onejob/onejob/internal/store"
+	"github.com/onejob/onejob/internal/dynamo"
 )
 
 // Harness is one dynalite shared by a test binary.
@@ -51,13 +51,13 @@ func (h *Harness) Endpoint(t testing.TB) string {
 
 // Tables creates a fresh set of tables with a unique prefix and returns a
 // client and their names.
-func (h *Harness) Tables(t testing.TB, optFns ...func(*dynamodb.Options)) (*dynamodb.Client, store.TableNames) {
+func (h *Harness) Tables(t testing.TB, optFns ...func(*dynamodb.Options)) (*dynamodb.Client, dynamo.TableNames) {
 	t.Helper()
 	db := dynalite.NewClient(h.Endpoint(t), optFns...)
-	names := store.NamesWithPrefix(UniquePrefix())
+	names := dynamo.NamesWithPrefix(UniquePrefix())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := store.CreateTables(ctx, db, names); err != nil {
+	if err := dynamo.CreateTables(ctx, db, names); err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
 	return db, names

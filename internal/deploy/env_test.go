@@ -1,0 +1,81 @@
+package deploy_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/onejob/onejob/internal/deploy"
+)
+
+func TestEnvValidate(t *testing.T) {
+	t.Parallel()
+	full := map[string]string{
+		deploy.EnvJobsTable: "onejob-dev-jobs", deploy.EnvAttemptsTable: "onejob-dev-attempts",
+		deploy.EnvCertificationsTable: "onejob-dev-certifications", deploy.EnvName: "dev",
+		deploy.EnvStateMachineARN: "arn:aws:states:eu-west-1:123456789012:stateMachine:onejob-dev",
+	}
+	if err := deploy.LoadEnv(func(k string) string { return full[k] }).Validate(deploy.NeedStateMachine); err != nil {
+		t.Fatalf("complete env: %v", err)
+	}
+	for name := range full {
+		t.Run("Missing"+name, func(t *testing.T) {
+			t.Parallel()
+			env := deploy.LoadEnv(func(k string) string {
+				if k == name {
+					return ""
+				}
+				return full[k]
+			})
+			if err := env.Validate(deploy.NeedStateMachine); err == nil || !strings.Contains(err.Error(), name) {
+				t.Fatalf("err = %v, want one naming %s", err, name)
+			}
+		})
+	}
+}
+
+func TestLambdaAWSConfig(t *testing.T) {
+	t.Parallel()
+	full := map[string]string{"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "t"}
+	tests := []struct {
+		name    string
+		drop    string
+		wantErr string
+	}{
+		{"Complete", "", ""},
+		{"NoRegion", "AWS_REGION", "AWS_REGION"},
+		{"NoKey", "AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := deploy.LambdaAWSConfig(func(k string) string {
+				if k == tc.drop {
+					return ""
+				}
+				return full[k]
+			})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || cfg.Region != "eu-west-1" {
+				t.Fatalf("cfg region %q err %v", cfg.Region, err)
+			}
+			creds, err := cfg.Credentials.Retrieve(context.Background())
+			if err != nil || creds.AccessKeyID != "AKIA" || creds.SessionToken != "t" {
+				t.Fatalf("creds %+v err %v", creds, err)
+			}
+		})
+	}
+	getenv := func(k string) string { return map[string]string{"AWS_ENDPOINT_URL_SFN": "http://127.0.0.1:1"}[k] }
+	if ep := deploy.ServiceEndpoint(getenv, "SFN", nil); ep == nil || *ep != "http://127.0.0.1:1" {
+		t.Fatalf("endpoint = %v", ep)
+	}
+	fallback := "http://fallback"
+	if ep := deploy.ServiceEndpoint(getenv, "DYNAMODB", &fallback); ep != &fallback {
+		t.Fatalf("unset endpoint = %v, want the fallback", ep)
+	}
+}

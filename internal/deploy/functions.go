@@ -1,0 +1,111 @@
+package deploy
+
+import (
+	"log/slog"
+	"slices"
+	"time"
+)
+
+// Function names: one folder under functions/ each (a test keeps the two
+// equal), one Lambda per environment.
+const (
+	FnAPI          = "api"
+	FnStartAttempt = "startattempt"
+	FnRunAttempt   = "runattempt"
+	FnMarkUnknown  = "markunknown"
+	FnHedge        = "hedge"
+	FnFinalize     = "finalize"
+	FnSweeper      = "sweeper"
+)
+
+// Function is one deployed Lambda function.
+type Function struct {
+	Name string
+	// LogicalID is its CloudFormation logical ID: stable, so
+	// `sam local invoke <LogicalID>` keeps working.
+	LogicalID   string
+	MemoryMB    int
+	Timeout     time.Duration
+	Description string
+	// Placeholder names the function's ARN in the state machine definition
+	// (${Placeholder}); empty for functions the state machine never invokes.
+	Placeholder string
+	// Needs lists the settings it needs beyond the tables.
+	Needs Need
+}
+
+// Functions lists every function, in deployment order. Go binaries are small
+// and mostly wait on DynamoDB or a provider, so memory is modest everywhere.
+func Functions() []Function {
+	return []Function{
+		// API Gateway gives up after 30 s; returning before that lets the
+		// function report its own error.
+		{FnAPI, "ApiFunction", 256, 25 * time.Second, "HTTP API handler", "", NeedStateMachine},
+		{FnStartAttempt, "StartAttemptFunction", 256, 30 * time.Second, "Decides a job's next step", "StartAttemptFunctionArn", 0},
+		{FnRunAttempt, "RunAttemptFunction", 256, runAttemptTimeout, "Runs one attempt against a provider", "RunAttemptFunctionArn", 0},
+		{FnMarkUnknown, "MarkUnknownFunction", 256, 30 * time.Second, "Marks a timed-out attempt unknown", "MarkUnknownFunctionArn", 0},
+		{FnHedge, "HedgeFunction", 256, 30 * time.Second, "Starts a hedged attempt", "HedgeFunctionArn", 0},
+		{FnFinalize, "FinalizeFunction", 256, 30 * time.Second, "Fails a job once every provider was tried", "FinalizeFunctionArn", 0},
+		{FnSweeper, "SweeperFunction", 256, 2 * time.Minute, "Restarts stranded jobs and reports unknown attempts", "", NeedStateMachine},
+	}
+}
+
+// runAttemptTimeout bounds the function that calls providers. It exceeds
+// every job type's attempt timeout, so the state machine's States.Timeout
+// (→ unknown) fires first, and it leaves CallTimeout room to write.
+const runAttemptTimeout = 5 * time.Minute
+
+// CallTimeout caps one provider call, well beyond any job type's timeout: a
+// late answer must still reach the database after the state machine gave up
+// on it, within the run function's own timeout (a minute is left to write).
+const CallTimeout = runAttemptTimeout - time.Minute
+
+// Names lists the function names in deployment order.
+func Names() []string {
+	var out []string
+	for _, f := range Functions() {
+		out = append(out, f.Name)
+	}
+	return out
+}
+
+// Lookup returns the named function.
+func Lookup(name string) (Function, bool) {
+	fns := Functions()
+	i := slices.IndexFunc(fns, func(f Function) bool { return f.Name == name })
+	if i < 0 {
+		return Function{}, false
+	}
+	return fns[i], true
+}
+
+// TaskNames lists the functions the state machine invokes, in deployment
+// order.
+func TaskNames() []string {
+	var out []string
+	for _, f := range Functions() {
+		if f.Placeholder != "" {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
+// Tasks lists the functions the state machine invokes, by placeholder.
+func Tasks() map[string]string {
+	out := map[string]string{}
+	for _, f := range Functions() {
+		if f.Placeholder != "" {
+			out[f.Placeholder] = f.Name
+		}
+	}
+	return out
+}
+
+// Check ends a function's init on an error: a misconfigured function fails
+// loudly at once, not on its first invocation.
+func Check(log *slog.Logger, err error) {
+	if err != nil {
+		Exit(log, err)
+	}
+}

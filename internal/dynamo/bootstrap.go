@@ -1,0 +1,87 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// TableNames are the physical table names of one deployment.
+type TableNames struct {
+	Jobs, Attempts, Certifications string
+}
+
+// NamesWithPrefix names every table "<prefix>-<logical>".
+func NamesWithPrefix(prefix string) TableNames {
+	return TableNames{
+		Jobs:           prefix + "-" + JobsTable.Logical,
+		Attempts:       prefix + "-" + AttemptsTable.Logical,
+		Certifications: prefix + "-" + CertificationsTable.Logical,
+	}
+}
+
+// CreateTableInput turns a table definition into a CreateTable request.
+func CreateTableInput(def TableDef, name string) *dynamodb.CreateTableInput {
+	attrs := map[string]types.ScalarAttributeType{}
+	key := func(k KeyAttr, kt types.KeyType) types.KeySchemaElement {
+		attrs[k.Name] = types.ScalarAttributeType(k.Type)
+		return types.KeySchemaElement{AttributeName: aws.String(k.Name), KeyType: kt}
+	}
+	schema := []types.KeySchemaElement{key(def.PartitionKey, types.KeyTypeHash)}
+	if def.SortKey != nil {
+		schema = append(schema, key(*def.SortKey, types.KeyTypeRange))
+	}
+	var gsis []types.GlobalSecondaryIndex
+	for _, ix := range def.Indexes {
+		ks := []types.KeySchemaElement{key(ix.PartitionKey, types.KeyTypeHash)}
+		if ix.SortKey != nil {
+			ks = append(ks, key(*ix.SortKey, types.KeyTypeRange))
+		}
+		gsis = append(gsis, types.GlobalSecondaryIndex{
+			IndexName:  aws.String(ix.Name),
+			KeySchema:  ks,
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		})
+	}
+	var defs []types.AttributeDefinition
+	for name, t := range attrs {
+		defs = append(defs, types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: t})
+	}
+	return &dynamodb.CreateTableInput{
+		TableName:              aws.String(name),
+		KeySchema:              schema,
+		AttributeDefinitions:   defs,
+		GlobalSecondaryIndexes: gsis,
+		BillingMode:            types.BillingModePayPerRequest,
+	}
+}
+
+// CreateTables creates the tables that do not exist yet and waits until all
+// are active. It is what the local stack and the tests use.
+func CreateTables(ctx context.Context, db *dynamodb.Client, names TableNames) error {
+	pairs := []struct {
+		def  TableDef
+		name string
+	}{{JobsTable, names.Jobs}, {AttemptsTable, names.Attempts}, {CertificationsTable, names.Certifications}}
+	for _, p := range pairs {
+		_, err := db.CreateTable(ctx, CreateTableInput(p.def, p.name))
+		var inUse *types.ResourceInUseException
+		if err != nil && !errors.As(err, &inUse) {
+			return fmt.Errorf("create table %s: %w", p.name, err)
+		}
+	}
+	for _, p := range pairs {
+		w := dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
+			o.MinDelay, o.MaxDelay = 20*time.Millisecond, 500*time.Millisecond
+		})
+		if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(p.name)}, 30*time.Second); err != nil {
+			return fmt.Errorf("wait for table %s: %w", p.name, err)
+		}
+	}
+	return nil
+}

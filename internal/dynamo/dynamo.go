@@ -1,0 +1,388 @@
+// Package dynamo is onejob's DynamoDB adapter: the lifecycle.Store. Every
+// change of a job is one conditional write of its item, decided beforehand
+// by package job. A failed condition is an ordinary outcome: the store hands
+// back the current item so the caller can decide again.
+package dynamo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
+)
+
+// Config names the tables and the client. Validate it with New.
+type Config struct {
+	Client              *dynamodb.Client
+	JobsTable           string
+	AttemptsTable       string
+	CertificationsTable string
+	Logger              *slog.Logger
+}
+
+// Store is the DynamoDB dynamo.
+type Store struct {
+	db    client
+	jobs  string
+	atts  string
+	certs string
+	log   *slog.Logger
+}
+
+// New validates the configuration.
+func New(c Config) (*Store, error) {
+	if c.Client == nil || c.JobsTable == "" || c.AttemptsTable == "" || c.CertificationsTable == "" {
+		return nil, errors.New("store: client and all table names are required")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Store{db: newClient(c.Client), jobs: c.JobsTable, atts: c.AttemptsTable, certs: c.CertificationsTable, log: c.Logger}, nil
+}
+
+func unavailable(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", lifecycle.ErrUnavailable, op, err)
+}
+
+// Create stores a new job with one conditional PutItem on its ID, which is
+// derived from (owner, idempotency key). If the ID exists, the existing job
+// is returned: as a replay when the request fingerprints match, else with a
+// *job.KeyReusedError. Nothing is read before the write.
+func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
+	j.WriteToken = newToken()
+	_, err := s.db.putItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.jobs),
+		Item:                                encodeJob(j),
+		ConditionExpression:                 aws.String("attribute_not_exists(#id)"),
+		ExpressionAttributeNames:            map[string]string{"#id": AttrID},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return j, false, nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return job.Job{}, false, unavailable("create", err)
+	}
+	existing, err := s.current(ctx, j.ID, ccf)
+	if err != nil {
+		return job.Job{}, false, err
+	}
+	if existing.WriteToken == j.WriteToken {
+		// Our own put, applied before a lost reply; the SDK's retry then
+		// found it. This call created the job.
+		return existing, false, nil
+	}
+	if existing.Owner != j.Owner || existing.IdempotencyKey != j.IdempotencyKey {
+		// A hash collision would land here; refuse rather than leak a job.
+		return job.Job{}, false, fmt.Errorf("store: job %s belongs to another (owner, key)", j.ID)
+	}
+	if err := job.SameRequest(existing, j); err != nil {
+		return existing, false, err
+	}
+	return existing, true, nil
+}
+
+// current returns the item a failed condition carried (real DynamoDB with
+// ReturnValuesOnConditionCheckFailure), or else reads it consistently
+// (dynalite ignores that parameter).
+func (s *Store) current(ctx context.Context, id string, ccf *types.ConditionalCheckFailedException) (job.Job, error) {
+	if ccf != nil && len(ccf.Item) > 0 {
+		return decodeJob(ccf.Item)
+	}
+	return s.Get(ctx, id)
+}
+
+// Get reads a job with a consistent read.
+func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
+	out, err := s.db.getItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.jobs),
+		Key:            map[string]types.AttributeValue{AttrID: &types.AttributeValueMemberS{Value: id}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return job.Job{}, unavailable("get", err)
+	}
+	if len(out.Item) == 0 {
+		return job.Job{}, job.ErrNotFound
+	}
+	return decodeJob(out.Item)
+}
+
+// Apply executes one decided transition as one conditional UpdateItem on the
+// job item, then mirrors the concerned attempt into the ledger.
+// Bookkeeping compares the revision the decision read; outcomes compare
+// `version = :read AND attribute_not_exists(completed_by)`.
+func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied, error) {
+	if !t.Decided() {
+		return lifecycle.Applied{}, job.ErrUndecided
+	}
+	if t.Noop() {
+		return lifecycle.Applied{OK: true, Job: t.After()}, nil
+	}
+	before, after := t.Before(), t.After()
+	token := newToken()
+	names := map[string]string{
+		"#status": aStatus, "#updated": aUpdatedAt, "#revision": aRevision, "#token": aWriteToken,
+	}
+	values := map[string]types.AttributeValue{
+		":status": avS(string(after.Status)), ":updated": avT(after.UpdatedAt), ":one": avN(1), ":token": avS(token),
+	}
+	set := []string{"#status = :status", "#updated = :updated", "#revision = #revision + :one", "#token = :token"}
+	var remove []string
+	var cond string
+
+	if num := t.AttemptNumber(); num != 0 {
+		a, _ := after.Attempt(num)
+		a.WriteToken = token
+		names["#attempts"], names["#n"] = aAttempts, strconv.Itoa(num)
+		values[":attempt"] = &types.AttributeValueMemberM{Value: encodeAttempt(a)}
+		set = append(set, "#attempts.#n = :attempt")
+	}
+	switch t.Kind() {
+	case job.KindStartAttempt:
+		names["#count"] = aAttemptCount
+		values[":count"] = avN(int64(after.AttemptCount))
+		set = append(set, "#count = :count")
+	}
+	if t.Kind().Outcome() {
+		names["#version"], names["#completed"] = aVersion, aCompletedBy
+		values[":read"], values[":version"] = avN(before.Version), avN(after.Version)
+		set = append(set, "#version = :version")
+		cond = "#version = :read AND attribute_not_exists(#completed)"
+		if after.CompletedBy != 0 {
+			names["#result"] = aResult
+			values[":completed"], values[":result"] = avN(int64(after.CompletedBy)), avS(string(after.Result))
+			set = append(set, "#completed = :completed", "#result = :result")
+		}
+		if after.Error != nil {
+			names["#error"] = aError
+			values[":error"] = encodeFailure(*after.Error)
+			set = append(set, "#error = :error")
+		} else if before.Error != nil {
+			names["#error"] = aError
+			remove = append(remove, "#error")
+		}
+		// An outcome closes the job: it leaves the sweeper's sparse index.
+		names["#open"] = AttrOpenShard
+		remove = append(remove, "#open")
+		if allowed := t.AllowedAttemptStates(); len(allowed) > 0 {
+			names["#state"] = aState
+			var in []string
+			for i, st := range allowed {
+				k := ":allowed" + strconv.Itoa(i)
+				values[k] = avS(string(st))
+				in = append(in, k)
+			}
+			cond += " AND #attempts.#n.#state IN (" + strings.Join(in, ", ") + ")"
+		}
+	} else {
+		values[":rev"] = avN(before.Revision)
+		cond = "#revision = :rev"
+	}
+	update := "SET " + strings.Join(set, ", ")
+	if len(remove) > 0 {
+		update += " REMOVE " + strings.Join(remove, ", ")
+	}
+	out, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.jobs),
+		Key:                                 map[string]types.AttributeValue{AttrID: avS(before.ID)},
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err != nil {
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
+			return lifecycle.Applied{}, unavailable("apply "+string(t.Kind()), err)
+		}
+		cur, err := s.current(ctx, before.ID, ccf)
+		if err != nil {
+			return lifecycle.Applied{}, err
+		}
+		if !wroteBy(cur, t.AttemptNumber(), token) {
+			return lifecycle.Applied{OK: false, Job: cur}, nil
+		}
+		// Our own update, applied before a lost reply: the SDK's retry
+		// failed its condition against it. It counts as applied.
+		out = &dynamodb.UpdateItemOutput{Attributes: encodeJob(cur)}
+	}
+	applied, err := decodeJob(out.Attributes)
+	if err != nil {
+		return lifecycle.Applied{}, err
+	}
+	if num := t.AttemptNumber(); num != 0 {
+		a, _ := applied.Attempt(num)
+		if err := s.record(ctx, a, applied.Revision); err != nil {
+			return lifecycle.Applied{}, err
+		}
+	}
+	return lifecycle.Applied{OK: true, Job: applied}, nil
+}
+
+// wroteBy reports whether the write named token is visible in j: on the
+// concerned attempt, or on the job item for job-level transitions.
+func wroteBy(j job.Job, attempt int, token string) bool {
+	if attempt != 0 {
+		a, ok := j.Attempt(attempt)
+		return ok && a.WriteToken == token
+	}
+	return j.WriteToken == token
+}
+
+// newToken names one store call's write.
+func newToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// record mirrors an attempt into the ledger. The ledger only moves forward:
+// a copy stamped with an older revision never replaces a newer one, so
+// retries and reordered writes are harmless.
+func (s *Store) record(ctx context.Context, a job.Attempt, revision int64) error {
+	_, err := s.db.putItem(ctx, &dynamodb.PutItemInput{
+		TableName:                 aws.String(s.atts),
+		Item:                      ledgerItem(a, revision),
+		ConditionExpression:       aws.String("attribute_not_exists(#job) OR #revision < :rev"),
+		ExpressionAttributeNames:  map[string]string{"#job": AttrJobID, "#revision": aRevision},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":rev": avN(revision)},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return unavailable("record attempt", err)
+	}
+	return nil
+}
+
+// ListAttempts returns a job's attempts, oldest first, from the ledger. The
+// job item is the authority: where the ledger lags it (a crash between the two
+// writes), the job's own copy of the attempt is returned instead.
+func (s *Store) ListAttempts(ctx context.Context, j job.Job) ([]job.Attempt, error) {
+	ledger := map[int]job.Attempt{}
+	var start map[string]types.AttributeValue
+	for {
+		out, err := s.db.query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.atts),
+			KeyConditionExpression:    aws.String("#job = :job"),
+			ExpressionAttributeNames:  map[string]string{"#job": AttrJobID},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":job": avS(j.ID)},
+			ConsistentRead:            aws.Bool(true),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, unavailable("list attempts", err)
+		}
+		for _, item := range out.Items {
+			d := decoder{m: item}
+			num := int(d.num(AttrNumberKey, true))
+			a, err := decodeAttempt(j.ID, num, item)
+			if err != nil || d.err != nil {
+				return nil, errors.Join(err, d.err)
+			}
+			ledger[num] = a
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = out.LastEvaluatedKey
+	}
+	out := make([]job.Attempt, 0, len(j.Attempts))
+	for _, a := range j.Attempts {
+		if l, ok := ledger[a.Number]; ok && !l.UpdatedAt.Before(a.UpdatedAt) && l.State == a.State {
+			a = l
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+type cursor struct {
+	Sort string `json:"s"`
+	ID   string `json:"i"`
+}
+
+// List returns an owner's jobs newest first from the by_owner index.
+// Index reads are eventually consistent: a job created a moment ago may
+// appear a moment later.
+func (s *Store) List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page, error) {
+	if q.Limit <= 0 || q.Limit > lifecycle.MaxPageSize {
+		q.Limit = lifecycle.DefaultPageSize
+	}
+	var start map[string]types.AttributeValue
+	if q.Cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		var c cursor
+		if err != nil || json.Unmarshal(raw, &c) != nil || c.Sort == "" || c.ID == "" {
+			return lifecycle.Page{}, lifecycle.ErrInvalidCursor
+		}
+		start = map[string]types.AttributeValue{AttrID: avS(c.ID), AttrOwner: avS(q.Owner), AttrOwnerSort: avS(c.Sort)}
+	}
+	names := map[string]string{"#owner": AttrOwner}
+	values := map[string]types.AttributeValue{":owner": avS(q.Owner)}
+	var filter *string
+	if q.Status != "" {
+		names["#status"] = aStatus
+		values[":status"] = avS(string(q.Status))
+		filter = aws.String("#status = :status")
+	}
+	var page lifecycle.Page
+	// A status filter may thin out a page; read on (bounded) until it is full.
+	for range 10 {
+		out, err := s.db.query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.jobs),
+			IndexName:                 aws.String(IndexByOwner),
+			KeyConditionExpression:    aws.String("#owner = :owner"),
+			FilterExpression:          filter,
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: values,
+			ScanIndexForward:          aws.Bool(false),
+			Limit:                     aws.Int32(int32(q.Limit - len(page.Jobs))),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			// A forged cursor names a start key DynamoDB refuses.
+			var api smithy.APIError
+			if q.Cursor != "" && errors.As(err, &api) && api.ErrorCode() == "ValidationException" {
+				return lifecycle.Page{}, lifecycle.ErrInvalidCursor
+			}
+			return lifecycle.Page{}, unavailable("list", err)
+		}
+		for _, item := range out.Items {
+			j, err := decodeJob(item)
+			if err != nil {
+				return lifecycle.Page{}, err
+			}
+			page.Jobs = append(page.Jobs, j)
+		}
+		start = out.LastEvaluatedKey
+		if len(start) == 0 || len(page.Jobs) >= q.Limit {
+			break
+		}
+	}
+	if len(start) > 0 {
+		d := decoder{m: start}
+		c, _ := json.Marshal(cursor{Sort: d.str(AttrOwnerSort, false), ID: d.str(AttrID, false)})
+		page.Next = base64.RawURLEncoding.EncodeToString(c)
+	}
+	return page, nil
+}

@@ -1,0 +1,282 @@
+package dynamo
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// Attribute names of the job item and the attempt ledger.
+const (
+	aIdemKey      = "idem_key"
+	aType         = "type"
+	aInput        = "input"
+	aProviders    = "providers"
+	aFingerprint  = "fingerprint"
+	aStatus       = "status"
+	aVersion      = "version"
+	aRevision     = "revision"
+	aAttemptCount = "attempt_count"
+	aAttempts     = "attempts"
+	aCompletedBy  = "completed_by"
+	aResult       = "result"
+	aError        = "error"
+	aCreatedAt    = "created_at"
+	aUpdatedAt    = "updated_at"
+
+	aProvider     = "provider"
+	aState        = "state"
+	aHedge        = "hedge"
+	aReadVersion  = "read_version"
+	aStartedAt    = "started_at"
+	aFinishedAt   = "finished_at"
+	aUnknownSince = "unknown_since"
+	aProviderReq  = "provider_request_id"
+	aOutcome      = "outcome"
+	aWriteToken   = "write_token"
+	aClass        = "class"
+	aMessage      = "message"
+)
+
+const timeLayout = time.RFC3339Nano
+
+// openShard is the by_open partition. One partition is enough while open jobs
+// number in the thousands; past that, suffix a hash of the ID.
+const openShard = "open"
+
+// sortTime is fixed width so that string order is time order.
+const sortTime = "20060102T150405.000000000Z"
+
+func ownerSort(j job.Job) string { return j.CreatedAt.UTC().Format(sortTime) + "#" + j.ID }
+
+func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func avN(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+func avB(v bool) types.AttributeValue      { return &types.AttributeValueMemberBOOL{Value: v} }
+func avT(t time.Time) types.AttributeValue { return avS(t.UTC().Format(timeLayout)) }
+
+func encodeJob(j job.Job) map[string]types.AttributeValue {
+	providers := make([]types.AttributeValue, len(j.Providers))
+	for i, p := range j.Providers {
+		providers[i] = avS(p)
+	}
+	attempts := map[string]types.AttributeValue{}
+	for _, a := range j.Attempts {
+		attempts[strconv.Itoa(a.Number)] = &types.AttributeValueMemberM{Value: encodeAttempt(a)}
+	}
+	item := map[string]types.AttributeValue{
+		AttrID:        avS(j.ID),
+		AttrOwner:     avS(j.Owner),
+		AttrOwnerSort: avS(ownerSort(j)),
+		aIdemKey:      avS(j.IdempotencyKey),
+		aType:         avS(j.Type),
+		aInput:        avS(string(j.Input)),
+		aProviders:    &types.AttributeValueMemberL{Value: providers},
+		aFingerprint:  avS(j.Fingerprint),
+		aStatus:       avS(string(j.Status)),
+		aVersion:      avN(j.Version),
+		aRevision:     avN(j.Revision),
+		aAttemptCount: avN(int64(j.AttemptCount)),
+		aAttempts:     &types.AttributeValueMemberM{Value: attempts},
+		aCreatedAt:    avT(j.CreatedAt),
+		aUpdatedAt:    avT(j.UpdatedAt),
+	}
+	if !j.Status.Terminal() {
+		item[AttrOpenShard] = avS(openShard)
+	}
+	if j.WriteToken != "" {
+		item[aWriteToken] = avS(j.WriteToken)
+	}
+	if j.CompletedBy != 0 {
+		item[aCompletedBy] = avN(int64(j.CompletedBy))
+	}
+	if len(j.Result) > 0 {
+		item[aResult] = avS(string(j.Result))
+	}
+	if j.Error != nil {
+		item[aError] = encodeFailure(*j.Error)
+	}
+	return item
+}
+
+func encodeFailure(f job.Failure) types.AttributeValue {
+	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{aClass: avS(f.Class), aMessage: avS(f.Message)}}
+}
+
+func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
+	m := map[string]types.AttributeValue{
+		aProvider:    avS(a.Provider),
+		aState:       avS(string(a.State)),
+		aHedge:       avB(a.Hedge),
+		aReadVersion: avN(a.ReadVersion),
+		aStartedAt:   avT(a.StartedAt),
+		aUpdatedAt:   avT(a.UpdatedAt),
+	}
+	if !a.FinishedAt.IsZero() {
+		m[aFinishedAt] = avT(a.FinishedAt)
+	}
+	if !a.UnknownSince.IsZero() {
+		m[aUnknownSince] = avT(a.UnknownSince)
+	}
+	if a.ProviderRequestID != "" {
+		m[aProviderReq] = avS(a.ProviderRequestID)
+	}
+	if a.Error != nil {
+		m[aError] = encodeFailure(*a.Error)
+	}
+	if a.Outcome != "" {
+		m[aOutcome] = avS(a.Outcome)
+	}
+	if a.WriteToken != "" {
+		m[aWriteToken] = avS(a.WriteToken)
+	}
+	return m
+}
+
+// ledgerItem is the attempt ledger's copy of an attempt, stamped with the
+// job revision it reflects so that late writes never overwrite newer ones.
+func ledgerItem(a job.Attempt, revision int64) map[string]types.AttributeValue {
+	m := encodeAttempt(a)
+	m[AttrJobID] = avS(a.JobID)
+	m[AttrNumberKey] = avN(int64(a.Number))
+	m[aRevision] = avN(revision)
+	return m
+}
+
+// decoder reads attributes, remembering the first problem.
+type decoder struct {
+	m   map[string]types.AttributeValue
+	err error
+}
+
+func (d *decoder) fail(name string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("store: bad or missing attribute %q", name)
+	}
+}
+
+func (d *decoder) str(name string, required bool) string {
+	v, ok := d.m[name].(*types.AttributeValueMemberS)
+	if !ok {
+		if required {
+			d.fail(name)
+		}
+		return ""
+	}
+	return v.Value
+}
+
+func (d *decoder) num(name string, required bool) int64 {
+	v, ok := d.m[name].(*types.AttributeValueMemberN)
+	if !ok {
+		if required {
+			d.fail(name)
+		}
+		return 0
+	}
+	x, err := strconv.ParseInt(v.Value, 10, 64)
+	if err != nil {
+		d.fail(name)
+	}
+	return x
+}
+
+func (d *decoder) time(name string, required bool) time.Time {
+	v := d.str(name, required)
+	if v == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(timeLayout, v)
+	if err != nil {
+		d.fail(name)
+	}
+	return t
+}
+
+func (d *decoder) failure(name string) *job.Failure {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil
+	}
+	sub := decoder{m: v.Value}
+	f := &job.Failure{Class: sub.str(aClass, false), Message: sub.str(aMessage, false)}
+	return f
+}
+
+func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
+	d := decoder{m: item}
+	j := job.Job{
+		ID:             d.str(AttrID, true),
+		Owner:          d.str(AttrOwner, true),
+		IdempotencyKey: d.str(aIdemKey, true),
+		Type:           d.str(aType, true),
+		Input:          json.RawMessage(d.str(aInput, true)),
+		Fingerprint:    d.str(aFingerprint, true),
+		Status:         job.Status(d.str(aStatus, true)),
+		Version:        d.num(aVersion, true),
+		Revision:       d.num(aRevision, true),
+		AttemptCount:   int(d.num(aAttemptCount, true)),
+		CompletedBy:    int(d.num(aCompletedBy, false)),
+		Error:          d.failure(aError),
+		CreatedAt:      d.time(aCreatedAt, true),
+		UpdatedAt:      d.time(aUpdatedAt, true),
+		WriteToken:     d.str(aWriteToken, false),
+	}
+	if r := d.str(aResult, false); r != "" {
+		j.Result = json.RawMessage(r)
+	}
+	if l, ok := item[aProviders].(*types.AttributeValueMemberL); ok {
+		for _, v := range l.Value {
+			if sv, ok := v.(*types.AttributeValueMemberS); ok {
+				j.Providers = append(j.Providers, sv.Value)
+			}
+		}
+	}
+	if m, ok := item[aAttempts].(*types.AttributeValueMemberM); ok {
+		for k, v := range m.Value {
+			am, ok := v.(*types.AttributeValueMemberM)
+			num, err := strconv.Atoi(k)
+			if !ok || err != nil {
+				d.fail(aAttempts)
+				continue
+			}
+			a, err := decodeAttempt(j.ID, num, am.Value)
+			if err != nil && d.err == nil {
+				d.err = err
+			}
+			j.Attempts = append(j.Attempts, a)
+		}
+		sort.Slice(j.Attempts, func(i, k int) bool { return j.Attempts[i].Number < j.Attempts[k].Number })
+	}
+	return j, d.err
+}
+
+func decodeAttempt(jobID string, number int, m map[string]types.AttributeValue) (job.Attempt, error) {
+	d := decoder{m: m}
+	a := job.Attempt{
+		JobID:             jobID,
+		Number:            number,
+		Provider:          d.str(aProvider, true),
+		State:             job.AttemptState(d.str(aState, true)),
+		ReadVersion:       d.num(aReadVersion, true),
+		StartedAt:         d.time(aStartedAt, true),
+		UpdatedAt:         d.time(aUpdatedAt, true),
+		FinishedAt:        d.time(aFinishedAt, false),
+		UnknownSince:      d.time(aUnknownSince, false),
+		ProviderRequestID: d.str(aProviderReq, false),
+		Error:             d.failure(aError),
+		Outcome:           d.str(aOutcome, false),
+		WriteToken:        d.str(aWriteToken, false),
+	}
+	if v, ok := m[aHedge].(*types.AttributeValueMemberBOOL); ok {
+		a.Hedge = v.Value
+	}
+	return a, d.err
+}

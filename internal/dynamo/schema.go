@@ -1,0 +1,87 @@
+package dynamo
+
+// The table layout lives here once: the local bootstrap turns it into
+// CreateTable calls and the CDK app (infra/) into TableV2 constructs, so
+// the two can never drift.
+
+// AttrType is a DynamoDB key attribute type.
+type AttrType string
+
+// Key attribute types.
+const (
+	AttrString AttrType = "S"
+	AttrNumber AttrType = "N"
+)
+
+// KeyAttr names one key attribute.
+type KeyAttr struct {
+	Name string
+	Type AttrType
+}
+
+// IndexDef is a global secondary index projecting all attributes.
+type IndexDef struct {
+	Name         string
+	PartitionKey KeyAttr
+	SortKey      *KeyAttr
+}
+
+// TableDef is one table: its logical name (the physical name is chosen per
+// environment), keys and indexes. All tables are on-demand.
+type TableDef struct {
+	Logical      string
+	PartitionKey KeyAttr
+	SortKey      *KeyAttr
+	Indexes      []IndexDef
+}
+
+// Attribute and index names shared by the store and the infrastructure.
+const (
+	AttrID          = "id"
+	AttrOwner       = "owner"
+	AttrOwnerSort   = "owner_sort"
+	AttrJobID       = "job_id"
+	AttrNumberKey   = "number"
+	AttrContractKey = "contract_key"
+	AttrProviderKey = "provider_key"
+	AttrOpenShard   = "open_shard"
+
+	IndexByOwner = "by_owner"
+	IndexByOpen  = "by_open"
+)
+
+// JobsTable holds one item per job, keyed by the job ID (which is derived
+// from owner and idempotency key, so uniqueness is a single conditional put).
+var JobsTable = TableDef{
+	Logical:      "jobs",
+	PartitionKey: KeyAttr{Name: AttrID, Type: AttrString},
+	Indexes: []IndexDef{{
+		Name:         IndexByOwner,
+		PartitionKey: KeyAttr{Name: AttrOwner, Type: AttrString},
+		SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
+	}, {
+		// Sparse: only jobs without an outcome carry open_shard, so the
+		// sweeper reads open jobs without scanning finished ones.
+		Name:         IndexByOpen,
+		PartitionKey: KeyAttr{Name: AttrOpenShard, Type: AttrString},
+		SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
+	}},
+}
+
+// AttemptsTable is the attempt ledger: one item per (job, attempt number).
+var AttemptsTable = TableDef{
+	Logical:      "attempts",
+	PartitionKey: KeyAttr{Name: AttrJobID, Type: AttrString},
+	SortKey:      &KeyAttr{Name: AttrNumberKey, Type: AttrNumber},
+}
+
+// CertificationsTable records contract-test certifications per
+// (job type contract, provider).
+var CertificationsTable = TableDef{
+	Logical:      "certifications",
+	PartitionKey: KeyAttr{Name: AttrContractKey, Type: AttrString},
+	SortKey:      &KeyAttr{Name: AttrProviderKey, Type: AttrString},
+}
+
+// Tables lists every table the service uses.
+func Tables() []TableDef { return []TableDef{JobsTable, AttemptsTable, CertificationsTable} }

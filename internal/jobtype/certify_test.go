@@ -1,0 +1,89 @@
+package jobtype_test
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/provider/adapters"
+)
+
+// withOutputSchemaChange loads the embedded job types with demo's output
+// schema changed (a new optional field), as an edit of demo.json would.
+func withOutputSchemaChange(t *testing.T) *jobtype.Catalog {
+	t.Helper()
+	src := os.DirFS(".")
+	m := fstest.MapFS{}
+	err := fs.WalkDir(src, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
+			return err
+		}
+		b, err := fs.ReadFile(src, path)
+		if err != nil {
+			return err
+		}
+		if path == "types/demo.json" {
+			b = []byte(strings.Replace(string(b), `"provider": {"type": "string", "minLength": 1}`,
+				`"provider": {"type": "string", "minLength": 1}, "language": {"type": "string"}`, 1))
+		}
+		m[path] = &fstest.MapFile{Data: b}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := jobtype.LoadFS(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cat
+}
+
+func TestSchemaChangeVoidsCertification(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, names := harness.Tables(t)
+	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv, err := sim.StartDemo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	reg, err := adapters.NewRegistry(ctx, sim.DemoConfig(srv.URL()), nil, adapters.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := reg.Get(sim.DemoFallback)
+	cat, err := jobtype.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo, _ := cat.Get("demo")
+	rep, cert, err := jobtype.Certify(ctx, st, demo, p, 0, time.Now())
+	if err != nil || !rep.Passed() || !cert.Passed {
+		t.Fatalf("certify: passed=%v err=%v\n%s", cert.Passed, err, rep.String())
+	}
+	if ok, err := st.Certified(ctx, "demo", demo.ContractVersion(), sim.DemoFallback); err != nil || !ok {
+		t.Fatalf("certified for the current contract: %v %v", ok, err)
+	}
+	changed, _ := withOutputSchemaChange(t).Get("demo")
+	if changed.ContractVersion() == demo.ContractVersion() {
+		t.Fatal("changing the output schema kept the contract version")
+	}
+	if ok, err := st.Certified(ctx, "demo", changed.ContractVersion(), sim.DemoFallback); err != nil || ok {
+		t.Fatalf("old certification still counts for the changed contract: %v %v", ok, err)
+	}
+	if ok, _ := st.Certified(ctx, "demo-hedge", demo.ContractVersion(), sim.DemoFallback); ok {
+		t.Fatal("a certification for demo counted for demo-hedge")
+	}
+}

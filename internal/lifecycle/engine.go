@@ -1,0 +1,227 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// maxTries bounds the decide-and-write loop; each lost round means another
+// writer made progress, so the bound is only a safety net.
+const maxTries = 64
+
+// EngineConfig wires an Engine.
+type EngineConfig struct {
+	Store Store
+	// NowFunc is the clock; time.Now when nil.
+	NowFunc func() time.Time
+	Logger  *slog.Logger
+	// Events receives lifecycle events; NoEvents when nil.
+	Events Events
+}
+
+// Engine creates jobs and executes their transitions: read, let package job
+// decide, write conditionally, and decide again on conflict.
+type Engine struct {
+	store  Store
+	now    func() time.Time
+	log    *slog.Logger
+	events Events
+}
+
+// NewEngine checks that a store is given and defaults the rest.
+func NewEngine(c EngineConfig) (*Engine, error) {
+	if c.Store == nil {
+		return nil, errors.New("lifecycle: engine needs a store")
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Events == nil {
+		c.Events = NoEvents{}
+	}
+	return &Engine{store: c.Store, now: c.NowFunc, log: c.Logger, events: c.Events}, nil
+}
+
+// Create creates the job for a request, or returns the job its
+// idempotency key already names (replayed = true). A key reused with a
+// different request yields *job.KeyReusedError.
+func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, error) {
+	j, err := job.New(r, e.now())
+	if err != nil {
+		return job.Job{}, false, err
+	}
+	return e.store.Create(ctx, j)
+}
+
+// Get reads a job (consistent read).
+func (e *Engine) Get(ctx context.Context, id string) (job.Job, error) { return e.store.Get(ctx, id) }
+
+// run reads the job (unless given), decides, writes, and decides again on
+// conflict. It returns the transition that was applied and the job after it.
+func (e *Engine) run(ctx context.Context, id string, decide func(job.Job) (job.Transition, error)) (job.Transition, job.Job, error) {
+	j, err := e.store.Get(ctx, id)
+	if err != nil {
+		return job.Transition{}, job.Job{}, err
+	}
+	for range maxTries {
+		t, err := decide(j)
+		if err != nil {
+			return job.Transition{}, j, err
+		}
+		res, err := e.store.Apply(ctx, t)
+		if err != nil {
+			return job.Transition{}, j, err
+		}
+		if res.OK {
+			return t, res.Job, nil
+		}
+		j = res.Job
+	}
+	return job.Transition{}, j, fmt.Errorf("%w %s", ErrContention, id)
+}
+
+// StartAttempt starts the next attempt on provider. It is refused with a
+// *job.BlockedError while an attempt is starting or unknown.
+func (e *Engine) StartAttempt(ctx context.Context, id, provider string, hedge bool) (job.Job, job.Attempt, error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) {
+		return job.DecideStart(j, provider, hedge, e.now())
+	})
+	if err != nil {
+		return j, job.Attempt{}, err
+	}
+	a, _ := j.Attempt(t.AttemptNumber())
+	e.log.InfoContext(ctx, "attempt_started", "job_id", id, "attempt", a.Number, "provider", a.Provider, "hedge", hedge)
+	e.events.AttemptStarted(ctx, j, a)
+	if a.Number > 1 && !hedge {
+		e.events.Fallback(ctx, j, a)
+	}
+	return j, a, nil
+}
+
+// MarkRunning claims a starting attempt for one runner. claimed is false when
+// the attempt had already left starting (a redelivery): that caller must not
+// call the provider again.
+func (e *Engine) MarkRunning(ctx context.Context, id string, n int) (j job.Job, claimed bool, err error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideRunning(j, n, e.now()) })
+	if err != nil {
+		return j, false, err
+	}
+	return j, !t.Noop(), nil
+}
+
+// MarkUnknown records that attempt n outlived its timeout.
+func (e *Engine) MarkUnknown(ctx context.Context, id string, n int, reason string) (job.Job, error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideUnknown(j, n, reason, e.now()) })
+	if err == nil && !t.Noop() {
+		a, _ := j.Attempt(n)
+		e.log.WarnContext(ctx, "attempt_unknown", "job_id", id, "attempt", n, "provider", a.Provider, "reason", reason)
+		e.events.AttemptUnknown(ctx, j, a)
+	}
+	return j, err
+}
+
+// FailAttempt records a provider failure of attempt n (an ambiguous one makes
+// it unknown instead).
+func (e *Engine) FailAttempt(ctx context.Context, id string, n int, f job.Failure, providerRequestID string) (job.Job, error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) {
+		return job.DecideAttemptFailed(j, n, f, providerRequestID, e.now())
+	})
+	if err == nil && !t.Noop() {
+		a, _ := j.Attempt(n)
+		e.log.InfoContext(ctx, "attempt_"+string(a.State), "job_id", id, "attempt", n, "provider", a.Provider,
+			"class", f.Class, "error", f.Message)
+		if a.State == job.AttemptUnknown {
+			e.events.AttemptUnknown(ctx, j, a)
+		}
+	}
+	return j, err
+}
+
+// Completion is what a finished attempt's result did.
+type Completion struct {
+	Won bool
+	// Lost is set when the result was discarded.
+	Lost *job.LostRace
+	Job  job.Job
+}
+
+// Complete offers attempt n's result. It wins by compare-and-swap on the job
+// version the attempt read; otherwise it is discarded and logged as a lost
+// race. A redelivered winning result is reported as won again.
+func (e *Engine) Complete(ctx context.Context, id string, n int, result json.RawMessage, providerRequestID string) (Completion, error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) {
+		return job.DecideComplete(j, n, result, providerRequestID, e.now()), nil
+	})
+	if err != nil {
+		return Completion{Job: j}, err
+	}
+	return e.completion(ctx, t, j, n), nil
+}
+
+func (e *Engine) completion(ctx context.Context, t job.Transition, j job.Job, n int) Completion {
+	lost, isLost := t.LostRace()
+	if !isLost {
+		if !t.Noop() {
+			a, _ := j.Attempt(n)
+			e.log.InfoContext(ctx, "attempt_won", "job_id", j.ID, "attempt", n, "provider", a.Provider, "version", j.Version)
+		}
+		return Completion{Won: j.CompletedBy == n, Job: j}
+	}
+	a, _ := j.Attempt(n)
+	if t.Noop() {
+		e.log.InfoContext(ctx, "late_result_discarded", "job_id", j.ID, "attempt", n, "provider", a.Provider,
+			"attempt_state", string(a.State))
+		return Completion{Lost: &lost, Job: j}
+	}
+	e.log.WarnContext(ctx, "race_lost", "job_id", j.ID, "attempt", n, "losing_attempt", n,
+		"winning_attempt", lost.Winner, "job_status", string(lost.Status), "provider", a.Provider)
+	e.events.RaceLost(ctx, lost)
+	e.events.AttemptDiscarded(ctx, j, a)
+	return Completion{Lost: &lost, Job: j}
+}
+
+// Fail writes the job's final failure.
+func (e *Engine) Fail(ctx context.Context, id string, f job.Failure) (job.Job, error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideFail(j, f, e.now()) })
+	if err == nil && !t.Noop() {
+		e.log.InfoContext(ctx, "job_failed", "job_id", id, "class", f.Class, "error", f.Message)
+	}
+	return j, err
+}
+
+// Cancel cancels a job without an outcome; cancelling twice is a no-op.
+func (e *Engine) Cancel(ctx context.Context, id string) (job.Job, error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideCancel(j, e.now()) })
+	if err == nil && !t.Noop() {
+		e.log.InfoContext(ctx, "job_cancelled", "job_id", id)
+	}
+	return j, err
+}
+
+// Resolve settles an unknown attempt out of band.
+func (e *Engine) Resolve(ctx context.Context, id string, n int, r job.Resolution) (job.Job, error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideResolve(j, n, r, e.now()) })
+	if err == nil && !t.Noop() {
+		e.log.InfoContext(ctx, "attempt_resolved", "job_id", id, "attempt", n, "outcome", string(r.Outcome), "reason", r.Reason)
+	}
+	return j, err
+}
+
+// Attempts lists a job's attempts, oldest first.
+func (e *Engine) Attempts(ctx context.Context, j job.Job) ([]job.Attempt, error) {
+	return e.store.ListAttempts(ctx, j)
+}
+
+// List lists an owner's jobs, newest first.
+func (e *Engine) List(ctx context.Context, q ListQuery) (Page, error) {
+	return e.store.List(ctx, q)
+}

@@ -1,0 +1,100 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// Errors every Store reports with these meanings; callers match them with
+// errors.Is. A failed condition is not an error: it is Applied{OK: false}.
+var (
+	// ErrUnavailable wraps faults that survived the store's own retries
+	// (throttling, 5xx, timeouts, lost connections): retry later.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrInvalidCursor reports a list cursor this store did not issue.
+	ErrInvalidCursor = errors.New("invalid cursor")
+	// ErrContention reports a transition that kept losing to concurrent
+	// writers.
+	ErrContention = errors.New("too much contention on job")
+)
+
+// Store keeps jobs. Each job is one item: Create is one conditional write,
+// and Apply executes one decided transition as one conditional write.
+// Implementations: dynamo.Store (DynamoDB) and dev/memstore (tests); the
+// conformance suite in verify/storetest holds them to this contract.
+type Store interface {
+	// Create stores a new job unless its ID exists. If it exists, the
+	// existing job is returned: replayed when the request fingerprints
+	// match, else with a *job.KeyReusedError.
+	Create(ctx context.Context, j job.Job) (existing job.Job, replayed bool, err error)
+	// Get reads a job consistently; job.ErrNotFound when absent.
+	Get(ctx context.Context, id string) (job.Job, error)
+	// Apply executes a decided transition. A write that lost its condition
+	// is Applied{OK: false} with the current job.
+	Apply(ctx context.Context, t job.Transition) (Applied, error)
+	// ListAttempts returns a job's attempts, oldest first.
+	ListAttempts(ctx context.Context, j job.Job) ([]job.Attempt, error)
+	// List returns one page of an owner's jobs, newest first.
+	List(ctx context.Context, q ListQuery) (Page, error)
+	// ListOpen returns jobs without an outcome created before cutoff,
+	// oldest first (eventually consistent: re-read before acting).
+	ListOpen(ctx context.Context, cutoff time.Time, limit int) ([]job.Job, error)
+}
+
+// Certifications tells whether a provider holds a passing certification for
+// a job type's contract version.
+type Certifications interface {
+	Certified(ctx context.Context, jobType, contractVersion, provider string) (bool, error)
+}
+
+// Applied is what executing a transition did.
+type Applied struct {
+	// OK is false when the condition failed: another writer got there first.
+	OK bool
+	// Job is the job after the write, or the current job when !OK.
+	Job job.Job
+}
+
+// Page sizes of a listing.
+const (
+	DefaultPageSize = 20
+	MaxPageSize     = 100
+)
+
+// ListQuery selects an owner's jobs.
+type ListQuery struct {
+	Owner  string
+	Status job.Status // empty: any
+	Limit  int        // 1..MaxPageSize; 0 means DefaultPageSize
+	Cursor string
+}
+
+// Page is one page of an owner's jobs, newest first.
+type Page struct {
+	Jobs []job.Job
+	Next string // opaque; empty on the last page
+}
+
+// Events receives lifecycle events, for metrics.
+type Events interface {
+	AttemptStarted(ctx context.Context, j job.Job, a job.Attempt)
+	AttemptUnknown(ctx context.Context, j job.Job, a job.Attempt)
+	AttemptDiscarded(ctx context.Context, j job.Job, a job.Attempt)
+	Fallback(ctx context.Context, j job.Job, a job.Attempt)
+	RaceLost(ctx context.Context, lost job.LostRace)
+	// OldestUnknown reports the age of the oldest unknown attempt (0: none).
+	OldestUnknown(ctx context.Context, age time.Duration)
+}
+
+// NoEvents discards every event.
+type NoEvents struct{}
+
+func (NoEvents) AttemptStarted(context.Context, job.Job, job.Attempt)   {}
+func (NoEvents) AttemptUnknown(context.Context, job.Job, job.Attempt)   {}
+func (NoEvents) AttemptDiscarded(context.Context, job.Job, job.Attempt) {}
+func (NoEvents) Fallback(context.Context, job.Job, job.Attempt)         {}
+func (NoEvents) RaceLost(context.Context, job.LostRace)                 {}
+func (NoEvents) OldestUnknown(context.Context, time.Duration)           {}

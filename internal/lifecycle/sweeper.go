@@ -1,0 +1,108 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// Starter starts a job's execution. It must be idempotent (an execution
+// named by the job ID is): started reports whether this call began a new
+// execution rather than finding one.
+type Starter interface {
+	Start(ctx context.Context, jobID string) (started bool, err error)
+}
+
+// SweeperConfig wires a Sweeper.
+type SweeperConfig struct {
+	Store   Store
+	Starter Starter
+	// Grace leaves young jobs to the API's own start.
+	Grace time.Duration
+	// Limit bounds one sweep; 0 means 1000.
+	Limit int
+	// NowFunc is the clock; time.Now when nil.
+	NowFunc func() time.Time
+	Logger  *slog.Logger
+	// Events receives the age of the oldest unknown attempt; NoEvents when nil.
+	Events Events
+}
+
+// Sweeper restarts executions for open jobs that have none running — left
+// pending by an API crash between the create and the start, or orphaned by
+// a lost local stack — and reports the age of the oldest unknown attempt.
+type Sweeper struct {
+	cfg SweeperConfig
+}
+
+// NewSweeper checks the store and starter and defaults the rest.
+func NewSweeper(c SweeperConfig) (*Sweeper, error) {
+	switch {
+	case c.Store == nil || c.Starter == nil:
+		return nil, errors.New("lifecycle: the sweeper needs a store and a starter")
+	case c.Grace < 0 || c.Limit < 0:
+		return nil, errors.New("lifecycle: the sweeper's grace and limit must not be negative")
+	}
+	if c.Limit == 0 {
+		c.Limit = 1000
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Events == nil {
+		c.Events = NoEvents{}
+	}
+	return &Sweeper{cfg: c}, nil
+}
+
+// SweepReport says what a sweep did.
+type SweepReport struct {
+	Open                 int     `json:"open"`
+	Pending              int     `json:"pending"`
+	Started              int     `json:"started"`
+	OldestUnknownSeconds float64 `json:"oldest_unknown_seconds"`
+}
+
+// Sweep runs once.
+func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
+	now := w.cfg.NowFunc()
+	log := w.cfg.Logger
+	jobs, err := w.cfg.Store.ListOpen(ctx, now.Add(-w.cfg.Grace), w.cfg.Limit)
+	if err != nil {
+		return SweepReport{}, err
+	}
+	var rep SweepReport
+	var oldest time.Duration
+	var errs []error
+	for _, j := range jobs {
+		rep.Open++
+		if j.Status == job.StatusPending {
+			rep.Pending++
+		}
+		for _, a := range j.Attempts {
+			if a.State == job.AttemptUnknown && !a.UnknownSince.IsZero() {
+				oldest = max(oldest, now.Sub(a.UnknownSince))
+			}
+		}
+		started, err := w.cfg.Starter.Start(ctx, j.ID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if started {
+			rep.Started++
+			log.WarnContext(ctx, "execution_restarted", "job_id", j.ID, "job_status", string(j.Status))
+		}
+	}
+	rep.OldestUnknownSeconds = oldest.Seconds()
+	w.cfg.Events.OldestUnknown(ctx, oldest)
+	log.InfoContext(ctx, "sweep_done", "open", rep.Open, "pending", rep.Pending, "started", rep.Started,
+		"oldest_unknown_seconds", rep.OldestUnknownSeconds)
+	return rep, errors.Join(errs...)
+}

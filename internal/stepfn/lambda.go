@@ -1,0 +1,90 @@
+package stepfn
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambda/messages"
+
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
+)
+
+// The Lambda entry points: the task logic with its error turned into the
+// declared ASL error name. Each main hands one to lambda.Start.
+
+// StartAttempt is the startattempt function.
+func StartAttempt(t *lifecycle.Tasks) func(context.Context, lifecycle.JobInput) (lifecycle.Step, error) {
+	return func(ctx context.Context, in lifecycle.JobInput) (lifecycle.Step, error) {
+		out, err := t.StartAttempt(ctx, in)
+		return out, LambdaError(err)
+	}
+}
+
+// RunAttempt is the runattempt function.
+func RunAttempt(t *lifecycle.Tasks) func(context.Context, lifecycle.AttemptInput) (lifecycle.AttemptResult, error) {
+	return func(ctx context.Context, in lifecycle.AttemptInput) (lifecycle.AttemptResult, error) {
+		out, err := t.RunAttempt(ctx, in)
+		return out, LambdaError(err)
+	}
+}
+
+// MarkUnknown is the markunknown function.
+func MarkUnknown(t *lifecycle.Tasks) func(context.Context, lifecycle.AttemptInput) (lifecycle.AttemptResult, error) {
+	return func(ctx context.Context, in lifecycle.AttemptInput) (lifecycle.AttemptResult, error) {
+		out, err := t.MarkUnknown(ctx, in)
+		return out, LambdaError(err)
+	}
+}
+
+// Hedge is the hedge function.
+func Hedge(t *lifecycle.Tasks) func(context.Context, lifecycle.AttemptInput) (lifecycle.HedgeStep, error) {
+	return func(ctx context.Context, in lifecycle.AttemptInput) (lifecycle.HedgeStep, error) {
+		out, err := t.Hedge(ctx, in)
+		return out, LambdaError(err)
+	}
+}
+
+// Finalize is the finalize function.
+func Finalize(t *lifecycle.Tasks) func(context.Context, lifecycle.JobInput) (lifecycle.JobResult, error) {
+	return func(ctx context.Context, in lifecycle.JobInput) (lifecycle.JobResult, error) {
+		out, err := t.Finalize(ctx, in)
+		return out, LambdaError(err)
+	}
+}
+
+// Factories returns every task function, by name, as a factory of Lambda
+// handlers for the local invoke endpoint: one handler per sandbox, as
+// aws-lambda-go handlers serve one invocation at a time.
+func Factories(t *lifecycle.Tasks) map[string]func() lambda.Handler {
+	return map[string]func() lambda.Handler{
+		deploy.FnStartAttempt: func() lambda.Handler { return lambda.NewHandler(StartAttempt(t)) },
+		deploy.FnRunAttempt:   func() lambda.Handler { return lambda.NewHandler(RunAttempt(t)) },
+		deploy.FnMarkUnknown:  func() lambda.Handler { return lambda.NewHandler(MarkUnknown(t)) },
+		deploy.FnHedge:        func() lambda.Handler { return lambda.NewHandler(Hedge(t)) },
+		deploy.FnFinalize:     func() lambda.Handler { return lambda.NewHandler(Finalize(t)) },
+	}
+}
+
+// LambdaError converts a task's error into what aws-lambda-go reports with
+// an explicit errorType (an InvokeResponse_Error value passes through as is),
+// so the ASL sees the declared name instead of a Go type name. Store faults
+// become StoreUnavailable, which the state machine retries.
+func LambdaError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var te *lifecycle.TaskError
+	switch {
+	case errors.As(err, &te):
+	case errors.Is(err, lifecycle.ErrUnavailable):
+		te = &lifecycle.TaskError{Name: lifecycle.ErrNameStoreUnavailable, Message: "store unavailable"}
+	case errors.Is(err, job.ErrNotFound):
+		te = &lifecycle.TaskError{Name: lifecycle.ErrNameJobNotFound, Message: "job not found"}
+	default:
+		return err
+	}
+	return messages.InvokeResponse_Error{Type: te.Name, Message: te.Message}
+}

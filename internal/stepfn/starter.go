@@ -1,0 +1,85 @@
+// Package stepfn is onejob's Step Functions edge: it starts a job's
+// execution — named by the job ID, so the state machine carries the same
+// identity as the API and the database — and serves the state machine's
+// task functions, turning their errors into the names the ASL matches.
+package stepfn
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	"github.com/aws/aws-sdk-go-v2/service/sfn/types"
+)
+
+// StarterConfig wires a Starter.
+type StarterConfig struct {
+	Client          *sfn.Client
+	StateMachineARN string
+	// NowFunc is the clock; time.Now when nil.
+	NowFunc func() time.Time
+	Logger  *slog.Logger
+}
+
+// Starter starts executions.
+type Starter struct {
+	// startExecution is the one operation called, held as a method value so
+	// the SDK client stays out of reflection's reach (see dynamo's client).
+	startExecution func(context.Context, *sfn.StartExecutionInput, ...func(*sfn.Options)) (*sfn.StartExecutionOutput, error)
+	arn            string
+	now            func() time.Time
+	log            *slog.Logger
+}
+
+// NewStarter checks the client and state machine and defaults the rest.
+func NewStarter(c StarterConfig) (*Starter, error) {
+	if c.Client == nil || c.StateMachineARN == "" {
+		return nil, errors.New("stepfn: client and state machine ARN are required")
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Starter{startExecution: c.Client.StartExecution, arn: c.StateMachineARN, now: c.NowFunc, log: c.Logger}, nil
+}
+
+// ExecutionInput is the input of every execution: the job ID, nothing else,
+// so a repeated start has the same input and is idempotent.
+func ExecutionInput(jobID string) string {
+	b, _ := json.Marshal(map[string]string{"job_id": jobID})
+	return string(b)
+}
+
+// Start starts the execution named id. Repeating it is harmless: Step
+// Functions returns the running execution for the same name and input, and
+// ExecutionAlreadyExists for a closed one, which means it already ran.
+// started reports a new execution.
+func (s *Starter) Start(ctx context.Context, id string) (started bool, err error) {
+	begun := s.now()
+	out, err := s.startExecution(ctx, &sfn.StartExecutionInput{
+		StateMachineArn: aws.String(s.arn),
+		Name:            aws.String(id),
+		Input:           aws.String(ExecutionInput(id)),
+	})
+	var exists *types.ExecutionAlreadyExists
+	if errors.As(err, &exists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("start execution %s: %w", id, err)
+	}
+	// For a running execution of the same name and input, Step Functions
+	// answers with the original start: that is not a new execution.
+	if out.StartDate != nil && out.StartDate.Before(begun.Add(-5*time.Second)) {
+		return false, nil
+	}
+	s.log.InfoContext(ctx, "execution_started", "job_id", id)
+	return true, nil
+}
