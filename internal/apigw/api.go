@@ -347,10 +347,10 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 	}
 	var providers []string
 	if raw, ok := m["providers"]; ok && !isNull(raw) {
+		// [] decodes to an empty list, which names too few providers; an
+		// absent or null member leaves nil, the type's own.
 		if json.Unmarshal(raw, &providers) != nil {
 			errs = append(errs, FieldError{Pointer: "/providers", Detail: "must be an array of strings"})
-		} else if len(providers) == 0 || len(providers) > job.MaxProviders {
-			errs = append(errs, FieldError{Pointer: "/providers", Detail: fmt.Sprintf("must name 1 to %d providers", job.MaxProviders)})
 		}
 	}
 	if len(errs) > 0 {
@@ -361,19 +361,13 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 		return job.Request{}, &Error{Code: CodeUnknownJobType, Detail: "no job type of that name",
 			Errors: []FieldError{{Pointer: "/type", Detail: "unknown job type"}}}
 	}
-	if providers == nil {
-		providers = jt.DefaultProviders()
-	}
-	seen := map[string]bool{}
-	for i, p := range providers {
-		ptr := "/providers/" + strconv.Itoa(i)
-		switch {
-		case seen[p]:
-			errs = append(errs, FieldError{Pointer: ptr, Detail: "is repeated"})
-		case !jt.KnownProvider(p):
-			errs = append(errs, FieldError{Pointer: ptr, Detail: "is not a provider of this job type"})
+	providers, problems := job.ChooseProviders(providers, jt.Providers())
+	for _, p := range problems {
+		ptr := "/providers"
+		if p.Index >= 0 {
+			ptr += "/" + strconv.Itoa(p.Index)
 		}
-		seen[p] = true
+		errs = append(errs, FieldError{Pointer: ptr, Detail: p.Reason})
 	}
 	for _, fe := range jt.ValidateInput(input) {
 		fe.Pointer = "/input" + fe.Pointer
@@ -385,13 +379,10 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 	return job.Request{Type: jobType, Input: input, Providers: providers}, nil
 }
 
-// start hands the job to the orchestrator. The job is durable already, so a
+// start starts the job's execution. The job is durable already, so a
 // failure is logged and left to the sweeper, never reported as an error.
 func (h *Handler) start(ctx context.Context, r *request, j job.Job) {
-	// A replay restarts only a job nothing has touched yet (its first start
-	// may have been lost); once an attempt exists, an execution is running
-	// or ran, and a storm of replays must not become a storm of starts.
-	if h.starter == nil || j.Status != job.StatusPending {
+	if h.starter == nil || !job.ShouldStart(j) {
 		return
 	}
 	if _, err := h.starter.Start(ctx, j.ID); err != nil {
@@ -438,7 +429,7 @@ func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
 	if s, ok := params["status"]; ok {
 		q.Status = job.Status(s)
 		if !q.Status.Valid() {
-			errs = append(errs, FieldError{Parameter: "status", Detail: "must be one of pending, running, unknown, succeeded, failed, cancelled"})
+			errs = append(errs, FieldError{Parameter: "status", Detail: "must be one of " + statusList()})
 		}
 	}
 	if s, ok := params["limit"]; ok {
@@ -537,8 +528,8 @@ func decodeResolution(body []byte) (job.Resolution, error) {
 		errs = append(errs, FieldError{Pointer: "/result", Detail: "is allowed only when the outcome is succeeded"})
 	case given && !isObject(result):
 		errs = append(errs, FieldError{Pointer: "/result", Detail: "must be an object"})
-	case given && len(result) > maxResultBytes:
-		errs = append(errs, FieldError{Pointer: "/result", Detail: fmt.Sprintf("must be at most %d bytes", maxResultBytes)})
+	case given && len(result) > job.MaxResultBytes:
+		errs = append(errs, FieldError{Pointer: "/result", Detail: fmt.Sprintf("must be at most %d bytes", job.MaxResultBytes)})
 	case given:
 		res.Result = compact(result)
 	}
@@ -566,19 +557,21 @@ func (h *Handler) ownJob(ctx context.Context, r *request) (job.Job, error) {
 }
 
 // jobID returns the path's job ID when it could name a job at all, so that
-// garbage never reaches DynamoDB (whose key limits would make it a fault).
+// garbage never reaches the store.
 func (r *request) jobID() (string, error) {
-	id := r.params["id"]
-	rest, ok := strings.CutPrefix(id, "job_")
-	if !ok || rest == "" || len(rest) > 64 {
-		return "", job.ErrNotFound
+	if id := r.params["id"]; job.ValidID(id) {
+		return id, nil
 	}
-	for _, c := range rest {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'z') {
-			return "", job.ErrNotFound
-		}
+	return "", job.ErrNotFound
+}
+
+// statusList names every job status, for messages.
+func statusList() string {
+	var names []string
+	for _, s := range job.Statuses() {
+		names = append(names, string(s))
 	}
-	return id, nil
+	return strings.Join(names, ", ")
 }
 
 // query returns the query parameters as API Gateway passes them (repeated

@@ -184,13 +184,16 @@ func TestJobRepresentation(t *testing.T) {
 	e := newEnv(t)
 	tok := e.token(t, "owner-1")
 	id := e.mustCreate(t, "owner-1", "k", `{"type":"demo","input":{ "prompt": "hello", "n": 1.50 }}`)
-	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary", false); err != nil {
+	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.eng.FailAttempt(ctx, id, 1, job.Failure{Class: job.ClassRetryable, Message: "503 from provider"}, "prov-req-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-fallback", true); err != nil {
+	if _, _, err := e.eng.StartHedge(ctx, id, "sim-fallback"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.eng.MarkRunning(ctx, id, 2); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.eng.Complete(ctx, id, 2, json.RawMessage(`{"text":"hi"}`), "prov-req-2"); err != nil {
@@ -421,7 +424,10 @@ func TestCancel(t *testing.T) {
 		}
 	}
 	done := e.mustCreate(t, "owner-1", "k2", demoBody)
-	if _, _, err := e.eng.StartAttempt(ctx, done, "sim-primary", false); err != nil {
+	if _, _, err := e.eng.StartAttempt(ctx, done, "sim-primary"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.eng.MarkRunning(ctx, done, 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.eng.Complete(ctx, done, 1, json.RawMessage(`{"text":"done"}`), ""); err != nil {
@@ -437,7 +443,7 @@ func TestResolve(t *testing.T) {
 	e := newEnv(t)
 	id := e.mustCreate(t, "owner-1", "k", demoBody)
 	// Attempt 1 becomes unknown; attempt numbering is the engine's.
-	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary", false); err != nil {
+	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := e.eng.MarkRunning(ctx, id, 1); err != nil {
@@ -467,7 +473,7 @@ func TestResolve(t *testing.T) {
 	}
 	b := r.jobBody(t)
 	a := b["attempts"].([]any)[0].(map[string]any)
-	if b["status"] != "running" || a["state"] != "failed" || a["error"].(map[string]any)["class"] != job.ClassResolved {
+	if b["status"] != "running" || a["state"] != "failed" || a["error"].(map[string]any)["class"] != string(job.ClassResolved) {
 		t.Fatalf("after resolve: %s", r.body)
 	}
 	// The same resolution again is a no-op; another one is a conflict.
@@ -478,7 +484,7 @@ func TestResolve(t *testing.T) {
 	wantProblem(t, resolve(admin, 1, `{"outcome":"cancelled","reason":"x"}`), http.StatusConflict, apigw.CodeConflict)
 
 	// An attempt that is not unknown cannot be resolved.
-	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-fallback", false); err != nil {
+	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-fallback"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := e.eng.MarkRunning(ctx, id, 2); err != nil {

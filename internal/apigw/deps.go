@@ -20,11 +20,9 @@ type JobType interface {
 	// Pointers are JSON Pointers relative to the input (the API prefixes
 	// them with "/input"); nil means valid.
 	ValidateInput(input json.RawMessage) []FieldError
-	// DefaultProviders is the order providers are tried in when a request
-	// names none.
-	DefaultProviders() []string
-	// KnownProvider reports whether a request may name the provider.
-	KnownProvider(name string) bool
+	// Providers are the type's own, in the order they are tried when a
+	// request names none (job.ChooseProviders).
+	Providers() []string
 }
 
 // Starter starts a job's execution. It must be idempotent (Step Functions

@@ -53,7 +53,7 @@ func TestEventFixtures(t *testing.T) {
 		{file: "api-list-attempts.json", status: 200},
 		{file: "api-resolve-attempt-forbidden.json", status: 403, code: apigw.CodeForbidden},
 		{file: "api-resolve-attempt.json", status: 409, code: apigw.CodeConflict, before: func(t *testing.T) {
-			if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary", false); err != nil {
+			if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary"); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, err := e.eng.MarkRunning(ctx, id, 1); err != nil {

@@ -60,16 +60,7 @@ func (fakeCatalog) Lookup(name string) (apigw.JobType, bool) {
 	return nil, false
 }
 
-func (t fakeType) DefaultProviders() []string { return append([]string(nil), t.providers...) }
-
-func (t fakeType) KnownProvider(p string) bool {
-	for _, x := range t.providers {
-		if x == p {
-			return true
-		}
-	}
-	return false
-}
+func (t fakeType) Providers() []string { return append([]string(nil), t.providers...) }
 
 func (t fakeType) ValidateInput(input json.RawMessage) []apigw.FieldError {
 	if t.name == "explode" {

@@ -2,7 +2,6 @@ package apigw
 
 import (
 	"encoding/json"
-	"slices"
 
 	"github.com/onejob/onejob/internal/jobtype"
 )
@@ -31,8 +30,4 @@ func (a apiType) ValidateInput(input json.RawMessage) []FieldError {
 	return out
 }
 
-func (a apiType) DefaultProviders() []string { return a.t.Providers() }
-
-// KnownProvider limits a request to the type's own providers: only they
-// are covered by its contract and its certifications.
-func (a apiType) KnownProvider(name string) bool { return slices.Contains(a.t.Providers(), name) }
+func (a apiType) Providers() []string { return a.t.Providers() }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
 )
 
@@ -23,11 +24,14 @@ func TestJobTypes(t *testing.T) {
 	if !ok {
 		t.Fatal("demo not found")
 	}
-	if got := demo.DefaultProviders(); strings.Join(got, ",") != "sim-primary,sim-fallback" {
-		t.Fatalf("default providers %v", got)
+	if got := demo.Providers(); strings.Join(got, ",") != "sim-primary,sim-fallback" {
+		t.Fatalf("providers %v", got)
 	}
-	if !demo.KnownProvider("sim-fallback") || demo.KnownProvider("openai-primary") {
-		t.Fatal("KnownProvider must admit exactly the type's providers")
+	if _, problems := job.ChooseProviders([]string{"sim-fallback"}, demo.Providers()); len(problems) != 0 {
+		t.Fatalf("the type's own provider refused: %v", problems)
+	}
+	if _, problems := job.ChooseProviders([]string{"openai-primary"}, demo.Providers()); len(problems) != 1 {
+		t.Fatal("a provider of no type must be refused")
 	}
 	if errs := demo.ValidateInput(json.RawMessage(`{"prompt":"hi"}`)); len(errs) != 0 {
 		t.Fatalf("valid input refused: %v", errs)

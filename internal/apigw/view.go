@@ -69,7 +69,7 @@ func failView(f *job.Failure) *failureView {
 	if f == nil {
 		return nil
 	}
-	return &failureView{Class: f.Class, Message: f.Message}
+	return &failureView{Class: string(f.Class), Message: f.Message}
 }
 
 func summaryView(a job.Attempt) attemptSummaryView {

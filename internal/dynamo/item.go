@@ -107,7 +107,7 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 }
 
 func encodeFailure(f job.Failure) types.AttributeValue {
-	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{aClass: avS(f.Class), aMessage: avS(f.Message)}}
+	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{aClass: avS(string(f.Class)), aMessage: avS(f.Message)}}
 }
 
 func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
@@ -206,7 +206,7 @@ func (d *decoder) failure(name string) *job.Failure {
 		return nil
 	}
 	sub := decoder{m: v.Value}
-	f := &job.Failure{Class: sub.str(aClass, false), Message: sub.str(aMessage, false)}
+	f := &job.Failure{Class: job.Class(sub.str(aClass, false)), Message: sub.str(aMessage, false)}
 	return f
 }
 

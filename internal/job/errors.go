@@ -12,6 +12,7 @@ var (
 	ErrAttemptNotFound      = errors.New("attempt not found")
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with a different request")
 	ErrAttemptBlocked       = errors.New("an earlier attempt is starting or unknown")
+	ErrAttemptOpen          = errors.New("an attempt may still succeed")
 	ErrJobFinished          = errors.New("job already finished")
 	ErrInvalidTransition    = errors.New("transition not allowed")
 	ErrNoProviderLeft       = errors.New("no provider left to try")
@@ -43,6 +44,20 @@ func (e *BlockedError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrAttemptBlocked) hold.
 func (e *BlockedError) Unwrap() error { return ErrAttemptBlocked }
+
+// OpenAttemptError names the attempt that keeps a job from failing: it may
+// still succeed.
+type OpenAttemptError struct {
+	Attempt int
+	State   AttemptState
+}
+
+func (e *OpenAttemptError) Error() string {
+	return fmt.Sprintf("attempt %d is %s: the job cannot fail while it may still succeed", e.Attempt, e.State)
+}
+
+// Unwrap makes errors.Is(err, ErrAttemptOpen) hold.
+func (e *OpenAttemptError) Unwrap() error { return ErrAttemptOpen }
 
 // FinishedError reports an operation refused because the job has an outcome.
 type FinishedError struct {

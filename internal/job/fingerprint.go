@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // ErrDuplicateKey reports a JSON object that names the same key twice. Such
@@ -31,7 +32,25 @@ func NewID(owner, key string) string {
 	return "job_" + idEncoding.EncodeToString(sum[:16])
 }
 
-var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+const idAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+
+var idEncoding = base32.NewEncoding(idAlphabet).WithPadding(base32.NoPadding)
+
+// ValidID reports whether id could name a job at all ("job_" and 1–64
+// lowercase letters or digits; every NewID passes), so that garbage from a
+// URL never reaches the store, whose key limits would make it a fault.
+func ValidID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "job_")
+	if !ok || rest == "" || len(rest) > 64 {
+		return false
+	}
+	for _, c := range rest {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'z') {
+			return false
+		}
+	}
+	return true
+}
 
 // Fingerprint is a hash of the request that created a job, over its
 // canonical form: object key order, whitespace and number spelling

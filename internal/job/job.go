@@ -39,20 +39,32 @@ type Job struct {
 
 // Failure describes why a job or an attempt failed.
 type Failure struct {
-	// Class is the provider failure class: retryable, non_retryable,
-	// ambiguous, contract_violation, uncertified, resolved, cancelled.
-	Class   string `json:"class"`
+	Class   Class  `json:"class"`
 	Message string `json:"message"`
 }
 
-// Failure classes that decide what happens next.
+// Class is a failure's kind: it decides what happens next (see Next).
+type Class string
+
+// Failure classes.
 const (
-	ClassRetryable         = "retryable"
-	ClassNonRetryable      = "non_retryable"
-	ClassAmbiguous         = "ambiguous"
-	ClassContractViolation = "contract_violation"
-	ClassUncertified       = "uncertified"
-	ClassResolved          = "resolved"
+	// ClassRetryable: the provider failed in a way another provider may not
+	// (5xx, rate limits, a malformed answer): fall back.
+	ClassRetryable Class = "retryable"
+	// ClassNonRetryable: the request itself is refused (4xx, no such
+	// provider, a prompt that cannot render): finalize.
+	ClassNonRetryable Class = "non_retryable"
+	// ClassAmbiguous: the request may have been acted on (a timeout after
+	// sending): the attempt is unknown, never failed.
+	ClassAmbiguous Class = "ambiguous"
+	// ClassContractViolation: the answer breaks the job type's output
+	// contract: fall back.
+	ClassContractViolation Class = "contract_violation"
+	// ClassUncertified: the provider holds no certification for the
+	// contract: it is never called.
+	ClassUncertified Class = "uncertified"
+	// ClassResolved: an operator settled the attempt out of band.
+	ClassResolved Class = "resolved"
 )
 
 // Attempt is one try at a job on one provider.

@@ -135,9 +135,9 @@ func TestNextStep(t *testing.T) {
 			return false
 		}
 	}
-	failed := func(t *testing.T, j job.Job, p string, class string) job.Job {
+	failed := func(t *testing.T, j job.Job, p string, class job.Class) job.Job {
 		t.Helper()
-		j = after(job.DecideStart(j, p, false, t0))
+		j = after(job.DecideStart(j, p, t0))
 		n := j.AttemptCount
 		j = after(job.DecideRunning(j, n, t0))
 		return after(job.DecideAttemptFailed(j, n, job.Failure{Class: class, Message: p + " failed"}, "", t0))
@@ -159,11 +159,11 @@ func TestNextStep(t *testing.T) {
 		{"NonRetryableFinalizes", func(t *testing.T) job.Job { return failed(t, newJob(t), "p1", job.ClassNonRetryable) },
 			certified("p2", "p3"), job.ActionFinalize, ""},
 		{"UnknownWaits", func(t *testing.T) job.Job {
-			j := after(job.DecideStart(newJob(t), "p1", false, t0))
+			j := after(job.DecideStart(newJob(t), "p1", t0))
 			j = after(job.DecideRunning(j, 1, t0))
 			return after(job.DecideUnknown(j, 1, "timeout", t0))
 		}, certified("p2"), job.ActionWait, ""},
-		{"UnclaimedStartingIsReissued", func(t *testing.T) job.Job { return after(job.DecideStart(newJob(t), "p1", false, t0)) },
+		{"UnclaimedStartingIsReissued", func(t *testing.T) job.Job { return after(job.DecideStart(newJob(t), "p1", t0)) },
 			certified(), job.ActionRun, "p1"},
 		{"AllTriedFinalize", func(t *testing.T) job.Job {
 			j := failed(t, newJob(t), "p1", job.ClassRetryable)
@@ -175,7 +175,7 @@ func TestNextStep(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			plan := job.Next(tc.build(t), job.Policy{MaxAttempts: 5, Certified: tc.certified, Wait: job.DefaultWait()}, t0)
+			plan := job.Next(tc.build(t), job.Policy{MaxAttempts: 5, CertifiedFunc: tc.certified, Wait: job.DefaultWait()}, t0)
 			if plan.Action != tc.want || plan.Provider != tc.provider {
 				t.Fatalf("plan = %+v, want %s %s", plan, tc.want, tc.provider)
 			}
@@ -188,9 +188,9 @@ func TestNextStep(t *testing.T) {
 
 func TestUncertifiedFailureNamesProviders(t *testing.T) {
 	t.Parallel()
-	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j := after(job.DecideStart(newJob(t), "p1", t0))
 	j = after(job.DecideAttemptFailed(j, 1, job.Failure{Class: job.ClassRetryable, Message: "503"}, "", t0))
-	plan := job.Next(j, job.Policy{Certified: func(string) bool { return false }}, t0)
+	plan := job.Next(j, job.Policy{CertifiedFunc: func(string) bool { return false }}, t0)
 	if plan.Failure == nil || plan.Failure.Class != job.ClassUncertified ||
 		plan.Failure.Message != "no certified provider left; uncertified for this contract: p2, p3; last error: 503" {
 		t.Fatalf("failure = %+v", plan.Failure)
@@ -211,7 +211,7 @@ func TestWaitScheduleBoundsTransitions(t *testing.T) {
 
 func TestDecisionsAreIdempotent(t *testing.T) {
 	t.Parallel()
-	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j := after(job.DecideStart(newJob(t), "p1", t0))
 	j = after(job.DecideRunning(j, 1, t0))
 	tests := []struct {
 		name   string
@@ -227,8 +227,8 @@ func TestDecisionsAreIdempotent(t *testing.T) {
 			return job.DecideCancel(j, t0)
 		}},
 		{"CompleteTwice", func(j job.Job) (job.Transition, error) {
-			j = job.DecideComplete(j, 1, json.RawMessage(`{}`), "", t0).After()
-			return job.DecideComplete(j, 1, json.RawMessage(`{}`), "", t0), nil
+			j = after(job.DecideComplete(j, 1, json.RawMessage(`{}`), "", t0))
+			return job.DecideComplete(j, 1, json.RawMessage(`{}`), "", t0)
 		}},
 	}
 	for _, tc := range tests {
@@ -244,7 +244,7 @@ func TestDecisionsAreIdempotent(t *testing.T) {
 
 func TestResolveOnlyUnknown(t *testing.T) {
 	t.Parallel()
-	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j := after(job.DecideStart(newJob(t), "p1", t0))
 	j = after(job.DecideRunning(j, 1, t0))
 	if _, err := job.DecideResolve(j, 1, job.Resolution{Outcome: job.AttemptFailed, Reason: "x"}, t0); !errors.Is(err, job.ErrInvalidTransition) {
 		t.Fatalf("resolving a running attempt: %v", err)
@@ -258,7 +258,7 @@ func TestResolveOnlyUnknown(t *testing.T) {
 
 func TestOverdue(t *testing.T) {
 	t.Parallel()
-	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j := after(job.DecideStart(newJob(t), "p1", t0))
 	j = after(job.DecideRunning(j, 1, t0))
 	tests := []struct {
 		name string
@@ -284,7 +284,7 @@ func TestOverdue(t *testing.T) {
 
 func TestTimeoutBeforeClaimFails(t *testing.T) {
 	t.Parallel()
-	j := after(job.DecideStart(newJob(t), "p1", false, t0))
+	j := after(job.DecideStart(newJob(t), "p1", t0))
 	j = after(job.DecideUnknown(j, 1, "timeout", t0))
 	a, _ := j.Attempt(1)
 	if a.State != job.AttemptFailed || a.Error == nil || a.Error.Class != job.ClassRetryable || j.Status != job.StatusRunning {
@@ -293,7 +293,7 @@ func TestTimeoutBeforeClaimFails(t *testing.T) {
 	if tr, err := job.DecideRunning(j, 1, t0); err != nil || !tr.Noop() {
 		t.Fatalf("a late claim must not succeed: noop=%v err=%v", tr.Noop(), err)
 	}
-	if plan := job.Next(j, job.Policy{Certified: func(string) bool { return true }}, t0); plan.Action != job.ActionRun || plan.Provider != "p2" {
+	if plan := job.Next(j, job.Policy{CertifiedFunc: func(string) bool { return true }}, t0); plan.Action != job.ActionRun || plan.Provider != "p2" {
 		t.Fatalf("plan = %+v, want fallback to p2", plan)
 	}
 }

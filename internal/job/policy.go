@@ -1,7 +1,6 @@
 package job
 
 import (
-	"fmt"
 	"strings"
 	"time"
 )
@@ -9,12 +8,35 @@ import (
 // Policy is what the next-step decision needs beyond the job itself.
 type Policy struct {
 	MaxAttempts int
-	// Certified reports whether a provider holds a passing certification for
-	// the job type's current contract. Fallbacks and hedges need one; the
-	// primary (the job's first provider) is the type's own choice.
-	Certified func(provider string) bool
+	// CertifiedFunc reports whether a provider holds a passing
+	// certification for the job type's current contract. It is asked only
+	// about the providers NeedsCertification names.
+	CertifiedFunc func(provider string) bool
 	// Wait is the schedule for waiting on a blocked job.
 	Wait WaitSchedule
+}
+
+// NeedsCertification reports whether running the job on provider needs a
+// passing certification: every fallback and hedge does; the primary (the
+// job's first provider) is the type's own choice.
+func NeedsCertification(j Job, provider string) bool {
+	return len(j.Providers) == 0 || provider != j.Providers[0]
+}
+
+// CertificationsNeeded lists the job's providers that need a certification
+// before the job may run on them.
+func CertificationsNeeded(j Job) []string {
+	var out []string
+	for _, p := range j.Providers {
+		if NeedsCertification(j, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (p Policy) allows(j Job, provider string) bool {
+	return !NeedsCertification(j, provider) || (p.CertifiedFunc != nil && p.CertifiedFunc(provider))
 }
 
 // Action is the next step of a job's execution.
@@ -26,7 +48,12 @@ const (
 	ActionWait     Action = "wait"
 	ActionFinalize Action = "finalize"
 	ActionDone     Action = "done"
+	// ActionNone: a hedge is not needed.
+	ActionNone Action = "none"
 )
+
+// Actions lists what Next can decide.
+func Actions() []Action { return []Action{ActionRun, ActionWait, ActionFinalize, ActionDone} }
 
 // Plan is the decided next step.
 type Plan struct {
@@ -38,87 +65,94 @@ type Plan struct {
 	Blocker  int           // the attempt waited on, for wait
 }
 
-// UncertifiedError names providers that were skipped for lack of a
-// certification: onejob never fails over to an unproven provider.
-type UncertifiedError struct {
-	Providers []string
-}
-
-func (e *UncertifiedError) Error() string {
-	return fmt.Sprintf("no certified provider left; uncertified for this contract: %s", strings.Join(e.Providers, ", "))
-}
-
-// Next decides the next step of a job: done once it has an outcome; wait
-// while an attempt is open; otherwise run the next untried provider, or
-// finalize with the last error when none is left.
+// Next decides the next step of a job, in order of precedence:
+//  1. done once it has an outcome;
+//  2. run again the newest attempt if it started but no runner claimed it
+//     (a lost reply, a redelivery): its provider was not called yet;
+//  3. wait while an attempt is open (on the blocking one if any);
+//  4. finalize after a non-retryable failure, or once MaxAttempts is used;
+//  5. run the next untried provider it is allowed to (NeedsCertification);
+//  6. finalize with the last error, naming the uncertified providers skipped.
 func Next(j Job, p Policy, now time.Time) Plan {
 	if j.Status.Terminal() {
 		return Plan{Action: ActionDone}
 	}
-	if last, ok := j.Last(); ok && last.State == AttemptStarting && len(j.Open()) == 1 {
-		// Started but never claimed by a runner (a lost reply, a redelivery):
-		// the provider was not called yet, so issuing it again is safe.
+	open := j.Open()
+	if last, ok := j.Last(); ok && last.State == AttemptStarting && len(open) == 1 {
 		return Plan{Action: ActionRun, Provider: last.Provider, Attempt: last.Number}
 	}
-	if open := j.Open(); len(open) > 0 {
-		since := open[0].UpdatedAt
+	if len(open) > 0 {
+		waitOn, since := open[0], open[0].UpdatedAt
 		if b, ok := j.Blocker(); ok {
-			open[0] = b
+			waitOn = b
 			if !b.UnknownSince.IsZero() {
 				since = b.UnknownSince
 			}
 		}
-		return Plan{Action: ActionWait, Blocker: open[0].Number, Wait: p.Wait.Next(now.Sub(since))}
+		return Plan{Action: ActionWait, Blocker: waitOn.Number, Wait: p.Wait.Next(now.Sub(since))}
 	}
-	last, hasLast := j.Last()
-	lastErr := func() *Failure {
-		if hasLast && last.Error != nil {
-			f := *last.Error
-			return &f
-		}
-		return &Failure{Class: ClassNonRetryable, Message: "no attempt could be made"}
-	}
-	if hasLast && last.Error != nil && last.Error.Class == ClassNonRetryable {
-		return Plan{Action: ActionFinalize, Failure: lastErr()}
+	last := lastFailure(j)
+	if a, ok := j.Last(); ok && a.Error != nil && a.Error.Class == ClassNonRetryable {
+		return Plan{Action: ActionFinalize, Failure: &last}
 	}
 	if p.MaxAttempts > 0 && j.AttemptCount >= p.MaxAttempts {
-		return Plan{Action: ActionFinalize, Failure: lastErr()}
+		return Plan{Action: ActionFinalize, Failure: &last}
 	}
 	provider, skipped := nextProvider(j, p)
 	if provider != "" {
 		return Plan{Action: ActionRun, Provider: provider}
 	}
 	if len(skipped) > 0 {
-		f := lastErr()
-		f.Class = ClassUncertified
-		f.Message = (&UncertifiedError{Providers: skipped}).Error() + "; last error: " + lastErr().Message
-		return Plan{Action: ActionFinalize, Failure: f}
+		f := Failure{Class: ClassUncertified, Message: "no certified provider left; uncertified for this contract: " +
+			strings.Join(skipped, ", ") + "; last error: " + last.Message}
+		return Plan{Action: ActionFinalize, Failure: &f}
 	}
-	return Plan{Action: ActionFinalize, Failure: lastErr()}
+	return Plan{Action: ActionFinalize, Failure: &last}
+}
+
+// lastFailure is the newest attempt's failure, the job's failure when it
+// runs out of providers.
+func lastFailure(j Job) Failure {
+	if last, ok := j.Last(); ok && last.Error != nil {
+		return *last.Error
+	}
+	return Failure{Class: ClassNonRetryable, Message: "no attempt could be made"}
+}
+
+// HedgePlan is the decided hedge of a running attempt.
+type HedgePlan struct {
+	Provider string
+	// Attempt is an existing hedge that started but was never claimed (a
+	// lost reply, a redelivery), to issue again; 0 means start a new one.
+	Attempt int
 }
 
 // NextHedge decides whether to hedge attempt n: only while it is still
 // running silently, the job has no outcome, no later attempt exists, and a
-// certified provider is left.
-func NextHedge(j Job, n int, p Policy) (string, bool) {
+// certified provider is left. A hedge of n that started but was never
+// claimed is issued again: its provider was not called yet.
+func NextHedge(j Job, n int, p Policy) (HedgePlan, bool) {
+	if h, ok := j.Attempt(n + 1); ok && h.Hedge && h.State == AttemptStarting {
+		return HedgePlan{Provider: h.Provider, Attempt: h.Number}, true
+	}
 	a, ok := j.Attempt(n)
 	if !ok || j.Status.Terminal() || a.State != AttemptRunning || j.AttemptCount != n {
-		return "", false
+		return HedgePlan{}, false
 	}
 	if p.MaxAttempts > 0 && j.AttemptCount >= p.MaxAttempts {
-		return "", false
+		return HedgePlan{}, false
 	}
 	provider, _ := nextProvider(j, p)
-	return provider, provider != ""
+	return HedgePlan{Provider: provider}, provider != ""
 }
 
 func nextProvider(j Job, p Policy) (string, []string) {
 	var skipped []string
-	for i, prov := range j.Providers {
+	for _, prov := range j.Providers {
 		if j.Tried(prov) {
 			continue
 		}
-		if i == 0 || (p.Certified != nil && p.Certified(prov)) {
+		if p.allows(j, prov) {
 			return prov, skipped
 		}
 		skipped = append(skipped, prov)
@@ -164,6 +198,11 @@ func (w WaitSchedule) ChecksPerDay() int {
 	}
 	return n
 }
+
+// DefaultOverdueGrace is how long past its job type's timeout an attempt may
+// stay running before it counts as overdue: the longest a provider call may
+// last, plus a minute for its runner to write the answer.
+func DefaultOverdueGrace(callTimeout time.Duration) time.Duration { return callTimeout + time.Minute }
 
 // Overdue returns the attempts still running past their deadline: nothing
 // watched them time out (their runner or their execution was lost), so by

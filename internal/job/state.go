@@ -47,17 +47,48 @@ const (
 	AttemptDiscarded AttemptState = "discarded"
 )
 
-// attemptTransitions is the one table of allowed attempt transitions.
-var attemptTransitions = map[AttemptState][]AttemptState{
-	AttemptStarting: {AttemptRunning, AttemptFailed, AttemptUnknown, AttemptSucceeded, AttemptDiscarded},
-	AttemptRunning:  {AttemptSucceeded, AttemptFailed, AttemptUnknown, AttemptDiscarded},
-	AttemptUnknown:  {AttemptSucceeded, AttemptFailed, AttemptCancelled, AttemptDiscarded},
+// AttemptStates lists every attempt state.
+func AttemptStates() []AttemptState {
+	return []AttemptState{AttemptStarting, AttemptRunning, AttemptSucceeded, AttemptFailed, AttemptUnknown,
+		AttemptCancelled, AttemptDiscarded}
+}
+
+// Edge is one allowed attempt transition and the decisions that make it.
+type Edge struct {
+	From, To AttemptState
+	By       []string // the Decide functions (and why), for docs and tests
+}
+
+// attemptEdges is the one table of allowed attempt transitions: every
+// decision moves an attempt through it (moveAttempt), and the state
+// diagram in docs/ is generated from it.
+var attemptEdges = []Edge{
+	{AttemptStarting, AttemptRunning, []string{"DecideRunning (a runner claimed it)"}},
+	{AttemptStarting, AttemptFailed, []string{"DecideUnknown (timed out before any runner claimed it: the provider was never called)"}},
+	{AttemptStarting, AttemptDiscarded, []string{"DecideRunning (its job finished before a runner claimed it)"}},
+	{AttemptRunning, AttemptSucceeded, []string{"DecideComplete (its result won)"}},
+	{AttemptRunning, AttemptFailed, []string{"DecideAttemptFailed"}},
+	{AttemptRunning, AttemptUnknown, []string{"DecideUnknown (timed out)", "DecideAttemptFailed (ambiguous)"}},
+	{AttemptRunning, AttemptDiscarded, []string{"DecideComplete (its result lost the race)"}},
+	{AttemptUnknown, AttemptSucceeded, []string{"DecideComplete (a late result won)", "DecideResolve"}},
+	{AttemptUnknown, AttemptFailed, []string{"DecideAttemptFailed (a late failure)", "DecideResolve"}},
+	{AttemptUnknown, AttemptCancelled, []string{"DecideResolve"}},
+	{AttemptUnknown, AttemptDiscarded, []string{"DecideComplete (a late result lost the race)", "DecideResolve"}},
+}
+
+// AttemptEdges returns the table of allowed attempt transitions.
+func AttemptEdges() []Edge {
+	out := make([]Edge, len(attemptEdges))
+	for i, e := range attemptEdges {
+		out[i] = Edge{From: e.From, To: e.To, By: append([]string(nil), e.By...)}
+	}
+	return out
 }
 
 // CanTransition reports whether an attempt may move from one state to another.
 func CanTransition(from, to AttemptState) bool {
-	for _, s := range attemptTransitions[from] {
-		if s == to {
+	for _, e := range attemptEdges {
+		if e.From == from && e.To == to {
 			return true
 		}
 	}
@@ -75,4 +106,34 @@ func (s AttemptState) Open() bool {
 }
 
 // Terminal reports whether no transition leaves this state.
-func (s AttemptState) Terminal() bool { return len(attemptTransitions[s]) == 0 }
+func (s AttemptState) Terminal() bool {
+	for _, e := range attemptEdges {
+		if e.From == s {
+			return false
+		}
+	}
+	return true
+}
+
+// StatusEdge is one way a job's status changes.
+type StatusEdge struct {
+	From, To Status
+	By       string
+}
+
+// StatusEdges describes how a job's status moves. While no outcome is
+// written the status is derived from the attempts (derivedStatus); an
+// outcome is written only by compare-and-swap on the job's version.
+func StatusEdges() []StatusEdge {
+	return []StatusEdge{
+		{StatusPending, StatusRunning, "DecideStart (first attempt)"},
+		{StatusRunning, StatusUnknown, "an attempt became unknown"},
+		{StatusUnknown, StatusRunning, "the unknown attempt ended or was resolved"},
+		{StatusPending, StatusCancelled, "DecideCancel"},
+		{StatusRunning, StatusSucceeded, "DecideComplete"},
+		{StatusRunning, StatusFailed, "DecideFail (no provider left)"},
+		{StatusRunning, StatusCancelled, "DecideCancel"},
+		{StatusUnknown, StatusSucceeded, "DecideComplete (a late result) or DecideResolve"},
+		{StatusUnknown, StatusCancelled, "DecideCancel"},
+	}
+}

@@ -91,29 +91,40 @@ func (e *Engine) run(ctx context.Context, id string, decide func(job.Job) (job.T
 
 // StartAttempt starts the next attempt on provider. It is refused with a
 // *job.BlockedError while an attempt is starting or unknown.
-func (e *Engine) StartAttempt(ctx context.Context, id, provider string, hedge bool) (job.Job, job.Attempt, error) {
-	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) {
-		return job.DecideStart(j, provider, hedge, e.now())
-	})
+func (e *Engine) StartAttempt(ctx context.Context, id, provider string) (job.Job, job.Attempt, error) {
+	return e.start(ctx, id, provider, job.DecideStart)
+}
+
+// StartHedge starts one more attempt on provider beside a running one.
+func (e *Engine) StartHedge(ctx context.Context, id, provider string) (job.Job, job.Attempt, error) {
+	return e.start(ctx, id, provider, job.DecideHedge)
+}
+
+func (e *Engine) start(ctx context.Context, id, provider string, decide func(job.Job, string, time.Time) (job.Transition, error)) (job.Job, job.Attempt, error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return decide(j, provider, e.now()) })
 	if err != nil {
 		return j, job.Attempt{}, err
 	}
 	a, _ := j.Attempt(t.AttemptNumber())
-	e.log.InfoContext(ctx, "attempt_started", "job_id", id, "attempt", a.Number, "provider", a.Provider, "hedge", hedge)
+	e.log.InfoContext(ctx, "attempt_started", "job_id", id, "attempt", a.Number, "provider", a.Provider, "hedge", a.Hedge)
 	e.events.AttemptStarted(ctx, j, a)
-	if a.Number > 1 && !hedge {
+	if a.Number > 1 && !a.Hedge {
 		e.events.Fallback(ctx, j, a)
 	}
 	return j, a, nil
 }
 
 // MarkRunning claims a starting attempt for one runner. claimed is false when
-// the attempt had already left starting (a redelivery): that caller must not
-// call the provider again.
+// the attempt had already left starting (a redelivery), or was discarded
+// because its job finished first: that caller must not call the provider.
 func (e *Engine) MarkRunning(ctx context.Context, id string, n int) (j job.Job, claimed bool, err error) {
 	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideRunning(j, n, e.now()) })
 	if err != nil {
 		return j, false, err
+	}
+	if _, lost := t.LostRace(); lost {
+		e.completion(ctx, t, j, n)
+		return j, false, nil
 	}
 	return j, !t.Noop(), nil
 }
@@ -159,7 +170,7 @@ type Completion struct {
 // race. A redelivered winning result is reported as won again.
 func (e *Engine) Complete(ctx context.Context, id string, n int, result json.RawMessage, providerRequestID string) (Completion, error) {
 	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) {
-		return job.DecideComplete(j, n, result, providerRequestID, e.now()), nil
+		return job.DecideComplete(j, n, result, providerRequestID, e.now())
 	})
 	if err != nil {
 		return Completion{Job: j}, err

@@ -89,7 +89,7 @@ func (e *env) running(t *testing.T, id string, providers ...string) {
 	t.Helper()
 	ctx := context.Background()
 	for _, p := range providers {
-		_, a, err := e.eng.StartAttempt(ctx, id, p, false)
+		_, a, err := e.eng.StartAttempt(ctx, id, p)
 		if err != nil {
 			t.Fatalf("start on %s: %v", p, err)
 		}
@@ -212,7 +212,7 @@ func TestStartAttemptGuard(t *testing.T) {
 		state job.AttemptState
 	}{
 		{name: "BlockedWhileStarting", state: job.AttemptStarting, setup: func(t *testing.T, e *env, id string) {
-			if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary", false); err != nil {
+			if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary"); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -231,7 +231,7 @@ func TestStartAttemptGuard(t *testing.T) {
 			tc.setup(t, e, j.ID)
 			before, _ := e.eng.Get(ctx, j.ID)
 			ledger := e.count(t, e.names.Attempts)
-			_, _, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback", false)
+			_, _, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback")
 			var blocked *job.BlockedError
 			if !errors.As(err, &blocked) || blocked.Attempt != 1 || blocked.State != tc.state {
 				t.Fatalf("err = %v, want BlockedError on attempt 1 (%s)", err, tc.state)
@@ -255,7 +255,7 @@ func TestConcurrentStartsCreateOneAttempt(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			_, _, err := e.eng.StartAttempt(context.Background(), j.ID, fmt.Sprintf("p%d", i), false)
+			_, _, err := e.eng.StartAttempt(context.Background(), j.ID, fmt.Sprintf("p%d", i))
 			switch {
 			case err == nil:
 				ok.Add(1)
@@ -295,7 +295,7 @@ func TestTimeoutMakesUnknownAndBlocksUntilResolved(t *testing.T) {
 		t.Fatalf("second mark unknown wrote: err=%v rev %d→%d", err, got.Revision, again.Revision)
 	}
 	for range 3 {
-		if _, _, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback", false); !errors.Is(err, job.ErrAttemptBlocked) {
+		if _, _, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback"); !errors.Is(err, job.ErrAttemptBlocked) {
 			t.Fatalf("start while unknown: %v", err)
 		}
 	}
@@ -306,7 +306,7 @@ func TestTimeoutMakesUnknownAndBlocksUntilResolved(t *testing.T) {
 	if res.Status != job.StatusRunning {
 		t.Fatalf("after resolve: status %s, want running", res.Status)
 	}
-	if _, a, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback", false); err != nil || a.Number != 2 {
+	if _, a, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback"); err != nil || a.Number != 2 {
 		t.Fatalf("start after resolve: attempt %d err %v", a.Number, err)
 	}
 }
@@ -427,7 +427,7 @@ func TestAttemptBookkeepingDoesNotMoveVersion(t *testing.T) {
 	j := e.create(t, request("a", "k", `{"prompt":"x"}`))
 	e.running(t, j.ID, "sim-primary")
 	// Starting a hedge must not make the running attempt lose.
-	if _, _, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback", true); err != nil {
+	if _, _, err := e.eng.StartHedge(ctx, j.ID, "sim-fallback"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.eng.FailAttempt(ctx, j.ID, 2, job.Failure{Class: job.ClassRetryable, Message: "503"}, "r2"); err != nil {

@@ -1,23 +1,26 @@
 package lifecycle
 
-// Error names returned by the task functions. The state machine's Retry and
-// Catch match exactly these strings (statemachine/onejob.asl.json).
+import "github.com/onejob/onejob/internal/job"
+
+// Error names of the task functions beyond the attempt signals
+// (job.Signals): the state machine's Retry and Catch match exactly these
+// strings (statemachine/onejob.asl.json).
 const (
-	ErrNameProviderRetryable   = "ProviderRetryable"
-	ErrNameProviderRejected    = "ProviderRejected"
-	ErrNameContractViolation   = "ContractViolation"
-	ErrNameProviderAmbiguous   = "ProviderAmbiguous"
-	ErrNameProviderUncertified = "ProviderUncertified"
-	ErrNameStoreUnavailable    = "StoreUnavailable"
-	ErrNameUnknownJobType      = "UnknownJobType"
-	ErrNameJobNotFound         = "JobNotFound"
+	// ErrNameStoreUnavailable: the store could not be reached; retried.
+	ErrNameStoreUnavailable = "StoreUnavailable"
+	// ErrNameUnknownJobType: this build does not know the job's type.
+	ErrNameUnknownJobType = "UnknownJobType"
+	// ErrNameJobNotFound: the execution names no job.
+	ErrNameJobNotFound = "JobNotFound"
 )
 
 // ErrorNames lists every name a task may return.
 func ErrorNames() []string {
-	return []string{ErrNameProviderRetryable, ErrNameProviderRejected, ErrNameContractViolation,
-		ErrNameProviderAmbiguous, ErrNameProviderUncertified, ErrNameStoreUnavailable,
-		ErrNameUnknownJobType, ErrNameJobNotFound}
+	var out []string
+	for _, s := range job.Signals() {
+		out = append(out, string(s))
+	}
+	return append(out, ErrNameStoreUnavailable, ErrNameUnknownJobType, ErrNameJobNotFound)
 }
 
 // TaskError is a task failure with the name the state machine routes on.

@@ -13,7 +13,7 @@ import (
 	"github.com/onejob/onejob/internal/provider"
 )
 
-// JobType is what the worker needs of a job type's contract.
+// JobType is what the tasks need of a job type's contract.
 type JobType interface {
 	Timeout() time.Duration
 	HedgeAfter() (time.Duration, bool)
@@ -86,7 +86,7 @@ func NewTasks(c TasksConfig) (*Tasks, error) {
 		c.PollInterval = 200 * time.Millisecond
 	}
 	if c.OverdueGrace <= 0 {
-		c.OverdueGrace = c.CallTimeout + time.Minute
+		c.OverdueGrace = job.DefaultOverdueGrace(c.CallTimeout)
 	}
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
@@ -121,10 +121,10 @@ type Step struct {
 
 // HedgeStep is the hedge task's decision.
 type HedgeStep struct {
-	Action         string `json:"action"` // "run" or "none"
-	Attempt        int    `json:"attempt,omitempty"`
-	Provider       string `json:"provider,omitempty"`
-	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
+	Action         job.Action `json:"action"` // run or none
+	Attempt        int        `json:"attempt,omitempty"`
+	Provider       string     `json:"provider,omitempty"`
+	TimeoutSeconds int        `json:"timeout_seconds,omitempty"`
 }
 
 // AttemptResult reports how an attempt ended.
@@ -153,7 +153,7 @@ func (w *Tasks) load(ctx context.Context, id string) (job.Job, JobType, error) {
 	}
 	jt, ok := w.cfg.Catalog.Lookup(j.Type)
 	if !ok {
-		return j, nil, &TaskError{Name: ErrNameUnknownJobType, Message: fmt.Sprintf("job type %q is not known to this worker", j.Type)}
+		return j, nil, &TaskError{Name: ErrNameUnknownJobType, Message: fmt.Sprintf("job type %q is not known to this build", j.Type)}
 	}
 	return j, jt, nil
 }
@@ -161,14 +161,14 @@ func (w *Tasks) load(ctx context.Context, id string) (job.Job, JobType, error) {
 // policy reads the certifications of the job's fallback providers.
 func (w *Tasks) policy(ctx context.Context, j job.Job, jt JobType) (job.Policy, error) {
 	certified := map[string]bool{}
-	for _, p := range j.Providers[1:] {
+	for _, p := range job.CertificationsNeeded(j) {
 		ok, err := w.cfg.Certifications.Certified(ctx, j.Type, jt.ContractVersion(), p)
 		if err != nil {
 			return job.Policy{}, err
 		}
 		certified[p] = ok
 	}
-	return job.Policy{MaxAttempts: jt.MaxAttempts(), Certified: func(p string) bool { return certified[p] }, Wait: w.cfg.Wait}, nil
+	return job.Policy{MaxAttempts: jt.MaxAttempts(), CertifiedFunc: func(p string) bool { return certified[p] }, Wait: w.cfg.Wait}, nil
 }
 
 // StartAttempt decides the job's next step and, when it is to run a new
@@ -200,7 +200,7 @@ func (w *Tasks) StartAttempt(ctx context.Context, in JobInput) (Step, error) {
 		a, ok := j.Attempt(plan.Attempt)
 		if !ok {
 			var err error
-			j, a, err = w.cfg.Engine.StartAttempt(ctx, j.ID, plan.Provider, false)
+			j, a, err = w.cfg.Engine.StartAttempt(ctx, j.ID, plan.Provider)
 			var blocked *job.BlockedError
 			var finished *job.FinishedError
 			if errors.As(err, &blocked) || errors.As(err, &finished) {
@@ -228,25 +228,24 @@ func (w *Tasks) Hedge(ctx context.Context, in AttemptInput) (HedgeStep, error) {
 		return HedgeStep{}, err
 	}
 	run := func(a job.Attempt) HedgeStep {
-		return HedgeStep{Action: "run", Attempt: a.Number, Provider: a.Provider, TimeoutSeconds: ceilSeconds(jt.Timeout())}
-	}
-	// Redelivery: the hedge already started and nobody claimed it yet.
-	if h, ok := j.Attempt(in.Attempt + 1); ok && h.Hedge && h.State == job.AttemptStarting {
-		return run(h), nil
+		return HedgeStep{Action: job.ActionRun, Attempt: a.Number, Provider: a.Provider, TimeoutSeconds: ceilSeconds(jt.Timeout())}
 	}
 	pol, err := w.policy(ctx, j, jt)
 	if err != nil {
 		return HedgeStep{}, err
 	}
-	p, ok := job.NextHedge(j, in.Attempt, pol)
+	plan, ok := job.NextHedge(j, in.Attempt, pol)
 	if !ok {
-		return HedgeStep{Action: "none"}, nil
+		return HedgeStep{Action: job.ActionNone}, nil
 	}
-	_, a, err := w.cfg.Engine.StartAttempt(ctx, j.ID, p, true)
+	if a, ok := j.Attempt(plan.Attempt); ok {
+		return run(a), nil // started before, never claimed: issue it again
+	}
+	_, a, err := w.cfg.Engine.StartHedge(ctx, j.ID, plan.Provider)
 	var blocked *job.BlockedError
 	var finished *job.FinishedError
 	if errors.As(err, &blocked) || errors.As(err, &finished) {
-		return HedgeStep{Action: "none"}, nil
+		return HedgeStep{Action: job.ActionNone}, nil
 	}
 	if err != nil {
 		return HedgeStep{}, err

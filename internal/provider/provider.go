@@ -46,7 +46,7 @@ type Provider interface {
 	Call(ctx context.Context, req Request) (Response, error)
 }
 
-// Class tells the orchestrator what it may safely do after a failed call.
+// Class tells the lifecycle what it may safely do after a failed call (job.Next decides).
 //
 // Classes describe the state of the external system, not a retry policy:
 //   - ClassRetryable: the provider did not act on the request (or acted in a
@@ -87,7 +87,7 @@ type CallError struct {
 	// Status is the HTTP status, 0 when no response was received.
 	Status int
 	// RetryAfter is the provider's requested back-off (0 if none). Adapters
-	// never sleep; the orchestrator decides.
+	// never sleep; job.Next decides.
 	RetryAfter time.Duration
 	// ProviderRequestID is recorded whenever the provider returned one, also
 	// on failures, so support tickets can reference it.

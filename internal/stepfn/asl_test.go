@@ -73,10 +73,14 @@ func TestStateMachineUsesOnlyWhatRunsLocally(t *testing.T) {
 	}
 }
 
+// TestStateMachineErrorNamesAreDeclared checks both directions: every name
+// the definition matches is declared in Go, and every declared name is
+// matched somewhere (else a task's error would fall through to a catch-all).
 func TestStateMachineErrorNamesAreDeclared(t *testing.T) {
 	t.Parallel()
 	_, def := loadASL(t)
 	declared := lifecycle.ErrorNames()
+	matched := map[string]bool{}
 	walkStates(def["States"].(map[string]any), func(name string, st map[string]any) {
 		for _, field := range []string{"Retry", "Catch"} {
 			rules, _ := st[field].([]any)
@@ -89,10 +93,53 @@ func TestStateMachineErrorNamesAreDeclared(t *testing.T) {
 					if !slices.Contains(declared, n) {
 						t.Errorf("state %s %s matches %q, which no Go constant declares", name, field, n)
 					}
+					matched[n] = true
 				}
 			}
 		}
 	})
+	for _, n := range declared {
+		if !matched[n] {
+			t.Errorf("the task error %q is declared but no Retry or Catch matches it", n)
+		}
+	}
+}
+
+// TestUnreportedEndsAreUnknown keeps the rule of job.EndSignal: every task
+// that runs an attempt sends any end it did not name (a timeout, a crash)
+// to a state that marks the attempt unknown.
+func TestUnreportedEndsAreUnknown(t *testing.T) {
+	t.Parallel()
+	_, def := loadASL(t)
+	states := map[string]map[string]any{}
+	walkStates(def["States"].(map[string]any), func(name string, st map[string]any) { states[name] = st })
+	runners := 0
+	for name, st := range states {
+		if st["Resource"] != "${RunAttemptFunctionArn}" {
+			continue
+		}
+		runners++
+		var catchAll, timeout string
+		for _, c := range st["Catch"].([]any) {
+			rule := c.(map[string]any)
+			for _, e := range rule["ErrorEquals"].([]any) {
+				switch e {
+				case "States.ALL":
+					catchAll = rule["Next"].(string)
+				case "States.Timeout":
+					timeout = rule["Next"].(string)
+				}
+			}
+		}
+		for what, next := range map[string]string{"States.ALL": catchAll, "States.Timeout": timeout} {
+			if states[next]["Resource"] != "${MarkUnknownFunctionArn}" {
+				t.Errorf("%s: %s leads to %q, not to a MarkUnknown task", name, what, next)
+			}
+		}
+	}
+	if runners == 0 {
+		t.Fatal("no state runs attempts")
+	}
 }
 
 func TestStateMachineRoutesEveryAction(t *testing.T) {
@@ -107,7 +154,7 @@ func TestStateMachineRoutesEveryAction(t *testing.T) {
 		}
 		routed = append(routed, rule["StringEquals"].(string))
 	}
-	for _, a := range []job.Action{job.ActionRun, job.ActionWait, job.ActionFinalize, job.ActionDone} {
+	for _, a := range job.Actions() {
 		if !slices.Contains(routed, string(a)) {
 			t.Errorf("Route does not handle action %q", a)
 		}

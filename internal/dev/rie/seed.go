@@ -131,7 +131,7 @@ func Seed(ctx context.Context, st *dynamo.Store, sc Scenario, jobID string) (job
 	if sc == ScenarioPending {
 		return eng.Get(ctx, j.ID)
 	}
-	if _, _, err := eng.StartAttempt(ctx, j.ID, sim.DemoPrimary, false); err != nil {
+	if _, _, err := eng.StartAttempt(ctx, j.ID, sim.DemoPrimary); err != nil {
 		return job.Job{}, fmt.Errorf("seed attempt: %w", err)
 	}
 	if sc == ScenarioStarting {
@@ -156,7 +156,7 @@ func Seed(ctx context.Context, st *dynamo.Store, sc Scenario, jobID string) (job
 }
 
 // certify records a passing contract run for the job type's current
-// contract version, which is what lets the worker use a fallback provider.
+// contract version, which is what lets the tasks use a fallback provider.
 func certify(ctx context.Context, st *dynamo.Store, jobType, providerName string, at time.Time) error {
 	cat, err := jobtype.Load()
 	if err != nil {

@@ -65,7 +65,7 @@ type Config struct {
 	// CallTimeout caps one provider call (beyond the job type's timeout).
 	CallTimeout time.Duration
 	// OverdueGrace: how long an attempt may stay running past its timeout
-	// before StartAttempt declares it unknown (default: the worker's).
+	// before StartAttempt declares it unknown (default: job.DefaultOverdueGrace).
 	OverdueGrace time.Duration
 	// SweepInterval runs the sweeper; 0 disables it.
 	SweepInterval time.Duration

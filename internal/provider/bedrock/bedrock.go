@@ -46,7 +46,7 @@ type ClientConfig struct {
 }
 
 // NewClient returns a Converse client that makes exactly one HTTP attempt:
-// retries, failover and back-off are the orchestrator's job, and an SDK
+// retries, failover and back-off are decided by job.Next, and an SDK
 // retry would hide ambiguity (a timed-out attempt silently resent).
 func NewClient(cfg ClientConfig) (*bedrockruntime.Client, error) {
 	var problems []string

@@ -30,7 +30,7 @@ func TestWriteAppliedThenRetried(t *testing.T) {
 	started := func(t *testing.T, r *rig) string {
 		t.Helper()
 		id := create(t, r)
-		if _, _, err := r.check.StartAttempt(ctx, id, "sim-primary", false); err != nil {
+		if _, _, err := r.check.StartAttempt(ctx, id, "sim-primary"); err != nil {
 			t.Fatal(err)
 		}
 		return id
@@ -76,7 +76,7 @@ func TestWriteAppliedThenRetried(t *testing.T) {
 		{
 			name: "StartAttemptReturnsItsAttempt", op: "UpdateItem", setup: create,
 			act: func(t *testing.T, r *rig, id string) string {
-				if _, a, err := r.eng.StartAttempt(ctx, id, "sim-primary", false); err != nil || a.Number != 1 {
+				if _, a, err := r.eng.StartAttempt(ctx, id, "sim-primary"); err != nil || a.Number != 1 {
 					return fmt.Sprintf("engine.StartAttempt: attempt=%d err=%v although its write started attempt 1 "+
 						"(a hedge started this way is never run: worker.Hedge answers none)", a.Number, err)
 				}

@@ -453,9 +453,13 @@ func (run *faultRun) concurrently(fs ...func()) {
 // whose reply was lost is found by reading the job, as job.Next would.
 func (run *faultRun) start(t *testing.T, c *jobCase, provider string, hedge bool) (int, bool) {
 	ctx := context.Background()
+	startFn := run.r.eng.StartAttempt
+	if hedge {
+		startFn = run.r.eng.StartHedge
+	}
 	for range redeliveries {
 		run.starts.Add(1)
-		_, a, err := run.r.eng.StartAttempt(ctx, c.id, provider, hedge)
+		_, a, err := startFn(ctx, c.id, provider)
 		c.noteErr(err)
 		if err == nil {
 			c.attempts[a.Number] = provider

@@ -395,8 +395,12 @@ func (w *workload) prepare(ctx context.Context, kc keyCase) ([]int, bool) {
 // its reply was lost is found by reading the job.
 func (w *workload) start(ctx context.Context, kc keyCase, provider string, hedge bool) (int, bool) {
 	e := w.c.Patient
+	startFn := e.StartAttempt
+	if hedge {
+		startFn = e.StartHedge
+	}
 	for range tries {
-		_, a, err := e.StartAttempt(ctx, kc.id, provider, hedge)
+		_, a, err := startFn(ctx, kc.id, provider)
 		if err == nil {
 			return a.Number, true
 		}

@@ -1,0 +1,141 @@
+package job
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Request is what a client asks for.
+type Request struct {
+	Owner          string
+	IdempotencyKey string
+	Type           string
+	Input          json.RawMessage
+	Providers      []string
+}
+
+// Limits on a request, checked before anything is written.
+const (
+	MaxKeyLength  = 255
+	MaxProviders  = 8
+	MaxInputBytes = 256 << 10
+	// MaxResultBytes bounds a result set by an operator's resolution: with a
+	// 256 KiB input it still keeps the job within DynamoDB's 400 KB item.
+	MaxResultBytes = 64 << 10
+)
+
+// ValidKey reports whether an idempotency key is 1–255 visible ASCII characters.
+func ValidKey(key string) bool {
+	if len(key) == 0 || len(key) > MaxKeyLength {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// ProviderProblem is one thing wrong with a request's providers; Index is
+// the offending entry, or -1 for the list as a whole.
+type ProviderProblem struct {
+	Index  int
+	Reason string
+}
+
+// ChooseProviders decides which providers a job runs on, in order: the
+// request's when it names some, else the job type's own. A request may name
+// only the type's providers — only they are covered by its contract and its
+// certifications — each once, 1 to MaxProviders of them.
+func ChooseProviders(requested, ofType []string) ([]string, []ProviderProblem) {
+	if requested == nil {
+		return append([]string(nil), ofType...), nil
+	}
+	problems := checkProviders(requested)
+	for i, p := range requested {
+		known := false
+		for _, t := range ofType {
+			known = known || t == p
+		}
+		if !known && p != "" {
+			problems = append(problems, ProviderProblem{i, "is not a provider of this job type"})
+		}
+	}
+	return requested, problems
+}
+
+func checkProviders(providers []string) []ProviderProblem {
+	if len(providers) == 0 || len(providers) > MaxProviders {
+		return []ProviderProblem{{-1, fmt.Sprintf("must name 1 to %d providers", MaxProviders)}}
+	}
+	var problems []ProviderProblem
+	seen := map[string]bool{}
+	for i, p := range providers {
+		switch {
+		case p == "":
+			problems = append(problems, ProviderProblem{i, "is empty"})
+		case seen[p]:
+			problems = append(problems, ProviderProblem{i, "is repeated"})
+		}
+		seen[p] = true
+	}
+	return problems
+}
+
+// New builds a pending job from a request.
+func New(r Request, now time.Time) (Job, error) {
+	switch {
+	case r.Owner == "" || !utf8.ValidString(r.Owner):
+		return Job{}, &InvalidError{Field: "owner", Reason: "missing"}
+	case !ValidKey(r.IdempotencyKey):
+		return Job{}, &InvalidError{Field: "idempotency_key", Reason: "must be 1–255 visible ASCII characters"}
+	case strings.TrimSpace(r.Type) == "":
+		return Job{}, &InvalidError{Field: "type", Reason: "missing"}
+	case len(r.Input) > MaxInputBytes:
+		return Job{}, &InvalidError{Field: "input", Reason: "too large"}
+	}
+	if problems := checkProviders(r.Providers); len(problems) > 0 {
+		return Job{}, &InvalidError{Field: "providers", Reason: problems[0].Reason}
+	}
+	fp, err := Fingerprint(r.Type, r.Input, r.Providers)
+	if err != nil {
+		return Job{}, &InvalidError{Field: "input", Reason: err.Error()}
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, r.Input); err != nil {
+		return Job{}, &InvalidError{Field: "input", Reason: err.Error()}
+	}
+	now = now.UTC()
+	return Job{
+		ID:             NewID(r.Owner, r.IdempotencyKey),
+		Owner:          r.Owner,
+		IdempotencyKey: r.IdempotencyKey,
+		Type:           r.Type,
+		Input:          compact.Bytes(), // as the client wrote it, minus whitespace
+		Providers:      append([]string(nil), r.Providers...),
+		Fingerprint:    fp,
+		Status:         StatusPending,
+		CreatedAt:      now,
+		UpdatedAt:      now,
+	}, nil
+}
+
+// SameRequest decides whether a create that collided with existing is a
+// replay (same fingerprint) or a conflicting reuse of the key.
+func SameRequest(existing, incoming Job) error {
+	if existing.Fingerprint == incoming.Fingerprint {
+		return nil
+	}
+	return &KeyReusedError{JobID: existing.ID}
+}
+
+// ShouldStart reports whether a create, or its replay, should (re)start the
+// job's execution: only while nothing has touched the job. Its first start
+// may have been lost; once an attempt exists an execution is running or ran,
+// and a storm of replays must not become a storm of starts.
+func ShouldStart(j Job) bool { return j.Status == StatusPending }
