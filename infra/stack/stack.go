@@ -30,6 +30,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/onejob/onejob/infra/permissions"
+	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
@@ -333,7 +334,7 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function) awsapiga
 		// Also covers any route added later without naming an authorizer.
 		DefaultAuthorizer: auth,
 	})
-	for _, r := range Routes() {
+	for _, r := range apigw.Routes() {
 		httpAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
@@ -342,21 +343,6 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function) awsapiga
 		})
 	}
 	return httpAPI
-}
-
-// Route is one HTTP API route served by the api function.
-type Route struct{ Method, Path string }
-
-// Routes lists the API's routes; every one requires a valid JWT.
-func Routes() []Route {
-	return []Route{
-		{"POST", "/v1/jobs"},
-		{"GET", "/v1/jobs"},
-		{"GET", "/v1/jobs/{id}"},
-		{"GET", "/v1/jobs/{id}/attempts"},
-		{"POST", "/v1/jobs/{id}/cancel"},
-		{"POST", "/v1/jobs/{id}/attempts/{n}/resolve"},
-	}
 }
 
 func newAlarms(stack awscdk.Stack, cfg Config, httpAPI awsapigatewayv2.HttpApi, sm awsstepfunctions.StateMachine, sweeper awslambda.Function) awssns.Topic {

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
@@ -387,7 +388,7 @@ func checkHTTPAPI(t *testing.T, s *synthesized) {
 		}
 	}
 	var want []string
-	for _, r := range Routes() {
+	for _, r := range apigw.Routes() {
 		want = append(want, r.Method+" "+r.Path)
 	}
 	sort.Strings(routes)

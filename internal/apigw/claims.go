@@ -3,6 +3,7 @@ package apigw
 import (
 	"errors"
 	"strings"
+	"unicode/utf8"
 )
 
 // ErrUnauthenticated is wrapped by every refusal of the caller's identity.
@@ -43,4 +44,20 @@ func HasScope(claim, scope string) bool {
 		}
 	}
 	return false
+}
+
+// authenticate reads the principal from the JWT authorizer's claims; the
+// body and headers are never consulted for it.
+func (r *request) authenticate() error {
+	a := r.ev.RequestContext.Authorizer
+	if a == nil || a.JWT == nil {
+		return &AuthError{Reason: "no verified token claims"}
+	}
+	sub := a.JWT.Claims["sub"]
+	if sub == "" || len(sub) > maxOwnerBytes || !utf8.ValidString(sub) {
+		return &AuthError{Reason: ReasonSubject}
+	}
+	r.owner = sub
+	r.admin = HasScope(a.JWT.Claims["scope"], AdminScope)
+	return nil
 }

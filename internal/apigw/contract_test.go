@@ -82,3 +82,23 @@ func TestProblemCodesAreDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutesAreDocumented holds openapi.yaml to the one route list: every
+// route the handler serves (and infra/ deploys) is an operation of the
+// document, and the document describes no other.
+func TestRoutesAreDocumented(t *testing.T) {
+	t.Parallel()
+	c := loadContract(t)
+	served := map[string]bool{}
+	for _, r := range apigw.Routes() {
+		served[r.Key()] = true
+		if !c.routeKeys[r.Key()] {
+			t.Errorf("route %s is not in openapi.yaml", r.Key())
+		}
+	}
+	for key := range c.routeKeys {
+		if !served[key] {
+			t.Errorf("openapi.yaml documents %s, which no route serves", key)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -40,6 +41,15 @@ func ValidKey(key string) bool {
 	}
 	return true
 }
+
+// NameRule is the shape of job type and provider names: they appear in
+// keys, ARNs, URLs and logs.
+const NameRule = `^[a-z0-9][a-z0-9-]{0,62}$`
+
+var namePattern = regexp.MustCompile(NameRule)
+
+// ValidName reports whether name is a valid job type or provider name.
+func ValidName(name string) bool { return namePattern.MatchString(name) }
 
 // ProviderProblem is one thing wrong with a request's providers; Index is
 // the offending entry, or -1 for the list as a whole.

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"text/template"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype/checkexpr"
 )
 
@@ -38,8 +38,6 @@ const (
 
 // ErrInvalidType is wrapped by every load error.
 var ErrInvalidType = errors.New("invalid job type")
-
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // CheckSpec is a semantic check: an expression (a CEL subset, see checkexpr) over `output` (and, in
 // case assertions, `input`) that must evaluate to true.
@@ -223,8 +221,8 @@ func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 	var p []string
 	problem := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
 
-	if !namePattern.MatchString(s.Name) {
-		problem("name %q must match %s", s.Name, namePattern)
+	if !job.ValidName(s.Name) {
+		problem("name %q must match %s", s.Name, job.NameRule)
 	}
 	if want := strings.TrimSuffix(path.Base(file), ".json"); s.Name != want {
 		problem("name %q must equal the file name %q", s.Name, want)
@@ -255,8 +253,8 @@ func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 		problem("providers must list at least one provider")
 	}
 	for i, name := range s.Providers {
-		if !namePattern.MatchString(name) {
-			problem("providers[%d] %q must match %s", i, name, namePattern)
+		if !job.ValidName(name) {
+			problem("providers[%d] %q must match %s", i, name, job.NameRule)
 		}
 		if slices.Index(s.Providers, name) != i {
 			problem("providers[%d] %q is listed twice", i, name)

@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/onejob/onejob/internal/job"
 )
 
 // Provider kinds understood by the adapters.
@@ -61,8 +62,6 @@ func (e *ConfigError) Error() string {
 
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // Validate checks what every kind shares; adapters validate their own fields
 // when constructed.
 func (c Config) Validate() error {
@@ -76,8 +75,8 @@ func (c Config) Validate() error {
 		if p.Name != "" {
 			where += " (" + p.Name + ")"
 		}
-		if !namePattern.MatchString(p.Name) {
-			problems = append(problems, where+": name must match "+namePattern.String())
+		if !job.ValidName(p.Name) {
+			problems = append(problems, where+": name must match "+job.NameRule)
 		}
 		if seen[p.Name] {
 			problems = append(problems, where+": duplicate name")

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
 // Local server settings and their defaults.
@@ -182,7 +183,7 @@ func (l *Server) event(r *http.Request, body []byte, claims Claims, requestID st
 		PathParameters:        params,
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
 			RouteKey:     routeKey,
-			AccountID:    "000000000000",
+			AccountID:    testenv.AccountID,
 			Stage:        "$default",
 			RequestID:    requestID,
 			APIID:        "local",

@@ -126,7 +126,7 @@ func (s *Server) Kill() error {
 // bundle in the environment cannot break it.
 func NewClient(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
 	return dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
+		Region:       testenv.Region,
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
 	}, optFns...)

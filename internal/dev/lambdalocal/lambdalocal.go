@@ -36,12 +36,14 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambda/messages"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
 const (
 	// DefaultRegion and DefaultAccountID build the ARNs of local functions.
-	DefaultRegion    = "us-east-1"
-	DefaultAccountID = "000000000000"
+	DefaultRegion    = testenv.Region
+	DefaultAccountID = testenv.AccountID
 	// DefaultTimeout applies to functions without an entry in Config.Timeouts.
 	DefaultTimeout = 60 * time.Second
 

@@ -30,8 +30,8 @@ import (
 
 // Local fakes: the account, region and state machine the functions see.
 const (
-	Region          = "us-east-1"
-	StateMachineARN = "arn:aws:states:us-east-1:000000000000:stateMachine:onejob-local"
+	Region          = testenv.Region
+	StateMachineARN = "arn:aws:states:" + testenv.Region + ":" + testenv.AccountID + ":stateMachine:onejob-local"
 )
 
 // Config configures a Local.

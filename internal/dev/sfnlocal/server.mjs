@@ -194,7 +194,8 @@ const { StateMachine, ExecutionAbortedError, ExecutionTimeoutError, ExecutionErr
 const definition = JSON.parse(substitute(readFileSync(opts.definition, 'utf8'), opts.subst));
 const statesByName = indexStates(definition);
 const stateMachineName = opts.stateMachineArn.split(':').pop();
-const roleArn = `arn:aws:iam::000000000000:role/${stateMachineName}-local`;
+// The role lives in the state machine's account.
+const roleArn = `arn:aws:iam::${opts.stateMachineArn.split(':')[4]}:role/${stateMachineName}-local`;
 
 // Built once: the validator costs 200-400 ms per construction.
 const t0 = Date.now();

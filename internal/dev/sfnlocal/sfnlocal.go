@@ -41,7 +41,7 @@ import (
 
 const (
 	// DefaultStateMachineARN is used when Config.StateMachineARN is empty.
-	DefaultStateMachineARN = "arn:aws:states:us-east-1:000000000000:stateMachine:onejob"
+	DefaultStateMachineARN = "arn:aws:states:" + testenv.Region + ":" + testenv.AccountID + ":stateMachine:onejob"
 	// DefaultDefinitionPath is relative to the repository root.
 	DefaultDefinitionPath = "statemachine/onejob.asl.json"
 	defaultStartTimeout   = 10 * time.Second
@@ -138,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if parts := strings.Split(arn, ":"); len(parts) > 3 && parts[3] != "" {
 			region = parts[3]
 		} else {
-			region = "us-east-1"
+			region = testenv.Region
 		}
 	}
 	startTimeout := cfg.StartTimeout

@@ -41,8 +41,8 @@ import (
 )
 
 const (
-	region    = "us-east-1"
-	accountID = "000000000000"
+	region    = testenv.Region
+	accountID = testenv.AccountID
 )
 
 // Config configures a local stack. The zero value (plus Root) is `make run`.

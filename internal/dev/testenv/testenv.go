@@ -14,6 +14,13 @@ import (
 	"sync"
 )
 
+// The AWS account and region local runs present themselves as, in every
+// ARN, event and fake response they make.
+const (
+	AccountID = "000000000000"
+	Region    = "us-east-1"
+)
+
 // TB is the part of testing.TB the helpers need.
 type TB interface {
 	Helper()

@@ -1,0 +1,115 @@
+package apigw
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+func encode(rep reply) (events.APIGatewayV2HTTPResponse, error) {
+	b, err := marshal(rep.body)
+	if err != nil {
+		// A stored value that is not JSON: a fault, not the client's.
+		return events.APIGatewayV2HTTPResponse{}, fmt.Errorf("encode response: %w", err)
+	}
+	headers := map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"}
+	for k, v := range rep.headers {
+		headers[k] = v
+	}
+	return events.APIGatewayV2HTTPResponse{StatusCode: rep.status, Headers: headers, Body: string(b)}, nil
+}
+
+// Problem is the problem response for err, as the handler answers it: the
+// local server uses it for refusals it makes before the handler runs.
+func (h *Handler) Problem(requestID, rawPath string, err error) events.APIGatewayV2HTTPResponse {
+	return h.problemResponse(&request{ev: &events.APIGatewayV2HTTPRequest{RawPath: rawPath}, requestID: requestID}, err)
+}
+
+func (h *Handler) problemResponse(r *request, err error) events.APIGatewayV2HTTPResponse {
+	p := problemOf(err)
+	p.RequestID = r.requestID
+	if r.ev != nil {
+		p.Instance = instance(r.ev)
+	}
+	headers := map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store"}
+	switch p.Status {
+	case http.StatusUnauthorized:
+		headers["WWW-Authenticate"] = `Bearer`
+	case http.StatusMethodNotAllowed:
+		headers["Allow"] = p.allow
+	case http.StatusServiceUnavailable:
+		headers["Retry-After"] = "1"
+	}
+	b, merr := marshal(p)
+	if merr != nil {
+		b = []byte(`{"type":"` + CodeInternal.Type() + `","title":"Internal error","status":500,"detail":"an internal error occurred","request_id":"unknown"}`)
+	}
+	return events.APIGatewayV2HTTPResponse{StatusCode: p.Status, Headers: headers, Body: string(b)}
+}
+
+// instance is the request's path when it is printable, as the problem's
+// occurrence; anything odd is left out rather than echoed.
+func instance(ev *events.APIGatewayV2HTTPRequest) string {
+	p := ev.RawPath
+	if p == "" || len(p) > 512 || !strings.HasPrefix(p, "/") {
+		return ""
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < 0x21 || p[i] > 0x7e {
+			return ""
+		}
+	}
+	return p
+}
+
+func marshal(v any) ([]byte, error) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
+}
+
+func (h *Handler) logRequest(ctx context.Context, r *request, status int, jobID string, err error, start time.Time) {
+	attrs := []any{
+		"request_id", r.requestID,
+		"method", r.ev.RequestContext.HTTP.Method,
+		"route", r.ev.RouteKey,
+		"status", status,
+		"duration_ms", h.now().Sub(start).Milliseconds(),
+	}
+	if jobID != "" {
+		attrs = append(attrs, "job_id", jobID)
+	}
+	if status >= 500 && err != nil {
+		attrs = append(attrs, "error", err.Error())
+		h.log.ErrorContext(ctx, "request_failed", attrs...)
+		return
+	}
+	h.log.InfoContext(ctx, "request", attrs...)
+}
+
+func lowerKeys(in map[string]string) map[string]string {
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[strings.ToLower(k)] = v
+	}
+	return out
+}
+
+// NewRequestID makes an ID for events that carry none (API Gateway always
+// sends one); it looks like API Gateway's.
+func NewRequestID() string {
+	b := make([]byte, 11)
+	_, _ = rand.Read(b)
+	return base64.StdEncoding.EncodeToString(b)
+}

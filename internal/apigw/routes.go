@@ -1,0 +1,318 @@
+package apigw
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
+)
+
+func (h *Handler) createJob(ctx context.Context, r *request) (reply, error) {
+	body, err := rawBody(r.ev)
+	if err != nil {
+		return reply{}, err
+	}
+	key, present := r.headers["idempotency-key"]
+	if !present {
+		return reply{}, fail(CodeIdempotencyKeyMissing, "send an Idempotency-Key header naming this intent")
+	}
+	if !job.ValidKey(key) {
+		return reply{}, fail(CodeIdempotencyKeyInvalid, "the Idempotency-Key must be 1–255 visible ASCII characters")
+	}
+	if err := requireJSON(r.headers["content-type"]); err != nil {
+		return reply{}, err
+	}
+	if err := checkJSON(body); err != nil {
+		return reply{}, err
+	}
+	req, err := h.decodeCreate(body)
+	if err != nil {
+		return reply{}, err
+	}
+	req.Owner, req.IdempotencyKey = r.owner, key
+	j, replayed, err := h.jobs.Create(ctx, req)
+	if err != nil {
+		rep := reply{}
+		var reused *job.KeyReusedError
+		if errors.As(err, &reused) {
+			rep.jobID = reused.JobID
+		}
+		return rep, err
+	}
+	h.start(ctx, r, j)
+	rep := reply{status: http.StatusCreated, body: jobView(j), jobID: j.ID,
+		headers: map[string]string{"Location": "/v1/jobs/" + j.ID}}
+	if replayed {
+		rep.status = http.StatusOK
+		rep.headers = map[string]string{"Idempotent-Replayed": "true"}
+	}
+	return rep, nil
+}
+
+// decodeCreate turns a checked body into a request, reporting every
+// problem it finds at once.
+func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
+	m, errs := members(body, "type", "input", "providers")
+	if m == nil {
+		return job.Request{}, invalid(errs...)
+	}
+	jobType, fe := stringMember(m, "type", maxTypeBytes)
+	if fe != nil {
+		errs = append(errs, *fe)
+	}
+	input, ok := m["input"]
+	switch {
+	case !ok:
+		errs = append(errs, FieldError{Pointer: "/input", Detail: "is required"})
+	case !isObject(input):
+		errs = append(errs, FieldError{Pointer: "/input", Detail: "must be an object"})
+	}
+	var providers []string
+	if raw, ok := m["providers"]; ok && !isNull(raw) {
+		// [] decodes to an empty list, which names too few providers; an
+		// absent or null member leaves nil, the type's own.
+		if json.Unmarshal(raw, &providers) != nil {
+			errs = append(errs, FieldError{Pointer: "/providers", Detail: "must be an array of strings"})
+		}
+	}
+	if len(errs) > 0 {
+		return job.Request{}, invalid(errs...)
+	}
+	jt, ok := h.catalog.Lookup(jobType)
+	if !ok {
+		return job.Request{}, &Error{Code: CodeUnknownJobType, Detail: "no job type of that name",
+			Errors: []FieldError{{Pointer: "/type", Detail: "unknown job type"}}}
+	}
+	providers, problems := job.ChooseProviders(providers, jt.Providers())
+	for _, p := range problems {
+		ptr := "/providers"
+		if p.Index >= 0 {
+			ptr += "/" + strconv.Itoa(p.Index)
+		}
+		errs = append(errs, FieldError{Pointer: ptr, Detail: p.Reason})
+	}
+	for _, fe := range jt.ValidateInput(input) {
+		fe.Pointer = "/input" + fe.Pointer
+		errs = append(errs, fe)
+	}
+	if len(errs) > 0 {
+		return job.Request{}, invalid(errs...)
+	}
+	return job.Request{Type: jobType, Input: input, Providers: providers}, nil
+}
+
+// start starts the job's execution. The job is durable already, so a
+// failure is logged and left to the sweeper, never reported as an error.
+func (h *Handler) start(ctx context.Context, r *request, j job.Job) {
+	if h.starter == nil || !job.ShouldStart(j) {
+		return
+	}
+	if _, err := h.starter.Start(ctx, j.ID); err != nil {
+		h.log.ErrorContext(ctx, "execution_start_failed", "request_id", r.requestID, "job_id", j.ID, "error", err.Error())
+	}
+}
+
+func (h *Handler) getJob(ctx context.Context, r *request) (reply, error) {
+	j, err := h.ownJob(ctx, r)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{status: http.StatusOK, body: jobView(j), jobID: j.ID}, nil
+}
+
+func (h *Handler) listAttempts(ctx context.Context, r *request) (reply, error) {
+	j, err := h.ownJob(ctx, r)
+	if err != nil {
+		return reply{}, err
+	}
+	attempts, err := h.jobs.Attempts(ctx, j)
+	if err != nil {
+		return reply{jobID: j.ID}, err
+	}
+	return reply{status: http.StatusOK, body: attemptsView(j.ID, attempts), jobID: j.ID}, nil
+}
+
+func (h *Handler) cancelJob(ctx context.Context, r *request) (reply, error) {
+	j, err := h.ownJob(ctx, r)
+	if err != nil {
+		return reply{}, err
+	}
+	j, err = h.jobs.Cancel(ctx, j.ID)
+	if err != nil {
+		return reply{jobID: j.ID}, err
+	}
+	return reply{status: http.StatusOK, body: jobView(j), jobID: j.ID}, nil
+}
+
+func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
+	q := lifecycle.ListQuery{Owner: r.owner, Limit: lifecycle.DefaultPageSize}
+	params := r.query()
+	var errs []FieldError
+	if s, ok := params["status"]; ok {
+		q.Status = job.Status(s)
+		if !q.Status.Valid() {
+			errs = append(errs, FieldError{Parameter: "status", Detail: "must be one of " + statusList()})
+		}
+	}
+	if s, ok := params["limit"]; ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > lifecycle.MaxPageSize {
+			errs = append(errs, FieldError{Parameter: "limit", Detail: fmt.Sprintf("must be an integer from 1 to %d", lifecycle.MaxPageSize)})
+		}
+		q.Limit = n
+	}
+	if len(errs) > 0 {
+		return reply{}, invalid(errs...)
+	}
+	if c, ok := params["cursor"]; ok {
+		if c == "" || len(c) > maxCursorBytes {
+			return reply{}, lifecycle.ErrInvalidCursor
+		}
+		q.Cursor = c
+	}
+	// A page of large jobs could outgrow Lambda's response limit; then ask
+	// for fewer. One job always fits (a DynamoDB item is at most 400 KB).
+	for {
+		page, err := h.jobs.List(ctx, q)
+		if err != nil {
+			return reply{}, err
+		}
+		b, err := marshal(listView(page))
+		if err != nil {
+			return reply{}, err
+		}
+		if len(b) <= h.maxResponse || len(page.Jobs) <= 1 {
+			return reply{status: http.StatusOK, body: json.RawMessage(b)}, nil
+		}
+		q.Limit = len(page.Jobs) / 2
+	}
+}
+
+func (h *Handler) resolveAttempt(ctx context.Context, r *request) (reply, error) {
+	if !r.admin {
+		return reply{}, fail(CodeForbidden, "resolving an attempt needs the "+AdminScope+" scope")
+	}
+	id, err := r.jobID()
+	if err != nil {
+		return reply{}, err
+	}
+	n, err := strconv.Atoi(r.params["n"])
+	if err != nil || n < 1 || n > 1<<20 {
+		return reply{}, job.ErrAttemptNotFound
+	}
+	body, err := rawBody(r.ev)
+	if err != nil {
+		return reply{}, err
+	}
+	if err := requireJSON(r.headers["content-type"]); err != nil {
+		return reply{}, err
+	}
+	if err := checkJSON(body); err != nil {
+		return reply{}, err
+	}
+	res, err := decodeResolution(body)
+	if err != nil {
+		return reply{}, err
+	}
+	// Operators may resolve any owner's job: no owner check here.
+	j, err := h.jobs.Resolve(ctx, id, n, res)
+	if err != nil {
+		return reply{jobID: id}, err
+	}
+	return reply{status: http.StatusOK, body: jobView(j), jobID: j.ID}, nil
+}
+
+func decodeResolution(body []byte) (job.Resolution, error) {
+	m, errs := members(body, "outcome", "result", "reason")
+	if m == nil {
+		return job.Resolution{}, invalid(errs...)
+	}
+	var res job.Resolution
+	outcome, fe := stringMember(m, "outcome", 32)
+	switch {
+	case fe != nil:
+		errs = append(errs, *fe)
+	case outcome != string(job.AttemptSucceeded) && outcome != string(job.AttemptFailed) && outcome != string(job.AttemptCancelled):
+		errs = append(errs, FieldError{Pointer: "/outcome", Detail: "must be succeeded, failed or cancelled"})
+	}
+	res.Outcome = job.AttemptState(outcome)
+	reason, fe := stringMember(m, "reason", maxReasonBytes)
+	if fe != nil {
+		errs = append(errs, *fe)
+	}
+	res.Reason = reason
+	result, given := m["result"]
+	given = given && !isNull(result)
+	switch {
+	case res.Outcome == job.AttemptSucceeded && !given:
+		errs = append(errs, FieldError{Pointer: "/result", Detail: "is required when the outcome is succeeded"})
+	case res.Outcome != job.AttemptSucceeded && given:
+		errs = append(errs, FieldError{Pointer: "/result", Detail: "is allowed only when the outcome is succeeded"})
+	case given && !isObject(result):
+		errs = append(errs, FieldError{Pointer: "/result", Detail: "must be an object"})
+	case given && len(result) > job.MaxResultBytes:
+		errs = append(errs, FieldError{Pointer: "/result", Detail: fmt.Sprintf("must be at most %d bytes", job.MaxResultBytes)})
+	case given:
+		res.Result = compact(result)
+	}
+	if len(errs) > 0 {
+		return job.Resolution{}, invalid(errs...)
+	}
+	return res, nil
+}
+
+// ownJob reads the job named by the path, as its owner. Someone else's job
+// is reported exactly as a missing one.
+func (h *Handler) ownJob(ctx context.Context, r *request) (job.Job, error) {
+	id, err := r.jobID()
+	if err != nil {
+		return job.Job{}, err
+	}
+	j, err := h.jobs.Get(ctx, id)
+	if err != nil {
+		return job.Job{}, err
+	}
+	if j.Owner != r.owner {
+		return job.Job{}, job.ErrNotFound
+	}
+	return j, nil
+}
+
+// jobID returns the path's job ID when it could name a job at all, so that
+// garbage never reaches the store.
+func (r *request) jobID() (string, error) {
+	if id := r.params["id"]; job.ValidID(id) {
+		return id, nil
+	}
+	return "", job.ErrNotFound
+}
+
+// statusList names every job status, for messages.
+func statusList() string {
+	var names []string
+	for _, s := range job.Statuses() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
+}
+
+// query returns the query parameters as API Gateway passes them (repeated
+// names comma-joined), parsing the raw query string if they are absent.
+func (r *request) query() map[string]string {
+	if r.ev.QueryStringParameters != nil || r.ev.RawQueryString == "" {
+		return r.ev.QueryStringParameters
+	}
+	v, _ := url.ParseQuery(r.ev.RawQueryString)
+	out := make(map[string]string, len(v))
+	for k, vs := range v {
+		out[k] = strings.Join(vs, ",")
+	}
+	return out
+}
