@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -121,7 +122,12 @@ func TestCreateRefusesBadInputWithoutWriting(t *testing.T) {
 		{name: "RepeatedProvider", body: `{"type":"demo","input":{"prompt":"x"},"providers":["sim-primary","sim-primary"]}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/providers/1"},
 		{name: "NoProviders", body: `{"type":"demo","input":{"prompt":"x"},"providers":[]}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/providers"},
 		{name: "ProvidersNotStrings", body: `{"type":"demo","input":{"prompt":"x"},"providers":[1]}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/providers"},
-		{name: "TooDeep", body: `{"type":"demo","input":{"prompt":"x","n":` + strings.Repeat("[", 80) + strings.Repeat("]", 80) + `}}`, status: 422, code: apigw.CodeValidationFailed},
+		// Beyond job.CheckJSON's bounds: refused before any schema or
+		// fingerprint work, as malformed (RFC 8259 §9 limits).
+		{name: "TooDeep", body: `{"type":"demo","input":{"prompt":"x","n":` + strings.Repeat("[", 80) + strings.Repeat("]", 80) + `}}`, status: 400, code: apigw.CodeMalformedJSON},
+		{name: "HugeExponent", body: `{"type":"demo","input":{"prompt":"x","n":1e999999}}`, status: 400, code: apigw.CodeMalformedJSON},
+		{name: "LongNumber", body: `{"type":"demo","input":{"prompt":"x","n":` + strings.Repeat("7", 41) + `}}`, status: 400, code: apigw.CodeMalformedJSON},
+		{name: "TooManyMembers", body: `{"type":"demo","input":{"prompt":"x","m":{` + manyMembers(10_001) + `}}}`, status: 400, code: apigw.CodeMalformedJSON},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -654,4 +660,13 @@ func lineWith(logs, substr string) string {
 		}
 	}
 	return ""
+}
+
+// manyMembers is n members "k0":0,"k1":0,… of an object.
+func manyMembers(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = `"k` + strconv.Itoa(i) + `":0`
+	}
+	return strings.Join(parts, ",")
 }

@@ -6,22 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"sort"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/onejob/onejob/internal/job"
 )
 
 // MaxBodyBytes bounds a request body (after base64 decoding): 256 KiB.
 const MaxBodyBytes = 256 << 10
-
-// maxDepth bounds JSON nesting. Bodies are walked recursively here and
-// again when fingerprinted; no job input needs more.
-const maxDepth = 64
 
 // rawBody returns the request body, base64-decoded when API Gateway flagged
 // it so, refusing bodies over MaxBodyBytes.
@@ -65,80 +60,22 @@ func requireJSON(contentType string) error {
 	return nil
 }
 
-// checkJSON accepts exactly one JSON value in UTF-8, with no object naming
-// a key twice and nothing but whitespace after it. Duplicate keys are
-// refused as malformed: parsers disagree on which value wins, so such a body
-// has no single meaning (RFC 8259 §4, I-JSON RFC 7493 §2.3) and cannot be
-// fingerprinted.
+// checkJSON holds a body to job.CheckJSON's bounds (one UTF-8 JSON value,
+// no duplicate keys, interoperable numbers, bounded nesting and members)
+// before anything else reads it: a refused body is malformed-json, and
+// costs no more than reading it once.
 func checkJSON(b []byte) error {
-	if !utf8.Valid(b) {
-		return fail(CodeMalformedJSON, "the body is not valid UTF-8")
-	}
-	if len(bytes.TrimSpace(b)) == 0 {
-		return fail(CodeMalformedJSON, "the body is empty")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if err := walk(dec, "", 0); err != nil {
+	var je *job.JSONError
+	if err := job.CheckJSON(b); errors.As(err, &je) {
+		detail := "the body is refused: " + je.Reason
+		if je.Pointer != "" {
+			detail += " at " + je.Pointer
+		}
+		return fail(CodeMalformedJSON, detail)
+	} else if err != nil {
 		return err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fail(CodeMalformedJSON, fmt.Sprintf("unexpected data after the JSON value (byte %d)", dec.InputOffset()))
-	}
 	return nil
-}
-
-func walk(dec *json.Decoder, ptr string, depth int) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return syntaxError(dec)
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil
-	}
-	if depth >= maxDepth {
-		return invalid(FieldError{Pointer: ptr, Detail: fmt.Sprintf("nested deeper than %d levels", maxDepth)})
-	}
-	switch d {
-	case '{':
-		seen := map[string]bool{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return syntaxError(dec)
-			}
-			key, _ := kt.(string)
-			p := ptr + "/" + escapePointer(key)
-			if seen[key] {
-				return fail(CodeMalformedJSON, "duplicate object key at "+p)
-			}
-			seen[key] = true
-			if err := walk(dec, p, depth+1); err != nil {
-				return err
-			}
-		}
-	case '[':
-		for i := 0; dec.More(); i++ {
-			if err := walk(dec, ptr+"/"+strconv.Itoa(i), depth+1); err != nil {
-				return err
-			}
-		}
-	default:
-		return syntaxError(dec)
-	}
-	if _, err := dec.Token(); err != nil { // the closing delimiter
-		return syntaxError(dec)
-	}
-	return nil
-}
-
-func syntaxError(dec *json.Decoder) error {
-	return fail(CodeMalformedJSON, fmt.Sprintf("the body is not valid JSON (near byte %d)", dec.InputOffset()))
-}
-
-func escapePointer(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }
 
 // members splits a checked JSON document into its top-level members,
@@ -164,7 +101,7 @@ func members(b []byte, allowed ...string) (map[string]json.RawMessage, []FieldEr
 	sort.Strings(unknown)
 	var errs []FieldError
 	for _, k := range unknown {
-		errs = append(errs, FieldError{Pointer: "/" + escapePointer(k), Detail: "unknown member"})
+		errs = append(errs, FieldError{Pointer: job.Pointer(k), Detail: "unknown member"})
 	}
 	return m, errs
 }

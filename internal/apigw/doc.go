@@ -18,14 +18,18 @@
 //     idempotency-key-invalid), then Content-Type application/json, UTF-8 if
 //     a charset is named (415 unsupported-media-type);
 //   - 400 malformed-json for: not UTF-8, empty, not JSON, anything but
-//     whitespace after the value, and an object naming a key twice at any
-//     depth. Duplicate keys are refused rather than resolved (first or last
-//     wins) because parsers disagree, so the body has no single meaning, and
-//     job.Fingerprint would refuse it anyway;
+//     whitespace after the value, an object naming a key twice at any
+//     depth, a number literal over 40 characters or outside the
+//     interoperable range (decimal exponent beyond ±308: I-JSON, RFC 7493),
+//     nesting deeper than 64, an object with more than 10,000 members
+//     (job.CheckJSON). Duplicate keys are refused rather than resolved
+//     (first or last wins) because parsers disagree, so the body has no
+//     single meaning. These bounds make a refusal cost no more than reading
+//     the body once;
 //   - 422 validation-failed (with errors[].pointer) for well-formed JSON of
 //     the wrong shape: a body that is not an object (array, string, …),
 //     unknown members, `input` missing or not an object, bad providers,
-//     nesting deeper than 64, input failing the job type's schema;
+//     input failing the job type's schema;
 //   - 422 unknown-job-type for a type the catalog does not know.
 //
 // Nothing is written to DynamoDB for a refused request: all checks run

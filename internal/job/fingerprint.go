@@ -109,6 +109,11 @@ func canonValue(dec *json.Decoder, buf *bytes.Buffer) error {
 		}
 		return fmt.Errorf("unexpected %v", t)
 	case json.Number:
+		// Bounded before math/big sees it: an exponent of a million takes
+		// a megabyte and tens of milliseconds to expand.
+		if err := checkNumber(t.String(), ""); err != nil {
+			return err
+		}
 		r, ok := new(big.Rat).SetString(t.String())
 		if !ok {
 			return fmt.Errorf("bad number %q", t)

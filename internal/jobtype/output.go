@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/onejob/onejob/internal/job"
 )
 
 // ErrContractViolation is wrapped by every *ContractViolationError.
@@ -60,11 +62,18 @@ func (e *ContractViolationError) Unwrap() error { return ErrContractViolation }
 // unknown top-level keys (even when the schema forgot additionalProperties:
 // false, since a hallucinated field must never reach a client), then runs the
 // semantic checks. Checks only run when the declared shape is intact (unknown
-// keys aside): they may assume it. It returns nil or a *ContractViolationError.
+// keys aside): they may assume it. An output beyond job.CheckJSON's bounds
+// (duplicate keys, numbers outside the interoperable range, deep nesting) is
+// refused before any of that work. It returns nil or a
+// *ContractViolationError.
 func (t *Type) CheckOutput(output json.RawMessage) error {
 	v, err := decodeInstance(output)
 	if err != nil {
 		return &ContractViolationError{Violations: []Violation{{Rule: RuleJSON, Message: "output is not valid JSON: " + err.Error()}}}
+	}
+	var je *job.JSONError
+	if errors.As(job.CheckJSON(output), &je) {
+		return &ContractViolationError{Violations: []Violation{{Pointer: je.Pointer, Rule: RuleJSON, Message: "output refused: " + je.Reason}}}
 	}
 	var vs []Violation
 	shapeOK := true // unknown keys alone leave the declared shape intact
@@ -88,7 +97,7 @@ func (t *Type) CheckOutput(output json.RawMessage) error {
 		}
 		slices.Sort(unknown)
 		for _, k := range unknown {
-			vs = append(vs, Violation{Pointer: pointer([]string{k}), Rule: RuleUnknownKey, Message: fmt.Sprintf("unknown key %q is not allowed (not in the output schema)", k)})
+			vs = append(vs, Violation{Pointer: job.Pointer(k), Rule: RuleUnknownKey, Message: fmt.Sprintf("unknown key %q is not allowed (not in the output schema)", k)})
 		}
 	}
 	if shapeOK {

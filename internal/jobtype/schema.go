@@ -12,6 +12,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/onejob/onejob/internal/job"
 )
 
 // FieldError is one input problem, shaped for a 422 body.
@@ -121,11 +123,11 @@ func schemaErrors(err error) []schemaError {
 		if ap, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
 			for _, k := range ap.Properties {
 				loc := append(slices.Clone(e.InstanceLocation), k)
-				add(schemaError{FieldError{Pointer: pointer(loc), Message: fmt.Sprintf("unknown key %q is not allowed", k)}, true})
+				add(schemaError{FieldError{Pointer: job.Pointer(loc...), Message: fmt.Sprintf("unknown key %q is not allowed", k)}, true})
 			}
 			return
 		}
-		add(schemaError{FieldError: FieldError{Pointer: pointer(e.InstanceLocation), Message: e.ErrorKind.LocalizedString(p)}})
+		add(schemaError{FieldError: FieldError{Pointer: job.Pointer(e.InstanceLocation...), Message: e.ErrorKind.LocalizedString(p)}})
 	}
 	walk(ve)
 	// The validator walks maps in random order; reports must be stable.
@@ -133,16 +135,6 @@ func schemaErrors(err error) []schemaError {
 		return strings.Compare(a.Pointer+"\x00"+a.Message, b.Pointer+"\x00"+b.Message)
 	})
 	return out
-}
-
-// pointer builds an RFC 6901 pointer from path tokens.
-func pointer(tokens []string) string {
-	var b strings.Builder
-	for _, t := range tokens {
-		b.WriteByte('/')
-		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
-	}
-	return b.String()
 }
 
 // ValidateInput validates a job input against the input schema. It returns
