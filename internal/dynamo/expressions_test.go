@@ -90,7 +90,7 @@ func TestCreateSendsJobAbsent(t *testing.T) {
 		t.Fatalf("requests = %v", ops)
 	}
 	in := r.calls[0].(*dynamodb.PutItemInput)
-	if c := aws.ToString(in.ConditionExpression); c != "attribute_not_exists(#id)" {
+	if c := aws.ToString(in.ConditionExpression); c != wantSent()[kindCreate].cond {
 		t.Errorf("ConditionExpression = %q", c)
 	}
 	equalMaps(t, "names", in.ExpressionAttributeNames, map[string]string{"#id": "id"})
@@ -110,11 +110,38 @@ func TestCreateSendsJobAbsent(t *testing.T) {
 	}
 }
 
+// sent is the condition and update expression one kind of write sends.
+type sent struct{ cond, update string }
+
+// The writes that are no transition.
+const (
+	kindCreate job.Kind = "create"
+	kindLedger job.Kind = "ledger"
+)
+
+// wantSent lists the expressions of every write the store makes.
+func wantSent() map[job.Kind]sent {
+	const stamp = "SET #status = :status, #updated = :updated, #revision = #revision + :one, #token = :token"
+	return map[job.Kind]sent{
+		kindCreate:           {cond: "attribute_not_exists(#id)"},
+		job.KindStartAttempt: {cond: "#revision = :rev", update: stamp + ", #attempts.#n = :attempt, #count = :count"},
+		job.KindAttempt:      {cond: "#revision = :rev", update: stamp + ", #attempts.#n = :attempt"},
+		job.KindComplete: {
+			cond: "#version = :read AND attribute_not_exists(#completed) AND #attempts.#n.#state IN (:allowed0, :allowed1)",
+			update: stamp + ", #attempts.#n = :attempt, #version = :version, #completed = :completed, #result = :result" +
+				" REMOVE #open",
+		},
+		job.KindFail:   {cond: "#version = :read AND attribute_not_exists(#completed)", update: stamp + ", #version = :version, #error = :error REMOVE #open"},
+		job.KindCancel: {cond: "#version = :read AND attribute_not_exists(#completed)", update: stamp + ", #version = :version REMOVE #open"},
+		kindLedger:     {cond: "attribute_not_exists(#job) OR #revision < :rev"},
+	}
+}
+
 // write is what one transition kind must send.
 type write struct {
-	cond, update string
-	names        map[string]string
-	values       map[string]string // TOKEN stands for the call's write token
+	sent
+	names  map[string]string
+	values map[string]string // TOKEN stands for the call's write token
 }
 
 // Names every job-item write uses: status, update time, revision and token.
@@ -145,9 +172,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 		name: "StartAttempt",
 		tr:   f.start,
 		want: write{
-			cond: "#revision = :rev",
-			update: "SET #status = :status, #updated = :updated, #revision = #revision + :one, #token = :token, " +
-				"#attempts.#n = :attempt, #count = :count",
+			sent:  wantSent()[job.KindStartAttempt],
 			names: with(attemptNames, map[string]string{"#count": "attempt_count"}),
 			values: map[string]string{
 				":status": `"running"`, ":updated": rt0, ":one": "1", ":token": `"TOKEN"`, ":rev": "0", ":count": "1",
@@ -160,9 +185,8 @@ func TestApplySendsNamedClauses(t *testing.T) {
 		name: "AttemptBookkeeping",
 		tr:   f.running,
 		want: write{
-			cond:   "#revision = :rev",
-			update: "SET #status = :status, #updated = :updated, #revision = #revision + :one, #token = :token, #attempts.#n = :attempt",
-			names:  attemptNames,
+			sent:  wantSent()[job.KindAttempt],
+			names: attemptNames,
 			values: map[string]string{
 				":status": `"running"`, ":updated": rt1, ":one": "1", ":token": `"TOKEN"`, ":rev": "1",
 				":attempt": `{hedge: false, provider: "p1", read_version: 0, started_at: ` + rt0 + `, state: "running", ` +
@@ -174,9 +198,8 @@ func TestApplySendsNamedClauses(t *testing.T) {
 		name: "AttemptBookkeepingWithFailure",
 		tr:   f.attemptFailed,
 		want: write{
-			cond:   "#revision = :rev",
-			update: "SET #status = :status, #updated = :updated, #revision = #revision + :one, #token = :token, #attempts.#n = :attempt",
-			names:  attemptNames,
+			sent:  wantSent()[job.KindAttempt],
+			names: attemptNames,
 			values: map[string]string{
 				":status": `"running"`, ":updated": rt2, ":one": "1", ":token": `"TOKEN"`, ":rev": "2",
 				":attempt": `{error: {class: "non_retryable", message: "refused"}, finished_at: ` + rt2 + `, hedge: false, ` +
@@ -189,9 +212,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 		name: "Complete",
 		tr:   f.complete,
 		want: write{
-			cond: "#version = :read AND attribute_not_exists(#completed) AND #attempts.#n.#state IN (:allowed0, :allowed1)",
-			update: "SET #status = :status, #updated = :updated, #revision = #revision + :one, #token = :token, " +
-				"#attempts.#n = :attempt, #version = :version, #completed = :completed, #result = :result REMOVE #open",
+			sent:  wantSent()[job.KindComplete],
 			names: with(outcomeNames, map[string]string{"#attempts": "attempts", "#n": "1", "#result": "result", "#state": "state"}),
 			values: map[string]string{
 				":status": `"succeeded"`, ":updated": rt2, ":one": "1", ":token": `"TOKEN"`,
@@ -206,9 +227,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 		name: "Fail",
 		tr:   f.fail,
 		want: write{
-			cond: "#version = :read AND attribute_not_exists(#completed)",
-			update: "SET #status = :status, #updated = :updated, #revision = #revision + :one, #token = :token, " +
-				"#version = :version, #error = :error REMOVE #open",
+			sent:  wantSent()[job.KindFail],
 			names: with(outcomeNames, map[string]string{"#error": "error"}),
 			values: map[string]string{
 				":status": `"failed"`, ":updated": rt3, ":one": "1", ":token": `"TOKEN"`, ":read": "0", ":version": "1",
@@ -219,9 +238,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 		name: "Cancel",
 		tr:   f.cancel,
 		want: write{
-			cond: "#version = :read AND attribute_not_exists(#completed)",
-			update: "SET #status = :status, #updated = :updated, #revision = #revision + :one, #token = :token, " +
-				"#version = :version REMOVE #open",
+			sent:  wantSent()[job.KindCancel],
 			names: outcomeNames,
 			values: map[string]string{
 				":status": `"cancelled"`, ":updated": rt1, ":one": "1", ":token": `"TOKEN"`, ":read": "0", ":version": "1",
@@ -285,7 +302,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 func checkLedgerPut(t *testing.T, in *dynamodb.PutItemInput, tr job.Transition, token string) {
 	t.Helper()
 	rev := tr.After().Revision
-	if c := aws.ToString(in.ConditionExpression); c != "attribute_not_exists(#job) OR #revision < :rev" {
+	if c := aws.ToString(in.ConditionExpression); c != wantSent()[kindLedger].cond {
 		t.Errorf("ledger ConditionExpression = %q", c)
 	}
 	equalMaps(t, "ledger names", in.ExpressionAttributeNames, map[string]string{"#job": "job_id", "#revision": "revision"})
@@ -311,7 +328,7 @@ func TestLedgerRecordSendsLedgerOlderThan(t *testing.T) {
 		t.Fatalf("requests = %v", ops)
 	}
 	in := r.calls[0].(*dynamodb.PutItemInput)
-	if c := aws.ToString(in.ConditionExpression); c != "attribute_not_exists(#job) OR #revision < :rev" {
+	if c := aws.ToString(in.ConditionExpression); c != wantSent()[kindLedger].cond {
 		t.Errorf("ConditionExpression = %q", c)
 	}
 	equalMaps(t, "names", in.ExpressionAttributeNames, map[string]string{"#job": "job_id", "#revision": "revision"})
