@@ -241,12 +241,20 @@ func (s *Store) ListAttempts(ctx context.Context, j job.Job) ([]job.Attempt, err
 	}
 	out := make([]job.Attempt, 0, len(j.Attempts))
 	for _, a := range j.Attempts {
-		if l, ok := ledger[a.Number]; ok && !l.UpdatedAt.Before(a.UpdatedAt) && l.State == a.State {
+		if l, ok := ledger[a.Number]; ok && useLedgerCopy(l, a) {
 			a = l
 		}
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// useLedgerCopy is the merge rule of ListAttempts. The job item is the
+// authority over its attempts; the ledger's copy is used only when it is as
+// new as the item's and in the same state. A ledger that lags (a crash
+// between the job write and the ledger write) or disagrees never wins.
+func useLedgerCopy(ledger, item job.Attempt) bool {
+	return !ledger.UpdatedAt.Before(item.UpdatedAt) && ledger.State == item.State
 }
 
 type cursor struct {
