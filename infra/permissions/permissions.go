@@ -68,9 +68,9 @@ var stateMachine = Resource{Kind: KindStateMachine}
 // markunknown only moves an attempt (no certifications); finalize only
 // fails the job as a whole (job-level, so no ledger write).
 var (
-	jobRW  = Grant{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable)}
-	ledger = Grant{[]string{"dynamodb:PutItem"}, table(dynamo.AttemptsTable)}
-	certs  = Grant{[]string{"dynamodb:GetItem"}, table(dynamo.CertificationsTable)}
+	jobRW  = Grant{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())}
+	ledger = Grant{[]string{"dynamodb:PutItem"}, table(dynamo.AttemptsTable())}
+	certs  = Grant{[]string{"dynamodb:GetItem"}, table(dynamo.CertificationsTable())}
 )
 
 // All returns every function's grants, by function name.
@@ -82,16 +82,16 @@ func All() map[string][]Grant {
 		// (conditional UpdateItem on the job; resolve then PutItem into the
 		// ledger), and start the job's execution.
 		deploy.FnAPI: {
-			{[]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable)},
-			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable, dynamo.IndexByOwner)},
-			{[]string{"dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.AttemptsTable)},
+			{[]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())},
+			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOwner)},
+			{[]string{"dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.AttemptsTable())},
 			{[]string{"states:StartExecution"}, stateMachine},
 		},
 		// The sweeper reads open jobs from the sparse by_open index only
 		// (dynamo.ListOpen: no Scan, no table reads) and (re)starts their
 		// executions.
 		deploy.FnSweeper: {
-			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable, dynamo.IndexByOpen)},
+			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOpen)},
 			{[]string{"states:StartExecution"}, stateMachine},
 		},
 		// Starts attempts (and marks overdue ones unknown), after reading

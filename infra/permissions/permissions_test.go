@@ -48,10 +48,10 @@ func TestResourcesExist(t *testing.T) {
 
 func TestAllows(t *testing.T) {
 	t.Parallel()
-	jobs := Resource{Kind: KindTable, Table: dynamo.JobsTable.Logical}
-	byOwner := Resource{Kind: KindTable, Table: dynamo.JobsTable.Logical, Index: dynamo.IndexByOwner}
-	attempts := Resource{Kind: KindTable, Table: dynamo.AttemptsTable.Logical}
-	certs := Resource{Kind: KindTable, Table: dynamo.CertificationsTable.Logical}
+	jobs := Resource{Kind: KindTable, Table: dynamo.JobsTable().Logical}
+	byOwner := Resource{Kind: KindTable, Table: dynamo.JobsTable().Logical, Index: dynamo.IndexByOwner}
+	attempts := Resource{Kind: KindTable, Table: dynamo.AttemptsTable().Logical}
+	certs := Resource{Kind: KindTable, Table: dynamo.CertificationsTable().Logical}
 	for _, tc := range []struct {
 		fn, action string
 		r          Resource

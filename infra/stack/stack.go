@@ -84,9 +84,9 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	for _, def := range dynamo.Tables() {
 		tables[def.Logical] = newTable(stack, cfg, def, removal)
 	}
-	jobs := tables[dynamo.JobsTable.Logical]
-	attempts := tables[dynamo.AttemptsTable.Logical]
-	certs := tables[dynamo.CertificationsTable.Logical]
+	jobs := tables[dynamo.JobsTable().Logical]
+	attempts := tables[dynamo.AttemptsTable().Logical]
+	certs := tables[dynamo.CertificationsTable().Logical]
 	if jobs == nil || attempts == nil || certs == nil {
 		return nil, fmt.Errorf("dynamo.Tables() lacks one of jobs/attempts/certifications")
 	}

@@ -19,9 +19,9 @@ type TableNames struct {
 // NamesWithPrefix names every table "<prefix>-<logical>".
 func NamesWithPrefix(prefix string) TableNames {
 	return TableNames{
-		Jobs:           prefix + "-" + JobsTable.Logical,
-		Attempts:       prefix + "-" + AttemptsTable.Logical,
-		Certifications: prefix + "-" + CertificationsTable.Logical,
+		Jobs:           prefix + "-" + JobsTable().Logical,
+		Attempts:       prefix + "-" + AttemptsTable().Logical,
+		Certifications: prefix + "-" + CertificationsTable().Logical,
 	}
 }
 
@@ -67,7 +67,7 @@ func CreateTables(ctx context.Context, db *dynamodb.Client, names TableNames) er
 	pairs := []struct {
 		def  TableDef
 		name string
-	}{{JobsTable, names.Jobs}, {AttemptsTable, names.Attempts}, {CertificationsTable, names.Certifications}}
+	}{{JobsTable(), names.Jobs}, {AttemptsTable(), names.Attempts}, {CertificationsTable(), names.Certifications}}
 	for _, p := range pairs {
 		_, err := db.CreateTable(ctx, CreateTableInput(p.def, p.name))
 		var inUse *types.ResourceInUseException

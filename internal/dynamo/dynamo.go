@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -66,13 +64,11 @@ func unavailable(op string, err error) error {
 // *job.KeyReusedError. Nothing is read before the write.
 func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 	j.WriteToken = newToken()
-	_, err := s.db.putItem(ctx, &dynamodb.PutItemInput{
-		TableName:                           aws.String(s.jobs),
-		Item:                                encodeJob(j),
-		ConditionExpression:                 aws.String("attribute_not_exists(#id)"),
-		ExpressionAttributeNames:            map[string]string{"#id": AttrID},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	in, err := createInput(s.jobs, j)
+	if err != nil {
+		return job.Job{}, false, err
+	}
+	_, err = s.db.putItem(ctx, in)
 	if err == nil {
 		return j, false, nil
 	}
@@ -126,9 +122,11 @@ func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
 }
 
 // Apply executes one decided transition as one conditional UpdateItem on the
-// job item, then mirrors the concerned attempt into the ledger.
-// Bookkeeping compares the revision the decision read; outcomes compare
-// `version = :read AND attribute_not_exists(completed_by)`.
+// job item (composed per kind in write.go), then mirrors the concerned
+// attempt into the ledger. Bookkeeping compares the revision the decision
+// read (revisionIs); outcomes compare the version it read and the absence of
+// a winner (versionIs, noWinnerYet), and a completion also the attempt's
+// state (attemptStateIn).
 func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied, error) {
 	if !t.Decided() {
 		return lifecycle.Applied{}, job.ErrUndecided
@@ -136,80 +134,17 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	if t.Noop() {
 		return lifecycle.Applied{OK: true, Job: t.After()}, nil
 	}
-	before, after := t.Before(), t.After()
+	before := t.Before()
 	token := newToken()
-	names := map[string]string{
-		"#status": aStatus, "#updated": aUpdatedAt, "#revision": aRevision, "#token": aWriteToken,
+	w, err := writeFor(t, token)
+	if err != nil {
+		return lifecycle.Applied{}, err
 	}
-	values := map[string]types.AttributeValue{
-		":status": avS(string(after.Status)), ":updated": avT(after.UpdatedAt), ":one": avN(1), ":token": avS(token),
+	in, err := w.input(s.jobs, before.ID)
+	if err != nil {
+		return lifecycle.Applied{}, err
 	}
-	set := []string{"#status = :status", "#updated = :updated", "#revision = #revision + :one", "#token = :token"}
-	var remove []string
-	var cond string
-
-	if num := t.AttemptNumber(); num != 0 {
-		a, _ := after.Attempt(num)
-		a.WriteToken = token
-		names["#attempts"], names["#n"] = aAttempts, strconv.Itoa(num)
-		values[":attempt"] = &types.AttributeValueMemberM{Value: encodeAttempt(a)}
-		set = append(set, "#attempts.#n = :attempt")
-	}
-	switch t.Kind() {
-	case job.KindStartAttempt:
-		names["#count"] = aAttemptCount
-		values[":count"] = avN(int64(after.AttemptCount))
-		set = append(set, "#count = :count")
-	}
-	if t.Kind().Outcome() {
-		names["#version"], names["#completed"] = aVersion, aCompletedBy
-		values[":read"], values[":version"] = avN(before.Version), avN(after.Version)
-		set = append(set, "#version = :version")
-		cond = "#version = :read AND attribute_not_exists(#completed)"
-		if after.CompletedBy != 0 {
-			names["#result"] = aResult
-			values[":completed"], values[":result"] = avN(int64(after.CompletedBy)), avS(string(after.Result))
-			set = append(set, "#completed = :completed", "#result = :result")
-		}
-		if after.Error != nil {
-			names["#error"] = aError
-			values[":error"] = encodeFailure(*after.Error)
-			set = append(set, "#error = :error")
-		} else if before.Error != nil {
-			names["#error"] = aError
-			remove = append(remove, "#error")
-		}
-		// An outcome closes the job: it leaves the sweeper's sparse index.
-		names["#open"] = AttrOpenShard
-		remove = append(remove, "#open")
-		if allowed := t.AllowedAttemptStates(); len(allowed) > 0 {
-			names["#state"] = aState
-			var in []string
-			for i, st := range allowed {
-				k := ":allowed" + strconv.Itoa(i)
-				values[k] = avS(string(st))
-				in = append(in, k)
-			}
-			cond += " AND #attempts.#n.#state IN (" + strings.Join(in, ", ") + ")"
-		}
-	} else {
-		values[":rev"] = avN(before.Revision)
-		cond = "#revision = :rev"
-	}
-	update := "SET " + strings.Join(set, ", ")
-	if len(remove) > 0 {
-		update += " REMOVE " + strings.Join(remove, ", ")
-	}
-	out, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.jobs),
-		Key:                                 map[string]types.AttributeValue{AttrID: avS(before.ID)},
-		UpdateExpression:                    aws.String(update),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            names,
-		ExpressionAttributeValues:           values,
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	out, err := s.db.updateItem(ctx, in)
 	if err != nil {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
@@ -260,13 +195,11 @@ func newToken() string {
 // a copy stamped with an older revision never replaces a newer one, so
 // retries and reordered writes are harmless.
 func (s *Store) record(ctx context.Context, a job.Attempt, revision int64) error {
-	_, err := s.db.putItem(ctx, &dynamodb.PutItemInput{
-		TableName:                 aws.String(s.atts),
-		Item:                      ledgerItem(a, revision),
-		ConditionExpression:       aws.String("attribute_not_exists(#job) OR #revision < :rev"),
-		ExpressionAttributeNames:  map[string]string{"#job": AttrJobID, "#revision": aRevision},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":rev": avN(revision)},
-	})
+	in, err := ledgerInput(s.atts, a, revision)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.putItem(ctx, in)
 	var ccf *types.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
 		return unavailable("record attempt", err)
@@ -308,12 +241,20 @@ func (s *Store) ListAttempts(ctx context.Context, j job.Job) ([]job.Attempt, err
 	}
 	out := make([]job.Attempt, 0, len(j.Attempts))
 	for _, a := range j.Attempts {
-		if l, ok := ledger[a.Number]; ok && !l.UpdatedAt.Before(a.UpdatedAt) && l.State == a.State {
+		if l, ok := ledger[a.Number]; ok && useLedgerCopy(l, a) {
 			a = l
 		}
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// useLedgerCopy is the merge rule of ListAttempts. The job item is the
+// authority over its attempts; the ledger's copy is used only when it is as
+// new as the item's and in the same state. A ledger that lags (a crash
+// between the job write and the ledger write) or disagrees never wins.
+func useLedgerCopy(ledger, item job.Attempt) bool {
+	return !ledger.UpdatedAt.Before(item.UpdatedAt) && ledger.State == item.State
 }
 
 type cursor struct {

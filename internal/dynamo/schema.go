@@ -50,38 +50,47 @@ const (
 	IndexByOpen  = "by_open"
 )
 
+// The table definitions are functions, not variables, so that no importer
+// can change the schema for everyone: each call builds a fresh value.
+
 // JobsTable holds one item per job, keyed by the job ID (which is derived
 // from owner and idempotency key, so uniqueness is a single conditional put).
-var JobsTable = TableDef{
-	Logical:      "jobs",
-	PartitionKey: KeyAttr{Name: AttrID, Type: AttrString},
-	Indexes: []IndexDef{{
-		Name:         IndexByOwner,
-		PartitionKey: KeyAttr{Name: AttrOwner, Type: AttrString},
-		SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
-	}, {
-		// Sparse: only jobs without an outcome carry open_shard, so the
-		// sweeper reads open jobs without scanning finished ones.
-		Name:         IndexByOpen,
-		PartitionKey: KeyAttr{Name: AttrOpenShard, Type: AttrString},
-		SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
-	}},
+func JobsTable() TableDef {
+	return TableDef{
+		Logical:      "jobs",
+		PartitionKey: KeyAttr{Name: AttrID, Type: AttrString},
+		Indexes: []IndexDef{{
+			Name:         IndexByOwner,
+			PartitionKey: KeyAttr{Name: AttrOwner, Type: AttrString},
+			SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
+		}, {
+			// Sparse: only jobs without an outcome carry open_shard, so the
+			// sweeper reads open jobs without scanning finished ones.
+			Name:         IndexByOpen,
+			PartitionKey: KeyAttr{Name: AttrOpenShard, Type: AttrString},
+			SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
+		}},
+	}
 }
 
 // AttemptsTable is the attempt ledger: one item per (job, attempt number).
-var AttemptsTable = TableDef{
-	Logical:      "attempts",
-	PartitionKey: KeyAttr{Name: AttrJobID, Type: AttrString},
-	SortKey:      &KeyAttr{Name: AttrNumberKey, Type: AttrNumber},
+func AttemptsTable() TableDef {
+	return TableDef{
+		Logical:      "attempts",
+		PartitionKey: KeyAttr{Name: AttrJobID, Type: AttrString},
+		SortKey:      &KeyAttr{Name: AttrNumberKey, Type: AttrNumber},
+	}
 }
 
 // CertificationsTable records contract-test certifications per
 // (job type contract, provider).
-var CertificationsTable = TableDef{
-	Logical:      "certifications",
-	PartitionKey: KeyAttr{Name: AttrContractKey, Type: AttrString},
-	SortKey:      &KeyAttr{Name: AttrProviderKey, Type: AttrString},
+func CertificationsTable() TableDef {
+	return TableDef{
+		Logical:      "certifications",
+		PartitionKey: KeyAttr{Name: AttrContractKey, Type: AttrString},
+		SortKey:      &KeyAttr{Name: AttrProviderKey, Type: AttrString},
+	}
 }
 
 // Tables lists every table the service uses.
-func Tables() []TableDef { return []TableDef{JobsTable, AttemptsTable, CertificationsTable} }
+func Tables() []TableDef { return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable()} }

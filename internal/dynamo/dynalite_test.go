@@ -1,0 +1,354 @@
+package dynamo_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/job"
+)
+
+// sentLog keeps the item requests a client sends (once per call: the
+// initialize step runs before the SDK's retries).
+type sentLog struct {
+	mu     sync.Mutex
+	inputs []any
+}
+
+func (l *sentLog) capture(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+		return s.Initialize.Add(middleware.InitializeMiddlewareFunc("capture",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				switch in.Parameters.(type) {
+				case *dynamodb.PutItemInput, *dynamodb.UpdateItemInput, *dynamodb.GetItemInput, *dynamodb.QueryInput:
+					l.mu.Lock()
+					l.inputs = append(l.inputs, in.Parameters)
+					l.mu.Unlock()
+				}
+				return next.HandleInitialize(ctx, in)
+			}), middleware.Before)
+	})
+}
+
+// take returns the requests sent since the last take, as "Op: condition |
+// update" lines.
+func (l *sentLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, in := range l.inputs {
+		switch in := in.(type) {
+		case *dynamodb.PutItemInput:
+			out = append(out, "PutItem: "+aws.ToString(in.ConditionExpression))
+		case *dynamodb.UpdateItemInput:
+			out = append(out, "UpdateItem: "+aws.ToString(in.ConditionExpression)+" | "+aws.ToString(in.UpdateExpression))
+		case *dynamodb.GetItemInput:
+			out = append(out, "GetItem")
+		case *dynamodb.QueryInput:
+			out = append(out, "Query")
+		}
+	}
+	l.inputs = nil
+	return out
+}
+
+func put(k job.Kind) string {
+	c, _ := dynamo.WantSent(k)
+	return "PutItem: " + c
+}
+
+func update(k job.Kind) string {
+	c, u := dynamo.WantSent(k)
+	return "UpdateItem: " + c + " | " + u
+}
+
+type dynaliteEnv struct {
+	st    *dynamo.Store
+	db    *dynamodb.Client
+	names dynamo.TableNames
+	log   *sentLog
+}
+
+func newDynaliteEnv(t *testing.T) *dynaliteEnv {
+	t.Helper()
+	log := &sentLog{}
+	db, names := harness.Tables(t, log.capture)
+	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
+		CertificationsTable: names.Certifications})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	return &dynaliteEnv{st: st, db: db, names: names, log: log}
+}
+
+// apply applies a decision and checks the requests it sent.
+func (e *dynaliteEnv) apply(t *testing.T, tr job.Transition, err error, ok bool, want ...string) job.Job {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("decide: %v", err)
+	}
+	applied, err := e.st.Apply(context.Background(), tr)
+	if err != nil {
+		t.Fatalf("apply %s: %v", tr.Kind(), err)
+	}
+	if applied.OK != ok {
+		t.Fatalf("apply %s: OK = %v, want %v", tr.Kind(), applied.OK, ok)
+	}
+	e.expect(t, string(tr.Kind()), want...)
+	return applied.Job
+}
+
+func (e *dynaliteEnv) expect(t *testing.T, what string, want ...string) {
+	t.Helper()
+	if got := e.log.take(); !slices.Equal(got, want) {
+		t.Errorf("%s sent:\n%s\nwant:\n%s", what, lines(got), lines(want))
+	}
+}
+
+func lines(ss []string) string {
+	out := ""
+	for _, s := range ss {
+		out += "  " + s + "\n"
+	}
+	return out
+}
+
+// rawJob reads the stored job item as DynamoDB holds it.
+func (e *dynaliteEnv) rawJob(t *testing.T, id string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := e.db.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(e.names.Jobs),
+		Key: map[string]types.AttributeValue{dynamo.AttrID: &types.AttributeValueMemberS{Value: id}}, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.log.take()
+	return out.Item
+}
+
+// ledger reads the ledger's copies of a job's attempts: number → (state, revision).
+func (e *dynaliteEnv) ledger(t *testing.T, id string) map[int]string {
+	t.Helper()
+	out, err := e.db.Query(context.Background(), &dynamodb.QueryInput{TableName: aws.String(e.names.Attempts),
+		KeyConditionExpression:    aws.String("#j = :j"),
+		ExpressionAttributeNames:  map[string]string{"#j": dynamo.AttrJobID},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":j": &types.AttributeValueMemberS{Value: id}},
+		ConsistentRead:            aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.log.take()
+	m := map[int]string{}
+	for _, it := range out.Items {
+		n, err := strconv.Atoi(str(it, dynamo.AttrNumberKey))
+		if err != nil {
+			t.Fatalf("ledger number: %v", err)
+		}
+		m[n] = str(it, "state") + "@" + str(it, "revision")
+	}
+	return m
+}
+
+func str(item map[string]types.AttributeValue, k string) string {
+	switch v := item[k].(type) {
+	case *types.AttributeValueMemberS:
+		return v.Value
+	case *types.AttributeValueMemberN:
+		return v.Value
+	case nil:
+		return "<absent>"
+	}
+	return fmt.Sprintf("%T", item[k])
+}
+
+func attemptState(item map[string]types.AttributeValue, n int) string {
+	atts := item["attempts"].(*types.AttributeValueMemberM).Value
+	a, ok := atts[fmt.Sprint(n)].(*types.AttributeValueMemberM)
+	if !ok {
+		return "<absent>"
+	}
+	return a.Value["state"].(*types.AttributeValueMemberS).Value
+}
+
+func checkItem(t *testing.T, item map[string]types.AttributeValue, want map[string]string) {
+	t.Helper()
+	for k, w := range want {
+		if g := str(item, k); g != w {
+			t.Errorf("item %s = %s, want %s", k, g, w)
+		}
+	}
+}
+
+// TestWritesAgainstDynalite runs every kind of write against a DynamoDB
+// implementation: the pinned expressions are accepted, produce the expected
+// items, and refuse the stale writes they exist to refuse.
+func TestWritesAgainstDynalite(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	newJob := func(t *testing.T, e *dynaliteEnv, key string) job.Job {
+		t.Helper()
+		j, err := job.New(job.Request{Owner: "o", IdempotencyKey: key, Type: "demo", Input: json.RawMessage(`{"a":1}`),
+			Providers: []string{"p1", "p2"}}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		created, replayed, err := e.st.Create(context.Background(), j)
+		if err != nil || replayed {
+			t.Fatalf("create: %v, replayed %v", err, replayed)
+		}
+		e.expect(t, "create", put(dynamo.KindCreate))
+		if open := str(e.rawJob(t, j.ID), dynamo.AttrOpenShard); open != "open" {
+			t.Errorf("a new job is not in the open index: %s", open)
+		}
+		return created
+	}
+	bookkeeping := []string{update(job.KindAttempt), put(dynamo.KindLedger)}
+	// A refused write is read back: dynalite ignores ALL_OLD.
+	refused := func(k job.Kind) []string { return []string{update(k), "GetItem"} }
+
+	t.Run("CreateThenReplay", func(t *testing.T) {
+		t.Parallel()
+		e := newDynaliteEnv(t)
+		j := newJob(t, e, "k-replay")
+		again, replayed, err := e.st.Create(context.Background(), j)
+		if err != nil || !replayed || again.ID != j.ID {
+			t.Fatalf("replay: %v, replayed %v", err, replayed)
+		}
+		e.expect(t, "replayed create", put(dynamo.KindCreate), "GetItem")
+	})
+
+	t.Run("StartClaimComplete", func(t *testing.T) {
+		t.Parallel()
+		e := newDynaliteEnv(t)
+		j := newJob(t, e, "k-complete")
+		startTr, err := job.DecideStart(j, "p1", now)
+		j = e.apply(t, startTr, err, true, update(job.KindStartAttempt), put(dynamo.KindLedger))
+		claimTr, err := job.DecideRunning(j, 1, now.Add(time.Second))
+		j = e.apply(t, claimTr, err, true, bookkeeping...)
+
+		// The same start again, decided on the old revision: revisionIs refuses it.
+		e.apply(t, startTr, nil, false, refused(job.KindStartAttempt)...)
+
+		tr, err := job.DecideComplete(j, 1, json.RawMessage(`{"ok":true}`), "req-1", now.Add(2*time.Second))
+		j = e.apply(t, tr, err, true, update(job.KindComplete), put(dynamo.KindLedger))
+		if j.Status != job.StatusSucceeded || j.CompletedBy != 1 || j.Version != 1 || j.Revision != 3 {
+			t.Errorf("applied job: %s by %d, version %d revision %d", j.Status, j.CompletedBy, j.Version, j.Revision)
+		}
+		item := e.rawJob(t, j.ID)
+		checkItem(t, item, map[string]string{"status": "succeeded", "version": "1", "revision": "3", "attempt_count": "1",
+			"completed_by": "1", "result": `{"ok":true}`, dynamo.AttrOpenShard: "<absent>", "error": "<absent>"})
+		if s := attemptState(item, 1); s != "succeeded" {
+			t.Errorf("attempt 1 = %s", s)
+		}
+		if l := e.ledger(t, j.ID); !maps.Equal(l, map[int]string{1: "succeeded@3"}) {
+			t.Errorf("ledger = %v", l)
+		}
+		// The completion again: versionIs refuses it.
+		e.apply(t, tr, nil, false, refused(job.KindComplete)...)
+	})
+
+	t.Run("CompleteRefusedOnceTheAttemptMoved", func(t *testing.T) {
+		t.Parallel()
+		e := newDynaliteEnv(t)
+		j := newJob(t, e, "k-moved")
+		tr, err := job.DecideStart(j, "p1", now)
+		j = e.apply(t, tr, err, true, update(job.KindStartAttempt), put(dynamo.KindLedger))
+		tr, err = job.DecideRunning(j, 1, now)
+		j = e.apply(t, tr, err, true, bookkeeping...)
+		complete, err := job.DecideComplete(j, 1, json.RawMessage(`{}`), "", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The attempt fails first; the version is unchanged, so only
+		// attemptStateIn stands between the stale completion and the job.
+		tr, err = job.DecideAttemptFailed(j, 1, job.Failure{Class: job.ClassRetryable, Message: "503"}, "", now)
+		j = e.apply(t, tr, err, true, bookkeeping...)
+		cur := e.apply(t, complete, nil, false, refused(job.KindComplete)...)
+		if cur.Status.Terminal() || cur.Version != 0 {
+			t.Errorf("the stale completion was written: %s, version %d", cur.Status, cur.Version)
+		}
+		if s := attemptState(e.rawJob(t, j.ID), 1); s != "failed" {
+			t.Errorf("attempt 1 = %s", s)
+		}
+	})
+
+	t.Run("Fail", func(t *testing.T) {
+		t.Parallel()
+		e := newDynaliteEnv(t)
+		j := newJob(t, e, "k-fail")
+		tr, err := job.DecideStart(j, "p1", now)
+		j = e.apply(t, tr, err, true, update(job.KindStartAttempt), put(dynamo.KindLedger))
+		tr, err = job.DecideRunning(j, 1, now)
+		j = e.apply(t, tr, err, true, bookkeeping...)
+		tr, err = job.DecideAttemptFailed(j, 1, job.Failure{Class: job.ClassNonRetryable, Message: "400"}, "req-2", now)
+		j = e.apply(t, tr, err, true, bookkeeping...)
+		tr, err = job.DecideFail(j, job.Failure{Class: job.ClassNonRetryable, Message: "refused"}, now)
+		j = e.apply(t, tr, err, true, update(job.KindFail))
+		if j.Status != job.StatusFailed || j.Error == nil || j.Error.Message != "refused" {
+			t.Errorf("applied job: %s, error %+v", j.Status, j.Error)
+		}
+		item := e.rawJob(t, j.ID)
+		checkItem(t, item, map[string]string{"status": "failed", "version": "1", "revision": "4",
+			"completed_by": "<absent>", dynamo.AttrOpenShard: "<absent>"})
+		if l := e.ledger(t, j.ID); !maps.Equal(l, map[int]string{1: "failed@3"}) {
+			t.Errorf("ledger = %v", l)
+		}
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		t.Parallel()
+		e := newDynaliteEnv(t)
+		j := newJob(t, e, "k-cancel")
+		cancel, err := job.DecideCancel(j, now)
+		j = e.apply(t, cancel, err, true, update(job.KindCancel))
+		checkItem(t, e.rawJob(t, j.ID), map[string]string{"status": "cancelled", "version": "1", "revision": "1",
+			dynamo.AttrOpenShard: "<absent>"})
+		if l := e.ledger(t, j.ID); len(l) != 0 {
+			t.Errorf("a job-level transition wrote the ledger: %v", l)
+		}
+		// Decided on the old version: versionIs refuses it.
+		e.apply(t, cancel, nil, false, refused(job.KindCancel)...)
+	})
+
+	t.Run("LedgerKeepsTheNewerCopy", func(t *testing.T) {
+		t.Parallel()
+		e := newDynaliteEnv(t)
+		j := newJob(t, e, "k-ledger")
+		tr, err := job.DecideStart(j, "p1", now)
+		started := e.apply(t, tr, err, true, update(job.KindStartAttempt), put(dynamo.KindLedger))
+		tr, err = job.DecideRunning(started, 1, now.Add(time.Second))
+		j = e.apply(t, tr, err, true, bookkeeping...)
+		// A late copy of the starting attempt (revision 1) reaches the
+		// ledger after the running one (revision 2): ledgerOlderThan
+		// refuses it, and that is no error.
+		late, _ := started.Attempt(1)
+		if err := e.st.Record(context.Background(), late, started.Revision); err != nil {
+			t.Fatalf("late ledger copy: %v", err)
+		}
+		e.expect(t, "late ledger copy", put(dynamo.KindLedger))
+		if l := e.ledger(t, j.ID); !maps.Equal(l, map[int]string{1: "running@2"}) {
+			t.Errorf("ledger = %v", l)
+		}
+		// A newer copy replaces it.
+		moved, _ := j.Attempt(1)
+		if err := e.st.Record(context.Background(), moved, j.Revision+1); err != nil {
+			t.Fatal(err)
+		}
+		e.log.take()
+		if l := e.ledger(t, j.ID); !maps.Equal(l, map[int]string{1: "running@3"}) {
+			t.Errorf("ledger = %v", l)
+		}
+	})
+}

@@ -1,0 +1,27 @@
+package dynamo
+
+import (
+	"context"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// Test-only exports for the external tests (dynalite_test.go), which cannot
+// live in package dynamo: dynalitetest imports it.
+
+// Kinds of write that are no transition.
+const (
+	KindCreate = kindCreate
+	KindLedger = kindLedger
+)
+
+// WantSent returns the condition and update expression a kind of write sends.
+func WantSent(k job.Kind) (condition, update string) {
+	w := wantSent()[k]
+	return w.cond, w.update
+}
+
+// Record mirrors an attempt into the ledger, stamped with revision.
+func (s *Store) Record(ctx context.Context, a job.Attempt, revision int64) error {
+	return s.record(ctx, a, revision)
+}

@@ -1,0 +1,270 @@
+package dynamo
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// The store's writes are composed from the named pieces below: condition
+// clauses (what must still hold for a write to apply) and update parts (what
+// it changes). Each piece owns the expression attribute names and values its
+// text uses, so a request is exactly the sum of its pieces: nothing defined
+// in one place and used in another, nothing sent unused (DynamoDB refuses
+// unused names and values). write.go composes them per transition kind.
+
+// refs are the expression attribute names and values one piece uses.
+type refs struct {
+	names  map[string]string
+	values map[string]types.AttributeValue
+}
+
+// clause is a named condition clause. The zero clause asks for nothing.
+type clause struct {
+	text string
+	// anyOf marks a disjunction, which allOf puts in parentheses.
+	anyOf bool
+	uses  []refs
+}
+
+func nameMap(kv ...string) map[string]string {
+	m := make(map[string]string, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+// ---- condition clauses ------------------------------------------------------
+
+// jobAbsent: no job has this ID yet (Create).
+func jobAbsent() clause {
+	return clause{text: "attribute_not_exists(#id)", uses: []refs{{names: nameMap("#id", AttrID)}}}
+}
+
+// revisionIs: the job item is still at the revision the decision read
+// (bookkeeping transitions).
+func revisionIs(rev int64) clause {
+	return clause{text: "#revision = :rev", uses: []refs{{
+		names:  nameMap("#revision", aRevision),
+		values: map[string]types.AttributeValue{":rev": avN(rev)},
+	}}}
+}
+
+// versionIs: the job's outcome version is still the one the decision read
+// (outcome transitions; for a completion, the version its attempt read).
+func versionIs(v int64) clause {
+	return clause{text: "#version = :read", uses: []refs{{
+		names:  nameMap("#version", aVersion),
+		values: map[string]types.AttributeValue{":read": avN(v)},
+	}}}
+}
+
+// noWinnerYet: no attempt's result has been written.
+func noWinnerYet() clause {
+	return clause{text: "attribute_not_exists(#completed)", uses: []refs{{names: nameMap("#completed", aCompletedBy)}}}
+}
+
+// attemptStateIn: attempt n is still in one of states. No states asks for
+// nothing (the zero clause).
+func attemptStateIn(n int, states []job.AttemptState) clause {
+	if len(states) == 0 {
+		return clause{}
+	}
+	r := refs{
+		names:  nameMap("#attempts", aAttempts, "#n", strconv.Itoa(n), "#state", aState),
+		values: map[string]types.AttributeValue{},
+	}
+	in := make([]string, len(states))
+	for i, st := range states {
+		in[i] = ":allowed" + strconv.Itoa(i)
+		r.values[in[i]] = avS(string(st))
+	}
+	return clause{text: "#attempts.#n.#state IN (" + strings.Join(in, ", ") + ")", uses: []refs{r}}
+}
+
+// ledgerAbsent: the ledger holds no copy of this attempt yet.
+func ledgerAbsent() clause {
+	return clause{text: "attribute_not_exists(#job)", uses: []refs{{names: nameMap("#job", AttrJobID)}}}
+}
+
+// ledgerOlderThan: the ledger's copy reflects a job revision before rev.
+func ledgerOlderThan(rev int64) clause {
+	return clause{text: "#revision < :rev", uses: []refs{{
+		names:  nameMap("#revision", aRevision),
+		values: map[string]types.AttributeValue{":rev": avN(rev)},
+	}}}
+}
+
+// allOf holds when every clause holds; zero clauses are left out.
+func allOf(cs ...clause) clause {
+	var out clause
+	var texts []string
+	for _, c := range cs {
+		if c.text == "" {
+			continue
+		}
+		t := c.text
+		if c.anyOf {
+			t = "(" + t + ")"
+		}
+		texts = append(texts, t)
+		out.uses = append(out.uses, c.uses...)
+	}
+	out.text = strings.Join(texts, " AND ")
+	return out
+}
+
+// anyOf holds when one of the clauses holds; zero clauses are left out.
+func anyOf(cs ...clause) clause {
+	var out clause
+	var texts []string
+	for _, c := range cs {
+		if c.text == "" {
+			continue
+		}
+		texts = append(texts, c.text)
+		out.uses = append(out.uses, c.uses...)
+	}
+	out.text = strings.Join(texts, " OR ")
+	out.anyOf = len(texts) > 1
+	return out
+}
+
+// ---- update parts -----------------------------------------------------------
+
+// part is a named piece of an update: the SET and REMOVE actions it adds.
+type part struct {
+	set, remove []string
+	uses        []refs
+}
+
+// stamp is in every write of the job item: the new status and update time,
+// one more revision, and the token naming this write (see wroteBy).
+func stamp(after job.Job, token string) part {
+	return part{
+		set: []string{"#status = :status", "#updated = :updated", "#revision = #revision + :one", "#token = :token"},
+		uses: []refs{{
+			names: nameMap("#status", aStatus, "#updated", aUpdatedAt, "#revision", aRevision, "#token", aWriteToken),
+			values: map[string]types.AttributeValue{
+				":status": avS(string(after.Status)), ":updated": avT(after.UpdatedAt), ":one": avN(1), ":token": avS(token),
+			},
+		}},
+	}
+}
+
+// putAttempt writes attempt a whole into the job item's map of attempts.
+func putAttempt(a job.Attempt) part {
+	return part{set: []string{"#attempts.#n = :attempt"}, uses: []refs{{
+		names:  nameMap("#attempts", aAttempts, "#n", strconv.Itoa(a.Number)),
+		values: map[string]types.AttributeValue{":attempt": &types.AttributeValueMemberM{Value: encodeAttempt(a)}},
+	}}}
+}
+
+// setAttemptCount records how many attempts the job has started.
+func setAttemptCount(n int) part {
+	return part{set: []string{"#count = :count"}, uses: []refs{{
+		names:  nameMap("#count", aAttemptCount),
+		values: map[string]types.AttributeValue{":count": avN(int64(n))},
+	}}}
+}
+
+// setVersion moves the outcome version (versionIs compares on it).
+func setVersion(v int64) part {
+	return part{set: []string{"#version = :version"}, uses: []refs{{
+		names:  nameMap("#version", aVersion),
+		values: map[string]types.AttributeValue{":version": avN(v)},
+	}}}
+}
+
+// outcomeFields writes the outcome after carries: the winning attempt and
+// its result, if any; the job's failure, or its removal when before had one
+// and after has none.
+func outcomeFields(before, after job.Job) part {
+	var p part
+	if after.CompletedBy != 0 {
+		p.set = append(p.set, "#completed = :completed", "#result = :result")
+		p.uses = append(p.uses, refs{
+			names: nameMap("#completed", aCompletedBy, "#result", aResult),
+			values: map[string]types.AttributeValue{
+				":completed": avN(int64(after.CompletedBy)), ":result": avS(string(after.Result)),
+			},
+		})
+	}
+	switch {
+	case after.Error != nil:
+		p.set = append(p.set, "#error = :error")
+		p.uses = append(p.uses, refs{
+			names:  nameMap("#error", aError),
+			values: map[string]types.AttributeValue{":error": encodeFailure(*after.Error)},
+		})
+	case before.Error != nil:
+		p.remove = append(p.remove, "#error")
+		p.uses = append(p.uses, refs{names: nameMap("#error", aError)})
+	}
+	return p
+}
+
+// leaveOpenIndex drops the job from the sweeper's sparse by_open index: an
+// outcome closes it.
+func leaveOpenIndex() part {
+	return part{remove: []string{"#open"}, uses: []refs{{names: nameMap("#open", AttrOpenShard)}}}
+}
+
+// updateOf joins parts into one update expression, SET actions before
+// REMOVE actions, each in the parts' order.
+func updateOf(parts ...part) (string, []refs) {
+	var set, remove []string
+	var uses []refs
+	for _, p := range parts {
+		set = append(set, p.set...)
+		remove = append(remove, p.remove...)
+		uses = append(uses, p.uses...)
+	}
+	var clauses []string
+	if len(set) > 0 {
+		clauses = append(clauses, "SET "+strings.Join(set, ", "))
+	}
+	if len(remove) > 0 {
+		clauses = append(clauses, "REMOVE "+strings.Join(remove, ", "))
+	}
+	return strings.Join(clauses, " "), uses
+}
+
+// ---- one request's maps -----------------------------------------------------
+
+// attributeMaps merges the names and values of a request's pieces. Pieces
+// may share a name placeholder only for the same attribute; a value
+// placeholder belongs to one piece. Empty maps are nil: DynamoDB refuses
+// empty ones.
+func attributeMaps(uses ...[]refs) (map[string]string, map[string]types.AttributeValue, error) {
+	var ns map[string]string
+	var vs map[string]types.AttributeValue
+	for _, rs := range uses {
+		for _, r := range rs {
+			for k, v := range r.names {
+				if old, ok := ns[k]; ok && old != v {
+					return nil, nil, fmt.Errorf("store: expression name %s means both %q and %q", k, old, v)
+				}
+				if ns == nil {
+					ns = map[string]string{}
+				}
+				ns[k] = v
+			}
+			for k, v := range r.values {
+				if _, ok := vs[k]; ok {
+					return nil, nil, fmt.Errorf("store: expression value %s is set by two pieces", k)
+				}
+				if vs == nil {
+					vs = map[string]types.AttributeValue{}
+				}
+				vs[k] = v
+			}
+		}
+	}
+	return ns, vs, nil
+}

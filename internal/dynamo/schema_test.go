@@ -1,0 +1,30 @@
+package dynamo
+
+import (
+	"slices"
+	"testing"
+)
+
+// The schema cannot be changed from outside: every call builds it afresh.
+func TestTableDefinitionsAreFresh(t *testing.T) {
+	t.Parallel()
+	jobs := JobsTable()
+	jobs.Logical = "changed"
+	jobs.Indexes[0].Name = "changed"
+	jobs.Indexes[0].SortKey.Name = "changed"
+	att := AttemptsTable()
+	att.SortKey.Name = "changed"
+	if j := JobsTable(); j.Logical != "jobs" || j.Indexes[0].Name != IndexByOwner || j.Indexes[0].SortKey.Name != AttrOwnerSort {
+		t.Errorf("JobsTable() changed by a caller: %+v", j)
+	}
+	if a := AttemptsTable(); a.SortKey.Name != AttrNumberKey {
+		t.Errorf("AttemptsTable() changed by a caller: %+v", a)
+	}
+	var logical []string
+	for _, d := range Tables() {
+		logical = append(logical, d.Logical)
+	}
+	if want := []string{"jobs", "attempts", "certifications"}; !slices.Equal(logical, want) {
+		t.Errorf("Tables() = %v, want %v", logical, want)
+	}
+}

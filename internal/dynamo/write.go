@@ -1,0 +1,142 @@
+package dynamo
+
+import (
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// jobWrite is one transition as a conditional update of the job item.
+type jobWrite struct {
+	condition clause
+	update    []part
+}
+
+// Bookkeeping kinds compare the revision the decision read; outcome kinds
+// compare the version it read and the absence of a winner.
+
+// startAttemptWrite adds a new attempt and counts it.
+func startAttemptWrite(t job.Transition, a job.Attempt, token string) jobWrite {
+	return jobWrite{
+		condition: revisionIs(t.Before().Revision),
+		update:    []part{stamp(t.After(), token), putAttempt(a), setAttemptCount(t.After().AttemptCount)},
+	}
+}
+
+// attemptWrite records one attempt's new state (claimed, failed, unknown,
+// discarded, resolved).
+func attemptWrite(t job.Transition, a job.Attempt, token string) jobWrite {
+	return jobWrite{
+		condition: revisionIs(t.Before().Revision),
+		update:    []part{stamp(t.After(), token), putAttempt(a)},
+	}
+}
+
+// completeWrite makes attempt a's result the job's, while the job is on the
+// version a read, nothing has won, and a is still in a state a result may end.
+func completeWrite(t job.Transition, a job.Attempt, token string) jobWrite {
+	before, after := t.Before(), t.After()
+	return jobWrite{
+		condition: allOf(versionIs(before.Version), noWinnerYet(), attemptStateIn(a.Number, t.AllowedAttemptStates())),
+		update: []part{stamp(after, token), putAttempt(a), setVersion(after.Version),
+			outcomeFields(before, after), leaveOpenIndex()},
+	}
+}
+
+// failWrite writes the job's final failure while nothing has won.
+func failWrite(t job.Transition, token string) jobWrite {
+	before, after := t.Before(), t.After()
+	return jobWrite{
+		condition: allOf(versionIs(before.Version), noWinnerYet()),
+		update:    []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), leaveOpenIndex()},
+	}
+}
+
+// cancelWrite cancels the job while nothing has won.
+func cancelWrite(t job.Transition, token string) jobWrite {
+	before, after := t.Before(), t.After()
+	return jobWrite{
+		condition: allOf(versionIs(before.Version), noWinnerYet()),
+		update:    []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), leaveOpenIndex()},
+	}
+}
+
+// writeFor composes the write of a decided, non-noop transition. The
+// concerned attempt carries the token, so that a lost reply is recognised
+// on the attempt (wroteBy).
+func writeFor(t job.Transition, token string) (jobWrite, error) {
+	withAttempt := func(compose func(job.Transition, job.Attempt, string) jobWrite) (jobWrite, error) {
+		a, ok := t.After().Attempt(t.AttemptNumber())
+		if !ok {
+			return jobWrite{}, fmt.Errorf("store: %s transition of job %s names attempt %d, which it lacks",
+				t.Kind(), t.Before().ID, t.AttemptNumber())
+		}
+		a.WriteToken = token
+		return compose(t, a, token), nil
+	}
+	switch t.Kind() {
+	case job.KindStartAttempt:
+		return withAttempt(startAttemptWrite)
+	case job.KindAttempt:
+		return withAttempt(attemptWrite)
+	case job.KindComplete:
+		return withAttempt(completeWrite)
+	case job.KindFail:
+		return failWrite(t, token), nil
+	case job.KindCancel:
+		return cancelWrite(t, token), nil
+	}
+	return jobWrite{}, fmt.Errorf("store: no write for transition kind %q", t.Kind())
+}
+
+// input is the UpdateItem request for w on job id: ALL_NEW on success,
+// ALL_OLD on a failed condition.
+func (w jobWrite) input(table, id string) (*dynamodb.UpdateItemInput, error) {
+	update, uses := updateOf(w.update...)
+	ns, vs, err := attributeMaps(w.condition.uses, uses)
+	if err != nil {
+		return nil, err
+	}
+	return &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(table),
+		Key:                                 map[string]types.AttributeValue{AttrID: avS(id)},
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(w.condition.text),
+		ExpressionAttributeNames:            ns,
+		ExpressionAttributeValues:           vs,
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, nil
+}
+
+// createInput puts a new job unless its ID exists; a failed condition
+// carries the existing item (ALL_OLD).
+func createInput(table string, j job.Job) (*dynamodb.PutItemInput, error) {
+	return putInput(table, encodeJob(j), jobAbsent(), types.ReturnValuesOnConditionCheckFailureAllOld)
+}
+
+// ledgerInput puts the ledger's copy of attempt a, stamped with revision,
+// unless the ledger already holds as new a copy.
+func ledgerInput(table string, a job.Attempt, revision int64) (*dynamodb.PutItemInput, error) {
+	return putInput(table, ledgerItem(a, revision), anyOf(ledgerAbsent(), ledgerOlderThan(revision)), "")
+}
+
+func putInput(table string, item map[string]types.AttributeValue, c clause,
+	onFailure types.ReturnValuesOnConditionCheckFailure) (*dynamodb.PutItemInput, error) {
+	ns, vs, err := attributeMaps(c.uses)
+	if err != nil {
+		return nil, err
+	}
+	return &dynamodb.PutItemInput{
+		TableName:                           aws.String(table),
+		Item:                                item,
+		ConditionExpression:                 aws.String(c.text),
+		ExpressionAttributeNames:            ns,
+		ExpressionAttributeValues:           vs,
+		ReturnValuesOnConditionCheckFailure: onFailure,
+	}, nil
+}
