@@ -46,7 +46,7 @@ func token(_ context.Context, args []string, getenv func(string) string, now fun
 	if secret == "" {
 		secret = apigwlocal.DefaultLocalSecret
 	}
-	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(secret), Clock: now})
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(secret), NowFunc: now})
 	if err != nil {
 		return err
 	}

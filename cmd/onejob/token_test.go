@@ -41,7 +41,7 @@ func TestToken(t *testing.T) {
 			if err := token(context.Background(), tc.args, getenv, func() time.Time { return now }, &out, io.Discard); err != nil {
 				t.Fatal(err)
 			}
-			tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(tc.secret), Clock: func() time.Time { return now }})
+			tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(tc.secret), NowFunc: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)
 			}

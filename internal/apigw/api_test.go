@@ -366,6 +366,10 @@ func TestListJobs(t *testing.T) {
 		{"GarbageCursor", "cursor=not-a-cursor", 400, apigw.CodeInvalidCursor},
 		{"EmptyCursor", "cursor=", 400, apigw.CodeInvalidCursor},
 		{"ForgedCursor", "cursor=eyJzIjoieCIsImkiOiJ5In0", 400, apigw.CodeInvalidCursor},
+		{"UndecodableLimit", "limit=%zz", 400, apigw.CodeInvalidQuery},
+		{"UndecodableStatus", "status=%zz", 400, apigw.CodeInvalidQuery},
+		{"RepeatedStatus", "status=pending&status=running", 400, apigw.CodeInvalidQuery},
+		{"RepeatedLimit", "limit=1&limit=2", 400, apigw.CodeInvalidQuery},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,7 +32,7 @@ func TestLocalAuthorizer(t *testing.T) {
 		enc := base64.RawURLEncoding.EncodeToString
 		return enc([]byte(header)) + "." + enc([]byte(claims)) + "."
 	}
-	expired, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(testSecret), Clock: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
+	expired, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(testSecret), NowFunc: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}

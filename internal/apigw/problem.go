@@ -28,6 +28,7 @@ const (
 	CodeValidationFailed      Code = "validation-failed"
 	CodeUnknownJobType        Code = "unknown-job-type"
 	CodeInvalidCursor         Code = "invalid-cursor"
+	CodeInvalidQuery          Code = "invalid-query"
 	CodeNotFound              Code = "not-found"
 	CodeForbidden             Code = "forbidden"
 	CodeUnauthenticated       Code = "unauthenticated"
@@ -42,7 +43,7 @@ func Codes() []Code {
 	return []Code{
 		CodeIdempotencyKeyMissing, CodeIdempotencyKeyInvalid, CodeIdempotencyKeyReused, CodeMalformedJSON,
 		CodeUnsupportedMediaType, CodePayloadTooLarge, CodeValidationFailed, CodeUnknownJobType,
-		CodeInvalidCursor, CodeNotFound, CodeForbidden, CodeUnauthenticated, CodeConflict,
+		CodeInvalidCursor, CodeInvalidQuery, CodeNotFound, CodeForbidden, CodeUnauthenticated, CodeConflict,
 		CodeMethodNotAllowed, CodeUnavailable, CodeInternal,
 	}
 }
@@ -71,6 +72,8 @@ func (c Code) describe() (int, string) {
 		return http.StatusUnprocessableEntity, "Unknown job type"
 	case CodeInvalidCursor:
 		return http.StatusBadRequest, "Invalid cursor"
+	case CodeInvalidQuery:
+		return http.StatusBadRequest, "Invalid query string"
 	case CodeNotFound:
 		return http.StatusNotFound, "Not found"
 	case CodeForbidden:

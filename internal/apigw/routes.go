@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -153,7 +154,10 @@ func (h *Handler) cancelJob(ctx context.Context, r *request) (reply, error) {
 
 func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
 	q := lifecycle.ListQuery{Owner: r.owner, Limit: lifecycle.DefaultPageSize}
-	params := r.query()
+	params, err := r.query()
+	if err != nil {
+		return reply{}, err
+	}
 	var errs []FieldError
 	if s, ok := params["status"]; ok {
 		q.Status = job.Status(s)
@@ -305,14 +309,28 @@ func statusList() string {
 
 // query returns the query parameters as API Gateway passes them (repeated
 // names comma-joined), parsing the raw query string if they are absent.
-func (r *request) query() map[string]string {
-	if r.ev.QueryStringParameters != nil || r.ev.RawQueryString == "" {
-		return r.ev.QueryStringParameters
+func (r *request) query() (map[string]string, error) {
+	if r.ev.RawQueryString == "" {
+		// A bare event (a test, a console invoke) may carry only the map.
+		return r.ev.QueryStringParameters, nil
 	}
-	v, _ := url.ParseQuery(r.ev.RawQueryString)
+	// The raw string is what the client sent: API Gateway's map joins
+	// repeated names with commas and leaves undecodable ones as written.
+	v, err := url.ParseQuery(r.ev.RawQueryString)
+	if err != nil {
+		return nil, fail(CodeInvalidQuery, "the query string does not decode (bad percent-encoding or a semicolon)")
+	}
 	out := make(map[string]string, len(v))
+	var repeated []FieldError
 	for k, vs := range v {
-		out[k] = strings.Join(vs, ",")
+		if len(vs) > 1 {
+			repeated = append(repeated, FieldError{Parameter: k, Detail: "is given more than once"})
+		}
+		out[k] = vs[0]
 	}
-	return out
+	if len(repeated) > 0 {
+		sort.Slice(repeated, func(i, j int) bool { return repeated[i].Parameter < repeated[j].Parameter })
+		return nil, &Error{Code: CodeInvalidQuery, Detail: "a query parameter is repeated", Errors: repeated}
+	}
+	return out, nil
 }

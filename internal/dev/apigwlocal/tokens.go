@@ -39,15 +39,25 @@ type Claims map[string]string
 type TokenConfig struct {
 	// Secret is the HS256 key; required.
 	Secret []byte
-	// Clock decides expiry; time.Now when nil.
-	Clock func() time.Time
+	// NowFunc decides expiry; time.Now when nil.
+	NowFunc func() time.Time
 	// Issuer and Audience are optional: when set, minted tokens carry them
 	// and verified tokens must match them (as API Gateway checks iss/aud).
 	Issuer   string
 	Audience string
-	// Leeway tolerates clock skew on exp/nbf/iat.
+	// Leeway tolerates clock skew on exp, nbf and iat; DefaultLeeway when
+	// zero (NoLeeway for none).
 	Leeway time.Duration
 }
+
+// DefaultLeeway is the clock skew tolerated between a token's issuer and
+// this machine. API Gateway requires exp after, and nbf and iat before, the
+// current time; locally the issuer is usually this very machine, so a few
+// seconds cover any skew without letting a token from the future through.
+const DefaultLeeway = 5 * time.Second
+
+// NoLeeway asks for exact time checks.
+const NoLeeway time.Duration = -1
 
 // Tokens mints and verifies HS256 tokens with one secret.
 type Tokens struct {
@@ -63,17 +73,25 @@ func NewTokens(c TokenConfig) (*Tokens, error) {
 	if len(c.Secret) == 0 {
 		return nil, errors.New("apigwlocal: secret is required")
 	}
-	if c.Leeway < 0 {
+	switch {
+	case c.Leeway == 0:
+		c.Leeway = DefaultLeeway
+	case c.Leeway == NoLeeway:
+		c.Leeway = 0
+	case c.Leeway < 0:
 		return nil, errors.New("apigwlocal: leeway must not be negative")
 	}
-	if c.Clock == nil {
-		c.Clock = time.Now
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
 	}
 	opts := []jwt.ParserOption{
 		// Pinning the method is what defeats alg=none and key-confusion tokens.
 		jwt.WithValidMethods([]string{Algorithm}),
 		jwt.WithExpirationRequired(),
-		jwt.WithTimeFunc(c.Clock),
+		// As API Gateway: iat, when present, must not be in the future (nbf
+		// is checked by default).
+		jwt.WithIssuedAt(),
+		jwt.WithTimeFunc(c.NowFunc),
 		jwt.WithLeeway(c.Leeway),
 		// Keeps numbers as written, so claims render as API Gateway renders them.
 		jwt.WithJSONNumber(),
@@ -85,7 +103,7 @@ func NewTokens(c TokenConfig) (*Tokens, error) {
 		opts = append(opts, jwt.WithAudience(c.Audience))
 	}
 	secret := append([]byte(nil), c.Secret...)
-	return &Tokens{secret: secret, now: c.Clock, iss: c.Issuer, aud: c.Audience, parser: jwt.NewParser(opts...)}, nil
+	return &Tokens{secret: secret, now: c.NowFunc, iss: c.Issuer, aud: c.Audience, parser: jwt.NewParser(opts...)}, nil
 }
 
 // Grant is what a minted token says.

@@ -30,7 +30,7 @@ func newTokens(t *testing.T, c apigwlocal.TokenConfig) *apigwlocal.Tokens {
 func TestMintVerifyRoundTrip(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1767139200, 0)
-	tokens := newTokens(t, apigwlocal.TokenConfig{Secret: secret, Clock: fixedClock(now), Issuer: "onejob-local", Audience: "onejob"})
+	tokens := newTokens(t, apigwlocal.TokenConfig{Secret: secret, NowFunc: fixedClock(now), Issuer: "onejob-local", Audience: "onejob"})
 	tok, err := tokens.Mint(apigwlocal.Grant{Subject: "user-1", Scopes: []string{"openid", "jobs:admin"}, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestMintVerifyRoundTrip(t *testing.T) {
 func TestClaimsRenderedAsAPIGateway(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1767139200, 0)
-	tokens := newTokens(t, apigwlocal.TokenConfig{Secret: secret, Clock: fixedClock(now)})
+	tokens := newTokens(t, apigwlocal.TokenConfig{Secret: secret, NowFunc: fixedClock(now)})
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 		"sub": "user-1", "exp": 1767225600, "scp": []string{"jobs:read", "jobs:admin"},
 		"email_verified": true, "ratio": 0.5, "nothing": nil, "org": map[string]any{"id": "o1"},
@@ -79,7 +79,7 @@ func TestClaimsRenderedAsAPIGateway(t *testing.T) {
 func TestVerifyRefuses(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1767139200, 0)
-	tokens := newTokens(t, apigwlocal.TokenConfig{Secret: secret, Clock: fixedClock(now), Audience: "onejob"})
+	tokens := newTokens(t, apigwlocal.TokenConfig{Secret: secret, NowFunc: fixedClock(now), Audience: "onejob", Leeway: apigwlocal.NoLeeway})
 	exp := now.Add(time.Hour).Unix()
 	sign := func(m jwt.SigningMethod, key any, c jwt.MapClaims) string {
 		s, err := jwt.NewWithClaims(m, c).SignedString(key)
@@ -107,6 +107,7 @@ func TestVerifyRefuses(t *testing.T) {
 		{"NumericSubject", "Bearer " + sign(jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": 7, "aud": "onejob", "exp": exp}), apigw.ReasonSubject},
 		{"NoExpiry", "Bearer " + sign(jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "u", "aud": "onejob"}), apigwlocal.ReasonClaims},
 		{"WrongAudience", "Bearer " + sign(jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "u", "aud": "other", "exp": exp}), apigwlocal.ReasonClaims},
+		{"IssuedInTheFuture", "Bearer " + sign(jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "u", "aud": "onejob", "exp": exp, "iat": now.Add(30 * 24 * time.Hour).Unix()}), apigwlocal.ReasonNotYet},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,7 +129,7 @@ func TestConfigAndGrantValidation(t *testing.T) {
 	if _, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{}); err == nil {
 		t.Fatal("New accepted an empty secret")
 	}
-	if _, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: secret, Leeway: -time.Second}); err == nil {
+	if _, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: secret, Leeway: -2 * time.Second}); err == nil {
 		t.Fatal("New accepted a negative leeway")
 	}
 	tokens := newTokens(t, apigwlocal.TokenConfig{Secret: secret})
@@ -165,5 +166,39 @@ func TestScopes(t *testing.T) {
 		if got := apigw.HasScope(tc.claim, "jobs:admin"); got != tc.admin {
 			t.Errorf("HasScope(%q) = %v", tc.claim, got)
 		}
+	}
+}
+
+// TestLeeway: API Gateway wants exp after, and nbf and iat before, now; the
+// default leeway forgives a few seconds of clock skew and no more.
+func TestLeeway(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1767139200, 0)
+	tokens := newTokens(t, apigwlocal.TokenConfig{Secret: secret, NowFunc: fixedClock(now)})
+	exp := now.Add(time.Hour).Unix()
+	tests := []struct {
+		name   string
+		claims jwt.MapClaims
+		ok     bool
+	}{
+		{"IssuedJustAhead", jwt.MapClaims{"sub": "u", "exp": exp, "iat": now.Add(apigwlocal.DefaultLeeway - time.Second).Unix()}, true},
+		{"IssuedAheadBeyondLeeway", jwt.MapClaims{"sub": "u", "exp": exp, "iat": now.Add(apigwlocal.DefaultLeeway + time.Second).Unix()}, false},
+		{"IssuedAMonthAhead", jwt.MapClaims{"sub": "u", "exp": exp, "iat": now.Add(30 * 24 * time.Hour).Unix()}, false},
+		{"NotBeforeJustAhead", jwt.MapClaims{"sub": "u", "exp": exp, "nbf": now.Add(apigwlocal.DefaultLeeway - time.Second).Unix()}, true},
+		{"NotBeforeBeyondLeeway", jwt.MapClaims{"sub": "u", "exp": exp, "nbf": now.Add(apigwlocal.DefaultLeeway + time.Second).Unix()}, false},
+		{"ExpiredJustNow", jwt.MapClaims{"sub": "u", "exp": now.Add(-time.Second).Unix()}, true},
+		{"ExpiredBeyondLeeway", jwt.MapClaims{"sub": "u", "exp": now.Add(-apigwlocal.DefaultLeeway - time.Second).Unix()}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, tc.claims).SignedString(secret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tokens.Verify("Bearer " + tok); (err == nil) != tc.ok {
+				t.Fatalf("Verify = %v, want ok=%v", err, tc.ok)
+			}
+		})
 	}
 }
