@@ -99,6 +99,10 @@ func TestEveryEvent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// RIE may answer 502 before the bootstrap's last line has been
+		// copied from its pipe: Close waits for the processes to exit and
+		// for their output to be read to the end.
+		_ = em.Close()
 		if resp.Status != 502 || !strings.Contains(em.Output(), "init_failed") {
 			t.Errorf("RIE %d %s, want 502 after init_failed; output:\n%s", resp.Status, resp.Body, em.Output())
 		}

@@ -41,6 +41,20 @@ type stubs struct {
 	scenarios map[string]scenario
 	next      map[string]int
 	calls     map[string]map[string]int // job -> function -> calls
+	marked    map[string]chan struct{}  // closed when markunknown ran for the job
+}
+
+// markedChan is closed once markunknown ran for jobID: a slow run answers
+// only after the state machine gave up on it, however busy the machine.
+func (s *stubs) markedChan(jobID string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.marked[jobID]
+	if !ok {
+		ch = make(chan struct{})
+		s.marked[jobID] = ch
+	}
+	return ch
 }
 
 type jobRef struct {
@@ -76,14 +90,17 @@ func (s *stubs) handlers() map[string]func() lambda.Handler {
 			}
 			return sc.steps[i], nil
 		}),
-		"onejob-runattempt": factory(func(_ context.Context, in jobRef) (json.RawMessage, error) {
+		"onejob-runattempt": factory(func(ctx context.Context, in jobRef) (json.RawMessage, error) {
 			s.record("runattempt", in.JobID)
 			s.mu.Lock()
 			mode := s.scenarios[in.JobID].run
 			s.mu.Unlock()
 			switch mode {
 			case "slow":
-				time.Sleep(1500 * time.Millisecond)
+				select {
+				case <-s.markedChan(in.JobID):
+				case <-ctx.Done():
+				}
 			case "rejected":
 				return nil, &ProviderRejected{}
 			}
@@ -91,6 +108,14 @@ func (s *stubs) handlers() map[string]func() lambda.Handler {
 		}),
 		"onejob-markunknown": factory(func(_ context.Context, in jobRef) (json.RawMessage, error) {
 			s.record("markunknown", in.JobID)
+			ch := s.markedChan(in.JobID)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
 			return json.RawMessage(`{}`), nil
 		}),
 		"onejob-hedge": factory(func(_ context.Context, in jobRef) (map[string]string, error) {
@@ -146,7 +171,8 @@ func TestRealDefinition(t *testing.T) {
 		},
 	}
 
-	st := &stubs{scenarios: map[string]scenario{}, next: map[string]int{}, calls: map[string]map[string]int{}}
+	st := &stubs{scenarios: map[string]scenario{}, next: map[string]int{}, calls: map[string]map[string]int{},
+		marked: map[string]chan struct{}{}}
 	for name, tc := range scenarios {
 		st.scenarios[name] = tc.sc
 	}

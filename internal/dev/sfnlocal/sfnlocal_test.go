@@ -64,11 +64,36 @@ type workInput struct {
 type work struct {
 	mu        sync.Mutex
 	calls     map[string]int
-	abandoned map[string]chan error // ctx.Err() seen by a slow run when it finished
+	abandoned map[string]chan error    // ctx.Err() seen by a slow run when it finished
+	released  map[string]chan struct{} // closed once the job's execution closed
 }
 
 func newWork() *work {
-	return &work{calls: map[string]int{}, abandoned: map[string]chan error{}}
+	return &work{calls: map[string]int{}, abandoned: map[string]chan error{}, released: map[string]chan struct{}{}}
+}
+
+// releasedChan is closed by release: a slow run answers only once its
+// execution has moved past it, however busy the machine.
+func (w *work) releasedChan(jobID string) chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch, ok := w.released[jobID]
+	if !ok {
+		ch = make(chan struct{})
+		w.released[jobID] = ch
+	}
+	return ch
+}
+
+func (w *work) release(jobID string) {
+	ch := w.releasedChan(jobID)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
 }
 
 func (w *work) handle(ctx context.Context, in workInput) (map[string]string, error) {
@@ -93,8 +118,13 @@ func (w *work) handle(ctx context.Context, in workInput) (map[string]string, err
 		}
 		return map[string]string{"done": in.JobID}, nil
 	case "slow":
-		// Outlives the state's TimeoutSeconds (1 s) but not the Lambda timeout.
-		time.Sleep(1500 * time.Millisecond)
+		// Outlives the state's TimeoutSeconds: it answers only after the
+		// execution gave up on it and closed (release), or at its own Lambda
+		// deadline.
+		select {
+		case <-w.releasedChan(in.JobID):
+		case <-ctx.Done():
+		}
 		w.abandonedChan(in.JobID) <- ctx.Err()
 		return map[string]string{"done": "late"}, nil
 	default:
@@ -267,6 +297,9 @@ func waitClosed(t *testing.T, s *stack, arn string) *sfn.DescribeExecutionOutput
 			t.Fatalf("DescribeExecution: %v", err)
 		}
 		if out.Status != types.ExecutionStatusRunning {
+			if s.work != nil {
+				s.work.release(aws.ToString(out.Name))
+			}
 			return out
 		}
 		if time.Now().After(deadline) {
