@@ -581,15 +581,43 @@ func TestFaultsDoNotLeak(t *testing.T) {
 			t.Fatalf("apigw-requestid %q, problem request_id %v", got, p["request_id"])
 		}
 	})
-	t.Run("StoreFaultIsUnavailable", func(t *testing.T) {
+	// A store that refuses for good (here: no such table) is a fault of the
+	// deployment: 500 with a request id, never a 503 that invites retries.
+	t.Run("StoreRefusalIsInternal", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, missingTables)
 		r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + job.NewID("a", "b"), token: e.token(t, "owner-1")})
-		wantProblem(t, r, http.StatusServiceUnavailable, apigw.CodeUnavailable)
+		p := wantProblem(t, r, http.StatusInternalServerError, apigw.CodeInternal)
 		if strings.Contains(string(r.body), "no-such") || strings.Contains(string(r.body), "ResourceNotFound") {
 			t.Fatalf("internal text leaked: %s", r.body)
 		}
-		if line := lineWith(e.logs.String(), `"msg":"request_failed"`); !strings.Contains(line, "ResourceNotFound") {
+		if line := lineWith(e.logs.String(), `"msg":"request_failed"`); !strings.Contains(line, "ResourceNotFound") ||
+			!strings.Contains(line, `"request_id":"`+p["request_id"].(string)+`"`) {
+			t.Fatalf("fault not logged with its request id: %q", line)
+		}
+	})
+	// A ValidationException (here: a key the table does not have, as when
+	// a deployment points at the wrong table) is a 500, not a 503.
+	t.Run("StoreValidationIsInternal", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, jobsInTheAttemptsTable)
+		r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + job.NewID("a", "b"), token: e.token(t, "owner-1")})
+		p := wantProblem(t, r, http.StatusInternalServerError, apigw.CodeInternal)
+		if line := lineWith(e.logs.String(), `"msg":"request_failed"`); !strings.Contains(line, "ValidationException") ||
+			!strings.Contains(line, `"request_id":"`+p["request_id"].(string)+`"`) {
+			t.Fatalf("fault not logged with its request id: %q", line)
+		}
+	})
+	// A store that cannot be reached is an outage: 503, retry later.
+	t.Run("StoreOutageIsUnavailable", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, unreachableStore)
+		r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + job.NewID("a", "b"), token: e.token(t, "owner-1")})
+		wantProblem(t, r, http.StatusServiceUnavailable, apigw.CodeUnavailable)
+		if r.header.Get("Retry-After") == "" {
+			t.Error("a 503 without Retry-After")
+		}
+		if line := lineWith(e.logs.String(), `"msg":"request_failed"`); !strings.Contains(line, "store unavailable") {
 			t.Fatalf("fault not logged: %q", line)
 		}
 	})

@@ -27,6 +27,7 @@ import (
 
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
@@ -130,6 +131,15 @@ type envOption func(*apigw.Config, *dynamo.Config)
 func failingStarter(c *apigw.Config, _ *dynamo.Config) { c.Starter.(*fakeStarter).fail = true }
 
 func smallResponses(c *apigw.Config, _ *dynamo.Config) { c.MaxResponseBytes = 3000 }
+
+// unreachableStore points the store at a closed loopback port.
+func unreachableStore(_ *apigw.Config, s *dynamo.Config) {
+	s.Client = dynalite.NewClient("http://127.0.0.1:1")
+}
+
+// jobsInTheAttemptsTable points the jobs at a table with another key
+// schema, so DynamoDB answers ValidationException.
+func jobsInTheAttemptsTable(_ *apigw.Config, s *dynamo.Config) { s.JobsTable = s.AttemptsTable }
 
 func missingTables(_ *apigw.Config, s *dynamo.Config) {
 	s.JobsTable, s.AttemptsTable = "no-such-jobs", "no-such-attempts"

@@ -174,6 +174,8 @@ func problemOf(err error) problem {
 		p.Errors = []FieldError{{Pointer: "/" + invalidJ.Field, Detail: invalidJ.Reason}}
 	case errors.Is(err, lifecycle.ErrInvalidCursor):
 		code, p.Detail = CodeInvalidCursor, "the cursor was not issued by this API for this listing"
+	case errors.Is(err, lifecycle.ErrTooLarge):
+		code, p.Detail = CodePayloadTooLarge, "the job would exceed what the store holds in one item"
 	case errors.Is(err, lifecycle.ErrUnavailable), errors.Is(err, lifecycle.ErrContention),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		code, p.Detail = CodeUnavailable, "the service is temporarily unavailable; retry with the same Idempotency-Key"

@@ -34,7 +34,7 @@ func (s *Store) PutCertification(ctx context.Context, c job.Certification) error
 		},
 	})
 	if err != nil {
-		return unavailable("put certification", err)
+		return storeError("put certification", err)
 	}
 	return nil
 }
@@ -51,7 +51,7 @@ func (s *Store) Certified(ctx context.Context, jobType, contractVersion, provide
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return false, unavailable("get certification", err)
+		return false, storeError("get certification", err)
 	}
 	passed, ok := out.Item["passed"].(*types.AttributeValueMemberBOOL)
 	return ok && passed.Value, nil
@@ -65,7 +65,7 @@ func (s *Store) ListCertifications(ctx context.Context) ([]job.Certification, er
 	for {
 		res, err := s.db.scan(ctx, &dynamodb.ScanInput{TableName: aws.String(s.certs), ExclusiveStartKey: start, ConsistentRead: aws.Bool(true)})
 		if err != nil {
-			return nil, unavailable("list certifications", err)
+			return nil, storeError("list certifications", err)
 		}
 		for _, item := range res.Items {
 			d := decoder{m: item}

@@ -3,10 +3,12 @@ package dynamo_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // sentLog keeps the item requests a client sends (once per call: the
@@ -351,4 +354,66 @@ func TestWritesAgainstDynalite(t *testing.T) {
 			t.Errorf("ledger = %v", l)
 		}
 	})
+}
+
+// TestOversizedJobIsRefusedNotUnavailable writes a real job near DynamoDB's
+// item limit and completes it with a result that cannot fit: the store says
+// so before sending (a *lifecycle.TooLargeError, nothing written), and a
+// write DynamoDB itself refuses is never reported as an outage.
+func TestOversizedJobIsRefusedNotUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, names := harness.Tables(t)
+	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
+		CertificationsTable: names.Certifications})
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := json.RawMessage(`{"prompt":"` + strings.Repeat("p", 200<<10) + `"}`)
+	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "big", Type: "demo", Input: input, Providers: []string{"p1"}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Create(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	for _, decide := range []func(job.Job) (job.Transition, error){
+		func(j job.Job) (job.Transition, error) { return job.DecideStart(j, "p1", time.Now()) },
+		func(j job.Job) (job.Transition, error) { return job.DecideRunning(j, 1, time.Now()) },
+	} {
+		tr, err := decide(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.Apply(ctx, tr)
+		if err != nil || !res.OK {
+			t.Fatalf("apply: %v %v", res.OK, err)
+		}
+		j = res.Job
+	}
+	result := json.RawMessage(`{"text":"` + strings.Repeat("r", 250<<10) + `"}`)
+	tr, err := job.DecideComplete(j, 1, result, "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Apply(ctx, tr)
+	var tooLarge *lifecycle.TooLargeError
+	if !errors.As(err, &tooLarge) || errors.Is(err, lifecycle.ErrUnavailable) || tooLarge.Bytes <= dynamo.MaxItemBytes {
+		t.Fatalf("Apply(oversized completion) = %v, want a *TooLargeError over %d bytes", err, dynamo.MaxItemBytes)
+	}
+	if got, err := st.Get(ctx, j.ID); err != nil || got.Status != job.StatusRunning || got.Revision != j.Revision {
+		t.Fatalf("job after the refused write: %s rev %d (%v), want it unchanged", got.Status, got.Revision, err)
+	}
+
+	// DynamoDB's own refusal of an item it cannot hold reads the same way:
+	// past the store's guard, straight to dynalite.
+	huge := strings.Repeat("x", dynamo.MaxItemBytes)
+	_, err = db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(names.Jobs), Item: map[string]types.AttributeValue{
+		"id": &types.AttributeValueMemberS{Value: "job_huge"}, "blob": &types.AttributeValueMemberS{Value: huge}}})
+	if err == nil {
+		t.Fatal("dynalite accepted an item over 400 KB")
+	}
+	if classified := dynamo.StoreError("put", err); !errors.Is(classified, lifecycle.ErrTooLarge) {
+		t.Fatalf("DynamoDB's refusal %v classified as %v, want ErrTooLarge", err, classified)
+	}
 }

@@ -51,13 +51,6 @@ func New(c Config) (*Store, error) {
 	return &Store{db: newClient(c.Client), jobs: c.JobsTable, atts: c.AttemptsTable, certs: c.CertificationsTable, log: c.Logger}, nil
 }
 
-func unavailable(op string, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return fmt.Errorf("%w: %s: %w", lifecycle.ErrUnavailable, op, err)
-}
-
 // Create stores a new job with one conditional PutItem on its ID, which is
 // derived from (owner, idempotency key). If the ID exists, the existing job
 // is returned: as a replay when the request fingerprints match, else with a
@@ -68,13 +61,16 @@ func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 	if err != nil {
 		return job.Job{}, false, err
 	}
+	if err := checkSize(in.Item); err != nil {
+		return job.Job{}, false, err
+	}
 	_, err = s.db.putItem(ctx, in)
 	if err == nil {
 		return j, false, nil
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
-		return job.Job{}, false, unavailable("create", err)
+		return job.Job{}, false, storeError("create", err)
 	}
 	existing, err := s.current(ctx, j.ID, ccf)
 	if err != nil {
@@ -113,7 +109,7 @@ func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return job.Job{}, unavailable("get", err)
+		return job.Job{}, storeError("get", err)
 	}
 	if len(out.Item) == 0 {
 		return job.Job{}, job.ErrNotFound
@@ -135,6 +131,10 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 		return lifecycle.Applied{OK: true, Job: t.After()}, nil
 	}
 	before := t.Before()
+	// The write leaves the item as the transition's After: it must fit.
+	if err := checkSize(encodeJob(t.After())); err != nil {
+		return lifecycle.Applied{}, err
+	}
 	token := newToken()
 	w, err := writeFor(t, token)
 	if err != nil {
@@ -148,7 +148,7 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	if err != nil {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return lifecycle.Applied{}, unavailable("apply "+string(t.Kind()), err)
+			return lifecycle.Applied{}, storeError("apply "+string(t.Kind()), err)
 		}
 		cur, err := s.current(ctx, before.ID, ccf)
 		if err != nil {
@@ -202,7 +202,7 @@ func (s *Store) record(ctx context.Context, a job.Attempt, revision int64) error
 	_, err = s.db.putItem(ctx, in)
 	var ccf *types.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
-		return unavailable("record attempt", err)
+		return storeError("record attempt", err)
 	}
 	return nil
 }
@@ -223,7 +223,7 @@ func (s *Store) ListAttempts(ctx context.Context, j job.Job) ([]job.Attempt, err
 			ExclusiveStartKey:         start,
 		})
 		if err != nil {
-			return nil, unavailable("list attempts", err)
+			return nil, storeError("list attempts", err)
 		}
 		for _, item := range out.Items {
 			d := decoder{m: item}
@@ -306,7 +306,7 @@ func (s *Store) List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page
 			if q.Cursor != "" && errors.As(err, &api) && api.ErrorCode() == "ValidationException" {
 				return lifecycle.Page{}, lifecycle.ErrInvalidCursor
 			}
-			return lifecycle.Page{}, unavailable("list", err)
+			return lifecycle.Page{}, storeError("list", err)
 		}
 		for _, item := range out.Items {
 			j, err := decodeJob(item)

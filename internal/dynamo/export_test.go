@@ -25,3 +25,6 @@ func WantSent(k job.Kind) (condition, update string) {
 func (s *Store) Record(ctx context.Context, a job.Attempt, revision int64) error {
 	return s.record(ctx, a, revision)
 }
+
+// StoreError exposes storeError to the external tests.
+var StoreError = storeError

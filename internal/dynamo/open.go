@@ -31,7 +31,7 @@ func (s *Store) ListOpen(ctx context.Context, cutoff time.Time, limit int) ([]jo
 			ExclusiveStartKey: start,
 		})
 		if err != nil {
-			return nil, unavailable("list open", err)
+			return nil, storeError("list open", err)
 		}
 		for _, item := range res.Items {
 			j, err := decodeJob(item)

@@ -8,6 +8,9 @@ import "github.com/onejob/onejob/internal/job"
 const (
 	// ErrNameStoreUnavailable: the store could not be reached; retried.
 	ErrNameStoreUnavailable = "StoreUnavailable"
+	// ErrNameStoreRefused: the store refused for good (ErrRefused): the
+	// execution ends for an operator, never as unknown.
+	ErrNameStoreRefused = "StoreRefused"
 	// ErrNameUnknownJobType: this build does not know the job's type.
 	ErrNameUnknownJobType = "UnknownJobType"
 	// ErrNameJobNotFound: the execution names no job.
@@ -20,7 +23,7 @@ func ErrorNames() []string {
 	for _, s := range job.Signals() {
 		out = append(out, string(s))
 	}
-	return append(out, ErrNameStoreUnavailable, ErrNameUnknownJobType, ErrNameJobNotFound)
+	return append(out, ErrNameStoreUnavailable, ErrNameStoreRefused, ErrNameUnknownJobType, ErrNameJobNotFound)
 }
 
 // TaskError is a task failure with the name the state machine routes on.

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
@@ -14,12 +15,42 @@ var (
 	// ErrUnavailable wraps faults that survived the store's own retries
 	// (throttling, 5xx, timeouts, lost connections): retry later.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrRefused wraps a request the store refused for good (validation,
+	// access denied, no such table): a fault of the deployment or of the
+	// request, which a retry would only repeat. Never an outage.
+	ErrRefused = errors.New("store refused the request")
+	// ErrTooLarge is wrapped by *TooLargeError.
+	ErrTooLarge = errors.New("job too large to store")
 	// ErrInvalidCursor reports a list cursor this store did not issue.
 	ErrInvalidCursor = errors.New("invalid cursor")
 	// ErrContention reports a transition that kept losing to concurrent
 	// writers.
 	ErrContention = errors.New("too much contention on job")
 )
+
+// TooLargeError reports a job that would outgrow what the store keeps in
+// one item (its input, its result and its attempts together). Nothing was
+// written.
+type TooLargeError struct {
+	Bytes int // the job's size as the store counts it; 0 if only the store knows
+	Limit int
+	Cause error
+}
+
+func (e *TooLargeError) Error() string {
+	s := fmt.Sprintf("job too large to store (limit %d bytes", e.Limit)
+	if e.Bytes > 0 {
+		s += fmt.Sprintf(", %d bytes", e.Bytes)
+	}
+	s += ")"
+	if e.Cause != nil {
+		s += ": " + e.Cause.Error()
+	}
+	return s
+}
+
+// Unwrap makes errors.Is(err, ErrTooLarge) hold.
+func (e *TooLargeError) Unwrap() error { return ErrTooLarge }
 
 // Store keeps jobs. Each job is one item: Create is one conditional write,
 // and Apply executes one decided transition as one conditional write.

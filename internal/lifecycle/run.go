@@ -68,6 +68,13 @@ func (w *Tasks) RunAttempt(ctx context.Context, in AttemptInput) (AttemptResult,
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassContractViolation, Message: err.Error()}, resp.ProviderRequestID)
 	}
 	c, err := w.cfg.Engine.Complete(ctx, j.ID, a.Number, resp.Output, resp.ProviderRequestID)
+	var tooLarge *TooLargeError
+	if errors.As(err, &tooLarge) {
+		// The answer cannot be kept with its job: it breaks the contract
+		// as surely as a wrong shape would (fall back if a provider is left).
+		return w.fail(ctx, j, a, job.Failure{Class: job.ClassContractViolation,
+			Message: fmt.Sprintf("the result (%d bytes) is too large to store with its job: %v", len(resp.Output), tooLarge)}, resp.ProviderRequestID)
+	}
 	if err != nil {
 		return AttemptResult{}, err
 	}

@@ -81,6 +81,8 @@ func LambdaError(err error) error {
 	case errors.As(err, &te):
 	case errors.Is(err, lifecycle.ErrUnavailable):
 		te = &lifecycle.TaskError{Name: lifecycle.ErrNameStoreUnavailable, Message: "store unavailable"}
+	case errors.Is(err, lifecycle.ErrRefused), errors.Is(err, lifecycle.ErrTooLarge):
+		te = &lifecycle.TaskError{Name: lifecycle.ErrNameStoreRefused, Message: "store refused the request: " + err.Error()}
 	case errors.Is(err, job.ErrNotFound):
 		te = &lifecycle.TaskError{Name: lifecycle.ErrNameJobNotFound, Message: "job not found"}
 	default:
