@@ -1,0 +1,43 @@
+package dynamo_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/verify/storetest"
+)
+
+// newStore is a dynamo.Store on fresh dynalite tables. Options apply to its
+// client (countRequests).
+func newStore(t *testing.T, optFns ...func(*dynamodb.Options)) (*dynamo.Store, storetest.Store) {
+	t.Helper()
+	db, names := harness.Tables(t, optFns...)
+	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
+		CertificationsTable: names.Certifications})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(t *testing.T, table string) int {
+		t.Helper()
+		out, err := db.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatalf("scan %s: %v", table, err)
+		}
+		return int(out.Count)
+	}
+	return st, storetest.Store{Interface: st, Count: func(t *testing.T) storetest.Counts {
+		t.Helper()
+		return storetest.Counts{Jobs: count(t, names.Jobs), Ledger: count(t, names.Attempts)}
+	}}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Exercise(t, func(t *testing.T) storetest.Store {
+		_, st := newStore(t)
+		return st
+	})
+}
