@@ -2,10 +2,12 @@ package dynamo_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/verify/storetest"
@@ -40,4 +42,17 @@ func TestConformance(t *testing.T) {
 		_, st := newStore(t)
 		return st
 	})
+}
+
+// countRequests is SDK middleware counting every DynamoDB request sent.
+func countRequests(calls *atomic.Int64) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("count",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					calls.Add(1)
+					return next.HandleFinalize(ctx, in)
+				}), middleware.After)
+		})
+	}
 }

@@ -1,6 +1,10 @@
 // Package storetest is the conformance suite every lifecycle.Store runs:
 // the port's own contract (conditional create, the compare-and-swap of
-// Apply, listings and their cursors, the open-jobs listing, certifications).
+// Apply, listings and their cursors, the open-jobs listing, certifications)
+// and the job rules that rest on it, driven through a real lifecycle.Engine
+// (one job per double click, idempotency-key scope, no start while an
+// attempt is starting or unknown, one winner among concurrent completers,
+// cancellation, bookkeeping that never moves the version).
 //
 // A store's test package runs it once with a constructor that gives each
 // test a store of its own:
@@ -75,6 +79,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) Store) {
 		{"List", listTests},
 		{"ListOpen", listOpenTests},
 		{"Certifications", certificationTests},
+		{"Rules", ruleTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
