@@ -7,6 +7,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
 )
 
+// harness is this package's one dynalite; every test gets its own tables.
 var harness dynalitetest.Harness
 
 func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }

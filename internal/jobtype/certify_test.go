@@ -9,8 +9,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/onejob/onejob/internal/dev/memstore"
 	"github.com/onejob/onejob/internal/dev/sim"
-	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/provider/adapters"
 )
@@ -49,11 +49,7 @@ func withOutputSchemaChange(t *testing.T) *jobtype.Catalog {
 func TestSchemaChangeVoidsCertification(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, names := harness.Tables(t)
-	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := memstore.New()
 	_, srv, err := sim.StartDemo()
 	if err != nil {
 		t.Fatal(err)

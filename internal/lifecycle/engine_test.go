@@ -2,524 +2,110 @@ package lifecycle_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"log/slog"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/smithy-go/middleware"
-
-	"github.com/onejob/onejob/internal/dev/testenv"
-	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/dev/memstore"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
 )
 
-// env is one test's engine on its own tables.
-type env struct {
-	eng   *lifecycle.Engine
-	db    *dynamodb.Client
-	names dynamo.TableNames
-	logs  *testenv.SyncBuffer
-	calls *atomic.Int64
-}
+// The engine's rules on a store are in verify/storetest; these are its own
+// edges.
 
-// countRequests is SDK middleware counting every DynamoDB request sent.
-func countRequests(calls *atomic.Int64) func(*dynamodb.Options) {
-	return func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
-			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("count",
-				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-					calls.Add(1)
-					return next.HandleFinalize(ctx, in)
-				}), middleware.After)
-		})
-	}
-}
-
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	calls := &atomic.Int64{}
-	db, names := harness.Tables(t, countRequests(calls))
-	logs := &testenv.SyncBuffer{}
-	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
-		CertificationsTable: names.Certifications})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{eng: eng, db: db, names: names, logs: logs, calls: calls}
-}
-
-func request(owner, key, input string) job.Request {
-	return job.Request{Owner: owner, IdempotencyKey: key, Type: "demo", Input: json.RawMessage(input),
-		Providers: []string{"sim-primary", "sim-fallback"}}
-}
-
-func (e *env) create(t *testing.T, r job.Request) job.Job {
-	t.Helper()
-	j, _, err := e.eng.Create(context.Background(), r)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	return j
-}
-
-func (e *env) count(t *testing.T, table string) int {
-	t.Helper()
-	out, err := e.db.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(out.Count)
-}
-
-// running starts attempts on the given providers and marks each running.
-func (e *env) running(t *testing.T, id string, providers ...string) {
-	t.Helper()
-	ctx := context.Background()
-	for _, p := range providers {
-		_, a, err := e.eng.StartAttempt(ctx, id, p)
-		if err != nil {
-			t.Fatalf("start on %s: %v", p, err)
-		}
-		if _, claimed, err := e.eng.MarkRunning(ctx, id, a.Number); err != nil || !claimed {
-			t.Fatalf("mark running %d: claimed=%v err=%v", a.Number, claimed, err)
-		}
-	}
-}
-
-func TestDoubleClickYieldsOneJob(t *testing.T) {
+func TestConstructorsCheckTheirDependencies(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	const rounds, clients = 20, 64
-	for round := range rounds {
-		r := request("owner-1", fmt.Sprintf("click-%d", round), `{"prompt":"hi"}`)
-		var wg sync.WaitGroup
-		ids := make([]string, clients)
-		replayed := make([]bool, clients)
-		errs := make([]error, clients)
-		start := make(chan struct{})
-		for i := range clients {
-			wg.Go(func() {
-				<-start
-				j, rep, err := e.eng.Create(context.Background(), r)
-				ids[i], replayed[i], errs[i] = j.ID, rep, err
-			})
-		}
-		close(start)
-		wg.Wait()
-		replays := 0
-		for i := range clients {
-			if errs[i] != nil {
-				t.Fatalf("round %d client %d: %v", round, i, errs[i])
-			}
-			if ids[i] != ids[0] {
-				t.Fatalf("round %d: ids differ: %s vs %s", round, ids[i], ids[0])
-			}
-			if replayed[i] {
-				replays++
-			}
-		}
-		if replays != clients-1 {
-			t.Fatalf("round %d: %d replays, want %d", round, replays, clients-1)
-		}
+	r := newRig(t)
+	good := lifecycle.TasksConfig{Engine: r.eng, Catalog: noTypes{}, Providers: r.prov, Certifications: r.st, CallTimeout: callTimeout}
+	tasks := map[string]func(c *lifecycle.TasksConfig){
+		"NoEngine":         func(c *lifecycle.TasksConfig) { c.Engine = nil },
+		"NoCatalog":        func(c *lifecycle.TasksConfig) { c.Catalog = nil },
+		"NoProviders":      func(c *lifecycle.TasksConfig) { c.Providers = nil },
+		"NoCertifications": func(c *lifecycle.TasksConfig) { c.Certifications = nil },
+		"NoCallTimeout":    func(c *lifecycle.TasksConfig) { c.CallTimeout = 0 },
 	}
-	if got := e.count(t, e.names.Jobs); got != rounds {
-		t.Fatalf("jobs stored = %d, want %d", got, rounds)
-	}
-}
-
-func TestIdempotencyKeyScope(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	tests := []struct {
-		name       string
-		second     job.Request
-		wantReplay bool
-		wantReused bool
-		wantNewJob bool
-	}{
-		{name: "SameInputReplays", second: request("a", "k", `{"prompt":"hi","n":1}`), wantReplay: true},
-		{name: "ReorderedKeysReplay", second: request("a", "k", `{"n":1,"prompt":"hi"}`), wantReplay: true},
-		{name: "WhitespaceReplays", second: request("a", "k", " {\n\t\"prompt\" : \"hi\" ,\"n\": 1 }\n"), wantReplay: true},
-		{name: "NumberSpellingReplays", second: request("a", "k", `{"prompt":"hi","n":1.0e0}`), wantReplay: true},
-		{name: "DifferentInputConflicts", second: request("a", "k", `{"prompt":"hello","n":1}`), wantReused: true},
-		{name: "DifferentTypeConflicts", second: func() job.Request {
-			r := request("a", "k", `{"prompt":"hi","n":1}`)
-			r.Type = "demo-hedge"
-			return r
-		}(), wantReused: true},
-		{name: "DifferentProvidersConflict", second: func() job.Request {
-			r := request("a", "k", `{"prompt":"hi","n":1}`)
-			r.Providers = []string{"sim-fallback", "sim-primary"}
-			return r
-		}(), wantReused: true},
-		{name: "OtherOwnerGetsOwnJob", second: request("b", "k", `{"prompt":"hi","n":1}`), wantNewJob: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
+	for name, breakIt := range tasks {
+		t.Run("Tasks"+name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
-			first := e.create(t, request("a", "k", `{"prompt":"hi","n":1}`))
-			got, replayed, err := e.eng.Create(ctx, tc.second)
-			switch {
-			case tc.wantReused:
-				var reused *job.KeyReusedError
-				if !errors.As(err, &reused) || reused.JobID != first.ID || !errors.Is(err, job.ErrIdempotencyKeyReused) {
-					t.Fatalf("err = %v, want KeyReusedError for %s", err, first.ID)
-				}
-				stored, err := e.eng.Get(ctx, first.ID)
-				if err != nil || stored.Fingerprint != first.Fingerprint || string(stored.Input) != string(first.Input) || stored.Revision != first.Revision {
-					t.Fatalf("stored job changed: %+v (err %v)", stored, err)
-				}
-			case tc.wantReplay:
-				if err != nil || !replayed || got.ID != first.ID {
-					t.Fatalf("got id=%s replayed=%v err=%v, want replay of %s", got.ID, replayed, err, first.ID)
-				}
-			case tc.wantNewJob:
-				if err != nil || replayed || got.ID == first.ID {
-					t.Fatalf("got id=%s replayed=%v err=%v, want a new job", got.ID, replayed, err)
-				}
-			}
-			wantJobs := 1
-			if tc.wantNewJob {
-				wantJobs = 2
-			}
-			if n := e.count(t, e.names.Jobs); n != wantJobs {
-				t.Fatalf("jobs stored = %d, want %d", n, wantJobs)
+			c := good
+			breakIt(&c)
+			if _, err := lifecycle.NewTasks(c); err == nil {
+				t.Fatal("NewTasks accepted it")
 			}
 		})
 	}
-}
-
-func TestStartAttemptGuard(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	tests := []struct {
-		name  string
-		setup func(t *testing.T, e *env, id string)
-		state job.AttemptState
-	}{
-		{name: "BlockedWhileStarting", state: job.AttemptStarting, setup: func(t *testing.T, e *env, id string) {
-			if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary"); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{name: "BlockedWhileUnknown", state: job.AttemptUnknown, setup: func(t *testing.T, e *env, id string) {
-			e.running(t, id, "sim-primary")
-			if _, err := e.eng.MarkUnknown(ctx, id, 1, "timeout"); err != nil {
-				t.Fatal(err)
-			}
-		}},
+	if _, err := lifecycle.NewTasks(good); err != nil {
+		t.Fatalf("NewTasks with defaults: %v", err)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
+	sweepers := map[string]lifecycle.SweeperConfig{
+		"NoStore":       {Starter: &starter{}},
+		"NoStarter":     {Store: r.st},
+		"NegativeGrace": {Store: r.st, Starter: &starter{}, Grace: -1},
+		"NegativeLimit": {Store: r.st, Starter: &starter{}, Limit: -1},
+	}
+	for name, c := range sweepers {
+		t.Run("Sweeper"+name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
-			j := e.create(t, request("a", "k", `{"prompt":"x"}`))
-			tc.setup(t, e, j.ID)
-			before, _ := e.eng.Get(ctx, j.ID)
-			ledger := e.count(t, e.names.Attempts)
-			_, _, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback")
-			var blocked *job.BlockedError
-			if !errors.As(err, &blocked) || blocked.Attempt != 1 || blocked.State != tc.state {
-				t.Fatalf("err = %v, want BlockedError on attempt 1 (%s)", err, tc.state)
-			}
-			after, _ := e.eng.Get(ctx, j.ID)
-			if after.Revision != before.Revision || after.AttemptCount != 1 || e.count(t, e.names.Attempts) != ledger {
-				t.Fatalf("something was written: revision %d→%d, attempts %d", before.Revision, after.Revision, after.AttemptCount)
+			if _, err := lifecycle.NewSweeper(c); err == nil {
+				t.Fatal("NewSweeper accepted it")
 			}
 		})
 	}
-}
-
-func TestConcurrentStartsCreateOneAttempt(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	j := e.create(t, request("a", "k", `{"prompt":"x"}`))
-	const n = 32
-	var wg sync.WaitGroup
-	var ok, blocked atomic.Int64
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			_, _, err := e.eng.StartAttempt(context.Background(), j.ID, fmt.Sprintf("p%d", i))
-			switch {
-			case err == nil:
-				ok.Add(1)
-			case errors.Is(err, job.ErrAttemptBlocked):
-				blocked.Add(1)
-			default:
-				t.Errorf("start: %v", err)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	got, _ := e.eng.Get(context.Background(), j.ID)
-	if ok.Load() != 1 || blocked.Load() != n-1 || got.AttemptCount != 1 || len(got.Attempts) != 1 {
-		t.Fatalf("ok=%d blocked=%d attempts=%d, want exactly one attempt", ok.Load(), blocked.Load(), got.AttemptCount)
-	}
-	if c := e.count(t, e.names.Attempts); c != 1 {
-		t.Fatalf("ledger holds %d attempts, want 1", c)
+	if _, err := lifecycle.NewEngine(lifecycle.EngineConfig{}); err == nil {
+		t.Fatal("NewEngine accepted no store")
 	}
 }
 
-func TestTimeoutMakesUnknownAndBlocksUntilResolved(t *testing.T) {
+type noTypes struct{}
+
+func (noTypes) Lookup(string) (lifecycle.JobType, bool) { return nil, false }
+
+// contended is a store on which every write loses to another writer.
+type contended struct {
+	*memstore.Store
+	applies atomic.Int64
+}
+
+func (c *contended) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied, error) {
+	c.applies.Add(1)
+	cur, err := c.Get(ctx, t.Before().ID)
+	return lifecycle.Applied{OK: false, Job: cur}, err
+}
+
+func TestEngineGivesUpUnderContention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnv(t)
-	j := e.create(t, request("a", "k", `{"prompt":"x"}`))
-	e.running(t, j.ID, "sim-primary")
-	got, err := e.eng.MarkUnknown(ctx, j.ID, 1, "provider timeout after 2s")
+	st := &contended{Store: memstore.New()}
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := got.Attempt(1); got.Status != job.StatusUnknown || a.State != job.AttemptUnknown {
-		t.Fatalf("status=%s attempt=%s, want unknown/unknown", got.Status, a.State)
-	}
-	// Redelivered timeout: a no-op.
-	if again, err := e.eng.MarkUnknown(ctx, j.ID, 1, "again"); err != nil || again.Revision != got.Revision {
-		t.Fatalf("second mark unknown wrote: err=%v rev %d→%d", err, got.Revision, again.Revision)
-	}
-	for range 3 {
-		if _, _, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback"); !errors.Is(err, job.ErrAttemptBlocked) {
-			t.Fatalf("start while unknown: %v", err)
-		}
-	}
-	res, err := e.eng.Resolve(ctx, j.ID, 1, job.Resolution{Outcome: job.AttemptFailed, Reason: "provider confirmed no work"})
+	j, _, err := eng.Create(ctx, job.Request{Owner: "a", IdempotencyKey: "k", Type: "demo", Input: []byte(`{"prompt":"x"}`),
+		Providers: []string{primary}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != job.StatusRunning {
-		t.Fatalf("after resolve: status %s, want running", res.Status)
+	if _, _, err := eng.StartAttempt(ctx, j.ID, primary); !errors.Is(err, lifecycle.ErrContention) {
+		t.Fatalf("err = %v, want lifecycle.ErrContention", err)
 	}
-	if _, a, err := e.eng.StartAttempt(ctx, j.ID, "sim-fallback"); err != nil || a.Number != 2 {
-		t.Fatalf("start after resolve: attempt %d err %v", a.Number, err)
+	if n := st.applies.Load(); n != 64 {
+		t.Fatalf("%d writes tried, want 64", n)
 	}
 }
 
-func TestReverseOrderFinish(t *testing.T) {
+func TestEngineRefusesAnInvalidRequest(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	e := newEnv(t)
-	j := e.create(t, request("a", "k", `{"prompt":"x"}`))
-	e.running(t, j.ID, "sim-primary", "sim-fallback")
-	read, _ := e.eng.Get(ctx, j.ID)
-	a1, _ := read.Attempt(1)
-	a2, _ := read.Attempt(2)
-	if a1.ReadVersion != read.Version || a2.ReadVersion != read.Version {
-		t.Fatalf("attempts read versions %d,%d; job at %d", a1.ReadVersion, a2.ReadVersion, read.Version)
-	}
-	second, err := e.eng.Complete(ctx, j.ID, 2, json.RawMessage(`{"text":"from fallback"}`), "req-2")
-	if err != nil || !second.Won {
-		t.Fatalf("attempt 2: won=%v err=%v", second.Won, err)
-	}
-	first, err := e.eng.Complete(ctx, j.ID, 1, json.RawMessage(`{"text":"from primary"}`), "req-1")
-	if err != nil || first.Won || first.Lost == nil || first.Lost.Winner != 2 {
-		t.Fatalf("attempt 1: %+v err=%v, want lost to 2", first, err)
-	}
-	final, _ := e.eng.Get(ctx, j.ID)
-	l1, _ := final.Attempt(1)
-	l2, _ := final.Attempt(2)
-	if string(final.Result) != `{"text":"from fallback"}` || final.CompletedBy != 2 || final.Version != read.Version+1 ||
-		final.Status != job.StatusSucceeded || l1.State != job.AttemptDiscarded || l2.State != job.AttemptSucceeded {
-		t.Fatalf("final job: result=%s completed_by=%d version=%d (read %d) status=%s a1=%s a2=%s",
-			final.Result, final.CompletedBy, final.Version, read.Version, final.Status, l1.State, l2.State)
-	}
-	if n := strings.Count(e.logs.String(), `"msg":"race_lost"`); n != 1 {
-		t.Fatalf("race_lost logged %d times, want 1:\n%s", n, e.logs.String())
-	}
-	line := lineWith(e.logs.String(), `"msg":"race_lost"`)
-	for _, want := range []string{`"job_id":"` + j.ID + `"`, `"losing_attempt":1`, `"winning_attempt":2`} {
-		if !strings.Contains(line, want) {
-			t.Fatalf("race_lost line %s lacks %s", line, want)
-		}
-	}
-	attempts, err := e.eng.Attempts(ctx, final)
-	if err != nil || len(attempts) != 2 || attempts[0].State != job.AttemptDiscarded || attempts[1].Outcome != "won" {
-		t.Fatalf("ledger attempts = %+v err=%v", attempts, err)
-	}
-	// A redelivered result of either attempt changes nothing.
-	for _, n := range []int{1, 2} {
-		if _, err := e.eng.Complete(ctx, j.ID, n, json.RawMessage(`{"text":"again"}`), ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	again, _ := e.eng.Get(ctx, j.ID)
-	if again.Version != final.Version || string(again.Result) != string(final.Result) {
-		t.Fatalf("redelivery changed the job: version %d→%d", final.Version, again.Version)
-	}
-}
-
-func lineWith(logs, substr string) string {
-	for _, l := range strings.Split(logs, "\n") {
-		if strings.Contains(l, substr) {
-			return l
-		}
-	}
-	return ""
-}
-
-func TestConcurrentCompletersOneWinner(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	e := newEnv(t)
-	j := e.create(t, request("a", "k", `{"prompt":"x"}`))
-	const n = 32
-	providers := make([]string, n)
-	for i := range providers {
-		providers[i] = fmt.Sprintf("p%d", i)
-	}
-	e.running(t, j.ID, providers...)
-	var wg sync.WaitGroup
-	var won, lost atomic.Int64
-	start := make(chan struct{})
-	for i := 1; i <= n; i++ {
-		wg.Go(func() {
-			<-start
-			c, err := e.eng.Complete(ctx, j.ID, i, json.RawMessage(fmt.Sprintf(`{"by":%d}`, i)), "")
-			switch {
-			case err != nil:
-				t.Errorf("complete %d: %v", i, err)
-			case c.Won:
-				won.Add(1)
-			case c.Lost != nil:
-				lost.Add(1)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	final, _ := e.eng.Get(ctx, j.ID)
-	var result struct{ By int }
-	_ = json.Unmarshal(final.Result, &result)
-	if won.Load() != 1 || lost.Load() != n-1 || result.By != final.CompletedBy || final.Version != 1 {
-		t.Fatalf("won=%d lost=%d completed_by=%d result=%s version=%d", won.Load(), lost.Load(), final.CompletedBy, final.Result, final.Version)
-	}
-	discarded := 0
-	for _, a := range final.Attempts {
-		if a.State == job.AttemptDiscarded {
-			discarded++
-		}
-	}
-	if discarded != n-1 || strings.Count(e.logs.String(), `"msg":"race_lost"`) != n-1 {
-		t.Fatalf("discarded=%d race_lost lines=%d, want %d", discarded, strings.Count(e.logs.String(), `"msg":"race_lost"`), n-1)
-	}
-}
-
-func TestAttemptBookkeepingDoesNotMoveVersion(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	e := newEnv(t)
-	j := e.create(t, request("a", "k", `{"prompt":"x"}`))
-	e.running(t, j.ID, "sim-primary")
-	// Starting a hedge must not make the running attempt lose.
-	if _, _, err := e.eng.StartHedge(ctx, j.ID, "sim-fallback"); err != nil {
+	st := memstore.New()
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.eng.FailAttempt(ctx, j.ID, 2, job.Failure{Class: job.ClassRetryable, Message: "503"}, "r2"); err != nil {
-		t.Fatal(err)
+	if _, _, err := eng.Create(context.Background(), job.Request{Owner: "a", IdempotencyKey: "has space", Type: "demo",
+		Input: []byte(`{}`), Providers: []string{primary}}); !errors.Is(err, job.ErrInvalid) {
+		t.Fatalf("err = %v, want job.ErrInvalid", err)
 	}
-	got, _ := e.eng.Get(ctx, j.ID)
-	if got.Version != 0 {
-		t.Fatalf("bookkeeping moved version to %d", got.Version)
-	}
-	c, err := e.eng.Complete(ctx, j.ID, 1, json.RawMessage(`{"ok":true}`), "r1")
-	if err != nil || !c.Won || c.Job.Version != 1 {
-		t.Fatalf("attempt 1 should win after bookkeeping: %+v %v", c, err)
-	}
-}
-
-func TestCancel(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	e := newEnv(t)
-	j := e.create(t, request("a", "k", `{"prompt":"x"}`))
-	e.running(t, j.ID, "sim-primary")
-	c1, err := e.eng.Cancel(ctx, j.ID)
-	if err != nil || c1.Status != job.StatusCancelled || c1.Version != 1 {
-		t.Fatalf("cancel: %+v %v", c1, err)
-	}
-	if c2, err := e.eng.Cancel(ctx, j.ID); err != nil || c2.Version != 1 {
-		t.Fatalf("second cancel: version %d err %v", c2.Version, err)
-	}
-	late, err := e.eng.Complete(ctx, j.ID, 1, json.RawMessage(`{"late":true}`), "")
-	if err != nil || late.Won || late.Lost == nil {
-		t.Fatalf("late result after cancel: %+v %v", late, err)
-	}
-	done := e.create(t, request("a", "k2", `{"prompt":"x"}`))
-	e.running(t, done.ID, "sim-primary")
-	if _, err := e.eng.Complete(ctx, done.ID, 1, json.RawMessage(`{}`), ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.eng.Cancel(ctx, done.ID); !errors.Is(err, job.ErrJobFinished) {
-		t.Fatalf("cancel of a succeeded job: %v", err)
-	}
-}
-
-func TestRequestCost(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	e := newEnv(t)
-	r := request("a", "cost", `{"prompt":"x"}`)
-	before := e.calls.Load()
-	if _, _, err := e.eng.Create(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if got := e.calls.Load() - before; got != 1 {
-		t.Fatalf("create issued %d requests, want 1", got)
-	}
-	before = e.calls.Load()
-	if _, replayed, err := e.eng.Create(ctx, r); err != nil || !replayed {
-		t.Fatalf("replay: %v %v", replayed, err)
-	}
-	if got := e.calls.Load() - before; got > 2 {
-		t.Fatalf("replay issued %d requests, want at most 2", got)
-	}
-}
-
-func TestListNewestFirstWithCursor(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	e := newEnv(t)
-	var want []string
-	for i := range 7 {
-		j := e.create(t, request("lister", fmt.Sprintf("k%d", i), `{"prompt":"x"}`))
-		want = append([]string{j.ID}, want...)
-		time.Sleep(2 * time.Millisecond)
-	}
-	e.create(t, request("someone-else", "k0", `{"prompt":"x"}`))
-	var got []string
-	cursor := ""
-	for range 10 {
-		page, err := e.eng.List(ctx, lifecycle.ListQuery{Owner: "lister", Limit: 3, Cursor: cursor})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, j := range page.Jobs {
-			got = append(got, j.ID)
-		}
-		if cursor = page.Next; cursor == "" {
-			break
-		}
-	}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("listed %v, want %v", got, want)
-	}
-	if _, err := e.eng.List(ctx, lifecycle.ListQuery{Owner: "lister", Cursor: "not-a-cursor"}); !errors.Is(err, lifecycle.ErrInvalidCursor) {
-		t.Fatalf("bad cursor: %v", err)
+	if jobs, _ := st.Counts(); jobs != 0 {
+		t.Fatalf("an invalid request stored %d jobs", jobs)
 	}
 }

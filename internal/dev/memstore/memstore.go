@@ -1,0 +1,421 @@
+// Package memstore is an in-memory lifecycle.Store and
+// lifecycle.Certifications for tests: the same contract as the DynamoDB
+// adapter (package dynamo), held to it by the conformance suite in
+// verify/storetest, with no process or network behind it.
+//
+// It mirrors what dynamo.Store writes, not merely what the port promises:
+// a job is one record changed only by a conditional write (Create on the
+// ID, Apply on the revision or the version), every write moves the revision
+// by one and stamps a fresh write token, an outcome replaces only the
+// concerned attempt and leaves the rest of the stored job as it is, and the
+// attempt ledger and the open-jobs index are kept beside the jobs as the
+// DynamoDB tables keep them. Values are deep-copied on the way in and out,
+// and times are held in UTC, as a round trip through DynamoDB leaves them.
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
+)
+
+// Store is safe for concurrent use; one mutex guards everything.
+type Store struct {
+	mu     sync.Mutex
+	jobs   map[string]*record
+	ledger map[string]map[int]ledgerEntry // job ID → attempt number → copy
+	certs  map[certKey]job.Certification
+}
+
+// record is one stored job item.
+type record struct {
+	job job.Job
+	// open is the sweeper index's membership: set when a job is created
+	// without an outcome, cleared by the first outcome written.
+	open bool
+}
+
+type ledgerEntry struct {
+	attempt  job.Attempt
+	revision int64
+}
+
+type certKey struct{ contract, provider string }
+
+var (
+	_ lifecycle.Store          = (*Store)(nil)
+	_ lifecycle.Certifications = (*Store)(nil)
+)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{jobs: map[string]*record{}, ledger: map[string]map[int]ledgerEntry{}, certs: map[certKey]job.Certification{}}
+}
+
+// Create stores j unless its ID exists. If it exists, the existing job is
+// returned: as a replay when the request fingerprints match, else with a
+// *job.KeyReusedError; a job of another (owner, key) under the same ID is
+// refused without being returned.
+func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return job.Job{}, false, err
+	}
+	j = clone(j)
+	j.WriteToken = newToken()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[j.ID]
+	if !ok {
+		s.jobs[j.ID] = &record{job: clone(j), open: !j.Status.Terminal()}
+		return j, false, nil
+	}
+	existing := clone(r.job)
+	if existing.Owner != j.Owner || existing.IdempotencyKey != j.IdempotencyKey {
+		return job.Job{}, false, fmt.Errorf("memstore: job %s belongs to another (owner, key)", j.ID)
+	}
+	if err := job.SameRequest(existing, j); err != nil {
+		return existing, false, err
+	}
+	return existing, true, nil
+}
+
+// Get returns the job; job.ErrNotFound when absent.
+func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return job.Job{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[id]
+	if !ok {
+		return job.Job{}, job.ErrNotFound
+	}
+	return clone(r.job), nil
+}
+
+// Apply executes a decided transition as dynamo.Store does: bookkeeping
+// applies only while the stored revision is the one decided on; an outcome
+// only while the stored version is, no attempt won yet, and the concerned
+// attempt is still in one of the allowed states. A lost condition is
+// Applied{OK: false} with the current job.
+func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied, error) {
+	if !t.Decided() {
+		return lifecycle.Applied{}, job.ErrUndecided
+	}
+	if t.Noop() {
+		return lifecycle.Applied{OK: true, Job: clone(t.After())}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return lifecycle.Applied{}, err
+	}
+	before, after := t.Before(), clone(t.After())
+	num := t.AttemptNumber()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[before.ID]
+	if !ok {
+		// The condition fails on a missing item; re-reading it finds nothing.
+		return lifecycle.Applied{}, job.ErrNotFound
+	}
+	if !holds(r.job, t) {
+		return lifecycle.Applied{OK: false, Job: clone(r.job)}, nil
+	}
+
+	// What dynamo.Apply's UpdateItem sets, and nothing else.
+	cur := &r.job
+	token := newToken()
+	cur.Status = after.Status
+	cur.UpdatedAt = after.UpdatedAt
+	cur.Revision++
+	cur.WriteToken = token
+	if num != 0 {
+		a, _ := after.Attempt(num)
+		a.JobID, a.Number, a.WriteToken = cur.ID, num, token
+		cur.Attempts = withAttempt(cur.Attempts, a)
+	}
+	if t.Kind() == job.KindStartAttempt {
+		cur.AttemptCount = after.AttemptCount
+	}
+	if t.Kind().Outcome() {
+		cur.Version = after.Version
+		if after.CompletedBy != 0 {
+			cur.CompletedBy = after.CompletedBy
+			cur.Result = after.Result
+		}
+		if after.Error != nil {
+			cur.Error = after.Error
+		} else if before.Error != nil {
+			cur.Error = nil
+		}
+		r.open = false
+	}
+	applied := clone(*cur)
+	if num != 0 {
+		a, _ := applied.Attempt(num)
+		s.record(a, applied.Revision)
+	}
+	return lifecycle.Applied{OK: true, Job: applied}, nil
+}
+
+// holds evaluates the transition's write condition on the stored job.
+func holds(stored job.Job, t job.Transition) bool {
+	if !t.Kind().Outcome() {
+		return stored.Revision == t.Before().Revision
+	}
+	if stored.Version != t.Before().Version || stored.CompletedBy != 0 {
+		return false
+	}
+	if allowed := t.AllowedAttemptStates(); len(allowed) > 0 {
+		a, ok := stored.Attempt(t.AttemptNumber())
+		return ok && slices.Contains(allowed, a.State)
+	}
+	return true
+}
+
+// withAttempt replaces or inserts a in attempts, kept in number order.
+func withAttempt(attempts []job.Attempt, a job.Attempt) []job.Attempt {
+	for i := range attempts {
+		if attempts[i].Number == a.Number {
+			attempts[i] = a
+			return attempts
+		}
+	}
+	attempts = append(attempts, a)
+	slices.SortFunc(attempts, func(x, y job.Attempt) int { return cmp.Compare(x.Number, y.Number) })
+	return attempts
+}
+
+// record mirrors an attempt into the ledger; a copy stamped with an older
+// revision never replaces a newer one.
+func (s *Store) record(a job.Attempt, revision int64) {
+	l := s.ledger[a.JobID]
+	if l == nil {
+		l = map[int]ledgerEntry{}
+		s.ledger[a.JobID] = l
+	}
+	if old, ok := l[a.Number]; ok && old.revision >= revision {
+		return
+	}
+	l[a.Number] = ledgerEntry{attempt: cloneAttempt(a), revision: revision}
+}
+
+// ListAttempts returns j's attempts, oldest first: the ledger's copy where it
+// is as new as the job's own and in the same state, else the job's own.
+func (s *Store) ListAttempts(ctx context.Context, j job.Job) ([]job.Attempt, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ledger := s.ledger[j.ID]
+	out := make([]job.Attempt, 0, len(j.Attempts))
+	for _, a := range j.Attempts {
+		if l, ok := ledger[a.Number]; ok && !l.attempt.UpdatedAt.Before(a.UpdatedAt) && l.attempt.State == a.State {
+			a = l.attempt
+		}
+		out = append(out, cloneAttempt(a))
+	}
+	return out, nil
+}
+
+// sortTime is dynamo's owner_sort time layout: fixed width, so string order
+// is time order.
+const sortTime = "20060102T150405.000000000Z"
+
+// ownerSort is dynamo's owner_sort key: creation time, then ID.
+func ownerSort(j job.Job) string { return j.CreatedAt.UTC().Format(sortTime) + "#" + j.ID }
+
+type cursor struct {
+	Sort string `json:"s"`
+	ID   string `json:"i"`
+}
+
+// List returns one page of an owner's jobs, newest first (by creation time,
+// then ID), optionally of one status. Next is set only while more follow.
+func (s *Store) List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page, error) {
+	if err := ctx.Err(); err != nil {
+		return lifecycle.Page{}, err
+	}
+	if q.Limit <= 0 || q.Limit > lifecycle.MaxPageSize {
+		q.Limit = lifecycle.DefaultPageSize
+	}
+	after := ""
+	if q.Cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		var c cursor
+		if err != nil || json.Unmarshal(raw, &c) != nil || c.Sort == "" || c.ID == "" {
+			return lifecycle.Page{}, lifecycle.ErrInvalidCursor
+		}
+		after = c.Sort
+	}
+	s.mu.Lock()
+	var match []job.Job
+	for _, r := range s.jobs {
+		if r.job.Owner != q.Owner || (q.Status != "" && r.job.Status != q.Status) {
+			continue
+		}
+		if after != "" && ownerSort(r.job) >= after {
+			continue
+		}
+		match = append(match, clone(r.job))
+	}
+	s.mu.Unlock()
+	slices.SortFunc(match, func(a, b job.Job) int { return strings.Compare(ownerSort(b), ownerSort(a)) })
+	var page lifecycle.Page
+	if len(match) > q.Limit {
+		match = match[:q.Limit]
+		last := match[len(match)-1]
+		c, _ := json.Marshal(cursor{Sort: ownerSort(last), ID: last.ID})
+		page.Next = base64.RawURLEncoding.EncodeToString(c)
+	}
+	page.Jobs = match
+	return page, nil
+}
+
+// ListOpen returns jobs without an outcome created before cutoff, oldest
+// first, at most limit of them (at least one, as dynamo's loop does).
+func (s *Store) ListOpen(ctx context.Context, cutoff time.Time, limit int) ([]job.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	below := cutoff.UTC().Format(sortTime)
+	s.mu.Lock()
+	var open []job.Job
+	for _, r := range s.jobs {
+		if r.open && ownerSort(r.job) < below {
+			open = append(open, clone(r.job))
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(open, func(a, b job.Job) int { return strings.Compare(ownerSort(a), ownerSort(b)) })
+	if len(open) > max(limit, 1) {
+		open = open[:max(limit, 1)]
+	}
+	return open, nil
+}
+
+func contractKey(jobType, version string) string { return jobType + "#" + version }
+
+// PutCertification stores the latest run for (job type contract, provider).
+func (s *Store) PutCertification(ctx context.Context, c job.Certification) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.Cases = cloneRaw(c.Cases)
+	if len(c.Cases) == 0 {
+		c.Cases = json.RawMessage("[]")
+	}
+	c.CertifiedAt = c.CertifiedAt.UTC()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.certs[certKey{contractKey(c.JobType, c.ContractVersion), c.Provider}] = c
+	return nil
+}
+
+// Certified reports whether the provider's latest run for this exact
+// contract version passed.
+func (s *Store) Certified(ctx context.Context, jobType, contractVersion, provider string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.certs[certKey{contractKey(jobType, contractVersion), provider}]
+	return ok && c.Passed, nil
+}
+
+// ListCertifications returns every stored certification, by job type,
+// contract version and provider.
+func (s *Store) ListCertifications(ctx context.Context) ([]job.Certification, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	var out []job.Certification
+	for _, c := range s.certs {
+		c.Cases = cloneRaw(c.Cases)
+		out = append(out, c)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b job.Certification) int {
+		return cmp.Or(cmp.Compare(a.JobType, b.JobType), cmp.Compare(a.ContractVersion, b.ContractVersion),
+			cmp.Compare(a.Provider, b.Provider))
+	})
+	return out, nil
+}
+
+// Counts counts the stored job items and attempt-ledger items, as a test
+// would count the rows of dynamo's jobs and attempts tables.
+func (s *Store) Counts() (jobs, attempts int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.ledger {
+		attempts += len(l)
+	}
+	return len(s.jobs), attempts
+}
+
+// newToken names one store call's write, as dynamo's write tokens do.
+func newToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// clone deep-copies a job and normalizes it as a DynamoDB round trip does:
+// times in UTC, empty slices and results as nil, each attempt named by its
+// job and number.
+func clone(j job.Job) job.Job {
+	j.Input = cloneRaw(j.Input)
+	j.Result = cloneRaw(j.Result)
+	if len(j.Providers) == 0 {
+		j.Providers = nil
+	} else {
+		j.Providers = slices.Clone(j.Providers)
+	}
+	j.Error = cloneFailure(j.Error)
+	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
+	if len(j.Attempts) == 0 {
+		j.Attempts = nil
+	} else {
+		attempts := make([]job.Attempt, len(j.Attempts))
+		for i, a := range j.Attempts {
+			a.JobID = j.ID
+			attempts[i] = cloneAttempt(a)
+		}
+		j.Attempts = attempts
+	}
+	return j
+}
+
+func cloneAttempt(a job.Attempt) job.Attempt {
+	a.Error = cloneFailure(a.Error)
+	a.StartedAt, a.UpdatedAt = a.StartedAt.UTC(), a.UpdatedAt.UTC()
+	a.FinishedAt, a.UnknownSince = a.FinishedAt.UTC(), a.UnknownSince.UTC()
+	return a
+}
+
+func cloneFailure(f *job.Failure) *job.Failure {
+	if f == nil {
+		return nil
+	}
+	c := *f
+	return &c
+}
+
+func cloneRaw(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 {
+		return nil
+	}
+	return slices.Clone(m)
+}

@@ -1,0 +1,58 @@
+package dynamo_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/verify/storetest"
+)
+
+// newStore is a dynamo.Store on fresh dynalite tables. Options apply to its
+// client (countRequests).
+func newStore(t *testing.T, optFns ...func(*dynamodb.Options)) (*dynamo.Store, storetest.Store) {
+	t.Helper()
+	db, names := harness.Tables(t, optFns...)
+	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
+		CertificationsTable: names.Certifications})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(t *testing.T, table string) int {
+		t.Helper()
+		out, err := db.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatalf("scan %s: %v", table, err)
+		}
+		return int(out.Count)
+	}
+	return st, storetest.Store{Interface: st, Count: func(t *testing.T) storetest.Counts {
+		t.Helper()
+		return storetest.Counts{Jobs: count(t, names.Jobs), Ledger: count(t, names.Attempts)}
+	}}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Exercise(t, func(t *testing.T) storetest.Store {
+		_, st := newStore(t)
+		return st
+	})
+}
+
+// countRequests is SDK middleware counting every DynamoDB request sent.
+func countRequests(calls *atomic.Int64) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("count",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					calls.Add(1)
+					return next.HandleFinalize(ctx, in)
+				}), middleware.After)
+		})
+	}
+}

@@ -1,0 +1,148 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
+)
+
+// starter is a fake lifecycle.Starter: per job, whether it starts a new
+// execution or fails; it records the jobs it was asked to start.
+type starter struct {
+	mu      sync.Mutex
+	started map[string]bool
+	errs    map[string]error
+	asked   []string
+}
+
+func (s *starter) Start(_ context.Context, id string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, id)
+	return s.started[id], s.errs[id]
+}
+
+// sweepRig holds open jobs of every kind, created 10 minutes ago, and a
+// young one.
+type sweepRig struct {
+	*rig
+	pending, running, unknown job.Job
+	unknownAge                time.Duration
+}
+
+func newSweepRig(t *testing.T) *sweepRig {
+	t.Helper()
+	ctx := context.Background()
+	r := newRig(t)
+	s := &sweepRig{rig: r}
+	s.pending = r.demo(t)
+	s.running = r.demo(t)
+	r.claim(t, s.running.ID, r.start(t, s.running.ID, primary).Number)
+	s.unknown = r.demo(t)
+	r.claim(t, s.unknown.ID, r.start(t, s.unknown.ID, primary).Number)
+	if _, err := r.eng.MarkUnknown(ctx, s.unknown.ID, 1, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	done := r.demo(t)
+	if _, err := r.eng.Cancel(ctx, done.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(10 * time.Minute)
+	r.demo(t) // young: left to the API's own start
+	s.unknownAge = r.clock.Now().Sub(attemptOf(t, r.get(t, s.unknown.ID), 1).UnknownSince)
+	return s
+}
+
+func (s *sweepRig) sweeper(t *testing.T, st lifecycle.Starter, limit int, ev lifecycle.Events, logs *testenv.SyncBuffer) *lifecycle.Sweeper {
+	t.Helper()
+	sw, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: s.st, Starter: st, Grace: time.Minute, Limit: limit,
+		NowFunc: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(logs, nil)), Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sw
+}
+
+func TestSweeper(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("RestartsOpenJobs", func(t *testing.T) {
+		t.Parallel()
+		s := newSweepRig(t)
+		st := &starter{started: map[string]bool{s.pending.ID: true}}
+		ev, logs := &events{}, &testenv.SyncBuffer{}
+		rep, err := s.sweeper(t, st, 0, ev, logs).Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameJSON(t, "report", rep, lifecycle.SweepReport{Open: 3, Pending: 1, Started: 1, OldestUnknownSeconds: s.unknownAge.Seconds()})
+		if want := []string{s.pending.ID, s.running.ID, s.unknown.ID}; !slices.Equal(st.asked, want) {
+			t.Fatalf("asked to start %v, want %v (oldest first)", st.asked, want)
+		}
+		sameEvents(t, ev, fmt.Sprintf("oldest_unknown %s", s.unknownAge))
+		if logged(logs, "execution_restarted") != 1 || logged(logs, "sweep_done") != 1 {
+			t.Fatalf("logs:\n%s", logs)
+		}
+	})
+
+	t.Run("Limit", func(t *testing.T) {
+		t.Parallel()
+		s := newSweepRig(t)
+		st := &starter{}
+		rep, err := s.sweeper(t, st, 2, &events{}, &testenv.SyncBuffer{}).Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameJSON(t, "report", rep, lifecycle.SweepReport{Open: 2, Pending: 1})
+		if want := []string{s.pending.ID, s.running.ID}; !slices.Equal(st.asked, want) {
+			t.Fatalf("asked to start %v, want %v", st.asked, want)
+		}
+	})
+
+	t.Run("NothingOpen", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		s := &sweepRig{rig: r}
+		ev := &events{}
+		rep, err := s.sweeper(t, &starter{}, 0, ev, &testenv.SyncBuffer{}).Sweep(ctx)
+		if err != nil || rep != (lifecycle.SweepReport{}) {
+			t.Fatalf("report %+v err=%v", rep, err)
+		}
+		sameEvents(t, ev, "oldest_unknown 0s")
+	})
+
+	t.Run("JoinsStartErrors", func(t *testing.T) {
+		t.Parallel()
+		s := newSweepRig(t)
+		errA, errB := errors.New("start failed: throttled"), errors.New("start failed: access denied")
+		st := &starter{started: map[string]bool{s.running.ID: true}, errs: map[string]error{s.pending.ID: errA, s.unknown.ID: errB}}
+		rep, err := s.sweeper(t, st, 0, &events{}, &testenv.SyncBuffer{}).Sweep(ctx)
+		if !errors.Is(err, errA) || !errors.Is(err, errB) {
+			t.Fatalf("err = %v, want both start errors", err)
+		}
+		sameJSON(t, "report", rep, lifecycle.SweepReport{Open: 3, Pending: 1, Started: 1, OldestUnknownSeconds: s.unknownAge.Seconds()})
+	})
+
+	t.Run("StoreUnavailable", func(t *testing.T) {
+		t.Parallel()
+		s := newSweepRig(t)
+		s.st.listOpenErr = fmt.Errorf("%w: list open: throttled", lifecycle.ErrUnavailable)
+		st := &starter{}
+		ev := &events{}
+		rep, err := s.sweeper(t, st, 0, ev, &testenv.SyncBuffer{}).Sweep(ctx)
+		if !errors.Is(err, lifecycle.ErrUnavailable) || rep != (lifecycle.SweepReport{}) || len(st.asked) != 0 {
+			t.Fatalf("report %+v err=%v asked=%v", rep, err, st.asked)
+		}
+		sameEvents(t, ev)
+	})
+}
