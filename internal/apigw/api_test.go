@@ -346,6 +346,13 @@ func TestListJobs(t *testing.T) {
 		t.Fatalf("listed %v, want %v", got, want)
 	}
 
+	// Five jobs in a page of five: the page is exactly full and the last,
+	// so it names no next page (a cursor would lead to an empty one).
+	if r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs?limit=5", token: tok}); r.status != http.StatusOK ||
+		strings.Contains(string(r.body), "next_cursor") || strings.Count(string(r.body), `"id":"job_`) != 5 {
+		t.Fatalf("exactly full last page: %d %s", r.status, r.body)
+	}
+
 	r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs?status=cancelled", token: tok})
 	var filtered struct {
 		Jobs []map[string]any `json:"jobs"`

@@ -286,8 +286,11 @@ func (s *Store) List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page
 		values[":status"] = avS(string(q.Status))
 		filter = aws.String("#status = :status")
 	}
-	var page lifecycle.Page
-	// A status filter may thin out a page; read on (bounded) until it is full.
+	// One job more than the page holds tells whether another page follows,
+	// so a cursor is handed out only when it leads somewhere. A status
+	// filter may thin out what a read returns: read on, bounded, until the
+	// page and its one-more are found or the owner's jobs end.
+	var items []map[string]types.AttributeValue
 	for range 10 {
 		out, err := s.db.query(ctx, &dynamodb.QueryInput{
 			TableName:                 aws.String(s.jobs),
@@ -297,7 +300,7 @@ func (s *Store) List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page
 			ExpressionAttributeNames:  names,
 			ExpressionAttributeValues: values,
 			ScanIndexForward:          aws.Bool(false),
-			Limit:                     aws.Int32(int32(q.Limit - len(page.Jobs))),
+			Limit:                     aws.Int32(int32(q.Limit + 1 - len(items))),
 			ExclusiveStartKey:         start,
 		})
 		if err != nil {
@@ -308,20 +311,31 @@ func (s *Store) List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page
 			}
 			return lifecycle.Page{}, storeError("list", err)
 		}
-		for _, item := range out.Items {
-			j, err := decodeJob(item)
-			if err != nil {
-				return lifecycle.Page{}, err
-			}
-			page.Jobs = append(page.Jobs, j)
-		}
+		items = append(items, out.Items...)
 		start = out.LastEvaluatedKey
-		if len(start) == 0 || len(page.Jobs) >= q.Limit {
+		if len(start) == 0 || len(items) > q.Limit {
 			break
 		}
 	}
-	if len(start) > 0 {
-		d := decoder{m: start}
+	var page lifecycle.Page
+	var last map[string]types.AttributeValue
+	switch {
+	case len(items) > q.Limit:
+		items, last = items[:q.Limit], items[q.Limit-1]
+	case len(start) > 0:
+		// The bounded reads ran out before the owner's jobs did (a very
+		// selective filter): more may follow.
+		last = start
+	}
+	for _, item := range items {
+		j, err := decodeJob(item)
+		if err != nil {
+			return lifecycle.Page{}, err
+		}
+		page.Jobs = append(page.Jobs, j)
+	}
+	if last != nil {
+		d := decoder{m: last}
 		c, _ := json.Marshal(cursor{Sort: d.str(AttrOwnerSort, false), ID: d.str(AttrID, false)})
 		page.Next = base64.RawURLEncoding.EncodeToString(c)
 	}

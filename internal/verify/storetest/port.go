@@ -388,6 +388,39 @@ var listTests = []test{
 			t.Fatalf("second page: %v err=%v, want the oldest job", ids(rest.Jobs), err)
 		}
 	}},
+	// A cursor is handed out only when another page follows: an exactly
+	// full last page has none, so no client ever fetches an empty page.
+	{"NoCursorAfterAnExactlyFullLastPage", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		for i := range 6 {
+			createAt(t, st, "lister", fmt.Sprintf("k%d", i), at(i))
+		}
+		for _, limit := range []int{2, 3, 6} {
+			q := lifecycle.ListQuery{Owner: "lister", Limit: limit}
+			for n := 1; ; n++ {
+				page, err := st.List(context.Background(), q)
+				if err != nil || len(page.Jobs) != limit {
+					t.Fatalf("limit %d, page %d: %d jobs, err=%v; want %d", limit, n, len(page.Jobs), err, limit)
+				}
+				if n == 6/limit {
+					if page.Next != "" {
+						t.Fatalf("limit %d: the last page hands out a cursor", limit)
+					}
+					break
+				}
+				if page.Next == "" {
+					t.Fatalf("limit %d, page %d: no cursor although jobs follow", limit, n)
+				}
+				q.Cursor = page.Next
+			}
+		}
+		for _, status := range []job.Status{job.StatusPending} {
+			page, err := st.List(context.Background(), lifecycle.ListQuery{Owner: "lister", Status: status, Limit: 6})
+			if err != nil || len(page.Jobs) != 6 || page.Next != "" {
+				t.Fatalf("filtered exactly full page: %d jobs next=%q err=%v", len(page.Jobs), page.Next, err)
+			}
+		}
+	}},
 	{"StatusFilter", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		var cancelled, pending []string
