@@ -4,7 +4,7 @@ GO ?= go
 NPM ?= npm
 export GOFLAGS ?= -mod=readonly
 
-.PHONY: all run test tools vet lint unit
+.PHONY: all run test tools preflight vet lint unit
 
 all: test
 
@@ -36,7 +36,14 @@ unit: tools
 	$(GO) test -race -count=1 ./...
 
 # Function binaries must stay small (cold starts): make build check-sizes.
-test: tools vet lint unit sizes-gate
+test: tools preflight vet lint unit sizes-gate
+
+# What the tests need beyond Go and the npm tools, checked up front so a
+# missing one is one clear line rather than a failed test. moto_server (a
+# second DynamoDB for the store's conformance suite) comes from PyPI, which
+# this Makefile cannot reach.
+preflight:
+	@command -v moto_server >/dev/null || { echo "moto_server not found: install it with pip install 'moto[server]' (moto 5.2.1 is known to work)" >&2; exit 1; }
 
 sizes-gate: build
 	@$(MAKE) --no-print-directory check-sizes

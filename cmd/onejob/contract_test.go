@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
+	"github.com/onejob/onejob/internal/dev/ddbtest"
 	"github.com/onejob/onejob/internal/dev/sim"
 )
 
-var harness dynalitetest.Harness
+var harness ddbtest.Harness
 
 func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
 

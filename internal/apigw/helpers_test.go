@@ -28,13 +28,13 @@ import (
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/dynalite"
-	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
+	"github.com/onejob/onejob/internal/dev/ddbtest"
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/lifecycle"
 )
 
-var harness dynalitetest.Harness
+var harness ddbtest.Harness
 
 func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/onejob/onejob/internal/dev/ddbtest"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/verify/storetest"
 )
@@ -17,7 +18,13 @@ import (
 // client (countRequests).
 func newStore(t *testing.T, optFns ...func(*dynamodb.Options)) (*dynamo.Store, storetest.Store) {
 	t.Helper()
-	db, names := harness.Tables(t, optFns...)
+	return newStoreOn(t, &harness, optFns...)
+}
+
+// newStoreOn is newStore on the given local DynamoDB.
+func newStoreOn(t *testing.T, h *ddbtest.Harness, optFns ...func(*dynamodb.Options)) (*dynamo.Store, storetest.Store) {
+	t.Helper()
+	db, names := h.Tables(t, optFns...)
 	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
 		CertificationsTable: names.Certifications})
 	if err != nil {
@@ -37,11 +44,20 @@ func newStore(t *testing.T, optFns ...func(*dynamodb.Options)) (*dynamo.Store, s
 	}}
 }
 
+// TestConformance holds the store to the port's contract, and the rules to
+// their tests, on two independent DynamoDB implementations: dynalite and
+// moto_server.
 func TestConformance(t *testing.T) {
-	storetest.Exercise(t, func(t *testing.T) storetest.Store {
-		_, st := newStore(t)
-		return st
-	})
+	t.Parallel()
+	for _, h := range []*ddbtest.Harness{&harness, &motoHarness} {
+		t.Run(string(h.Backend)+"Backend", func(t *testing.T) {
+			t.Parallel()
+			storetest.Exercise(t, func(t *testing.T) storetest.Store {
+				_, st := newStoreOn(t, h)
+				return st
+			})
+		})
+	}
 }
 
 // countRequests is SDK middleware counting every DynamoDB request sent.

@@ -4,9 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/onejob/onejob/internal/dev/dynalite/dynalitetest"
+	"github.com/onejob/onejob/internal/dev/ddbtest"
 )
 
-var harness dynalitetest.Harness
+var harness ddbtest.Harness
 
 func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }

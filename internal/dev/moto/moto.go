@@ -1,0 +1,86 @@
+// Package moto starts and stops moto_server (moto's standalone server of the
+// AWS APIs, a Python tool) on a free loopback port, as a second, independent
+// DynamoDB: unlike dynalite it honours ReturnValuesOnConditionCheckFailure,
+// so the store's one-request replay path runs there.
+package moto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/onejob/onejob/internal/dev/testenv"
+)
+
+// ErrMissing reports that moto_server is not installed.
+var ErrMissing = errors.New("moto_server not found on PATH: install it with pip install 'moto[server]' (moto 5.2.1 is known to work)")
+
+// Server is a running moto_server.
+type Server struct {
+	cmd      *exec.Cmd
+	endpoint string
+	done     chan struct{}
+}
+
+// Endpoint is the server's base URL.
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// Start launches moto_server and waits until it answers. Output goes to out
+// (nil discards it).
+func Start(ctx context.Context, out io.Writer) (*Server, error) {
+	bin, err := exec.LookPath("moto_server")
+	if err != nil {
+		return nil, ErrMissing
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, and it dies with this process: no orphans.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			return nil, errors.New("moto_server exited before answering")
+		case <-ctx.Done():
+			_ = s.Close()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = s.Close()
+			return nil, fmt.Errorf("moto_server did not answer on %s", s.endpoint)
+		}
+	}
+}
+
+// Close stops the server (its process group), SIGKILL after five seconds.
+func (s *Server) Close() error {
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+	return nil
+}
