@@ -70,8 +70,71 @@ func TestWireFormat(t *testing.T) {
 	if len(msgs) != 2 || msgs[0].(map[string]any)["role"] != "system" || msgs[1].(map[string]any)["role"] != "user" {
 		t.Errorf("messages = %v", msgs)
 	}
-	if got["temperature"] != 0.0 || got["max_tokens"] != 256.0 || got["model"] != "gpt-test" {
-		t.Errorf("body = %v", got)
+	if _, ok := got["max_tokens"]; ok || got["temperature"] != 0.0 || got["max_completion_tokens"] != 256.0 || got["model"] != "gpt-test" {
+		t.Errorf("body = %v, want max_completion_tokens (max_tokens is deprecated) and temperature", got)
+	}
+}
+
+// TestModelRules: what the adapter sends per model, and what it refuses to
+// send because the model would answer 400.
+func TestModelRules(t *testing.T) {
+	t.Parallel()
+	no, yes := false, true
+	tests := []struct {
+		name      string
+		cfg       openai.Config
+		wantField string // the output-limit field sent
+		wantTemp  bool   // temperature sent
+		refused   bool
+	}{
+		{"ChatModel", openai.Config{Model: "gpt-4o"}, "max_completion_tokens", true, false},
+		{"ChatModelOldServer", openai.Config{Model: "llama3", MaxTokensField: openai.FieldMaxTokens}, "max_tokens", true, false},
+		{"ReasoningO3", openai.Config{Model: "o3-mini"}, "max_completion_tokens", false, false},
+		{"ReasoningGPT5", openai.Config{Model: "gpt-5-2025-08-07"}, "max_completion_tokens", false, false},
+		{"ReasoningByConfig", openai.Config{Model: "my-deployment", Reasoning: &yes}, "max_completion_tokens", false, false},
+		{"NotReasoningByConfig", openai.Config{Model: "o3-lookalike", Reasoning: &no}, "max_completion_tokens", true, false},
+		{"ReasoningWithMaxTokens", openai.Config{Model: "o1", MaxTokensField: openai.FieldMaxTokens}, "", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := tc.cfg
+			cfg.Name = "openai-primary"
+			a, err := openai.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prep, err := a.Prepare(providertest.Request(1))
+			if tc.refused {
+				if !errors.Is(err, provider.ErrModelRule) || provider.Classify(err) != provider.ClassNonRetryable {
+					t.Fatalf("Prepare = %v, want a non-retryable ErrModelRule", err)
+				}
+				if _, err := a.Call(t.Context(), providertest.Request(1)); !errors.Is(err, provider.ErrModelRule) {
+					t.Errorf("Call = %v, want the same refusal before sending", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := json.Marshal(prep.Body)
+			var body map[string]any
+			_ = json.Unmarshal(raw, &body)
+			if _, ok := body[tc.wantField]; !ok {
+				t.Errorf("body %s lacks %s", raw, tc.wantField)
+			}
+			for _, f := range []string{openai.FieldMaxTokens, openai.FieldMaxCompletionTokens} {
+				if _, ok := body[f]; ok && f != tc.wantField {
+					t.Errorf("body %s has %s too", raw, f)
+				}
+			}
+			if _, ok := body["temperature"]; ok != tc.wantTemp {
+				t.Errorf("temperature sent = %v, want %v (%s)", ok, tc.wantTemp, raw)
+			}
+			if !tc.wantTemp && len(prep.Notes) == 0 {
+				t.Error("no note says the temperature was left out")
+			}
+		})
 	}
 }
 
