@@ -158,25 +158,7 @@ func validateOpenAI(body []byte, opts Options) (openAIRequest, *apiError) {
 		req.promptTokens += messageOverhead + Tokens(role) + Tokens(content)
 	}
 
-	if o.has("temperature") {
-		t, ok := o.num("temperature")
-		if !ok {
-			return req, oaiType("temperature", "a decimal", o["temperature"])
-		}
-		if t > 2 {
-			return req, oaiInvalid("temperature", "decimal_above_max_value",
-				fmt.Sprintf("Invalid 'temperature': decimal above maximum value. Expected a value <= 2, but got %s instead.", number(t)))
-		}
-		if t < 0 {
-			return req, oaiInvalid("temperature", "decimal_below_min_value",
-				fmt.Sprintf("Invalid 'temperature': decimal below minimum value. Expected a value >= 0, but got %s instead.", number(t)))
-		}
-		if reasoning && t != 1 {
-			return req, oaiInvalid("temperature", "unsupported_value",
-				fmt.Sprintf("Unsupported value: 'temperature' does not support %s with this model. Only the default (1) value is supported.", number(t)))
-		}
-		req.temperature = &t
-	}
+	// An unsupported parameter is refused before any value is looked at.
 	for _, field := range []string{"max_tokens", "max_completion_tokens"} {
 		if !o.has(field) {
 			continue
@@ -200,6 +182,25 @@ func validateOpenAI(body []byte, opts Options) (openAIRequest, *apiError) {
 		req.maxTokens = n
 	}
 
+	if o.has("temperature") {
+		t, ok := o.num("temperature")
+		if !ok {
+			return req, oaiType("temperature", "a decimal", o["temperature"])
+		}
+		if t > 2 {
+			return req, oaiInvalid("temperature", "decimal_above_max_value",
+				fmt.Sprintf("Invalid 'temperature': decimal above maximum value. Expected a value <= 2, but got %s instead.", number(t)))
+		}
+		if t < 0 {
+			return req, oaiInvalid("temperature", "decimal_below_min_value",
+				fmt.Sprintf("Invalid 'temperature': decimal below minimum value. Expected a value >= 0, but got %s instead.", number(t)))
+		}
+		if reasoning && t != 1 {
+			return req, oaiInvalid("temperature", "unsupported_value",
+				fmt.Sprintf("Unsupported value: 'temperature' does not support %s with this model. Only the default (1) value is supported.", number(t)))
+		}
+		req.temperature = &t
+	}
 	if o.has("response_format") {
 		if e := req.validateResponseFormat(o); e != nil {
 			return req, e

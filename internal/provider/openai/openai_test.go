@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/onejob/onejob/internal/dev/sim"
@@ -149,6 +150,7 @@ func TestStructuredOutputFailures(t *testing.T) {
 		{"Truncated", `{"choices":[{"message":{"content":"{\"a\":"},"finish_reason":"length"}]}`, provider.ErrNoStructuredOutput},
 		{"NoChoices", `{"choices":[]}`, provider.ErrMalformedResponse},
 		{"ArrayContent", `{"choices":[{"message":{"content":"[1,2]"},"finish_reason":"stop"}]}`, provider.ErrNoStructuredOutput},
+		{"ContentFilter", `{"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]}`, provider.ErrContentFiltered},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,6 +162,9 @@ func TestStructuredOutputFailures(t *testing.T) {
 			_, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).Call(t.Context(), providertest.Request(1))
 			if !errors.Is(err, tc.want) || provider.Classify(err) != provider.ClassRetryable {
 				t.Errorf("err = %v (class %s), want %v retryable", err, provider.Classify(err), tc.want)
+			}
+			if tc.want == provider.ErrContentFiltered && !strings.Contains(err.Error(), "content filter") {
+				t.Errorf("err = %v does not name the content filter", err)
 			}
 		})
 	}
@@ -183,5 +188,72 @@ func TestNewValidatesConfig(t *testing.T) {
 				t.Errorf("New = %v, want ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// TestReasoningModelAgainstTheSimulator: a simulator serving a reasoning
+// model accepts what the adapter sends for it, and refuses the old request
+// shape (max_tokens, temperature 0) with the API's documented 400, whose
+// code and param reach the operator.
+func TestReasoningModelAgainstTheSimulator(t *testing.T) {
+	t.Parallel()
+	no := false
+	tests := []struct {
+		name      string
+		cfg       openai.Config
+		wantParam string // "" = accepted
+		wantCode  string
+	}{
+		{"AsTheAdapterSendsIt", openai.Config{}, "", ""},
+		{"OldShapeMaxTokens", openai.Config{MaxTokensField: openai.FieldMaxTokens, Reasoning: &no}, "max_tokens", "unsupported_parameter"},
+		{"OldShapeTemperature", openai.Config{Reasoning: &no}, "temperature", "unsupported_value"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := sim.New(sim.Options{Model: "o3-mini", Oracle: sim.Fixed{GoodOutput: json.RawMessage(`{"category":"billing","priority":3,"summary":"s","needs_human":false}`)}})
+			srv, err := sim.Start(s.OpenAI())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Close() })
+			cfg := tc.cfg
+			cfg.Name, cfg.BaseURL, cfg.Model = "openai-reasoning", srv.URL()+"/v1", "o3-mini"
+			a, err := openai.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := a.Call(t.Context(), providertest.Request(1))
+			if tc.wantParam == "" {
+				c := s.Calls()[0]
+				if err != nil || c.Temperature != nil || c.MaxTokens != 256 || resp.Model != "o3-mini" {
+					t.Fatalf("Call = %+v, %v; simulator saw temperature %v, max tokens %d", resp, err, c.Temperature, c.MaxTokens)
+				}
+				return
+			}
+			var ce *provider.CallError
+			if !errors.As(err, &ce) || ce.Status != http.StatusBadRequest || ce.Class != provider.ClassNonRetryable {
+				t.Fatalf("Call = %v, want a non-retryable 400", err)
+			}
+			if ce.Detail.Param != tc.wantParam || ce.Detail.Code != tc.wantCode || !strings.Contains(err.Error(), "(code "+tc.wantCode+", param "+tc.wantParam+")") {
+				t.Errorf("error %v (detail %+v), want code %s and param %s in the message", err, ce.Detail, tc.wantCode, tc.wantParam)
+			}
+		})
+	}
+}
+
+func TestSpentQuotaIsExhaustedNotRateLimited(t *testing.T) {
+	t.Parallel()
+	s := sim.New(sim.Options{Mode: sim.ModeQuotaExhausted})
+	srv, err := sim.Start(s.OpenAI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	_, err = newAdapter(t, providertest.Env{BaseURL: srv.URL()}).Call(t.Context(), providertest.Request(1))
+	var ce *provider.CallError
+	if !errors.As(err, &ce) || ce.Status != http.StatusTooManyRequests || ce.Class != provider.ClassExhausted ||
+		!errors.Is(err, provider.ErrAccountExhausted) || ce.RetryAfter != 0 || !strings.Contains(err.Error(), "insufficient_quota") {
+		t.Errorf("err = %v, want a 429 insufficient_quota classed exhausted with no back-off", err)
 	}
 }
