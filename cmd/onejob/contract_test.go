@@ -35,10 +35,10 @@ func TestContractRunAndList(t *testing.T) {
 	prefix := strings.TrimSuffix(names.Jobs, "-jobs")
 	endpoint := harness.Endpoint(t)
 	modes := map[string]sim.Mode{"good": sim.ModeGood, "extra": sim.ModeExtraKey, "prose": sim.ModeProse, "semantic": sim.ModeSemantic}
-	var providers []map[string]string
+	var providers []map[string]any
 	for name, mode := range modes {
-		providers = append(providers, map[string]string{"name": name, "kind": "openai", "base_url": startSim(t, mode),
-			"model": "gpt-sim", "credential_ref": "SIM_API_KEY"})
+		providers = append(providers, map[string]any{"name": name, "kind": "openai", "base_url": startSim(t, mode),
+			"model": "gpt-sim", "encoding": "o200k_base", "context_window": 8192, "credential_ref": "SIM_API_KEY"})
 	}
 	raw, _ := json.Marshal(map[string]any{"providers": providers})
 	file := filepath.Join(t.TempDir(), "providers.json")
@@ -56,7 +56,7 @@ func TestContractRunAndList(t *testing.T) {
 		pass     bool
 		want     []string // in the report
 	}{
-		{"good", true, []string{"PASSED"}},
+		{"good", true, []string{"PASSED", "checked against: 8192-token context window, max_output_tokens 400", "PASS outage (request sim-req-", ": input ", " tokens, headroom ", "  counted by tiktoken o200k_base"}},
 		{"extra", false, []string{"FAILED", `unknown key "confidence"`, "outage"}},
 		{"prose", false, []string{"FAILED", "billing-refund"}},
 		{"semantic", false, []string{"FAILED", "needs_human"}},
@@ -83,10 +83,10 @@ func TestContractRunAndList(t *testing.T) {
 		found := false
 		for _, l := range strings.Split(out.String(), "\n") {
 			f := strings.Fields(l)
-			if len(f) >= 6 && f[0] == "ticket-triage" && f[2] == "yes" && f[3] == line {
+			if len(f) >= 7 && f[0] == "ticket-triage" && f[2] == "yes" && f[3] == line {
 				found = true
-				if (line == "good") != (f[5] == "passed") {
-					t.Fatalf("list shows %s as %s:\n%s", line, f[5], out.String())
+				if (line == "good") != (f[5] == "passed") || f[6] != "8192-tokens" {
+					t.Fatalf("list shows %s as %s against %s:\n%s", line, f[5], f[6], out.String())
 				}
 			}
 		}
