@@ -3,9 +3,13 @@ package jobtype_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -317,6 +321,65 @@ func TestRunContractDemoModes(t *testing.T) {
 			}
 			if report.Passed() || !strings.Contains(report.String(), "FAIL echo") || !strings.Contains(report.String(), tc.want) {
 				t.Errorf("report lacks FAIL echo and %q:\n%s", tc.want, report)
+			}
+		})
+	}
+}
+
+// withDemoTemplate loads the embedded types with demo's prompt template
+// replaced.
+func withDemoTemplate(t *testing.T, tmpl string) *jobtype.Type {
+	t.Helper()
+	src := os.DirFS(".")
+	m := fstest.MapFS{}
+	err := fs.WalkDir(src, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
+			return err
+		}
+		b, err := fs.ReadFile(src, path)
+		if err != nil {
+			return err
+		}
+		if path == "types/demo.json" {
+			b = []byte(strings.Replace(string(b), `"prompt_template": "{{.prompt}}"`, `"prompt_template": `+strconv.Quote(tmpl), 1))
+		}
+		m[path] = &fstest.MapFile{Data: b}
+		return nil
+	})
+	must(t, err)
+	cat, err := jobtype.LoadFS(m)
+	must(t, err)
+	ty, _ := cat.Get("demo")
+	return ty
+}
+
+// TestRunContractRefusesTemplateLeftovers: a case must render with no
+// missing variable and no template text left in the prompt.
+func TestRunContractRefusesTemplateLeftovers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, tmpl, want string // want "" = passes
+	}{
+		{"Plain", "{{.prompt}}", ""},
+		{"OptionalFieldDoneRight", `{{.prompt}}{{with index . "tone"}} ({{.}}){{end}}`, ""},
+		{"OptionalFieldRendersNoValue", `{{.prompt}} in a {{index . "tone"}} tone`, `the rendered prompt still holds "<no value>"`},
+		{"EscapedBraces", `{{.prompt}} {{"{{name}}"}}`, `the rendered prompt still holds "{{"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ty := withDemoTemplate(t, tc.tmpl)
+			_, url := startSim(t, (*sim.Simulator).Webhook, sim.Options{Oracle: sim.Demo{Provider: "sim-primary"}})
+			p := adapterKinds[3].build(t, "sim-primary", url)
+			report := jobtype.RunContract(t.Context(), ty, p, ty.Cases(), budget(t, provider.ProviderConfig{}, p))
+			if tc.want == "" {
+				if !report.Passed() {
+					t.Errorf("report:\n%s", report)
+				}
+				return
+			}
+			if report.Passed() || !strings.Contains(report.String(), tc.want) || !strings.Contains(report.String(), "[render]") {
+				t.Errorf("report lacks %q [render]:\n%s", tc.want, report)
 			}
 		})
 	}
