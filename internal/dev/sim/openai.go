@@ -37,6 +37,20 @@ var (
 // default temperature (1) is supported.
 var openAIReasoning = []string{"o1", "o3", "o4", "gpt-5"}
 
+// openAIStructuredOutputs: response_format json_schema arrived with
+// gpt-4o-2024-08-06 and gpt-4o-mini; older models refuse it.
+func openAIStructuredOutputs(model string) bool {
+	if model == "gpt-4" || model == "gpt-3.5-turbo" {
+		return false
+	}
+	for _, p := range []string{"gpt-3.5-turbo-", "gpt-4-", "gpt-4o-2024-05-13", "o1-mini", "o1-preview"} {
+		if strings.HasPrefix(model, p) {
+			return false
+		}
+	}
+	return true
+}
+
 func openAIReasoningModel(model string) bool {
 	for _, f := range openAIReasoning {
 		if model == f || strings.HasPrefix(model, f+"-") {
@@ -226,6 +240,10 @@ func (req *openAIRequest) validateResponseFormat(o object) *apiError {
 	}
 	if typ != "json_schema" {
 		return nil
+	}
+	if !openAIStructuredOutputs(req.model) {
+		return oaiInvalid("response_format", "",
+			"Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model. Learn more about supported models at the Structured Outputs guide: https://platform.openai.com/docs/guides/structured-outputs")
 	}
 	if !rf.has("json_schema") {
 		return oaiMissing("response_format.json_schema")

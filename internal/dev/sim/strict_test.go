@@ -153,6 +153,8 @@ func TestOpenAIRefusesInvalidRequests(t *testing.T) {
 			delete(m, "max_completion_tokens")
 			m["max_tokens"] = 100
 		}), 400, "unsupported_parameter", "max_tokens", "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."},
+		{"NoStructuredOutputs", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["model"] = "gpt-4-turbo" }),
+			400, nil, "response_format", "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model."},
 		{"ReasoningModelTemperature", sim.Options{Model: "o3-mini"}, "", edit(t, openAIBase, func(m map[string]any) { m["model"] = "o3-mini" }),
 			400, "unsupported_value", "temperature", "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported."},
 	}

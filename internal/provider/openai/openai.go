@@ -91,6 +91,27 @@ func ReasoningModel(model string) bool {
 	return false
 }
 
+// noStructuredOutputs are OpenAI models that refuse response_format
+// json_schema: Structured Outputs came with gpt-4o-2024-08-06 and
+// gpt-4o-mini; the gpt-4 and gpt-3.5 families, the first gpt-4o snapshot
+// and the o1 previews predate it.
+var noStructuredOutputs = []string{"gpt-3.5-turbo", "gpt-4-", "gpt-4o-2024-05-13", "o1-mini", "o1-preview"}
+
+// StructuredOutputs reports whether model accepts response_format
+// json_schema, as far as OpenAI's model list says; unknown (compatible
+// servers') models are assumed to.
+func StructuredOutputs(model string) bool {
+	if model == "gpt-4" || model == "gpt-3.5-turbo" {
+		return false
+	}
+	for _, p := range noStructuredOutputs {
+		if strings.HasPrefix(model, p) {
+			return false
+		}
+	}
+	return true
+}
+
 // Adapter calls POST {base}/chat/completions.
 type Adapter struct {
 	provider.HTTPBase
@@ -169,6 +190,10 @@ type completion struct {
 func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 	if err := provider.CheckRequest(a.cfg.Name, req, true); err != nil {
 		return provider.Prepared{}, err
+	}
+	if !StructuredOutputs(a.cfg.Model) {
+		return provider.Prepared{}, provider.ModelRuleError(a.cfg.Name, a.cfg.Model,
+			"it does not support response_format json_schema (Structured Outputs), which the adapter needs")
 	}
 	var notes []string
 	body := &ChatRequest{

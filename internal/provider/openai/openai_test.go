@@ -95,6 +95,9 @@ func TestModelRules(t *testing.T) {
 		{"ReasoningByConfig", openai.Config{Model: "my-deployment", Reasoning: &yes}, "max_completion_tokens", false, false},
 		{"NotReasoningByConfig", openai.Config{Model: "o3-lookalike", Reasoning: &no}, "max_completion_tokens", true, false},
 		{"ReasoningWithMaxTokens", openai.Config{Model: "o1", MaxTokensField: openai.FieldMaxTokens}, "", false, true},
+		{"NoStructuredOutputsGPT4", openai.Config{Model: "gpt-4-turbo"}, "", false, true},
+		{"NoStructuredOutputsFirstGPT4o", openai.Config{Model: "gpt-4o-2024-05-13"}, "", false, true},
+		{"StructuredOutputsGPT4oMini", openai.Config{Model: "gpt-4o-mini-2024-07-18"}, "max_completion_tokens", true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
