@@ -95,3 +95,42 @@ func TestContractRunAndList(t *testing.T) {
 		}
 	}
 }
+
+// TestContractRunBedrock: a Bedrock provider is signed with the AWS keys
+// from the environment, and its cases are counted by CountTokens over HTTP.
+func TestContractRunBedrock(t *testing.T) {
+	t.Parallel()
+	_, names := harness.Tables(t)
+	prefix := strings.TrimSuffix(names.Jobs, "-jobs")
+	const secret = "aws-secret-for-the-simulator"
+	s := sim.New(sim.Options{Oracle: sim.TicketTriage{}, APIKey: secret})
+	srv, err := sim.Start(s.Bedrock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	raw, _ := json.Marshal(map[string]any{"providers": []map[string]any{{"name": "bedrock-claude", "kind": "bedrock",
+		"base_url": srv.URL(), "model": "anthropic.claude-3-5-haiku-20241022-v1:0", "region": "us-east-1",
+		"context_window": 200000, "max_output_tokens": 8192}}})
+	file := filepath.Join(t.TempDir(), "providers.json")
+	if err := os.WriteFile(file, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(k string) string {
+		return map[string]string{"AWS_ACCESS_KEY_ID": "AKIDLOCAL", "AWS_SECRET_ACCESS_KEY": secret}[k]
+	}
+	var out bytes.Buffer
+	err = contract(context.Background(), []string{"run", "--type", "ticket-triage", "--provider", "bedrock-claude",
+		"--providers", file, "--dynamodb-endpoint", harness.Endpoint(t), "--table-prefix", prefix}, getenv, &out, &out)
+	if err != nil {
+		t.Fatalf("contract run: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"PASSED", "checked against: 200000-token context window, max_output_tokens 400 (model's output limit 8192)", "counted by Bedrock CountTokens", "headroom "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	if n := len(s.Counted()); n != 4 {
+		t.Errorf("simulator counted %d requests, want one per case", n)
+	}
+}
