@@ -10,13 +10,16 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/jobtype/tokencount"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
 )
@@ -45,13 +48,11 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 	endpoint := fs.String("dynamodb-endpoint", "", "a local DynamoDB endpoint (dynalite), e.g. http://127.0.0.1:8000")
 	prefix := fs.String("table-prefix", "onejob-local", "table name prefix with --dynamodb-endpoint")
 	var typ, prov, providersFile *string
-	var limit *int
 	switch args[0] {
 	case "run":
 		typ = fs.String("type", "", "job type to certify (required)")
 		prov = fs.String("provider", "", "provider name from the providers file (required)")
 		providersFile = fs.String("providers", "", "provider config JSON (default: $ONEJOB_PROVIDERS)")
-		limit = fs.Int("input-limit", jobtype.DefaultInputLimitChars, "the provider's prompt limit in characters")
 	case "list":
 	default:
 		return fmt.Errorf("contract: unknown subcommand %q (want run or list)", args[0])
@@ -87,18 +88,34 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return fmt.Errorf("contract run: provider config: %w", err)
 	}
-	reg, err := adapters.NewRegistry(ctx, cfg, provider.EnvSecrets{Lookup: func(k string) (string, bool) {
-		v := getenv(k)
-		return v, v != ""
-	}}, adapters.Options{})
+	var pc provider.ProviderConfig
+	for _, c := range cfg.Providers {
+		if c.Name == *prov {
+			pc = c
+		}
+	}
+	if pc.Name == "" {
+		return fmt.Errorf("contract run: provider %q is not in the config", *prov)
+	}
+	awsCreds, err := awsCredentials(ctx, cfg, getenv)
 	if err != nil {
 		return err
 	}
-	p, ok := reg.Get(*prov)
-	if !ok {
-		return fmt.Errorf("contract run: provider %q is not in the config (have %v)", *prov, reg.Names())
+	reg, err := adapters.NewRegistry(ctx, provider.Config{Providers: []provider.ProviderConfig{pc}}, provider.EnvSecrets{Lookup: func(k string) (string, bool) {
+		v := getenv(k)
+		return v, v != ""
+	}}, adapters.Options{AWSCredentials: awsCreds})
+	if err != nil {
+		return err
 	}
-	rep, cert, err := jobtype.Certify(ctx, st, t, p, *limit, time.Now())
+	p, _ := reg.Get(pc.Name)
+	// Token counting runs here, where certification runs, and nowhere a
+	// function links.
+	budget, err := tokencount.For(pc, p, tokencount.Options{AWSCredentials: awsCreds})
+	if err != nil {
+		return fmt.Errorf("contract run: %w", err)
+	}
+	rep, cert, err := jobtype.Certify(ctx, st, t, p, budget, time.Now())
 	fmt.Fprintln(stdout, rep.String())
 	if err != nil {
 		return err
@@ -112,6 +129,27 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 		return errContractFailed
 	}
 	return nil
+}
+
+// awsCredentials are what Bedrock providers are signed with: the
+// AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY pair when set, else the AWS
+// environment's default chain; none when no provider is a Bedrock one.
+func awsCredentials(ctx context.Context, cfg provider.Config, getenv func(string) string) (aws.CredentialsProvider, error) {
+	needed := false
+	for _, pc := range cfg.Providers {
+		needed = needed || pc.Kind == provider.KindBedrock
+	}
+	if !needed {
+		return nil, nil
+	}
+	if id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"); id != "" && secret != "" {
+		return credentials.NewStaticCredentialsProvider(id, secret, getenv("AWS_SESSION_TOKEN")), nil
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return awsCfg.Credentials, nil
 }
 
 func contractStore(ctx context.Context, endpoint, prefix string, getenv func(string) string) (*dynamo.Store, error) {
@@ -138,7 +176,7 @@ func listCertifications(ctx context.Context, st *dynamo.Store, out io.Writer) er
 		return err
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "JOB TYPE\tCONTRACT\tCURRENT\tPROVIDER\tMODEL\tRESULT\tCERTIFIED AT")
+	fmt.Fprintln(w, "JOB TYPE\tCONTRACT\tCURRENT\tPROVIDER\tMODEL\tRESULT\tWINDOW\tCERTIFIED AT")
 	for _, c := range certs {
 		current := "no"
 		if t, ok := cat.Get(c.JobType); ok && t.ContractVersion() == c.ContractVersion {
@@ -148,8 +186,16 @@ func listCertifications(ctx context.Context, st *dynamo.Store, out io.Writer) er
 		if c.Passed {
 			result = "passed"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.JobType, c.ContractVersion, current, c.Provider, c.Model, result,
-			c.CertifiedAt.Format(time.RFC3339))
+		model := c.Model
+		if model == "" {
+			model = "-"
+		}
+		window := "none-declared"
+		if c.Window > 0 {
+			window = fmt.Sprintf("%d-%s", c.Window, c.WindowUnit)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.JobType, c.ContractVersion, current, c.Provider, model, result,
+			window, c.CertifiedAt.Format(time.RFC3339))
 	}
 	return w.Flush()
 }

@@ -35,10 +35,10 @@ func TestContractRunAndList(t *testing.T) {
 	prefix := strings.TrimSuffix(names.Jobs, "-jobs")
 	endpoint := harness.Endpoint(t)
 	modes := map[string]sim.Mode{"good": sim.ModeGood, "extra": sim.ModeExtraKey, "prose": sim.ModeProse, "semantic": sim.ModeSemantic}
-	var providers []map[string]string
+	var providers []map[string]any
 	for name, mode := range modes {
-		providers = append(providers, map[string]string{"name": name, "kind": "openai", "base_url": startSim(t, mode),
-			"model": "gpt-sim", "credential_ref": "SIM_API_KEY"})
+		providers = append(providers, map[string]any{"name": name, "kind": "openai", "base_url": startSim(t, mode),
+			"model": "gpt-sim", "encoding": "o200k_base", "context_window": 8192, "credential_ref": "SIM_API_KEY"})
 	}
 	raw, _ := json.Marshal(map[string]any{"providers": providers})
 	file := filepath.Join(t.TempDir(), "providers.json")
@@ -56,7 +56,7 @@ func TestContractRunAndList(t *testing.T) {
 		pass     bool
 		want     []string // in the report
 	}{
-		{"good", true, []string{"PASSED"}},
+		{"good", true, []string{"PASSED", "checked against: 8192-token context window, max_output_tokens 400", "PASS outage (request sim-req-", ": input ", " tokens, headroom ", "  counted by tiktoken o200k_base"}},
 		{"extra", false, []string{"FAILED", `unknown key "confidence"`, "outage"}},
 		{"prose", false, []string{"FAILED", "billing-refund"}},
 		{"semantic", false, []string{"FAILED", "needs_human"}},
@@ -83,15 +83,54 @@ func TestContractRunAndList(t *testing.T) {
 		found := false
 		for _, l := range strings.Split(out.String(), "\n") {
 			f := strings.Fields(l)
-			if len(f) >= 6 && f[0] == "ticket-triage" && f[2] == "yes" && f[3] == line {
+			if len(f) >= 7 && f[0] == "ticket-triage" && f[2] == "yes" && f[3] == line {
 				found = true
-				if (line == "good") != (f[5] == "passed") {
-					t.Fatalf("list shows %s as %s:\n%s", line, f[5], out.String())
+				if (line == "good") != (f[5] == "passed") || f[6] != "8192-tokens" {
+					t.Fatalf("list shows %s as %s against %s:\n%s", line, f[5], f[6], out.String())
 				}
 			}
 		}
 		if !found {
 			t.Fatalf("list lacks %s:\n%s", line, out.String())
 		}
+	}
+}
+
+// TestContractRunBedrock: a Bedrock provider is signed with the AWS keys
+// from the environment, and its cases are counted by CountTokens over HTTP.
+func TestContractRunBedrock(t *testing.T) {
+	t.Parallel()
+	_, names := harness.Tables(t)
+	prefix := strings.TrimSuffix(names.Jobs, "-jobs")
+	const secret = "aws-secret-for-the-simulator"
+	s := sim.New(sim.Options{Oracle: sim.TicketTriage{}, APIKey: secret})
+	srv, err := sim.Start(s.Bedrock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	raw, _ := json.Marshal(map[string]any{"providers": []map[string]any{{"name": "bedrock-claude", "kind": "bedrock",
+		"base_url": srv.URL(), "model": "anthropic.claude-3-5-haiku-20241022-v1:0", "region": "us-east-1",
+		"context_window": 200000, "max_output_tokens": 8192}}})
+	file := filepath.Join(t.TempDir(), "providers.json")
+	if err := os.WriteFile(file, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(k string) string {
+		return map[string]string{"AWS_ACCESS_KEY_ID": "AKIDLOCAL", "AWS_SECRET_ACCESS_KEY": secret}[k]
+	}
+	var out bytes.Buffer
+	err = contract(context.Background(), []string{"run", "--type", "ticket-triage", "--provider", "bedrock-claude",
+		"--providers", file, "--dynamodb-endpoint", harness.Endpoint(t), "--table-prefix", prefix}, getenv, &out, &out)
+	if err != nil {
+		t.Fatalf("contract run: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"PASSED", "checked against: 200000-token context window, max_output_tokens 400 (model's output limit 8192)", "counted by Bedrock CountTokens", "headroom "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	if n := len(s.Counted()); n != 4 {
+		t.Errorf("simulator counted %d requests, want one per case", n)
 	}
 }

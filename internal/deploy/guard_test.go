@@ -4,13 +4,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // TestFunctionsLinkNoTooling keeps what exists only for local runs and tests
 // out of every deployed binary: nothing under internal/dev or internal/verify,
-// no testing package, and no JWT library (API Gateway verifies tokens).
+// no testing package, no JWT library (API Gateway verifies tokens), and no
+// tokenizer (token counting is for certification, in the onejob CLI; the
+// encodings alone are megabytes).
 func TestFunctionsLinkNoTooling(t *testing.T) {
 	t.Parallel()
 	_, file, _, _ := runtime.Caller(0)
@@ -26,6 +29,10 @@ func TestFunctionsLinkNoTooling(t *testing.T) {
 		"github.com/onejob/onejob/internal/verify",
 		"testing",
 		"github.com/golang-jwt/jwt",
+		"github.com/onejob/onejob/internal/jobtype/tokencount",
+		"github.com/pkoukk/tiktoken-go",
+		"github.com/pkoukk/tiktoken-go-loader",
+		"github.com/dlclark/regexp2",
 	}
 	var deps int
 	for _, pkg := range strings.Fields(string(out)) {
@@ -38,5 +45,25 @@ func TestFunctionsLinkNoTooling(t *testing.T) {
 	}
 	if deps < 50 {
 		t.Fatalf("go list reported only %d packages; is ./functions/... empty?", deps)
+	}
+}
+
+// TestGuardNamesTheTokenizerThatIsUsed: the CLI, where certification runs,
+// does link the tokenizer the guard above forbids in functions, so the
+// guard names the real packages and not a path nothing imports.
+func TestGuardNamesTheTokenizerThatIsUsed(t *testing.T) {
+	t.Parallel()
+	_, file, _, _ := runtime.Caller(0)
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{.ImportPath}}", "./cmd/onejob")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	for _, want := range []string{"github.com/onejob/onejob/internal/jobtype/tokencount", "github.com/pkoukk/tiktoken-go", "github.com/pkoukk/tiktoken-go-loader"} {
+		if !slices.Contains(deps, want) {
+			t.Errorf("cmd/onejob does not link %s: the guard forbids a package nothing uses", want)
+		}
 	}
 }

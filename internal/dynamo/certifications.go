@@ -31,6 +31,8 @@ func (s *Store) PutCertification(ctx context.Context, c job.Certification) error
 			"passed":           avB(c.Passed),
 			"cases":            avS(cases),
 			"certified_at":     avT(c.CertifiedAt),
+			"window":           avN(int64(c.Window)),
+			"window_unit":      avS(c.WindowUnit),
 		},
 	})
 	if err != nil {
@@ -76,6 +78,8 @@ func (s *Store) ListCertifications(ctx context.Context) ([]job.Certification, er
 				Model:           d.str("model", false),
 				Cases:           json.RawMessage(d.str("cases", false)),
 				CertifiedAt:     d.time("certified_at", true),
+				Window:          int(d.num("window", false)),
+				WindowUnit:      d.str("window_unit", false),
 			}
 			if p, ok := item["passed"].(*types.AttributeValueMemberBOOL); ok {
 				c.Passed = p.Value

@@ -14,6 +14,11 @@ type Certification struct {
 	Provider        string          `json:"provider"`
 	Model           string          `json:"model"`
 	Passed          bool            `json:"passed"`
-	Cases           json.RawMessage `json:"cases"` // per-case results
+	Cases           json.RawMessage `json:"cases"` // per-case results, with their counts
 	CertifiedAt     time.Time       `json:"certified_at"`
+	// Window is the limit the cases were checked against: the model's
+	// context window in tokens, or a webhook's declared request bytes
+	// (WindowUnit says which); 0 when none was declared.
+	Window     int    `json:"window,omitempty"`
+	WindowUnit string `json:"window_unit,omitempty"`
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/onejob/onejob/internal/dev/memstore"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/jobtype/tokencount"
+	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
 )
 
@@ -65,7 +67,11 @@ func TestSchemaChangeVoidsCertification(t *testing.T) {
 		t.Fatal(err)
 	}
 	demo, _ := cat.Get("demo")
-	rep, cert, err := jobtype.Certify(ctx, st, demo, p, 0, time.Now())
+	b, err := tokencount.For(provider.ProviderConfig{}, p, tokencount.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, cert, err := jobtype.Certify(ctx, st, demo, p, b, time.Now())
 	if err != nil || !rep.Passed() || !cert.Passed {
 		t.Fatalf("certify: passed=%v err=%v\n%s", cert.Passed, err, rep.String())
 	}

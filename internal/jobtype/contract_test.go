@@ -3,15 +3,20 @@ package jobtype_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/jobtype/tokencount"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/anthropic"
 	"github.com/onejob/onejob/internal/provider/bedrock"
@@ -26,16 +31,21 @@ var adapterKinds = []struct {
 	name    string
 	handler func(*sim.Simulator) http.Handler
 	build   func(t *testing.T, name, url string) provider.Provider
+	config  func(url string) provider.ProviderConfig // what the budget reads
 }{
 	{"OpenAI", (*sim.Simulator).OpenAI, func(t *testing.T, name, url string) provider.Provider {
-		p, err := openai.New(openai.Config{Name: name, BaseURL: url + "/v1", Model: "gpt-sim", APIKey: simKey})
+		p, err := openai.New(openai.Config{Name: name, BaseURL: url + "/v1", Model: "gpt-4o-mini", APIKey: simKey})
 		must(t, err)
 		return p
+	}, func(string) provider.ProviderConfig {
+		return provider.ProviderConfig{Kind: provider.KindOpenAI, ContextWindow: 128_000, MaxOutputTokens: 16_384}
 	}},
 	{"Anthropic", (*sim.Simulator).Anthropic, func(t *testing.T, name, url string) provider.Provider {
 		p, err := anthropic.New(anthropic.Config{Name: name, BaseURL: url, Model: "claude-sim", APIKey: simKey})
 		must(t, err)
 		return p
+	}, func(string) provider.ProviderConfig {
+		return provider.ProviderConfig{Kind: provider.KindAnthropic, ContextWindow: 200_000, MaxOutputTokens: 64_000}
 	}},
 	{"Bedrock", (*sim.Simulator).Bedrock, func(t *testing.T, name, url string) provider.Provider {
 		client, err := bedrock.NewClient(bedrock.ClientConfig{
@@ -45,12 +55,24 @@ var adapterKinds = []struct {
 		p, err := bedrock.New(bedrock.Config{Name: name, ModelID: "anthropic.claude-sim", Client: client})
 		must(t, err)
 		return p
+	}, func(url string) provider.ProviderConfig {
+		return provider.ProviderConfig{Kind: provider.KindBedrock, Region: "us-east-1", BaseURL: url, ContextWindow: 200_000}
 	}},
 	{"Webhook", (*sim.Simulator).Webhook, func(t *testing.T, name, url string) provider.Provider {
 		p, err := webhook.New(webhook.Config{Name: name, URL: url + "/triage", Token: simKey})
 		must(t, err)
 		return p
+	}, func(string) provider.ProviderConfig {
+		return provider.ProviderConfig{Kind: provider.KindWebhook, MaxRequestBytes: 64 << 10}
 	}},
+}
+
+// budget is the token counter `onejob contract run` builds for p.
+func budget(t *testing.T, pc provider.ProviderConfig, p provider.Provider) jobtype.Budget {
+	t.Helper()
+	b, err := tokencount.For(pc, p, tokencount.Options{AWSCredentials: credentials.NewStaticCredentialsProvider("AKID", simKey, "")})
+	must(t, err)
+	return b
 }
 
 func must(t *testing.T, err error) {
@@ -95,7 +117,7 @@ func TestRunContract(t *testing.T) {
 				t.Parallel()
 				s, url := startSim(t, kind.handler, sim.Options{Mode: m.mode, Oracle: sim.TicketTriage{}})
 				p := kind.build(t, "triage-"+strings.ToLower(kind.name), url)
-				report := jobtype.RunContract(t.Context(), ty, p, cases, 8000)
+				report := jobtype.RunContract(t.Context(), ty, p, cases, budget(t, kind.config(url), p))
 				text := report.String()
 				if got := len(s.Calls()); got != len(cases) {
 					t.Errorf("simulator saw %d calls, want %d", got, len(cases))
@@ -106,6 +128,11 @@ func TestRunContract(t *testing.T) {
 					}
 					if !strings.Contains(text, "PASS, 4/4 cases passed") {
 						t.Errorf("report:\n%s", text)
+					}
+					for _, cr := range report.Cases {
+						if cr.Measure == nil || cr.Measure.Input <= 0 || cr.Headroom <= 0 || cr.Usage == nil {
+							t.Errorf("%s: measure %+v, headroom %d, usage %+v", cr.Case, cr.Measure, cr.Headroom, cr.Usage)
+						}
 					}
 					return
 				}
@@ -138,7 +165,7 @@ func TestRunContractCaseExpectations(t *testing.T) {
 		GoodOutput: []byte(`{"category":"other","priority":4,"summary":"Unclear.","needs_human":false}`),
 	}})
 	p := adapterKinds[0].build(t, "openai-primary", url)
-	report := jobtype.RunContract(t.Context(), ty, p, c.Cases("ticket-triage"), 0)
+	report := jobtype.RunContract(t.Context(), ty, p, c.Cases("ticket-triage"), budget(t, adapterKinds[0].config(url), p))
 	text := report.String()
 	for _, want := range []string{
 		`FAIL outage (request sim-req-`,
@@ -157,19 +184,34 @@ func TestRunContractCaseExpectations(t *testing.T) {
 	}
 }
 
-func TestRunContractPromptLimit(t *testing.T) {
+// TestRunContractContextWindow: a window too small for input plus
+// max_output_tokens fails every case before any call, naming the counts.
+func TestRunContractContextWindow(t *testing.T) {
 	t.Parallel()
 	c := load(t)
 	ty := get(t, c, "ticket-triage")
 	s, url := startSim(t, (*sim.Simulator).OpenAI, sim.Options{Oracle: sim.TicketTriage{}})
-	report := jobtype.RunContract(t.Context(), ty, adapterKinds[0].build(t, "openai-primary", url), c.Cases("ticket-triage"), 300)
+	p := adapterKinds[0].build(t, "openai-primary", url)
+	report := jobtype.RunContract(t.Context(), ty, p, c.Cases("ticket-triage"), budget(t, provider.ProviderConfig{ContextWindow: 500}, p))
 	if report.Passed() || len(s.Calls()) != 0 {
 		t.Fatalf("passed=%v calls=%d, want a failure before any call:\n%s", report.Passed(), len(s.Calls()), report)
 	}
 	for _, cr := range report.Cases {
-		if len(cr.Violations) != 1 || cr.Violations[0].Rule != jobtype.RulePromptLimit || !strings.Contains(cr.Violations[0].Message, "over the provider's 300-char input limit") {
-			t.Errorf("%s: %v", cr.Case, cr.Violations)
+		want := fmt.Sprintf("input %d + max_output_tokens 400 = %d tokens, over the 500-token context window by %d", cr.Measure.Input, cr.Measure.Input+400, cr.Measure.Input-100)
+		if len(cr.Violations) != 1 || cr.Violations[0].Rule != jobtype.RuleContextWindow || cr.Violations[0].Message != want || cr.Headroom != 100-cr.Measure.Input {
+			t.Errorf("%s: %v, headroom %d, want %q", cr.Case, cr.Violations, cr.Headroom, want)
 		}
+	}
+	if !strings.Contains(report.String(), "checked against: 500-token context window, max_output_tokens 400") {
+		t.Errorf("report:\n%s", report)
+	}
+	noWindow := jobtype.RunContract(t.Context(), ty, p, c.Cases("ticket-triage")[:1], budget(t, provider.ProviderConfig{}, p))
+	if noWindow.Passed() || !strings.Contains(noWindow.String(), "declares no context_window") {
+		t.Errorf("a model provider without a declared window certified:\n%s", noWindow)
+	}
+	capped := jobtype.RunContract(t.Context(), ty, p, c.Cases("ticket-triage")[:1], budget(t, provider.ProviderConfig{ContextWindow: 8192, MaxOutputTokens: 256}, p))
+	if capped.Passed() || !strings.Contains(capped.String(), "max_output_tokens 400 is more than the model's 256-token output limit [model_rules]") {
+		t.Errorf("a type asking for more than the model's output limit certified:\n%s", capped)
 	}
 }
 
@@ -183,7 +225,8 @@ func TestRunContractHang(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	report := jobtype.RunContract(ctx, ty, adapterKinds[1].build(t, "anthropic-fallback", url), c.Cases("ticket-triage")[:1], 0)
+	p := adapterKinds[1].build(t, "anthropic-fallback", url)
+	report := jobtype.RunContract(ctx, ty, p, c.Cases("ticket-triage")[:1], fixedBudget{jobtype.Limits{ContextWindow: 8192}})
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("RunContract took %v", time.Since(start))
 	}
@@ -213,7 +256,7 @@ func TestRunContractDemoEndToEnd(t *testing.T) {
 			if !ok {
 				t.Fatalf("provider %s not in registry", name)
 			}
-			if report := jobtype.RunContract(t.Context(), ty, p, ty.Cases(), 0); !report.Passed() {
+			if report := jobtype.RunContract(t.Context(), ty, p, ty.Cases(), budget(t, provider.ProviderConfig{}, p)); !report.Passed() {
 				t.Errorf("%s on %s:\n%s", typeName, name, report)
 			}
 		}
@@ -226,10 +269,19 @@ func TestRunContractDemoEndToEnd(t *testing.T) {
 func TestReportWithoutCasesDoesNotPass(t *testing.T) {
 	t.Parallel()
 	c := load(t)
-	report := jobtype.RunContract(t.Context(), get(t, c, "demo"), fakeProvider{}, nil, 0)
+	report := jobtype.RunContract(t.Context(), get(t, c, "demo"), fakeProvider{}, nil, nil)
 	if report.Passed() || !strings.Contains(report.String(), "FAIL, 0/0 cases passed") {
 		t.Errorf("report:\n%s", report)
 	}
+}
+
+// fixedBudget counts every request as 100 tokens: for runs whose provider
+// never answers (a count would hang too).
+type fixedBudget struct{ limits jobtype.Limits }
+
+func (b fixedBudget) Limits() jobtype.Limits { return b.limits }
+func (fixedBudget) Measure(context.Context, provider.Request) (jobtype.Measure, error) {
+	return jobtype.Measure{Input: 100, Unit: jobtype.UnitTokens, Method: "fixed"}, nil
 }
 
 type fakeProvider struct{}
@@ -259,7 +311,8 @@ func TestRunContractDemoModes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, url := startSim(t, (*sim.Simulator).Webhook, sim.Options{Mode: tc.mode, Oracle: sim.Demo{Provider: "sim-primary"}})
-			report := jobtype.RunContract(t.Context(), ty, adapterKinds[3].build(t, "sim-primary", url), ty.Cases(), 0)
+			p := adapterKinds[3].build(t, "sim-primary", url)
+			report := jobtype.RunContract(t.Context(), ty, p, ty.Cases(), budget(t, provider.ProviderConfig{}, p))
 			if tc.want == "" {
 				if !report.Passed() {
 					t.Errorf("report:\n%s", report)
@@ -268,6 +321,65 @@ func TestRunContractDemoModes(t *testing.T) {
 			}
 			if report.Passed() || !strings.Contains(report.String(), "FAIL echo") || !strings.Contains(report.String(), tc.want) {
 				t.Errorf("report lacks FAIL echo and %q:\n%s", tc.want, report)
+			}
+		})
+	}
+}
+
+// withDemoTemplate loads the embedded types with demo's prompt template
+// replaced.
+func withDemoTemplate(t *testing.T, tmpl string) *jobtype.Type {
+	t.Helper()
+	src := os.DirFS(".")
+	m := fstest.MapFS{}
+	err := fs.WalkDir(src, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
+			return err
+		}
+		b, err := fs.ReadFile(src, path)
+		if err != nil {
+			return err
+		}
+		if path == "types/demo.json" {
+			b = []byte(strings.Replace(string(b), `"prompt_template": "{{.prompt}}"`, `"prompt_template": `+strconv.Quote(tmpl), 1))
+		}
+		m[path] = &fstest.MapFile{Data: b}
+		return nil
+	})
+	must(t, err)
+	cat, err := jobtype.LoadFS(m)
+	must(t, err)
+	ty, _ := cat.Get("demo")
+	return ty
+}
+
+// TestRunContractRefusesTemplateLeftovers: a case must render with no
+// missing variable and no template text left in the prompt.
+func TestRunContractRefusesTemplateLeftovers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, tmpl, want string // want "" = passes
+	}{
+		{"Plain", "{{.prompt}}", ""},
+		{"OptionalFieldDoneRight", `{{.prompt}}{{with index . "tone"}} ({{.}}){{end}}`, ""},
+		{"OptionalFieldRendersNoValue", `{{.prompt}} in a {{index . "tone"}} tone`, `the rendered prompt still holds "<no value>"`},
+		{"EscapedBraces", `{{.prompt}} {{"{{name}}"}}`, `the rendered prompt still holds "{{"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ty := withDemoTemplate(t, tc.tmpl)
+			_, url := startSim(t, (*sim.Simulator).Webhook, sim.Options{Oracle: sim.Demo{Provider: "sim-primary"}})
+			p := adapterKinds[3].build(t, "sim-primary", url)
+			report := jobtype.RunContract(t.Context(), ty, p, ty.Cases(), budget(t, provider.ProviderConfig{}, p))
+			if tc.want == "" {
+				if !report.Passed() {
+					t.Errorf("report:\n%s", report)
+				}
+				return
+			}
+			if report.Passed() || !strings.Contains(report.String(), tc.want) || !strings.Contains(report.String(), "[render]") {
+				t.Errorf("report lacks %q [render]:\n%s", tc.want, report)
 			}
 		})
 	}

@@ -22,8 +22,13 @@ const (
 	RuleExpect      = "expect"
 	RuleAssert      = "assert"
 	RuleCall        = "call"
-	RulePromptLimit = "prompt_limit"
 	RuleRender      = "render"
+	// RuleContextWindow: the case does not fit the model's context window
+	// (input tokens plus max_output_tokens), or its size is unknown.
+	RuleContextWindow = "context_window"
+	// RuleModelRules: the model would refuse the request (a parameter or a
+	// max_output_tokens it does not accept).
+	RuleModelRules = "model_rules"
 )
 
 // Violation is one way an output (or a contract case) failed.

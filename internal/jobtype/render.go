@@ -15,7 +15,9 @@ var ErrRender = errors.New("render prompt")
 
 // parseTemplate parses a prompt template. Missing keys are errors, so a
 // renamed input field cannot silently render as "<no value>"; optional fields
-// are read with {{index . "field"}}, which yields nothing when absent.
+// are read with {{with index . "field"}}{{.}}{{end}}, which yields nothing
+// when absent ({{index . "field"}} alone renders "<no value>", which a
+// contract run refuses).
 func parseTemplate(name, text string) (*template.Template, error) {
 	return template.New(name).
 		Option("missingkey=error").

@@ -81,13 +81,17 @@ func (w *Tasks) RunAttempt(ctx context.Context, in AttemptInput) (AttemptResult,
 	return w.result(c.Job, a.Number), nil
 }
 
-// failureClass is the job's reading of a provider's failure class.
+// failureClass is the job's reading of a provider's failure class. An
+// exhausted provider (billing, spent quota) falls back like a retryable one:
+// job.Next never sends a job to a provider it already tried.
 func failureClass(c provider.Class) job.Class {
 	switch c {
 	case provider.ClassAmbiguous:
 		return job.ClassAmbiguous
 	case provider.ClassNonRetryable:
 		return job.ClassNonRetryable
+	case provider.ClassRetryable, provider.ClassExhausted:
+		return job.ClassRetryable
 	}
 	return job.ClassRetryable
 }

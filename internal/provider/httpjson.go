@@ -91,7 +91,11 @@ func (c *JSONClient) PostJSON(ctx context.Context, url string, header http.Heade
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ce := c.fail(ClassifyStatus(resp.StatusCode), resp.StatusCode, requestID, ErrorMessage(data), ErrHTTPStatus)
+		ce.Detail, _ = ParseAPIError(data)
 		ce.RetryAfter = ParseRetryAfter(resp.Header, c.now())
+		if ce.Class == ClassExhausted {
+			ce.Exhausted()
+		}
 		return HTTPResponse{}, ce
 	}
 	return HTTPResponse{Status: resp.StatusCode, Header: resp.Header, Body: data, RequestID: requestID}, nil
@@ -112,6 +116,12 @@ func (c *JSONClient) Malformed(resp HTTPResponse, msg string, cause error) *Call
 // requested structure. Retryable for the same reason as Malformed.
 func (c *JSONClient) NoStructuredOutput(resp HTTPResponse, msg string) *CallError {
 	return c.fail(ClassRetryable, resp.Status, resp.RequestID, msg, ErrNoStructuredOutput)
+}
+
+// Filtered builds the error for an answer the provider's content filter
+// stopped. Retryable: another provider's filter may let it through.
+func (c *JSONClient) Filtered(resp HTTPResponse, msg string) *CallError {
+	return c.fail(ClassRetryable, resp.Status, resp.RequestID, msg, fmt.Errorf("%w: %w", ErrNoStructuredOutput, ErrContentFiltered))
 }
 
 func (c *JSONClient) fail(class Class, status int, requestID, msg string, err error) *CallError {
@@ -206,34 +216,97 @@ func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
 // maxErrorMessage bounds how much provider text ends up in errors and logs.
 const maxErrorMessage = 300
 
-// ErrorMessage extracts a human-readable message from an error body in the
-// common shapes ({"error":{"type","message"}}, {"error":"..."},
-// {"message":"..."}), falling back to a truncated excerpt of the body.
-func ErrorMessage(body []byte) string {
+// APIError is an error body in one of the documented shapes: OpenAI's
+// {"error":{"message","type","param","code"}}, Anthropic's
+// {"type":"error","error":{"type","message"},"request_id"}, or a plain
+// {"error":"..."} / {"message":"..."}.
+type APIError struct {
+	Type    string `json:"type,omitempty"`
+	Code    string `json:"code,omitempty"`
+	Param   string `json:"param,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// ParseAPIError reads an error body; ok is false when it has none of the
+// shapes.
+func ParseAPIError(body []byte) (e APIError, ok bool) {
 	var shaped struct {
 		Error   json.RawMessage `json:"error"`
 		Message string          `json:"message"`
 	}
-	if json.Unmarshal(body, &shaped) == nil {
-		var nested struct {
-			Type    string `json:"type"`
-			Code    any    `json:"code"`
-			Message string `json:"message"`
-		}
-		var flat string
-		switch {
-		case len(shaped.Error) > 0 && json.Unmarshal(shaped.Error, &nested) == nil && nested.Message != "":
-			if nested.Type != "" {
-				return truncate(nested.Type + ": " + nested.Message)
-			}
-			return truncate(nested.Message)
-		case len(shaped.Error) > 0 && json.Unmarshal(shaped.Error, &flat) == nil && flat != "":
-			return truncate(flat)
-		case shaped.Message != "":
-			return truncate(shaped.Message)
-		}
+	if json.Unmarshal(body, &shaped) != nil {
+		return APIError{}, false
+	}
+	var nested struct {
+		Type    string `json:"type"`
+		Code    any    `json:"code"`
+		Param   any    `json:"param"`
+		Message string `json:"message"`
+	}
+	var flat string
+	switch {
+	case len(shaped.Error) > 0 && json.Unmarshal(shaped.Error, &nested) == nil && nested.Message != "":
+		return APIError{Type: nested.Type, Code: scalar(nested.Code), Param: scalar(nested.Param), Message: nested.Message}, true
+	case len(shaped.Error) > 0 && json.Unmarshal(shaped.Error, &flat) == nil && flat != "":
+		return APIError{Message: flat}, true
+	case shaped.Message != "":
+		return APIError{Message: shaped.Message}, true
+	}
+	return APIError{}, false
+}
+
+// scalar renders a JSON code or param (a string, a number, or null).
+func scalar(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	default:
+		b, _ := json.Marshal(x)
+		return string(b)
+	}
+}
+
+// String is the operator-facing text: "type: message (code c, param p)".
+// The code and param are kept: they name what to fix.
+func (e APIError) String() string {
+	s := e.Message
+	if e.Type != "" {
+		s = e.Type + ": " + s
+	}
+	var extra []string
+	if e.Code != "" && e.Code != e.Type {
+		extra = append(extra, "code "+e.Code)
+	}
+	if e.Param != "" {
+		extra = append(extra, "param "+e.Param)
+	}
+	if len(extra) > 0 {
+		s += " (" + strings.Join(extra, ", ") + ")"
+	}
+	return s
+}
+
+// ErrorMessage extracts a human-readable message from an error body in the
+// documented shapes (see APIError), falling back to a truncated excerpt of
+// the body.
+func ErrorMessage(body []byte) string {
+	if e, ok := ParseAPIError(body); ok {
+		return truncate(e.String())
 	}
 	return truncate(strings.TrimSpace(string(body)))
+}
+
+// Exhausted marks the error as the account's state (billing, a spent
+// quota): ClassExhausted, and no back-off, since waiting does not help.
+func (e *CallError) Exhausted() *CallError {
+	e.Class = ClassExhausted
+	e.RetryAfter = 0
+	e.Err = fmt.Errorf("%w: %w", ErrAccountExhausted, e.Err)
+	return e
 }
 
 // Excerpt shortens provider text for error messages.

@@ -27,6 +27,9 @@ func LogCall(ctx context.Context, log *slog.Logger, providerName string, req Req
 	}
 	if err == nil {
 		attrs = append(attrs, slog.String("provider_request_id", resp.ProviderRequestID), slog.String("model", resp.Model))
+		if resp.Usage != nil {
+			attrs = append(attrs, slog.Int("input_tokens", resp.Usage.InputTokens), slog.Int("output_tokens", resp.Usage.OutputTokens))
+		}
 		log.LogAttrs(ctx, slog.LevelInfo, "provider call succeeded", attrs...)
 		return
 	}
@@ -80,6 +83,17 @@ func CheckRequest(providerName string, req Request, needSchema bool) error {
 		Class:    ClassNonRetryable,
 		Msg:      "missing " + strings.Join(missing, ", "),
 		Err:      ErrInvalidRequest,
+	}
+}
+
+// ModelRuleError is the error for a request the configured model would
+// refuse: it is not sent, and sending it again fails the same way.
+func ModelRuleError(providerName, model, why string) *CallError {
+	return &CallError{
+		Provider: providerName,
+		Class:    ClassNonRetryable,
+		Msg:      "model " + model + " would refuse the request: " + why,
+		Err:      ErrModelRule,
 	}
 }
 

@@ -37,7 +37,41 @@ type Request struct {
 type Response struct {
 	Output            json.RawMessage
 	ProviderRequestID string
-	Model             string
+	// Model is the model that answered, as the provider names it (a dated
+	// snapshot, say), or the configured one when the answer does not say.
+	Model string
+	// Usage is what the provider says it charged for the call; nil when it
+	// reports nothing (a webhook that sends no usage).
+	Usage *Usage
+}
+
+// Usage is the token count a provider reports for one call, from its
+// documented usage fields.
+type Usage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// Prepared is the exact request an adapter would send for a Request, built
+// by the code path Call uses, without sending it: what a certification
+// counts tokens of and checks against the model's request rules.
+type Prepared struct {
+	// Model is the model the request is for.
+	Model string
+	// Body is the wire request: *openai.ChatRequest, *anthropic.MessagesRequest,
+	// *bedrockruntime.ConverseInput or *webhook.Request.
+	Body any
+	// Notes say what the adapter changed to fit the model's rules (a
+	// temperature the model does not accept, left out).
+	Notes []string
+}
+
+// Preparer is implemented by every adapter. Prepare fails (non-retryable,
+// wrapping ErrModelRule or ErrInvalidRequest) when the request cannot be
+// sent, or when the configured model would refuse it: Call refuses the
+// same request the same way before sending it.
+type Preparer interface {
+	Prepare(req Request) (Prepared, error)
 }
 
 // Provider executes one attempt against one external system.
@@ -52,6 +86,11 @@ type Provider interface {
 //   - ClassRetryable: the provider did not act on the request (or acted in a
 //     side-effect-free way whose result we discarded); sending it again, to
 //     the same or another provider, cannot duplicate work.
+//   - ClassExhausted: the provider did not act on the request, and it will
+//     refuse every request until someone acts on the account (billing, a
+//     spent quota): another provider may serve it, this one will not, so
+//     there is no back-off to wait for. job.Next reads it as retryable: it
+//     falls back, and it never sends a job to a provider it already tried.
 //   - ClassNonRetryable: the request itself was refused (bad request, auth,
 //     validation); sending the same request again fails the same way.
 //   - ClassAmbiguous: the request may have been processed and we do not know
@@ -61,6 +100,7 @@ type Class string
 
 const (
 	ClassRetryable    Class = "retryable"
+	ClassExhausted    Class = "exhausted"
 	ClassNonRetryable Class = "non_retryable"
 	ClassAmbiguous    Class = "ambiguous"
 )
@@ -78,6 +118,14 @@ var (
 	ErrTransport = errors.New("provider transport failure")
 	// ErrInvalidRequest: the adapter refused the request before sending it.
 	ErrInvalidRequest = errors.New("invalid provider request")
+	// ErrModelRule: the configured model would refuse the request (a
+	// parameter it does not accept); the adapter did not send it.
+	ErrModelRule = errors.New("request breaks the model's rules")
+	// ErrAccountExhausted: the provider refuses work for the account
+	// (billing, quota) until someone acts on it.
+	ErrAccountExhausted = errors.New("provider account exhausted")
+	// ErrContentFiltered: the provider's content filter stopped the answer.
+	ErrContentFiltered = errors.New("provider content filter")
 )
 
 // CallError is the only error type adapters return from Call.
@@ -92,8 +140,11 @@ type CallError struct {
 	// ProviderRequestID is recorded whenever the provider returned one, also
 	// on failures, so support tickets can reference it.
 	ProviderRequestID string
-	Msg               string
-	Err               error
+	// Detail is the provider's error body, parsed (type, code, param); its
+	// text is also in Msg.
+	Detail APIError
+	Msg    string
+	Err    error
 }
 
 func (e *CallError) Error() string {
@@ -127,8 +178,11 @@ func Classify(err error) Class {
 	if errors.As(err, &ce) && ce.Class != "" {
 		return ce.Class
 	}
-	if errors.Is(err, ErrInvalidRequest) {
+	if errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrModelRule) {
 		return ClassNonRetryable
+	}
+	if errors.Is(err, ErrAccountExhausted) {
+		return ClassExhausted
 	}
 	if errors.Is(err, ErrMalformedResponse) || errors.Is(err, ErrNoStructuredOutput) {
 		return ClassRetryable
@@ -142,11 +196,14 @@ func Classify(err error) Class {
 // still finish), but it is treated as retryable: inference is side-effect free
 // and webhooks receive the attempt's Idempotency-Key. 409 is what providers
 // return while a request with the same Idempotency-Key is still in flight, so
-// the outcome is unknown: ambiguous.
+// the outcome is unknown: ambiguous. 402 Payment Required is the account's
+// state, not the request's: exhausted.
 func ClassifyStatus(status int) Class {
 	switch {
 	case status >= 200 && status < 300:
 		return ""
+	case status == 402:
+		return ClassExhausted
 	case status == 408, status == 425, status == 429:
 		return ClassRetryable
 	case status == 409:

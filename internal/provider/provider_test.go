@@ -39,6 +39,8 @@ func TestClassify(t *testing.T) {
 		{"Malformed", provider.ErrMalformedResponse, provider.ClassRetryable},
 		{"NoStructuredOutput", provider.ErrNoStructuredOutput, provider.ClassRetryable},
 		{"InvalidRequest", provider.ErrInvalidRequest, provider.ClassNonRetryable},
+		{"ModelRule", provider.ErrModelRule, provider.ClassNonRetryable},
+		{"AccountExhausted", provider.ErrAccountExhausted, provider.ClassExhausted},
 		{"Unknown", errors.New("boom"), provider.ClassAmbiguous},
 	}
 	for _, tc := range tests {
@@ -58,7 +60,7 @@ func TestClassifyStatus(t *testing.T) {
 		want   provider.Class
 	}{
 		{200, ""}, {204, ""},
-		{400, provider.ClassNonRetryable}, {401, provider.ClassNonRetryable}, {403, provider.ClassNonRetryable},
+		{400, provider.ClassNonRetryable}, {401, provider.ClassNonRetryable}, {402, provider.ClassExhausted}, {403, provider.ClassNonRetryable},
 		{404, provider.ClassNonRetryable}, {422, provider.ClassNonRetryable},
 		{408, provider.ClassRetryable}, {409, provider.ClassAmbiguous}, {425, provider.ClassRetryable}, {429, provider.ClassRetryable},
 		{500, provider.ClassRetryable}, {501, provider.ClassNonRetryable}, {502, provider.ClassRetryable},
@@ -112,6 +114,14 @@ func TestErrorMessage(t *testing.T) {
 		name, body, want string
 	}{
 		{"Nested", `{"error":{"type":"rate_limit_error","message":"slow down"}}`, "rate_limit_error: slow down"},
+		{"OpenAICodeAndParam", `{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens","code":"unsupported_parameter"}}`,
+			"invalid_request_error: Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead. (code unsupported_parameter, param max_tokens)"},
+		{"OpenAINullCodeAndParam", `{"error":{"message":"Unrecognized request argument supplied: foo","type":"invalid_request_error","param":null,"code":null}}`,
+			"invalid_request_error: Unrecognized request argument supplied: foo"},
+		{"CodeSameAsType", `{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`,
+			"insufficient_quota: You exceeded your current quota."},
+		{"Anthropic", `{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low."},"request_id":"req_1"}`,
+			"billing_error: Your credit balance is too low."},
 		{"NestedNoType", `{"error":{"message":"bad"}}`, "bad"},
 		{"Flat", `{"error":"Service Unavailable"}`, "Service Unavailable"},
 		{"Message", `{"message":"Too many requests"}`, "Too many requests"},
@@ -260,6 +270,12 @@ func TestConfigValidate(t *testing.T) {
 		{"BadURL", `{"providers":[{"name":"a","kind":"openai","base_url":"localhost:8080"}]}`, "absolute http(s) URL"},
 		{"URLWithQuery", `{"providers":[{"name":"a","kind":"openai","base_url":"https://x/v1?key=k"}]}`, "query"},
 		{"UnknownField", `{"providers":[{"name":"a","kind":"openai","api_key":"sk-1"}]}`, "unknown field"},
+		{"ModelLimits", `{"providers":[{"name":"a","kind":"openai","model":"o3","context_window":200000,"max_output_tokens":100000,"max_tokens_field":"max_completion_tokens","reasoning":true,"encoding":"o200k_base"}]}`, ""},
+		{"WebhookLimit", `{"providers":[{"name":"a","kind":"webhook","base_url":"https://h/x","max_request_bytes":65536}]}`, ""},
+		{"NegativeWindow", `{"providers":[{"name":"a","kind":"anthropic","context_window":-1}]}`, "context_window must not be negative"},
+		{"UnknownEncoding", `{"providers":[{"name":"a","kind":"openai","encoding":"gpt2"}]}`, "encoding \"gpt2\" must be one of o200k_base, cl100k_base"},
+		{"OpenAIFieldOnAnthropic", `{"providers":[{"name":"a","kind":"anthropic","max_tokens_field":"max_tokens"}]}`, "max_tokens_field applies to kind openai only"},
+		{"WindowOnWebhook", `{"providers":[{"name":"a","kind":"webhook","context_window":8000}]}`, "context_window applies to kind openai, anthropic, bedrock only"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -49,7 +49,35 @@ type ProviderConfig struct {
 	// CredentialRef names the secret holding the API key (env var name or
 	// Secrets Manager id). Empty means the provider needs no key.
 	CredentialRef string `json:"credential_ref,omitempty"`
+
+	// ContextWindow is the model's context window in tokens, as its
+	// provider documents it: a certification passes a case only if its
+	// input tokens plus the type's max_output_tokens fit (openai,
+	// anthropic, bedrock; required to certify them).
+	ContextWindow int `json:"context_window,omitempty"`
+	// MaxOutputTokens is the most the model generates in one answer, as
+	// documented; a type asking for more would be refused. 0: not declared.
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
+	// MaxRequestBytes is the largest request body a webhook declares it
+	// accepts (webhooks have no tokenizer). 0: not declared.
+	MaxRequestBytes int `json:"max_request_bytes,omitempty"`
+	// MaxTokensField is the output-limit parameter sent to an
+	// OpenAI-compatible server: max_completion_tokens (the default, and the
+	// only one reasoning models accept) or the deprecated max_tokens (older
+	// compatible servers).
+	MaxTokensField string `json:"max_tokens_field,omitempty"`
+	// Reasoning says whether an OpenAI model is a reasoning model, which
+	// accepts only its default temperature; unset, it follows the model
+	// name (o1, o3, o4, gpt-5 families).
+	Reasoning *bool `json:"reasoning,omitempty"`
+	// Encoding is the tiktoken encoding a certification counts an OpenAI
+	// model's tokens with (o200k_base, cl100k_base); unset, it follows the
+	// model name.
+	Encoding string `json:"encoding,omitempty"`
 }
+
+// Encodings are the tiktoken encodings a providers.json may name.
+var Encodings = []string{"o200k_base", "cl100k_base"}
 
 // ConfigError lists every problem found, so one deploy fixes them all.
 type ConfigError struct {
@@ -90,11 +118,38 @@ func (c Config) Validate() error {
 				problems = append(problems, where+": "+err.Error())
 			}
 		}
+		problems = append(problems, p.kindProblems(where)...)
 	}
 	if len(problems) > 0 {
 		return &ConfigError{Problems: problems}
 	}
 	return nil
+}
+
+// kindProblems checks the limits and the fields only one kind reads.
+func (p ProviderConfig) kindProblems(where string) []string {
+	var problems []string
+	for name, v := range map[string]int{"context_window": p.ContextWindow, "max_output_tokens": p.MaxOutputTokens, "max_request_bytes": p.MaxRequestBytes} {
+		if v < 0 {
+			problems = append(problems, fmt.Sprintf("%s: %s must not be negative", where, name))
+		}
+	}
+	only := func(field string, set bool, kinds ...string) {
+		if set && p.Kind != "" && !slices.Contains(kinds, p.Kind) {
+			problems = append(problems, fmt.Sprintf("%s: %s applies to kind %s only", where, field, strings.Join(kinds, ", ")))
+		}
+	}
+	only("max_tokens_field", p.MaxTokensField != "", KindOpenAI)
+	only("reasoning", p.Reasoning != nil, KindOpenAI)
+	only("encoding", p.Encoding != "", KindOpenAI)
+	only("max_request_bytes", p.MaxRequestBytes != 0, KindWebhook)
+	only("context_window", p.ContextWindow != 0, KindOpenAI, KindAnthropic, KindBedrock)
+	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindAnthropic, KindBedrock)
+	if p.Encoding != "" && !slices.Contains(Encodings, p.Encoding) {
+		problems = append(problems, fmt.Sprintf("%s: encoding %q must be one of %s", where, p.Encoding, strings.Join(Encodings, ", ")))
+	}
+	slices.Sort(problems)
+	return problems
 }
 
 // ValidateBaseURL accepts absolute http(s) URLs without query or fragment.

@@ -41,6 +41,13 @@ const (
 	ModeMalformed Mode = "malformed"
 	// ModeHang never answers until the request's ctx is done.
 	ModeHang Mode = "hang"
+	// ModeQuotaExhausted answers the format's billing or spent-quota error
+	// (OpenAI 429 insufficient_quota, Anthropic 402 billing_error).
+	ModeQuotaExhausted Mode = "quota_exhausted"
+	// ModeContentFilter answers 200 with the answer stopped by the content
+	// filter (finish_reason content_filter, stop_reason refusal, stopReason
+	// content_filtered).
+	ModeContentFilter Mode = "content_filter"
 )
 
 // ExtraKey is the hallucinated key added in ModeExtraKey.
@@ -64,6 +71,11 @@ type Call struct {
 	Temperature    *float64
 	MaxTokens      int
 	Authorized     bool
+	// Refused is the error the simulator answered a request that breaks
+	// its API's rules with; "" for a valid request.
+	Refused string
+	// Usage is what the simulator answered it charged.
+	InputTokens, OutputTokens int
 }
 
 // Oracle produces the outputs a simulated model returns.
@@ -86,16 +98,24 @@ type Options struct {
 	RetryAfter string
 	// ErrorStatus is the status of ModeServerError; default 503.
 	ErrorStatus int
-	// Model is the model name reported back; default "sim-model".
+	// Model is the one model the simulator serves, as the API names it:
+	// requests for another are refused as the API refuses an unknown model,
+	// and the model's documented request rules apply (an OpenAI reasoning
+	// model refuses max_tokens and temperature, say). Empty: any model is
+	// served and reported back as asked.
 	Model string
+	// MaxOutputTokens is the served model's output cap: a request asking
+	// for more is refused as the API refuses it. 0: no cap.
+	MaxOutputTokens int
 }
 
 // Simulator is a scripted fake provider. Safe for concurrent use.
 type Simulator struct {
-	mu    sync.Mutex
-	opts  Options
-	calls []Call
-	seq   int
+	mu      sync.Mutex
+	opts    Options
+	calls   []Call
+	counted []Call // token-counting requests (count_tokens, CountTokens)
+	seq     int
 }
 
 // New returns a Simulator; an empty mode means ModeGood.
@@ -108,9 +128,6 @@ func New(opts Options) *Simulator {
 	}
 	if opts.ErrorStatus == 0 {
 		opts.ErrorStatus = http.StatusServiceUnavailable
-	}
-	if opts.Model == "" {
-		opts.Model = "sim-model"
 	}
 	return &Simulator{opts: opts}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/onejob/onejob/internal/emf"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/jobtype/tokencount"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
@@ -351,7 +352,12 @@ func (s *Stack) Certify(ctx context.Context, jobType, providerName string) error
 	if !ok {
 		return fmt.Errorf("unknown provider %q", providerName)
 	}
-	rep, _, err := jobtype.Certify(ctx, s.Store, t, p, 0, time.Now())
+	// The demo providers are webhooks that declare no limit.
+	budget, err := tokencount.For(provider.ProviderConfig{}, p, tokencount.Options{})
+	if err != nil {
+		return err
+	}
+	rep, _, err := jobtype.Certify(ctx, s.Store, t, p, budget, time.Now())
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,7 @@ func Factories(opts Options) map[string]provider.Factory {
 		provider.KindOpenAI: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
 			return openai.New(openai.Config{
 				Name: pc.Name, BaseURL: pc.BaseURL, Model: pc.Model, APIKey: cred,
+				MaxTokensField: pc.MaxTokensField, Reasoning: pc.Reasoning,
 				HTTPClient: opts.HTTPClient, Logger: opts.Logger, Now: opts.Now,
 			})
 		},

@@ -64,7 +64,8 @@ func TestRegistryFromJSONConfig(t *testing.T) {
 	}
 	req := provider.Request{
 		JobID: "j", Attempt: 1, IdempotencyKey: "j/1", JobType: "demo", Prompt: "p",
-		OutputSchema: json.RawMessage(`{"type":"object"}`), Input: json.RawMessage(`{}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"additionalProperties":false}`),
+		Input:        json.RawMessage(`{}`),
 	}
 	for _, name := range reg.Names() {
 		p, _ := reg.Get(name)

@@ -79,28 +79,47 @@ func New(cfg Config) (*Adapter, error) {
 // Name implements provider.Provider.
 func (a *Adapter) Name() string { return a.cfg.Name }
 
-type tool struct {
+// Model is the configured model.
+func (a *Adapter) Model() string { return a.cfg.Model }
+
+// Tool is one tool definition.
+type Tool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"input_schema"`
 }
 
-type messagesRequest struct {
-	Model       string    `json:"model"`
-	MaxTokens   int       `json:"max_tokens"`
-	System      string    `json:"system,omitempty"`
-	Temperature float64   `json:"temperature"`
-	Messages    []message `json:"messages"`
-	Tools       []tool    `json:"tools"`
-	ToolChoice  struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
-	} `json:"tool_choice"`
+// ToolChoice forces the named tool.
+type ToolChoice struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
 }
 
-type message struct {
+// Message is one conversation turn.
+type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+}
+
+// MessagesRequest is the body of POST /v1/messages as the adapter sends it.
+type MessagesRequest struct {
+	Model       string     `json:"model"`
+	MaxTokens   int        `json:"max_tokens"`
+	System      string     `json:"system,omitempty"`
+	Temperature float64    `json:"temperature"`
+	Messages    []Message  `json:"messages"`
+	Tools       []Tool     `json:"tools"`
+	ToolChoice  ToolChoice `json:"tool_choice"`
+}
+
+// countRequest is the body of POST /v1/messages/count_tokens: the same
+// system, messages and tools, without the sampling parameters it does not take.
+type countRequest struct {
+	Model      string     `json:"model"`
+	System     string     `json:"system,omitempty"`
+	Messages   []Message  `json:"messages"`
+	Tools      []Tool     `json:"tools"`
+	ToolChoice ToolChoice `json:"tool_choice"`
 }
 
 type messagesResponse struct {
@@ -113,42 +132,91 @@ type messagesResponse struct {
 		Input json.RawMessage `json:"input"`
 		Text  string          `json:"text"`
 	} `json:"content"`
+	Usage *struct {
+		InputTokens              int `json:"input_tokens"`
+		OutputTokens             int `json:"output_tokens"`
+		CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+	} `json:"usage"`
 }
 
-// Call implements provider.Provider. A 529 (overloaded) is retryable through
-// provider.ClassifyStatus.
-func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
-	start := a.Clock()()
-	defer func() { provider.LogCall(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), resp, err) }()
+// Prepare implements provider.Preparer: the body Call sends.
+func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 	if err := provider.CheckRequest(a.cfg.Name, req, true); err != nil {
-		return provider.Response{}, err
+		return provider.Prepared{}, err
 	}
-
 	toolName := provider.ToolName(req.JobType)
-	body := messagesRequest{
+	body := &MessagesRequest{
 		Model:       a.cfg.Model,
 		MaxTokens:   req.MaxOutputTokens,
 		System:      req.System,
 		Temperature: req.Temperature,
-		Messages:    []message{{Role: "user", Content: req.Prompt}},
-		Tools: []tool{{
+		Messages:    []Message{{Role: "user", Content: req.Prompt}},
+		Tools: []Tool{{
 			Name:        toolName,
 			Description: "Record the " + req.JobType + " result. Always call this tool with the complete result.",
 			InputSchema: req.OutputSchema,
 		}},
+		ToolChoice: ToolChoice{Type: "tool", Name: toolName},
 	}
+	var notes []string
 	if body.MaxTokens <= 0 {
 		body.MaxTokens = DefaultMaxTokens
+		notes = append(notes, fmt.Sprintf("max_tokens %d sent: the API requires one", DefaultMaxTokens))
 	}
-	body.ToolChoice.Type, body.ToolChoice.Name = "tool", toolName
+	return provider.Prepared{Model: a.cfg.Model, Body: body, Notes: notes}, nil
+}
 
+func (a *Adapter) header() http.Header {
 	header := http.Header{}
 	header.Set("x-api-key", a.cfg.APIKey.Reveal())
 	header.Set("anthropic-version", APIVersion)
+	return header
+}
+
+// CountTokens asks POST /v1/messages/count_tokens for the input tokens of
+// the request Call would send (system prompt, messages and the tool
+// definition), counted by the model's own tokenizer.
+func (a *Adapter) CountTokens(ctx context.Context, req provider.Request) (int, error) {
+	prep, err := a.Prepare(req)
+	if err != nil {
+		return 0, err
+	}
+	m := prep.Body.(*MessagesRequest)
+	hresp, err := a.Client().PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/v1/messages/count_tokens", a.header(),
+		countRequest{Model: m.Model, System: m.System, Messages: m.Messages, Tools: m.Tools, ToolChoice: m.ToolChoice})
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		InputTokens *int `json:"input_tokens"`
+	}
+	if err := json.Unmarshal(hresp.Body, &out); err != nil || out.InputTokens == nil {
+		return 0, a.Client().Malformed(hresp, "decode count_tokens answer: "+provider.Excerpt(string(hresp.Body)), err)
+	}
+	return *out.InputTokens, nil
+}
+
+// Call implements provider.Provider. A 529 (overloaded) is retryable through
+// provider.ClassifyStatus; a billing_error is the account's state (exhausted).
+func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
+	start := a.Clock()()
+	defer func() { provider.LogCall(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), resp, err) }()
+	prep, err := a.Prepare(req)
+	if err != nil {
+		return provider.Response{}, err
+	}
+	body := prep.Body.(*MessagesRequest)
+	toolName := body.ToolChoice.Name
+	header := a.header()
 	header.Set("Idempotency-Key", req.IdempotencyKey)
 
 	hresp, err := a.Client().PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/v1/messages", header, body)
 	if err != nil {
+		var ce *provider.CallError
+		if errors.As(err, &ce) && ce.Detail.Type == "billing_error" {
+			ce.Exhausted()
+		}
 		return provider.Response{}, err
 	}
 	var m messagesResponse
@@ -157,6 +225,9 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	}
 	if hresp.RequestID == "" {
 		hresp.RequestID = m.ID
+	}
+	if m.StopReason == "refusal" {
+		return provider.Response{}, a.Client().Filtered(hresp, "the model's safety classifier stopped the answer (stop_reason refusal)")
 	}
 	var text strings.Builder
 	for _, block := range m.Content {
@@ -172,7 +243,12 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 			if model == "" {
 				model = a.cfg.Model
 			}
-			return provider.Response{Output: block.Input, ProviderRequestID: hresp.RequestID, Model: model}, nil
+			resp = provider.Response{Output: block.Input, ProviderRequestID: hresp.RequestID, Model: model}
+			if u := m.Usage; u != nil {
+				// Cached input is input too: the three fields add up to it.
+				resp.Usage = &provider.Usage{InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens}
+			}
+			return resp, nil
 		case "text":
 			text.WriteString(block.Text)
 		}

@@ -91,3 +91,34 @@ func TestNewRequiresAPIKey(t *testing.T) {
 		t.Errorf("New = %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestCountTokensOverHTTP: the count comes from POST /v1/messages/count_tokens
+// for the request Call sends, and equals what the simulator charges for it.
+func TestCountTokensOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := sim.New(sim.Options{APIKey: "k", Oracle: sim.Fixed{GoodOutput: json.RawMessage(`{"category":"billing","priority":3,"summary":"s","needs_human":false}`)}})
+	srv, err := sim.Start(s.Anthropic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	a := newAdapter(t, providertest.Env{BaseURL: srv.URL(), APIKey: "k"}).(*anthropic.Adapter)
+	n, err := a.CountTokens(t.Context(), providertest.Request(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := s.Counted()
+	if len(counted) != 1 || counted[0].Path != "/v1/messages/count_tokens" || counted[0].Refused != "" || counted[0].InputTokens != n {
+		t.Fatalf("count %d, simulator saw %+v", n, counted)
+	}
+	resp, err := a.Call(t.Context(), providertest.Request(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage == nil || resp.Usage.InputTokens != n {
+		t.Errorf("usage %+v, counted %d: the count is of the request Call sends", resp.Usage, n)
+	}
+	if _, err := newAdapter(t, providertest.Env{BaseURL: srv.URL(), APIKey: "wrong"}).(*anthropic.Adapter).CountTokens(t.Context(), providertest.Request(1)); provider.Classify(err) != provider.ClassNonRetryable {
+		t.Errorf("count with a wrong key = %v", err)
+	}
+}

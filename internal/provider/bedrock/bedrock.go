@@ -133,20 +133,57 @@ func metadataValue(s string) string {
 	return s
 }
 
-// Call implements provider.Provider. Converse has no idempotency token, so
-// the attempt identity travels in requestMetadata (visible in invocation
-// logs) for correlation.
-func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
-	start := a.now()
-	defer func() { provider.LogCall(ctx, a.log, a.cfg.Name, req, a.now().Sub(start), resp, err) }()
+// Model is the configured model id.
+func (a *Adapter) Model() string { return a.cfg.ModelID }
+
+// forcedToolFamilies are the model families Bedrock documents as accepting
+// toolConfig.toolChoice.tool (Anthropic Claude 3 and later, Amazon Nova,
+// Mistral Large 2); others answer "This model doesn't support the
+// toolConfig.toolChoice.tool field".
+// Every Claude on Bedrock but Claude 2 (anthropic.claude-v2…) and Claude
+// Instant is Claude 3 or later.
+var forcedToolFamilies = []string{"anthropic.claude-", "amazon.nova-", "mistral.mistral-large-2"}
+
+var forcedToolExceptions = []string{"anthropic.claude-v", "anthropic.claude-instant"}
+
+// ForcesTool reports whether modelID (a base model id, optionally with a
+// cross-region inference profile prefix such as "us.") accepts a forced tool.
+func ForcesTool(modelID string) bool {
+	id := modelID
+	if i := strings.LastIndex(id, "/"); i >= 0 { // an ARN
+		id = id[i+1:]
+	}
+	for _, geo := range []string{"us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.", "global."} {
+		id = strings.TrimPrefix(id, geo)
+	}
+	for _, f := range forcedToolExceptions {
+		if strings.HasPrefix(id, f) {
+			return false
+		}
+	}
+	for _, f := range forcedToolFamilies {
+		if strings.HasPrefix(id, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// Prepare implements provider.Preparer: the Converse input Call sends.
+// Converse has no idempotency token, so the attempt identity travels in
+// requestMetadata (visible in invocation logs) for correlation.
+func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 	if err := provider.CheckRequest(a.cfg.Name, req, true); err != nil {
-		return provider.Response{}, err
+		return provider.Prepared{}, err
 	}
 	var schema any
 	if err := json.Unmarshal(req.OutputSchema, &schema); err != nil {
-		return provider.Response{}, a.fail(provider.ClassNonRetryable, 0, "", "decode output schema", fmt.Errorf("%w: %w", provider.ErrInvalidRequest, err))
+		return provider.Prepared{}, a.fail(provider.ClassNonRetryable, 0, "", "decode output schema", fmt.Errorf("%w: %w", provider.ErrInvalidRequest, err))
 	}
-
+	if !ForcesTool(a.cfg.ModelID) {
+		return provider.Prepared{}, provider.ModelRuleError(a.cfg.Name, a.cfg.ModelID,
+			"the adapter forces its tool (toolConfig.toolChoice.tool), which Bedrock accepts only for Anthropic Claude 3 and later, Amazon Nova and Mistral Large 2")
+	}
 	toolName := provider.ToolName(req.JobType)
 	in := &bedrockruntime.ConverseInput{
 		ModelId: aws.String(a.cfg.ModelID),
@@ -175,6 +212,19 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if req.MaxOutputTokens > 0 {
 		in.InferenceConfig.MaxTokens = aws.Int32(int32(min(req.MaxOutputTokens, 1<<30)))
 	}
+	return provider.Prepared{Model: a.cfg.ModelID, Body: in}, nil
+}
+
+// Call implements provider.Provider.
+func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
+	start := a.now()
+	defer func() { provider.LogCall(ctx, a.log, a.cfg.Name, req, a.now().Sub(start), resp, err) }()
+	prep, err := a.Prepare(req)
+	if err != nil {
+		return provider.Response{}, err
+	}
+	in := prep.Body.(*bedrockruntime.ConverseInput)
+	toolName := aws.ToString(in.ToolConfig.ToolChoice.(*types.ToolChoiceMemberTool).Value.Name)
 
 	ctx, sent := provider.TrackSent(ctx)
 	out, err := a.cfg.Client.Converse(ctx, in)
@@ -182,6 +232,12 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		return provider.Response{}, a.classify(err, sent())
 	}
 	requestID, _ := awsmiddleware.GetRequestIDMetadata(out.ResultMetadata)
+	switch out.StopReason {
+	case types.StopReasonContentFiltered, types.StopReasonGuardrailIntervened:
+		return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID,
+			"the content filter stopped the answer (stopReason "+string(out.StopReason)+")",
+			fmt.Errorf("%w: %w", provider.ErrNoStructuredOutput, provider.ErrContentFiltered))
+	}
 	msg, ok := out.Output.(*types.ConverseOutputMemberMessage)
 	if !ok {
 		return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, "no message in converse output", provider.ErrMalformedResponse)
@@ -197,7 +253,11 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 			if err != nil || !provider.IsJSONObject(raw) {
 				return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, "tool input is not a JSON object", provider.ErrNoStructuredOutput)
 			}
-			return provider.Response{Output: raw, ProviderRequestID: requestID, Model: a.cfg.ModelID}, nil
+			resp = provider.Response{Output: raw, ProviderRequestID: requestID, Model: a.cfg.ModelID}
+			if u := out.Usage; u != nil {
+				resp.Usage = &provider.Usage{InputTokens: int(aws.ToInt32(u.InputTokens)), OutputTokens: int(aws.ToInt32(u.OutputTokens))}
+			}
+			return resp, nil
 		case *types.ContentBlockMemberText:
 			text.WriteString(b.Value)
 		}
@@ -236,7 +296,8 @@ func (a *Adapter) classify(err error, sent bool) *provider.CallError {
 		ce.Err = fmt.Errorf("%w: %w", provider.ErrMalformedResponse, err)
 	case errors.As(err, &ae):
 		ce.Class = classifyCode(ae.ErrorCode(), ce.Status)
-		ce.Msg = ae.ErrorCode()
+		ce.Detail = provider.APIError{Type: ae.ErrorCode(), Message: ae.ErrorMessage()}
+		ce.Msg = ae.ErrorCode() // the SDK error below carries the message
 		ce.Err = fmt.Errorf("%w: %w", provider.ErrHTTPStatus, err)
 	case ce.Status != 0:
 		ce.Class = provider.ClassifyStatus(ce.Status)

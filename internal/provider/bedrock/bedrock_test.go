@@ -1,6 +1,7 @@
 package bedrock_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/provider"
@@ -44,6 +46,9 @@ func TestConformance(t *testing.T) {
 		New:         newAdapter,
 		SendsSystem: true,
 		SendsSchema: true,
+		// Bedrock has no billing error; its ServiceQuotaExceededException
+		// says "You can resubmit your request later": retryable.
+		QuotaClass: provider.ClassRetryable,
 	})
 }
 
@@ -166,4 +171,38 @@ func TestNewValidatesConfig(t *testing.T) {
 	if _, err := bedrock.NewClient(bedrock.ClientConfig{}); !errors.Is(err, bedrock.ErrInvalidConfig) {
 		t.Errorf("NewClient = %v", err)
 	}
+}
+
+// TestForcedToolModels: the adapter forces its tool, which Bedrock accepts
+// only for some model families; for the others it refuses the request
+// before sending it, as the service would refuse it after.
+func TestForcedToolModels(t *testing.T) {
+	t.Parallel()
+	tests := map[string]bool{
+		"anthropic.claude-3-5-haiku-20241022-v1:0":                         true,
+		"us.anthropic.claude-sonnet-4-20250514-v1:0":                       true,
+		"arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0": true,
+		"mistral.mistral-large-2407-v1:0":                                  true,
+		"anthropic.claude-v2:1":                                            false,
+		"anthropic.claude-instant-v1":                                      false,
+		"meta.llama3-70b-instruct-v1:0":                                    false,
+	}
+	for model, ok := range tests {
+		if got := bedrock.ForcesTool(model); got != ok {
+			t.Errorf("ForcesTool(%s) = %v, want %v", model, got, ok)
+		}
+	}
+	a, err := bedrock.New(bedrock.Config{Name: "bedrock-llama", ModelID: "meta.llama3-70b-instruct-v1:0", Client: unusedClient{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Call(t.Context(), providertest.Request(1)); !errors.Is(err, provider.ErrModelRule) || provider.Classify(err) != provider.ClassNonRetryable {
+		t.Errorf("Call on llama = %v, want a non-retryable ErrModelRule before sending", err)
+	}
+}
+
+type unusedClient struct{}
+
+func (unusedClient) Converse(context.Context, *bedrockruntime.ConverseInput, ...func(*bedrockruntime.Options)) (*bedrockruntime.ConverseOutput, error) {
+	return nil, errors.New("Converse must not be called")
 }

@@ -36,12 +36,16 @@ type Config struct {
 	Model   string
 	// APIKey is sent as a bearer token; empty for servers without auth.
 	APIKey provider.Secret
-	// MaxTokensField is max_tokens (default: understood by every compatible
-	// server) or max_completion_tokens (required by OpenAI reasoning models).
+	// MaxTokensField is max_completion_tokens (default: the API's current
+	// name, the only one reasoning models accept) or max_tokens (deprecated
+	// by OpenAI; for compatible servers that know only it).
 	MaxTokensField string
-	HTTPClient     *http.Client
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// Reasoning overrides ReasoningModel(Model): a reasoning model accepts
+	// only its default temperature, so none is sent.
+	Reasoning  *bool
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 func (c *Config) validate() error {
@@ -49,7 +53,7 @@ func (c *Config) validate() error {
 		c.BaseURL = DefaultBaseURL
 	}
 	if c.MaxTokensField == "" {
-		c.MaxTokensField = FieldMaxTokens
+		c.MaxTokensField = FieldMaxCompletionTokens
 	}
 	var problems []string
 	if c.Name == "" {
@@ -70,10 +74,49 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// reasoningFamilies are the model name prefixes OpenAI documents as
+// reasoning models (o-series, gpt-5). They reject max_tokens ("not
+// compatible with o-series models") and any temperature but the default.
+var reasoningFamilies = []string{"o1", "o3", "o4", "gpt-5"}
+
+// ReasoningModel reports whether model names an OpenAI reasoning model:
+// one of reasoningFamilies, alone or followed by "-" (o3, o3-mini,
+// gpt-5-2025-08-07). Config.Reasoning overrides it.
+func ReasoningModel(model string) bool {
+	for _, f := range reasoningFamilies {
+		if model == f || strings.HasPrefix(model, f+"-") {
+			return true
+		}
+	}
+	return false
+}
+
+// noStructuredOutputs are OpenAI models that refuse response_format
+// json_schema: Structured Outputs came with gpt-4o-2024-08-06 and
+// gpt-4o-mini; the gpt-4 and gpt-3.5 families, the first gpt-4o snapshot
+// and the o1 previews predate it.
+var noStructuredOutputs = []string{"gpt-3.5-turbo", "gpt-4-", "gpt-4o-2024-05-13", "o1-mini", "o1-preview"}
+
+// StructuredOutputs reports whether model accepts response_format
+// json_schema, as far as OpenAI's model list says; unknown (compatible
+// servers') models are assumed to.
+func StructuredOutputs(model string) bool {
+	if model == "gpt-4" || model == "gpt-3.5-turbo" {
+		return false
+	}
+	for _, p := range noStructuredOutputs {
+		if strings.HasPrefix(model, p) {
+			return false
+		}
+	}
+	return true
+}
+
 // Adapter calls POST {base}/chat/completions.
 type Adapter struct {
 	provider.HTTPBase
-	cfg Config
+	cfg       Config
+	reasoning bool
 }
 
 // New validates cfg and returns the adapter.
@@ -81,26 +124,47 @@ func New(cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "x-request-id"), cfg: cfg}, nil
+	reasoning := ReasoningModel(cfg.Model)
+	if cfg.Reasoning != nil {
+		reasoning = *cfg.Reasoning
+	}
+	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "x-request-id"), cfg: cfg, reasoning: reasoning}, nil
 }
 
 // Name implements provider.Provider.
 func (a *Adapter) Name() string { return a.cfg.Name }
 
-type message struct {
+// Model is the configured model.
+func (a *Adapter) Model() string { return a.cfg.Model }
+
+// Message is one chat message.
+type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 }
 
-type jsonSchemaFormat struct {
+// JSONSchemaFormat is response_format.json_schema.
+type JSONSchemaFormat struct {
 	Name   string          `json:"name"`
 	Schema json.RawMessage `json:"schema"`
 	Strict bool            `json:"strict"`
 }
 
-type responseFormat struct {
+// ResponseFormat is the request's response_format.
+type ResponseFormat struct {
 	Type       string           `json:"type"`
-	JSONSchema jsonSchemaFormat `json:"json_schema"`
+	JSONSchema JSONSchemaFormat `json:"json_schema"`
+}
+
+// ChatRequest is the body of POST /chat/completions as the adapter sends it.
+type ChatRequest struct {
+	Model    string    `json:"model"`
+	Messages []Message `json:"messages"`
+	// Temperature is nil for a model that accepts only its default.
+	Temperature         *float64       `json:"temperature,omitempty"`
+	MaxTokens           *int           `json:"max_tokens,omitempty"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens,omitempty"`
+	ResponseFormat      ResponseFormat `json:"response_format"`
 }
 
 type completion struct {
@@ -113,36 +177,70 @@ type completion struct {
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
 }
 
-// Call implements provider.Provider.
-func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
-	start := a.Clock()()
-	defer func() { provider.LogCall(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), resp, err) }()
+// Prepare implements provider.Preparer: the body Call sends, fitted to the
+// model's rules. A reasoning model gets max_completion_tokens and no
+// temperature; one configured to get max_tokens would refuse it, so that
+// request is not built.
+func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 	if err := provider.CheckRequest(a.cfg.Name, req, true); err != nil {
-		return provider.Response{}, err
+		return provider.Prepared{}, err
 	}
-
-	var messages []message
-	if req.System != "" {
-		messages = append(messages, message{Role: "system", Content: req.System})
+	if !StructuredOutputs(a.cfg.Model) {
+		return provider.Prepared{}, provider.ModelRuleError(a.cfg.Name, a.cfg.Model,
+			"it does not support response_format json_schema (Structured Outputs), which the adapter needs")
 	}
-	messages = append(messages, message{Role: "user", Content: req.Prompt})
-	body := map[string]any{
-		"model":       a.cfg.Model,
-		"messages":    messages,
-		"temperature": req.Temperature,
-		"response_format": responseFormat{
+	var notes []string
+	body := &ChatRequest{
+		Model: a.cfg.Model,
+		ResponseFormat: ResponseFormat{
 			Type: "json_schema",
-			JSONSchema: jsonSchemaFormat{
+			JSONSchema: JSONSchemaFormat{
 				Name:   provider.ToolName(req.JobType),
 				Schema: req.OutputSchema,
 				Strict: true,
 			},
 		},
 	}
+	if req.System != "" {
+		body.Messages = append(body.Messages, Message{Role: "system", Content: req.System})
+	}
+	body.Messages = append(body.Messages, Message{Role: "user", Content: req.Prompt})
+	if a.reasoning {
+		if a.cfg.MaxTokensField == FieldMaxTokens {
+			return provider.Prepared{}, provider.ModelRuleError(a.cfg.Name, a.cfg.Model,
+				"a reasoning model does not accept max_tokens; set max_tokens_field to max_completion_tokens")
+		}
+		if req.Temperature != 1 {
+			notes = append(notes, fmt.Sprintf("temperature %v not sent: %s accepts only its default (1)", req.Temperature, a.cfg.Model))
+		}
+	} else {
+		t := req.Temperature
+		body.Temperature = &t
+	}
 	if req.MaxOutputTokens > 0 {
-		body[a.cfg.MaxTokensField] = req.MaxOutputTokens
+		n := req.MaxOutputTokens
+		if a.cfg.MaxTokensField == FieldMaxTokens {
+			body.MaxTokens = &n
+		} else {
+			body.MaxCompletionTokens = &n
+		}
+	}
+	return provider.Prepared{Model: a.cfg.Model, Body: body, Notes: notes}, nil
+}
+
+// Call implements provider.Provider.
+func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
+	start := a.Clock()()
+	defer func() { provider.LogCall(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), resp, err) }()
+	prep, err := a.Prepare(req)
+	if err != nil {
+		return provider.Response{}, err
 	}
 	header := http.Header{}
 	header.Set("Idempotency-Key", req.IdempotencyKey)
@@ -150,8 +248,13 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		header.Set("Authorization", "Bearer "+a.cfg.APIKey.Reveal())
 	}
 
-	hresp, err := a.Client().PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/chat/completions", header, body)
+	hresp, err := a.Client().PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/chat/completions", header, prep.Body)
 	if err != nil {
+		var ce *provider.CallError
+		// A spent quota answers 429 like a rate limit; waiting will not fix it.
+		if errors.As(err, &ce) && (ce.Detail.Code == "insufficient_quota" || ce.Detail.Type == "insufficient_quota") {
+			ce.Exhausted()
+		}
 		return provider.Response{}, err
 	}
 	var c completion
@@ -170,8 +273,11 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if r := choice.Message.Refusal; r != nil && *r != "" {
 		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "model refused: "+provider.Excerpt(*r))
 	}
-	if choice.FinishReason == "length" {
-		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "output truncated at the token limit")
+	switch choice.FinishReason {
+	case "length":
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "output truncated at the token limit (finish_reason length)")
+	case "content_filter":
+		return provider.Response{}, a.Client().Filtered(hresp, "the content filter stopped the answer (finish_reason content_filter)")
 	}
 	content := ""
 	if choice.Message.Content != nil {
@@ -184,9 +290,13 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if model == "" {
 		model = a.cfg.Model
 	}
-	return provider.Response{
+	resp = provider.Response{
 		Output:            json.RawMessage(strings.TrimSpace(content)),
 		ProviderRequestID: hresp.RequestID,
 		Model:             model,
-	}, nil
+	}
+	if c.Usage != nil {
+		resp.Usage = &provider.Usage{InputTokens: c.Usage.PromptTokens, OutputTokens: c.Usage.CompletionTokens}
+	}
+	return resp, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/onejob/onejob/internal/dev/sim"
@@ -70,8 +71,74 @@ func TestWireFormat(t *testing.T) {
 	if len(msgs) != 2 || msgs[0].(map[string]any)["role"] != "system" || msgs[1].(map[string]any)["role"] != "user" {
 		t.Errorf("messages = %v", msgs)
 	}
-	if got["temperature"] != 0.0 || got["max_tokens"] != 256.0 || got["model"] != "gpt-test" {
-		t.Errorf("body = %v", got)
+	if _, ok := got["max_tokens"]; ok || got["temperature"] != 0.0 || got["max_completion_tokens"] != 256.0 || got["model"] != "gpt-test" {
+		t.Errorf("body = %v, want max_completion_tokens (max_tokens is deprecated) and temperature", got)
+	}
+}
+
+// TestModelRules: what the adapter sends per model, and what it refuses to
+// send because the model would answer 400.
+func TestModelRules(t *testing.T) {
+	t.Parallel()
+	no, yes := false, true
+	tests := []struct {
+		name      string
+		cfg       openai.Config
+		wantField string // the output-limit field sent
+		wantTemp  bool   // temperature sent
+		refused   bool
+	}{
+		{"ChatModel", openai.Config{Model: "gpt-4o"}, "max_completion_tokens", true, false},
+		{"ChatModelOldServer", openai.Config{Model: "llama3", MaxTokensField: openai.FieldMaxTokens}, "max_tokens", true, false},
+		{"ReasoningO3", openai.Config{Model: "o3-mini"}, "max_completion_tokens", false, false},
+		{"ReasoningGPT5", openai.Config{Model: "gpt-5-2025-08-07"}, "max_completion_tokens", false, false},
+		{"ReasoningByConfig", openai.Config{Model: "my-deployment", Reasoning: &yes}, "max_completion_tokens", false, false},
+		{"NotReasoningByConfig", openai.Config{Model: "o3-lookalike", Reasoning: &no}, "max_completion_tokens", true, false},
+		{"ReasoningWithMaxTokens", openai.Config{Model: "o1", MaxTokensField: openai.FieldMaxTokens}, "", false, true},
+		{"NoStructuredOutputsGPT4", openai.Config{Model: "gpt-4-turbo"}, "", false, true},
+		{"NoStructuredOutputsFirstGPT4o", openai.Config{Model: "gpt-4o-2024-05-13"}, "", false, true},
+		{"StructuredOutputsGPT4oMini", openai.Config{Model: "gpt-4o-mini-2024-07-18"}, "max_completion_tokens", true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := tc.cfg
+			cfg.Name = "openai-primary"
+			a, err := openai.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prep, err := a.Prepare(providertest.Request(1))
+			if tc.refused {
+				if !errors.Is(err, provider.ErrModelRule) || provider.Classify(err) != provider.ClassNonRetryable {
+					t.Fatalf("Prepare = %v, want a non-retryable ErrModelRule", err)
+				}
+				if _, err := a.Call(t.Context(), providertest.Request(1)); !errors.Is(err, provider.ErrModelRule) {
+					t.Errorf("Call = %v, want the same refusal before sending", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := json.Marshal(prep.Body)
+			var body map[string]any
+			_ = json.Unmarshal(raw, &body)
+			if _, ok := body[tc.wantField]; !ok {
+				t.Errorf("body %s lacks %s", raw, tc.wantField)
+			}
+			for _, f := range []string{openai.FieldMaxTokens, openai.FieldMaxCompletionTokens} {
+				if _, ok := body[f]; ok && f != tc.wantField {
+					t.Errorf("body %s has %s too", raw, f)
+				}
+			}
+			if _, ok := body["temperature"]; ok != tc.wantTemp {
+				t.Errorf("temperature sent = %v, want %v (%s)", ok, tc.wantTemp, raw)
+			}
+			if !tc.wantTemp && len(prep.Notes) == 0 {
+				t.Error("no note says the temperature was left out")
+			}
+		})
 	}
 }
 
@@ -86,6 +153,7 @@ func TestStructuredOutputFailures(t *testing.T) {
 		{"Truncated", `{"choices":[{"message":{"content":"{\"a\":"},"finish_reason":"length"}]}`, provider.ErrNoStructuredOutput},
 		{"NoChoices", `{"choices":[]}`, provider.ErrMalformedResponse},
 		{"ArrayContent", `{"choices":[{"message":{"content":"[1,2]"},"finish_reason":"stop"}]}`, provider.ErrNoStructuredOutput},
+		{"ContentFilter", `{"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]}`, provider.ErrContentFiltered},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,6 +165,9 @@ func TestStructuredOutputFailures(t *testing.T) {
 			_, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).Call(t.Context(), providertest.Request(1))
 			if !errors.Is(err, tc.want) || provider.Classify(err) != provider.ClassRetryable {
 				t.Errorf("err = %v (class %s), want %v retryable", err, provider.Classify(err), tc.want)
+			}
+			if tc.want == provider.ErrContentFiltered && !strings.Contains(err.Error(), "content filter") {
+				t.Errorf("err = %v does not name the content filter", err)
 			}
 		})
 	}
@@ -120,5 +191,72 @@ func TestNewValidatesConfig(t *testing.T) {
 				t.Errorf("New = %v, want ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// TestReasoningModelAgainstTheSimulator: a simulator serving a reasoning
+// model accepts what the adapter sends for it, and refuses the old request
+// shape (max_tokens, temperature 0) with the API's documented 400, whose
+// code and param reach the operator.
+func TestReasoningModelAgainstTheSimulator(t *testing.T) {
+	t.Parallel()
+	no := false
+	tests := []struct {
+		name      string
+		cfg       openai.Config
+		wantParam string // "" = accepted
+		wantCode  string
+	}{
+		{"AsTheAdapterSendsIt", openai.Config{}, "", ""},
+		{"OldShapeMaxTokens", openai.Config{MaxTokensField: openai.FieldMaxTokens, Reasoning: &no}, "max_tokens", "unsupported_parameter"},
+		{"OldShapeTemperature", openai.Config{Reasoning: &no}, "temperature", "unsupported_value"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := sim.New(sim.Options{Model: "o3-mini", Oracle: sim.Fixed{GoodOutput: json.RawMessage(`{"category":"billing","priority":3,"summary":"s","needs_human":false}`)}})
+			srv, err := sim.Start(s.OpenAI())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Close() })
+			cfg := tc.cfg
+			cfg.Name, cfg.BaseURL, cfg.Model = "openai-reasoning", srv.URL()+"/v1", "o3-mini"
+			a, err := openai.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := a.Call(t.Context(), providertest.Request(1))
+			if tc.wantParam == "" {
+				c := s.Calls()[0]
+				if err != nil || c.Temperature != nil || c.MaxTokens != 256 || resp.Model != "o3-mini" {
+					t.Fatalf("Call = %+v, %v; simulator saw temperature %v, max tokens %d", resp, err, c.Temperature, c.MaxTokens)
+				}
+				return
+			}
+			var ce *provider.CallError
+			if !errors.As(err, &ce) || ce.Status != http.StatusBadRequest || ce.Class != provider.ClassNonRetryable {
+				t.Fatalf("Call = %v, want a non-retryable 400", err)
+			}
+			if ce.Detail.Param != tc.wantParam || ce.Detail.Code != tc.wantCode || !strings.Contains(err.Error(), "(code "+tc.wantCode+", param "+tc.wantParam+")") {
+				t.Errorf("error %v (detail %+v), want code %s and param %s in the message", err, ce.Detail, tc.wantCode, tc.wantParam)
+			}
+		})
+	}
+}
+
+func TestSpentQuotaIsExhaustedNotRateLimited(t *testing.T) {
+	t.Parallel()
+	s := sim.New(sim.Options{Mode: sim.ModeQuotaExhausted})
+	srv, err := sim.Start(s.OpenAI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	_, err = newAdapter(t, providertest.Env{BaseURL: srv.URL()}).Call(t.Context(), providertest.Request(1))
+	var ce *provider.CallError
+	if !errors.As(err, &ce) || ce.Status != http.StatusTooManyRequests || ce.Class != provider.ClassExhausted ||
+		!errors.Is(err, provider.ErrAccountExhausted) || ce.RetryAfter != 0 || !strings.Contains(err.Error(), "insufficient_quota") {
+		t.Errorf("err = %v, want a 429 insufficient_quota classed exhausted with no back-off", err)
 	}
 }

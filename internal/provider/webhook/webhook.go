@@ -6,7 +6,7 @@
 //
 // where input is the job's input as submitted. Response: 2xx with body
 //
-//	{"output": {...}, "model"?: "..."}
+//	{"output": {...}, "model"?: "...", "usage"?: {"input_tokens", "output_tokens"}}
 //
 // The envelope (rather than the bare object) keeps room for metadata and makes
 // a proxy's stray JSON distinguishable from an answer. The request id is read
@@ -99,32 +99,43 @@ type Request struct {
 type Response struct {
 	Output json.RawMessage `json:"output"`
 	Model  string          `json:"model,omitempty"`
+	// Usage is optional: a webhook backed by a model may report it.
+	Usage *provider.Usage `json:"usage,omitempty"`
 }
 
-// Call implements provider.Provider.
-func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
-	start := a.Clock()()
-	defer func() { provider.LogCall(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), resp, err) }()
+// Prepare implements provider.Preparer: the body Call sends.
+func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 	if err := provider.CheckRequest(a.cfg.Name, req, false); err != nil {
-		return provider.Response{}, err
+		return provider.Prepared{}, err
 	}
 	input := req.Input
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
-	header := http.Header{}
-	header.Set("Idempotency-Key", req.IdempotencyKey)
-	if !a.cfg.Token.IsZero() {
-		header.Set("Authorization", "Bearer "+a.cfg.Token.Reveal())
-	}
-	hresp, err := a.Client().PostJSON(ctx, a.cfg.URL, header, Request{
+	return provider.Prepared{Model: a.cfg.Name, Body: &Request{
 		JobID:          req.JobID,
 		Attempt:        req.Attempt,
 		IdempotencyKey: req.IdempotencyKey,
 		JobType:        req.JobType,
 		Input:          input,
 		Prompt:         req.Prompt,
-	})
+	}}, nil
+}
+
+// Call implements provider.Provider.
+func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider.Response, err error) {
+	start := a.Clock()()
+	defer func() { provider.LogCall(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), resp, err) }()
+	prep, err := a.Prepare(req)
+	if err != nil {
+		return provider.Response{}, err
+	}
+	header := http.Header{}
+	header.Set("Idempotency-Key", req.IdempotencyKey)
+	if !a.cfg.Token.IsZero() {
+		header.Set("Authorization", "Bearer "+a.cfg.Token.Reveal())
+	}
+	hresp, err := a.Client().PostJSON(ctx, a.cfg.URL, header, prep.Body)
 	if err != nil {
 		return provider.Response{}, err
 	}
@@ -139,5 +150,5 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if model == "" {
 		model = a.cfg.Name
 	}
-	return provider.Response{Output: body.Output, ProviderRequestID: hresp.RequestID, Model: model}, nil
+	return provider.Response{Output: body.Output, ProviderRequestID: hresp.RequestID, Model: model, Usage: body.Usage}, nil
 }

@@ -1,7 +1,9 @@
 // Package providertest is the conformance suite every adapter runs against
-// its loopback simulator: success and structured-output parsing, rate limits
-// with Retry-After, 5xx, malformed bodies, prose, client errors, timeouts,
-// connection refusal, idempotency keys and credential hygiene.
+// its loopback simulator: success and structured-output parsing, the usage
+// charged, rate limits with Retry-After, a spent quota, 5xx, malformed
+// bodies, prose, content filtering, client errors, timeouts, connection
+// refusal, idempotency keys, credential hygiene, and Prepare building
+// without sending.
 package providertest
 
 import (
@@ -45,6 +47,11 @@ type Harness struct {
 	SendsSystem, SendsSchema bool
 	// ErrorStatus is the 5xx the server-error case uses (default 503).
 	ErrorStatus int
+	// QuotaClass is how the adapter classifies its API's spent-quota or
+	// billing error (default provider.ClassExhausted).
+	QuotaClass provider.Class
+	// NoUsage says the wire format reports no usage.
+	NoUsage bool
 }
 
 // goodOutput is what the suite's oracle answers.
@@ -159,14 +166,23 @@ func Run(t *testing.T, h Harness) {
 		if !JSONEqual(t, resp.Output, goodOutput) {
 			t.Errorf("Output = %s, want %s", resp.Output, goodOutput)
 		}
-		if resp.Model == "" {
-			t.Error("Model is empty")
-		}
 		calls := r.sim.Calls()
 		if len(calls) != 1 {
 			t.Fatalf("simulator saw %d calls, want 1", len(calls))
 		}
 		c := calls[0]
+		if c.Refused != "" {
+			t.Fatalf("simulator refused the request: %s", c.Refused)
+		}
+		if resp.Model == "" || resp.Model != c.Model {
+			t.Errorf("Model = %q, want the one that answered, %q", resp.Model, c.Model)
+		}
+		switch {
+		case h.NoUsage && resp.Usage != nil:
+			t.Errorf("Usage = %+v, want none", resp.Usage)
+		case !h.NoUsage && (resp.Usage == nil || resp.Usage.InputTokens != c.InputTokens || resp.Usage.OutputTokens != c.OutputTokens || c.InputTokens == 0):
+			t.Errorf("Usage = %+v, want the simulator's %d input, %d output tokens", resp.Usage, c.InputTokens, c.OutputTokens)
+		}
 		if resp.ProviderRequestID != c.RequestID {
 			t.Errorf("ProviderRequestID = %q, want %q", resp.ProviderRequestID, c.RequestID)
 		}
@@ -215,6 +231,10 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	quotaClass := h.QuotaClass
+	if quotaClass == "" {
+		quotaClass = provider.ClassExhausted
+	}
 	failures := []struct {
 		name       string
 		opts       sim.Options
@@ -235,6 +255,9 @@ func Run(t *testing.T, h Harness) {
 			class: provider.ClassNonRetryable, status: http.StatusBadRequest},
 		{name: "WrongCredential", opts: sim.Options{APIKey: "another-key"},
 			class: provider.ClassNonRetryable},
+		{name: "QuotaExhausted", opts: sim.Options{Mode: sim.ModeQuotaExhausted}, class: quotaClass},
+		{name: "ContentFiltered", opts: sim.Options{Mode: sim.ModeContentFilter},
+			class: provider.ClassRetryable, is: []error{provider.ErrNoStructuredOutput}},
 		{name: "MalformedBody", opts: sim.Options{Mode: sim.ModeMalformed},
 			class: provider.ClassRetryable, is: []error{provider.ErrMalformedResponse}},
 		{name: "Prose", opts: sim.Options{Mode: sim.ModeProse},
@@ -272,6 +295,27 @@ func Run(t *testing.T, h Harness) {
 			}
 		})
 	}
+
+	t.Run("PrepareSendsNothing", func(t *testing.T) {
+		t.Parallel()
+		r := h.start(t, sim.Options{})
+		pp, ok := r.p.(provider.Preparer)
+		if !ok {
+			t.Fatalf("%T does not implement provider.Preparer", r.p)
+		}
+		prep, err := pp.Prepare(Request(1))
+		if err != nil || prep.Body == nil || prep.Model == "" {
+			t.Fatalf("Prepare = %+v, %v", prep, err)
+		}
+		if n := len(r.sim.Calls()); n != 0 {
+			t.Errorf("Prepare sent %d requests", n)
+		}
+		bad := Request(1)
+		bad.IdempotencyKey = ""
+		if _, err := pp.Prepare(bad); !errors.Is(err, provider.ErrInvalidRequest) {
+			t.Errorf("Prepare without an idempotency key = %v, want ErrInvalidRequest", err)
+		}
+	})
 
 	t.Run("HangIsAmbiguousAtDeadline", func(t *testing.T) {
 		t.Parallel()
