@@ -14,14 +14,8 @@ import (
 	"github.com/onejob/onejob/internal/verify/storetest"
 )
 
-// newStore is a dynamo.Store on fresh dynalite tables. Options apply to its
-// client (countRequests).
-func newStore(t *testing.T, optFns ...func(*dynamodb.Options)) (*dynamo.Store, storetest.Store) {
-	t.Helper()
-	return newStoreOn(t, &harness, optFns...)
-}
-
-// newStoreOn is newStore on the given local DynamoDB.
+// newStoreOn is a dynamo.Store on fresh tables of the given local
+// DynamoDB. Options apply to its client (countRequests).
 func newStoreOn(t *testing.T, h *ddbtest.Harness, optFns ...func(*dynamodb.Options)) (*dynamo.Store, storetest.Store) {
 	t.Helper()
 	db, names := h.Tables(t, optFns...)
