@@ -62,8 +62,8 @@ func TestCostOf(t *testing.T) {
 	t.Parallel()
 	p := perJob{
 		Scenario: "x", ReadUnits: 8, ReadBacks: 1, WriteUnits: 4, IndexWriteUnits: 4, StateTransitions: 10,
-		LambdaInvocations: map[string]float64{"api": 1, "runattempt": 1},
-		LambdaBilledMS:    map[string]float64{"api": 1000, "runattempt": 3000},
+		LambdaInvocations: map[string]float64{"api": 1, "run": 1},
+		LambdaBilledMS:    map[string]float64{"api": 1000, "run": 3000},
 		APIRequests:       1,
 	}
 	pr := map[string]price{

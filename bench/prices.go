@@ -1,5 +1,7 @@
 package main
 
+import "github.com/onejob/onejob/internal/deploy"
+
 // price is one published AWS list price (us-east-1, on-demand, first tier).
 type price struct {
 	Item string  `json:"item"`
@@ -124,7 +126,7 @@ func costs(rows []perJob, pr map[string]price) []costRow {
 				deployed.LambdaBilledMS[k] = v
 			}
 			extra := (deployedCallTimeoutSeconds - benchCallTimeout.Seconds()) * 1000
-			deployed.LambdaBilledMS["runattempt"] += extra
+			deployed.LambdaBilledMS[deploy.FnRun] += extra
 			d := costOf(deployed, pr)
 			d.Scenario = p.Scenario + " (deployed)"
 			d.Note = "run function waits the deployed 4 min call timeout on the silent provider instead of the bench's 5 s"

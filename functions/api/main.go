@@ -36,13 +36,15 @@ func main() {
 	deploy.Check(log, err)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
 	deploy.Check(log, err)
+	// Input validation needs the job types' input schemas; each execution
+	// carries its type's run timeout.
+	catalog, err := jobtype.Load()
+	deploy.Check(log, err)
 	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
 		Client:          sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint) }),
-		StateMachineARN: env.StateMachineARN, Logger: log,
+		StateMachineARN: env.StateMachineARN, RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}),
+		Logger: log,
 	})
-	deploy.Check(log, err)
-	// Input validation needs the job types' input schemas.
-	catalog, err := jobtype.Load()
 	deploy.Check(log, err)
 
 	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog}, Starter: starter, Logger: log})

@@ -14,6 +14,7 @@ import (
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
+	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/stepfn"
 )
@@ -33,9 +34,14 @@ func main() {
 		Logger: log,
 	})
 	deploy.Check(log, err)
+	// An execution's input carries its type's run timeout, the same as
+	// the API's start, so a repeated start is idempotent.
+	catalog, err := jobtype.Load()
+	deploy.Check(log, err)
 	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
 		Client:          sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint) }),
-		StateMachineARN: env.StateMachineARN, Logger: log,
+		StateMachineARN: env.StateMachineARN, RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}),
+		Logger: log,
 	})
 	deploy.Check(log, err)
 	// Jobs younger than two minutes are left to the API's own start.

@@ -65,8 +65,7 @@ var stateMachine = Resource{Kind: KindStateMachine}
 //   - choosing the next provider reads the fallbacks' certifications
 //     (GetItem).
 //
-// markunknown only moves an attempt (no certifications); finalize only
-// fails the job as a whole (job-level, so no ledger write).
+// hold only moves attempts to unknown (no certifications).
 var (
 	jobRW  = Grant{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())}
 	ledger = Grant{[]string{"dynamodb:PutItem"}, table(dynamo.AttemptsTable())}
@@ -94,17 +93,15 @@ func All() map[string][]Grant {
 			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOpen)},
 			{[]string{"states:StartExecution"}, stateMachine},
 		},
-		// Starts attempts (and marks overdue ones unknown), after reading
-		// the certifications.
-		deploy.FnStartAttempt: {jobRW, ledger, certs},
-		// Claims, completes or fails its attempt; checks a fallback's
-		// certification again at call time. Only it calls providers, so
-		// only it reads their configuration.
-		deploy.FnRunAttempt: {jobRW, ledger, certs,
+		// Runs a job's attempts: reads the job and the fallbacks'
+		// certifications, starts, claims, completes or fails attempts
+		// (conditional UpdateItem) and records them in the ledger. Only it
+		// calls providers, so only it reads their configuration.
+		deploy.FnRun: {jobRW, ledger, certs,
 			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
-		deploy.FnMarkUnknown: {jobRW, ledger},
-		deploy.FnHedge:       {jobRW, ledger, certs},
-		deploy.FnFinalize:    {jobRW, certs},
+		// Marks a silent run's attempts unknown and decides the wait: no
+		// certifications, no providers.
+		deploy.FnHold: {jobRW, ledger},
 	}
 }
 

@@ -91,13 +91,13 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		return nil, fmt.Errorf("dynamo.Tables() lacks one of jobs/attempts/certifications")
 	}
 
-	// The provider configuration. Only runattempt may read it.
+	// The provider configuration. Only the run function may read it.
 	secretArn := cfg.ProvidersSecretArn
 	if secretArn == "" {
 		secret := awssecretsmanager.NewSecret(stack, jsii.String("ProvidersSecret"), &awssecretsmanager.SecretProps{
 			// No physical name: a deleted secret lingers for its recovery
 			// window and would block re-creating a dev stack.
-			Description: jsii.String("onejob " + cfg.Env + " provider configuration (JSON), read by runattempt"),
+			Description: jsii.String("onejob " + cfg.Env + " provider configuration (JSON), read by the run function"),
 			// A valid empty configuration, set once at creation. CloudFormation
 			// only writes it again if this literal changes, so the value an
 			// operator puts afterwards survives deploys.
@@ -121,7 +121,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		for k, v := range common {
 			vars[k] = v
 		}
-		if spec.Name == deploy.FnRunAttempt {
+		if spec.Name == deploy.FnRun {
 			vars[deploy.EnvProvidersSecretARN] = jsii.String(secretArn)
 		}
 		fns[spec.Name] = newFunction(stack, cfg, spec, vars, retention, removal)

@@ -109,7 +109,9 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 	expect("tables PAY_PER_REQUEST", func() {
 		tmpl.AllResourcesProperties(jsii.String("AWS::DynamoDB::GlobalTable"), map[string]any{"BillingMode": "PAY_PER_REQUEST"})
 	})
-	expect("seven functions", func() { tmpl.ResourceCountIs(jsii.String("AWS::Lambda::Function"), jsii.Number(7)) })
+	expect("one Lambda function per deploy.Functions entry", func() {
+		tmpl.ResourceCountIs(jsii.String("AWS::Lambda::Function"), jsii.Number(float64(len(deploy.Functions()))))
+	})
 	expect("functions on provided.al2023/arm64", func() {
 		tmpl.AllResourcesProperties(jsii.String("AWS::Lambda::Function"), map[string]any{
 			"Runtime": "provided.al2023", "Architectures": []any{"arm64"}, "Handler": "bootstrap",
@@ -247,7 +249,7 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		switch short {
 		case "api", "sweeper":
 			want[deploy.EnvStateMachineARN] = "ref:statemachine"
-		case "runattempt":
+		case deploy.FnRun:
 			want[deploy.EnvProvidersSecretARN] = s.secret()
 		}
 		if !reflect.DeepEqual(vars, want) {
@@ -476,10 +478,9 @@ func checkDims(t *testing.T, s *synthesized, id string, m map[string]any) {
 // the grants must be exactly these, with no wildcard action.
 func checkIAM(t *testing.T, s *synthesized) {
 	xrayLambda := []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}
-	// Every task reads and transitions the job; which also writes the
-	// ledger (attempt transitions) or reads certifications (provider
-	// choice) differs: markunknown reads no certifications, finalize
-	// (job-level) writes no ledger entry.
+	// Both tasks read and transition the job and write the ledger
+	// (attempt transitions); only the run reads certifications (provider
+	// choice) and the providers' secret.
 	task := func(ledger, certs bool) grants {
 		g := grants{}.add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:jobs").add(xrayLambda, "*")
 		if ledger {
@@ -497,17 +498,14 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:Query", "dynamodb:PutItem"}, "arn:table:attempts").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add(xrayLambda, "*"),
-		"fn:startattempt": task(true, true),
-		"fn:markunknown":  task(true, false),
-		"fn:hedge":        task(true, true),
-		"fn:finalize":     task(false, true),
-		"fn:runattempt":   task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()),
+		"fn:" + deploy.FnRun:  task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()),
+		"fn:" + deploy.FnHold: task(true, false),
 		"fn:sweeper": grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOpen).
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add(xrayLambda, "*"),
 		"statemachine": grants{}.
-			add([]string{"lambda:InvokeFunction"}, "arn:fn:startattempt", "arn:fn:runattempt", "arn:fn:markunknown", "arn:fn:hedge", "arn:fn:finalize").
+			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnHold, "arn:fn:"+deploy.FnRun).
 			// What Step Functions needs to deliver logs and traces; these
 			// APIs take no resource ARN.
 			add([]string{"logs:CreateLogDelivery", "logs:DeleteLogDelivery", "logs:DescribeLogGroups", "logs:DescribeResourcePolicies",
@@ -786,14 +784,14 @@ func TestDefinitionPlaceholders(t *testing.T) {
 		}
 		return p
 	}
-	all := `"${StartAttemptFunctionArn}${RunAttemptFunctionArn}${MarkUnknownFunctionArn}${HedgeFunctionArn}${FinalizeFunctionArn}"`
+	all := `"${RunFunctionArn}${HoldFunctionArn}"`
 	if _, err := loadDefinition(write(all)); err != nil {
-		t.Errorf("all five: %v", err)
+		t.Errorf("both: %v", err)
 	}
-	if _, err := loadDefinition(write(`"${StartAttemptFunctionArn}${ApiFunctionArn}"`)); err == nil || !strings.Contains(err.Error(), "ApiFunctionArn") {
+	if _, err := loadDefinition(write(`"${RunFunctionArn}${HoldFunctionArn}${ApiFunctionArn}"`)); err == nil || !strings.Contains(err.Error(), "ApiFunctionArn") {
 		t.Errorf("unknown placeholder accepted: %v", err)
 	}
-	if _, err := loadDefinition(write(`"${StartAttemptFunctionArn}"`)); err == nil || !strings.Contains(err.Error(), "never uses") {
+	if _, err := loadDefinition(write(`"${RunFunctionArn}"`)); err == nil || !strings.Contains(err.Error(), "never uses") {
 		t.Errorf("missing placeholders accepted: %v", err)
 	}
 }
@@ -889,7 +887,7 @@ func friendlyNames(tmpl map[string]any) map[string]string {
 	return names
 }
 
-// secret is how the runattempt grant and variable refer to the secret.
+// secret is how the run function's grant and variable refer to the secret.
 func (s *synthesized) secret() string {
 	if s.cfg.ProvidersSecretArn != "" {
 		return s.cfg.ProvidersSecretArn

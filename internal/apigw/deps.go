@@ -30,7 +30,7 @@ type JobType interface {
 // successful create and every replay. A failed start leaves a pending job
 // that the sweeper starts later.
 type Starter interface {
-	Start(ctx context.Context, jobID string) (started bool, err error)
+	Start(ctx context.Context, j job.Job) (started bool, err error)
 }
 
 // Jobs is what the routes do: one call each.

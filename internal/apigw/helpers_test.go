@@ -27,10 +27,11 @@ import (
 
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
-	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/ddbtest"
+	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
 )
 
@@ -93,10 +94,10 @@ type fakeStarter struct {
 	fail bool
 }
 
-func (s *fakeStarter) Start(_ context.Context, jobID string) (bool, error) {
+func (s *fakeStarter) Start(_ context.Context, j job.Job) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ids = append(s.ids, jobID)
+	s.ids = append(s.ids, j.ID)
 	if s.fail {
 		return false, errors.New("states: ThrottlingException: rate exceeded")
 	}

@@ -115,7 +115,7 @@ func (h *Handler) start(ctx context.Context, r *request, j job.Job) {
 	if h.starter == nil || !job.ShouldStart(j) {
 		return
 	}
-	if _, err := h.starter.Start(ctx, j.ID); err != nil {
+	if _, err := h.starter.Start(ctx, j); err != nil {
 		h.log.ErrorContext(ctx, "execution_start_failed", "request_id", r.requestID, "job_id", j.ID, "error", err.Error())
 	}
 }

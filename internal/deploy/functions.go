@@ -9,13 +9,10 @@ import (
 // Function names: one folder under functions/ each (a test keeps the two
 // equal), one Lambda per environment.
 const (
-	FnAPI          = "api"
-	FnStartAttempt = "startattempt"
-	FnRunAttempt   = "runattempt"
-	FnMarkUnknown  = "markunknown"
-	FnHedge        = "hedge"
-	FnFinalize     = "finalize"
-	FnSweeper      = "sweeper"
+	FnAPI     = "api"
+	FnRun     = "run"
+	FnHold    = "hold"
+	FnSweeper = "sweeper"
 )
 
 // Function is one deployed Lambda function.
@@ -41,24 +38,21 @@ func Functions() []Function {
 		// API Gateway gives up after 30 s; returning before that lets the
 		// function report its own error.
 		{FnAPI, "ApiFunction", 256, 25 * time.Second, "HTTP API handler", "", NeedStateMachine},
-		{FnStartAttempt, "StartAttemptFunction", 256, 30 * time.Second, "Decides a job's next step", "StartAttemptFunctionArn", 0},
-		{FnRunAttempt, "RunAttemptFunction", 256, runAttemptTimeout, "Runs one attempt against a provider", "RunAttemptFunctionArn", 0},
-		{FnMarkUnknown, "MarkUnknownFunction", 256, 30 * time.Second, "Marks a timed-out attempt unknown", "MarkUnknownFunctionArn", 0},
-		{FnHedge, "HedgeFunction", 256, 30 * time.Second, "Starts a hedged attempt", "HedgeFunctionArn", 0},
-		{FnFinalize, "FinalizeFunction", 256, 30 * time.Second, "Fails a job once every provider was tried", "FinalizeFunctionArn", 0},
+		{FnRun, "RunFunction", 256, runTimeout, "Runs a job's attempts against its providers", "RunFunctionArn", 0},
+		{FnHold, "HoldFunction", 256, 30 * time.Second, "Settles a run that ended without an answer; decides the wait", "HoldFunctionArn", 0},
 		{FnSweeper, "SweeperFunction", 256, 2 * time.Minute, "Restarts stranded jobs and reports unknown attempts", "", NeedStateMachine},
 	}
 }
 
-// runAttemptTimeout bounds the function that calls providers. It exceeds
-// every job type's attempt timeout, so the state machine's States.Timeout
-// (→ unknown) fires first, and it leaves CallTimeout room to write.
-const runAttemptTimeout = 5 * time.Minute
+// runTimeout bounds the function that calls providers. It exceeds every job
+// type's run timeout, so the state machine's States.Timeout (→ unknown)
+// fires first, and it leaves CallTimeout room to write.
+const runTimeout = 5 * time.Minute
 
 // CallTimeout caps one provider call, well beyond any job type's timeout: a
 // late answer must still reach the database after the state machine gave up
 // on it, within the run function's own timeout (a minute is left to write).
-const CallTimeout = runAttemptTimeout - time.Minute
+const CallTimeout = runTimeout - time.Minute
 
 // Names lists the function names in deployment order.
 func Names() []string {

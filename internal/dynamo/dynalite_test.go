@@ -217,7 +217,10 @@ func TestWritesAgainstDynalite(t *testing.T) {
 		}
 		return created
 	}
-	bookkeeping := []string{update(job.KindAttempt), put(dynamo.KindLedger)}
+	// An attempt's state moves on the job item; the ledger gets a copy only
+	// when the attempt ends (job.Transition.RecordsAttempt).
+	claimed := []string{update(job.KindAttempt)}
+	ended := []string{update(job.KindAttempt), put(dynamo.KindLedger)}
 	// A refused write is read back: dynalite ignores ALL_OLD.
 	refused := func(k job.Kind) []string { return []string{update(k), "GetItem"} }
 
@@ -239,7 +242,7 @@ func TestWritesAgainstDynalite(t *testing.T) {
 		startTr, err := job.DecideStart(j, "p1", now)
 		j = e.apply(t, startTr, err, true, update(job.KindStartAttempt), put(dynamo.KindLedger))
 		claimTr, err := job.DecideRunning(j, 1, now.Add(time.Second))
-		j = e.apply(t, claimTr, err, true, bookkeeping...)
+		j = e.apply(t, claimTr, err, true, claimed...)
 
 		// The same start again, decided on the old revision: revisionIs refuses it.
 		e.apply(t, startTr, nil, false, refused(job.KindStartAttempt)...)
@@ -269,7 +272,7 @@ func TestWritesAgainstDynalite(t *testing.T) {
 		tr, err := job.DecideStart(j, "p1", now)
 		j = e.apply(t, tr, err, true, update(job.KindStartAttempt), put(dynamo.KindLedger))
 		tr, err = job.DecideRunning(j, 1, now)
-		j = e.apply(t, tr, err, true, bookkeeping...)
+		j = e.apply(t, tr, err, true, claimed...)
 		complete, err := job.DecideComplete(j, 1, json.RawMessage(`{}`), "", now)
 		if err != nil {
 			t.Fatal(err)
@@ -277,7 +280,7 @@ func TestWritesAgainstDynalite(t *testing.T) {
 		// The attempt fails first; the version is unchanged, so only
 		// attemptStateIn stands between the stale completion and the job.
 		tr, err = job.DecideAttemptFailed(j, 1, job.Failure{Class: job.ClassRetryable, Message: "503"}, "", now)
-		j = e.apply(t, tr, err, true, bookkeeping...)
+		j = e.apply(t, tr, err, true, ended...)
 		cur := e.apply(t, complete, nil, false, refused(job.KindComplete)...)
 		if cur.Status.Terminal() || cur.Version != 0 {
 			t.Errorf("the stale completion was written: %s, version %d", cur.Status, cur.Version)
@@ -294,9 +297,9 @@ func TestWritesAgainstDynalite(t *testing.T) {
 		tr, err := job.DecideStart(j, "p1", now)
 		j = e.apply(t, tr, err, true, update(job.KindStartAttempt), put(dynamo.KindLedger))
 		tr, err = job.DecideRunning(j, 1, now)
-		j = e.apply(t, tr, err, true, bookkeeping...)
+		j = e.apply(t, tr, err, true, claimed...)
 		tr, err = job.DecideAttemptFailed(j, 1, job.Failure{Class: job.ClassNonRetryable, Message: "400"}, "req-2", now)
-		j = e.apply(t, tr, err, true, bookkeeping...)
+		j = e.apply(t, tr, err, true, ended...)
 		tr, err = job.DecideFail(j, job.Failure{Class: job.ClassNonRetryable, Message: "refused"}, now)
 		j = e.apply(t, tr, err, true, update(job.KindFail))
 		if j.Status != job.StatusFailed || j.Error == nil || j.Error.Message != "refused" {
@@ -332,7 +335,12 @@ func TestWritesAgainstDynalite(t *testing.T) {
 		tr, err := job.DecideStart(j, "p1", now)
 		started := e.apply(t, tr, err, true, update(job.KindStartAttempt), put(dynamo.KindLedger))
 		tr, err = job.DecideRunning(started, 1, now.Add(time.Second))
-		j = e.apply(t, tr, err, true, bookkeeping...)
+		j = e.apply(t, tr, err, true, claimed...)
+		running, _ := j.Attempt(1)
+		if err := e.st.Record(context.Background(), running, j.Revision); err != nil {
+			t.Fatal(err)
+		}
+		e.expect(t, "running copy", put(dynamo.KindLedger))
 		// A late copy of the starting attempt (revision 1) reaches the
 		// ledger after the running one (revision 2): ledgerOlderThan
 		// refuses it, and that is no error.

@@ -119,7 +119,7 @@ func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
 
 // Apply executes one decided transition as one conditional UpdateItem on the
 // job item (composed per kind in write.go), then mirrors the concerned
-// attempt into the ledger. Bookkeeping compares the revision the decision
+// attempt into the ledger when it started or ended (RecordsAttempt). Bookkeeping compares the revision the decision
 // read (revisionIs); outcomes compare the version it read and the absence of
 // a winner (versionIs, noWinnerYet), and a completion also the attempt's
 // state (attemptStateIn).
@@ -165,8 +165,8 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	if err != nil {
 		return lifecycle.Applied{}, err
 	}
-	if num := t.AttemptNumber(); num != 0 {
-		a, _ := applied.Attempt(num)
+	if t.RecordsAttempt() {
+		a, _ := applied.Attempt(t.AttemptNumber())
 		if err := s.record(ctx, a, applied.Revision); err != nil {
 			return lifecycle.Applied{}, err
 		}

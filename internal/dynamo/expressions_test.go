@@ -193,7 +193,8 @@ func TestApplySendsNamedClauses(t *testing.T) {
 					`updated_at: ` + rt1 + `, write_token: "TOKEN"}`,
 			},
 		},
-		ledger: true,
+		// A claim moves the attempt on the job item only.
+		ledger: false,
 	}, {
 		name: "AttemptBookkeepingWithFailure",
 		tr:   f.attemptFailed,
@@ -383,8 +384,9 @@ func TestApplyRecognisesItsOwnLostReply(t *testing.T) {
 		allOld bool
 		want   []string
 	}{
-		{"AttemptWithAllOld", f.running, true, []string{"UpdateItem jobs", "PutItem attempts"}},
-		{"AttemptReadBack", f.running, false, []string{"UpdateItem jobs", "GetItem jobs", "PutItem attempts"}},
+		{"AttemptWithAllOld", f.attemptFailed, true, []string{"UpdateItem jobs", "PutItem attempts"}},
+		{"AttemptReadBack", f.attemptFailed, false, []string{"UpdateItem jobs", "GetItem jobs", "PutItem attempts"}},
+		{"ClaimWithAllOld", f.running, true, []string{"UpdateItem jobs"}},
 		{"JobLevelWithAllOld", f.cancel, true, []string{"UpdateItem jobs"}},
 		{"JobLevelReadBack", f.cancel, false, []string{"UpdateItem jobs", "GetItem jobs"}},
 	} {

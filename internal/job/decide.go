@@ -17,6 +17,32 @@ func DecideHedge(j Job, provider string, now time.Time) (Transition, error) {
 	return decideStart(j, provider, true, now)
 }
 
+// DecideLaunch starts attempt AttemptCount+1 on provider and claims it for
+// the caller in the same write: DecideStart then DecideRunning, for a
+// runner that starts the attempt it is about to run. A redelivered runner
+// finds the attempt running and never calls its provider again.
+func DecideLaunch(j Job, provider string, now time.Time) (Transition, error) {
+	return launch(j, provider, false, now)
+}
+
+// DecideLaunchHedge is DecideLaunch for a hedge beside a running attempt.
+func DecideLaunchHedge(j Job, provider string, now time.Time) (Transition, error) {
+	return launch(j, provider, true, now)
+}
+
+func launch(j Job, provider string, hedge bool, now time.Time) (Transition, error) {
+	started, err := decideStart(j, provider, hedge, now)
+	if err != nil {
+		return Transition{}, err
+	}
+	claimed, err := DecideRunning(started.after, started.attempt, now)
+	if err != nil {
+		return Transition{}, err
+	}
+	// One write from j to the claimed job: one revision, one attempt.
+	return bookkeeping(j, claimed.after, KindStartAttempt, started.attempt, now.UTC()), nil
+}
+
 func decideStart(j Job, provider string, hedge bool, now time.Time) (Transition, error) {
 	if j.Status.Terminal() {
 		return Transition{}, &FinishedError{Status: j.Status}

@@ -283,38 +283,63 @@ func TestValidID(t *testing.T) {
 
 func TestSignals(t *testing.T) {
 	t.Parallel()
-	seen := map[job.Signal]bool{}
-	for _, c := range []job.Class{job.ClassRetryable, job.ClassNonRetryable, job.ClassContractViolation, job.ClassUncertified, job.ClassAmbiguous} {
-		s := c.Signal()
-		if seen[s] || !slices.Contains(job.Signals(), s) {
-			t.Errorf("class %s → signal %s (repeated or undeclared)", c, s)
-		}
-		seen[s] = true
-	}
-	if len(seen) != len(job.Signals()) {
-		t.Errorf("signals %v, classes cover %v", job.Signals(), seen)
-	}
 	tests := []struct {
-		state job.AttemptState
-		want  job.Signal
-		ended bool
+		action job.Action
+		want   job.Signal
+		ok     bool
 	}{
-		{job.AttemptStarting, "", false},
-		{job.AttemptRunning, "", false},
-		{job.AttemptUnknown, job.SignalProviderAmbiguous, true},
-		{job.AttemptFailed, job.SignalProviderRetryable, true},
-		{job.AttemptSucceeded, "", true},
-		{job.AttemptDiscarded, "", true},
-		{job.AttemptCancelled, "", true},
+		{job.ActionRun, job.SignalRunNext, true},
+		{job.ActionWait, job.SignalWaitOpen, true},
+		{job.ActionDone, "", false},
+		{job.ActionFinalize, "", false},
 	}
+	seen := map[job.Signal]bool{}
 	for _, tc := range tests {
-		t.Run(string(tc.state), func(t *testing.T) {
+		t.Run(string(tc.action), func(t *testing.T) {
 			t.Parallel()
-			a, _ := withAttemptIn(t, tc.state).Attempt(1)
-			if s, ended := job.EndSignal(a); s != tc.want || ended != tc.ended {
-				t.Fatalf("EndSignal = %q, %v", s, ended)
+			if s, ok := (job.Plan{Action: tc.action}).Signal(); s != tc.want || ok != tc.ok {
+				t.Fatalf("Signal = %q, %v", s, ok)
 			}
 		})
+		if tc.ok {
+			seen[tc.want] = true
+		}
+	}
+	for _, s := range job.Signals() {
+		if !seen[s] {
+			t.Errorf("signal %s stands for no action", s)
+		}
+	}
+}
+
+func TestDecideLaunch(t *testing.T) {
+	t.Parallel()
+	j := newJob(t)
+	tr, err := job.DecideLaunch(j, "p1", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := tr.After().Attempt(1)
+	if tr.Kind() != job.KindStartAttempt || tr.AttemptNumber() != 1 || a.State != job.AttemptRunning || a.Hedge ||
+		tr.After().Revision != j.Revision+1 || tr.After().AttemptCount != 1 || tr.After().Status != job.StatusRunning {
+		t.Fatalf("launch: kind %s attempt %+v job %+v", tr.Kind(), a, tr.After())
+	}
+	running := tr.After()
+	h, err := job.DecideLaunchHedge(running, "p2", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := h.After().Attempt(2); !b.Hedge || b.State != job.AttemptRunning {
+		t.Fatalf("hedge launch: %+v", b)
+	}
+	// The guard holds: no launch while an attempt is unknown, none once the
+	// job has an outcome.
+	unknown := after(job.DecideUnknown(running, 1, "t", t0))
+	if _, err := job.DecideLaunch(unknown, "p2", t0); !errors.Is(err, job.ErrAttemptBlocked) {
+		t.Fatalf("launch while unknown: %v", err)
+	}
+	if _, err := job.DecideLaunch(after(job.DecideCancel(j, t0)), "p1", t0); !errors.Is(err, job.ErrJobFinished) {
+		t.Fatalf("launch on a cancelled job: %v", err)
 	}
 }
 

@@ -165,6 +165,11 @@ func TestNextStep(t *testing.T) {
 		}, certified("p2"), job.ActionWait, ""},
 		{"UnclaimedStartingIsReissued", func(t *testing.T) job.Job { return after(job.DecideStart(newJob(t), "p1", t0)) },
 			certified(), job.ActionRun, "p1"},
+		{"RunningWaits", func(t *testing.T) job.Job { return after(job.DecideLaunch(newJob(t), "p1", t0)) },
+			certified("p2"), job.ActionWait, ""},
+		{"UnclaimedHedgeBesideARunningAttemptIsRun", func(t *testing.T) job.Job {
+			return after(job.DecideHedge(after(job.DecideLaunch(newJob(t), "p1", t0)), "p2", t0))
+		}, certified("p2"), job.ActionRun, "p2"},
 		{"AllTriedFinalize", func(t *testing.T) job.Job {
 			j := failed(t, newJob(t), "p1", job.ClassRetryable)
 			j = failed(t, j, "p2", job.ClassRetryable)
@@ -199,7 +204,7 @@ func TestUncertifiedFailureNamesProviders(t *testing.T) {
 
 func TestWaitScheduleBoundsTransitions(t *testing.T) {
 	t.Parallel()
-	// Each check is Wait + StartAttempt + Route: three state transitions.
+	// Each check is Wait, Run and Hold: three state transitions.
 	if got := job.DefaultWait().ChecksPerDay() * 3; got > 20 {
 		t.Fatalf("default wait costs %d transitions in the first day, want ≤ 20", got)
 	}

@@ -67,8 +67,9 @@ type Plan struct {
 
 // Next decides the next step of a job, in order of precedence:
 //  1. done once it has an outcome;
-//  2. run again the newest attempt if it started but no runner claimed it
-//     (a lost reply, a redelivery): its provider was not called yet;
+//  2. run an attempt that started but no runner claimed (a lost reply, a
+//     redelivery, a hedge whose runner was lost): its provider was not
+//     called yet, and claiming it lets exactly one runner call it;
 //  3. wait while an attempt is open (on the blocking one if any);
 //  4. finalize after a non-retryable failure, or once MaxAttempts is used;
 //  5. run the next untried provider it is allowed to (NeedsCertification);
@@ -78,8 +79,10 @@ func Next(j Job, p Policy, now time.Time) Plan {
 		return Plan{Action: ActionDone}
 	}
 	open := j.Open()
-	if last, ok := j.Last(); ok && last.State == AttemptStarting && len(open) == 1 {
-		return Plan{Action: ActionRun, Provider: last.Provider, Attempt: last.Number}
+	for _, a := range open {
+		if a.State == AttemptStarting {
+			return Plan{Action: ActionRun, Provider: a.Provider, Attempt: a.Number}
+		}
 	}
 	if len(open) > 0 {
 		waitOn, since := open[0], open[0].UpdatedAt

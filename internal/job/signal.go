@@ -1,73 +1,38 @@
 package job
 
-// Signal is the name under which a task function reports how an attempt
-// ended. The state machine's Retry and Catch match exactly these names
-// (statemachine/onejob.asl.json); a test checks the two agree.
+// Signal is the name under which a run of a job's attempts tells the state
+// machine what to do next when the job is not done: the state machine's
+// Catch matches exactly these names (statemachine/onejob.asl.json), and a
+// test checks the two agree. A run that ends the job (an outcome written)
+// returns normally and the execution ends.
 type Signal string
 
-// Signals of an attempt's end.
+// Signals of a job that is not done.
 const (
-	SignalProviderRetryable   Signal = "ProviderRetryable"
-	SignalProviderRejected    Signal = "ProviderRejected"
-	SignalContractViolation   Signal = "ContractViolation"
-	SignalProviderAmbiguous   Signal = "ProviderAmbiguous"
-	SignalProviderUncertified Signal = "ProviderUncertified"
+	// SignalRunNext: an attempt ended and the next one is to run — in a new
+	// run, so each attempt gets its own timeout.
+	SignalRunNext Signal = "RunNext"
+	// SignalWaitOpen: an attempt is open (unknown, or its runner is not
+	// this one): wait, then decide again.
+	SignalWaitOpen Signal = "WaitOpen"
 )
 
-// classSignals is the one table between failure classes and signals; both
-// directions read it.
-var classSignals = []struct {
-	class  Class
-	signal Signal
-}{
-	{ClassRetryable, SignalProviderRetryable},
-	{ClassNonRetryable, SignalProviderRejected},
-	{ClassContractViolation, SignalContractViolation},
-	{ClassUncertified, SignalProviderUncertified},
-	{ClassAmbiguous, SignalProviderAmbiguous},
-}
-
 // Signals lists every signal.
-func Signals() []Signal {
-	out := make([]Signal, 0, len(classSignals))
-	for _, cs := range classSignals {
-		out = append(out, cs.signal)
-	}
-	return out
-}
+func Signals() []Signal { return []Signal{SignalRunNext, SignalWaitOpen} }
 
-// Signal is the signal a failure of this class is reported under. A class
-// with no signal of its own (resolved) is reported as retryable: the next
-// step is for Next to decide.
-func (c Class) Signal() Signal {
-	for _, cs := range classSignals {
-		if cs.class == c {
-			return cs.signal
-		}
-	}
-	return SignalProviderRetryable
-}
-
-// EndSignal is how a task reports an attempt that already ended, as the
-// invocation that ran it did: a redelivered invocation repeats the first
-// one's report. ok is false while the attempt is still open (starting or
-// running); a signal of "" means it ended without error (succeeded,
-// discarded or cancelled).
+// Signal is how a run reports plan when it does not carry it out itself: ok
+// is false for done and finalize, which a run completes on its own.
 //
-// Any other end of a runner — a timeout, a crash, an error with no signal
-// — is caught by the state machine and leads to DecideUnknown: the
-// provider may have been called, so the attempt's outcome is unknown.
-func EndSignal(a Attempt) (s Signal, ok bool) {
-	switch a.State {
-	case AttemptStarting, AttemptRunning:
-		return "", false
-	case AttemptUnknown:
-		return SignalProviderAmbiguous, true
-	case AttemptFailed:
-		if a.Error == nil {
-			return SignalProviderRetryable, true
-		}
-		return a.Error.Class.Signal(), true
+// Any other end of a run — its timeout, a crash, an error it did not name —
+// is caught by the state machine and leads to the hold step, where the
+// run's attempts are decided unknown (DecideUnknown): their provider may
+// have been called, so their outcome is unknown, never failed.
+func (p Plan) Signal() (Signal, bool) {
+	switch p.Action {
+	case ActionRun:
+		return SignalRunNext, true
+	case ActionWait:
+		return SignalWaitOpen, true
 	}
-	return "", true
+	return "", false
 }

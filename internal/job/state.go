@@ -63,7 +63,7 @@ type Edge struct {
 // decision moves an attempt through it (moveAttempt), and the state
 // diagram in docs/ is generated from it.
 var attemptEdges = []Edge{
-	{AttemptStarting, AttemptRunning, []string{"DecideRunning (a runner claimed it)"}},
+	{AttemptStarting, AttemptRunning, []string{"DecideRunning (a runner claimed it)", "DecideLaunch (started and claimed by its runner in one write)"}},
 	{AttemptStarting, AttemptFailed, []string{"DecideUnknown (timed out before any runner claimed it: the provider was never called)"}},
 	{AttemptStarting, AttemptDiscarded, []string{"DecideRunning (its job finished before a runner claimed it)"}},
 	{AttemptRunning, AttemptSucceeded, []string{"DecideComplete (its result won)"}},

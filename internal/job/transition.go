@@ -52,6 +52,21 @@ func (t Transition) After() Job { return t.after }
 // AttemptNumber is the attempt the transition concerns, 0 for none.
 func (t Transition) AttemptNumber() int { return t.attempt }
 
+// RecordsAttempt reports whether the store copies the concerned attempt to
+// the attempt ledger: when it starts and when it ends, the moments its
+// readers need. In between (claimed, unknown) the job item alone carries
+// it, and readers merge the two with the job item as the authority.
+func (t Transition) RecordsAttempt() bool {
+	if t.attempt == 0 || t.noop {
+		return false
+	}
+	if t.kind == KindStartAttempt {
+		return true
+	}
+	a, ok := t.after.Attempt(t.attempt)
+	return ok && a.State.Terminal()
+}
+
 // AllowedAttemptStates are the states the concerned attempt must still be in
 // for a completion to apply.
 func (t Transition) AllowedAttemptStates() []AttemptState { return t.allowed }

@@ -65,13 +65,25 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 // Get reads a job (consistent read).
 func (e *Engine) Get(ctx context.Context, id string) (job.Job, error) { return e.store.Get(ctx, id) }
 
-// run reads the job (unless given), decides, writes, and decides again on
-// conflict. It returns the transition that was applied and the job after it.
+// The engine's writes come in two forms: by ID (the job is read first), and
+// …On forms that decide on j, the job as the caller last read or wrote it,
+// instead of reading it again — a task saves a read per step, and a stale
+// copy costs only a retry: the store's condition refuses it and hands back
+// the current job, on which the engine decides again.
+
+// run reads the job, then runOn.
 func (e *Engine) run(ctx context.Context, id string, decide func(job.Job) (job.Transition, error)) (job.Transition, job.Job, error) {
 	j, err := e.store.Get(ctx, id)
 	if err != nil {
 		return job.Transition{}, job.Job{}, err
 	}
+	return e.runOn(ctx, j, decide)
+}
+
+// runOn decides on j, writes, and decides again on conflict. It returns the
+// transition that was applied and the job after it.
+func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job.Transition, error)) (job.Transition, job.Job, error) {
+	id := j.ID
 	for range maxTries {
 		t, err := decide(j)
 		if err != nil {
@@ -100,25 +112,73 @@ func (e *Engine) StartHedge(ctx context.Context, id, provider string) (job.Job, 
 	return e.start(ctx, id, provider, job.DecideHedge)
 }
 
+// LaunchOn starts the next attempt of j on provider and claims it for the
+// caller, in one write (job.DecideLaunch): the caller calls the provider
+// next. It tries once: a launch was decided on j, so when the job moved
+// (launched is false) the caller decides again on the job returned —
+// another runner may be calling that provider already.
+func (e *Engine) LaunchOn(ctx context.Context, j job.Job, provider string) (_ job.Job, _ job.Attempt, launched bool, err error) {
+	return e.launchOn(ctx, j, provider, job.DecideLaunch)
+}
+
+// LaunchHedgeOn is LaunchOn for a hedge beside a running attempt.
+func (e *Engine) LaunchHedgeOn(ctx context.Context, j job.Job, provider string) (_ job.Job, _ job.Attempt, launched bool, err error) {
+	return e.launchOn(ctx, j, provider, job.DecideLaunchHedge)
+}
+
+func (e *Engine) launchOn(ctx context.Context, j job.Job, provider string, decide func(job.Job, string, time.Time) (job.Transition, error)) (job.Job, job.Attempt, bool, error) {
+	t, err := decide(j, provider, e.now())
+	if err != nil {
+		return j, job.Attempt{}, false, err
+	}
+	res, err := e.store.Apply(ctx, t)
+	if err != nil || !res.OK {
+		return res.Job, job.Attempt{}, false, err
+	}
+	a, _ := res.Job.Attempt(t.AttemptNumber())
+	e.started(ctx, res.Job, a)
+	return res.Job, a, true, nil
+}
+
 func (e *Engine) start(ctx context.Context, id, provider string, decide func(job.Job, string, time.Time) (job.Transition, error)) (job.Job, job.Attempt, error) {
-	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return decide(j, provider, e.now()) })
+	j, err := e.store.Get(ctx, id)
+	if err != nil {
+		return job.Job{}, job.Attempt{}, err
+	}
+	return e.startOn(ctx, j, provider, decide)
+}
+
+func (e *Engine) startOn(ctx context.Context, j job.Job, provider string, decide func(job.Job, string, time.Time) (job.Transition, error)) (job.Job, job.Attempt, error) {
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return decide(j, provider, e.now()) })
 	if err != nil {
 		return j, job.Attempt{}, err
 	}
 	a, _ := j.Attempt(t.AttemptNumber())
-	e.log.InfoContext(ctx, "attempt_started", "job_id", id, "attempt", a.Number, "provider", a.Provider, "hedge", a.Hedge)
+	e.started(ctx, j, a)
+	return j, a, nil
+}
+
+func (e *Engine) started(ctx context.Context, j job.Job, a job.Attempt) {
+	e.log.InfoContext(ctx, "attempt_started", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider, "hedge", a.Hedge)
 	e.events.AttemptStarted(ctx, j, a)
 	if a.Number > 1 && !a.Hedge {
 		e.events.Fallback(ctx, j, a)
 	}
-	return j, a, nil
 }
 
 // MarkRunning claims a starting attempt for one runner. claimed is false when
 // the attempt had already left starting (a redelivery), or was discarded
 // because its job finished first: that caller must not call the provider.
 func (e *Engine) MarkRunning(ctx context.Context, id string, n int) (j job.Job, claimed bool, err error) {
-	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideRunning(j, n, e.now()) })
+	if j, err = e.store.Get(ctx, id); err != nil {
+		return j, false, err
+	}
+	return e.MarkRunningOn(ctx, j, n)
+}
+
+// MarkRunningOn is MarkRunning deciding on j.
+func (e *Engine) MarkRunningOn(ctx context.Context, j job.Job, n int) (_ job.Job, claimed bool, err error) {
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideRunning(j, n, e.now()) })
 	if err != nil {
 		return j, false, err
 	}
@@ -131,9 +191,24 @@ func (e *Engine) MarkRunning(ctx context.Context, id string, n int) (j job.Job, 
 
 // MarkUnknown records that attempt n outlived its timeout.
 func (e *Engine) MarkUnknown(ctx context.Context, id string, n int, reason string) (job.Job, error) {
-	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideUnknown(j, n, reason, e.now()) })
+	j, err := e.store.Get(ctx, id)
+	if err != nil {
+		return j, err
+	}
+	return e.MarkUnknownOn(ctx, j, n, reason)
+}
+
+// MarkUnknownOn is MarkUnknown deciding on j.
+func (e *Engine) MarkUnknownOn(ctx context.Context, j job.Job, n int, reason string) (job.Job, error) {
+	id := j.ID
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideUnknown(j, n, reason, e.now()) })
 	if err == nil && !t.Noop() {
 		a, _ := j.Attempt(n)
+		if a.State != job.AttemptUnknown {
+			// Never claimed: its provider was not called, so it failed.
+			e.log.InfoContext(ctx, "attempt_"+string(a.State), "job_id", id, "attempt", n, "provider", a.Provider, "reason", reason)
+			return j, nil
+		}
 		e.log.WarnContext(ctx, "attempt_unknown", "job_id", id, "attempt", n, "provider", a.Provider, "reason", reason)
 		e.events.AttemptUnknown(ctx, j, a)
 	}
@@ -143,7 +218,17 @@ func (e *Engine) MarkUnknown(ctx context.Context, id string, n int, reason strin
 // FailAttempt records a provider failure of attempt n (an ambiguous one makes
 // it unknown instead).
 func (e *Engine) FailAttempt(ctx context.Context, id string, n int, f job.Failure, providerRequestID string) (job.Job, error) {
-	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) {
+	j, err := e.store.Get(ctx, id)
+	if err != nil {
+		return j, err
+	}
+	return e.FailAttemptOn(ctx, j, n, f, providerRequestID)
+}
+
+// FailAttemptOn is FailAttempt deciding on j.
+func (e *Engine) FailAttemptOn(ctx context.Context, j job.Job, n int, f job.Failure, providerRequestID string) (job.Job, error) {
+	id := j.ID
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) {
 		return job.DecideAttemptFailed(j, n, f, providerRequestID, e.now())
 	})
 	if err == nil && !t.Noop() {
@@ -169,7 +254,16 @@ type Completion struct {
 // version the attempt read; otherwise it is discarded and logged as a lost
 // race. A redelivered winning result is reported as won again.
 func (e *Engine) Complete(ctx context.Context, id string, n int, result json.RawMessage, providerRequestID string) (Completion, error) {
-	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) {
+	j, err := e.store.Get(ctx, id)
+	if err != nil {
+		return Completion{}, err
+	}
+	return e.CompleteOn(ctx, j, n, result, providerRequestID)
+}
+
+// CompleteOn is Complete deciding on j.
+func (e *Engine) CompleteOn(ctx context.Context, j job.Job, n int, result json.RawMessage, providerRequestID string) (Completion, error) {
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) {
 		return job.DecideComplete(j, n, result, providerRequestID, e.now())
 	})
 	if err != nil {
@@ -202,7 +296,17 @@ func (e *Engine) completion(ctx context.Context, t job.Transition, j job.Job, n 
 
 // Fail writes the job's final failure.
 func (e *Engine) Fail(ctx context.Context, id string, f job.Failure) (job.Job, error) {
-	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideFail(j, f, e.now()) })
+	j, err := e.store.Get(ctx, id)
+	if err != nil {
+		return j, err
+	}
+	return e.FailOn(ctx, j, f)
+}
+
+// FailOn is Fail deciding on j.
+func (e *Engine) FailOn(ctx context.Context, j job.Job, f job.Failure) (job.Job, error) {
+	id := j.ID
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideFail(j, f, e.now()) })
 	if err == nil && !t.Noop() {
 		e.log.InfoContext(ctx, "job_failed", "job_id", id, "class", f.Class, "error", f.Message)
 	}

@@ -33,7 +33,61 @@ const (
 	// job type's timeout before StartAttempt declares an attempt unknown.
 	callTimeout = 10 * time.Second
 	overdue     = 30 * time.Second
+	// pollInterval is how often a run checks on another runner's attempt:
+	// real time, but short.
+	pollInterval = time.Millisecond
 )
+
+// sameJSON compares task answers through their JSON form, as the state
+// machine sees them.
+func sameJSON(t *testing.T, what string, got, want any) {
+	t.Helper()
+	g, _ := json.Marshal(got)
+	w, _ := json.Marshal(want)
+	if string(g) != string(w) {
+		t.Fatalf("%s = %s, want %s", what, g, w)
+	}
+}
+
+// timers hands the tasks their hedge delays as channels the test fires,
+// so no test waits for one to pass; polls run on real (short) time.
+type timers struct {
+	asked chan time.Duration
+	mu    sync.Mutex
+	due   []chan time.Time
+}
+
+func newTimers() *timers { return &timers{asked: make(chan time.Duration, 16)} }
+
+func (tm *timers) after(d time.Duration) <-chan time.Time {
+	if d == pollInterval {
+		return time.After(d)
+	}
+	ch := make(chan time.Time, 1)
+	tm.mu.Lock()
+	tm.due = append(tm.due, ch)
+	tm.mu.Unlock()
+	tm.asked <- d
+	return ch
+}
+
+// fire waits until a run asks for a delay, checks it, and lets it pass.
+func (tm *timers) fire(t *testing.T, want time.Duration) {
+	t.Helper()
+	select {
+	case d := <-tm.asked:
+		if d != want {
+			t.Fatalf("a run waited %s, want %s", d, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no run asked to wait %s", want)
+	}
+	tm.mu.Lock()
+	ch := tm.due[0]
+	tm.due = tm.due[1:]
+	tm.mu.Unlock()
+	ch <- time.Time{}
+}
 
 // catalog is the real job-type catalog, loaded once for every test.
 var catalog = sync.OnceValues(jobtype.Load)
@@ -141,11 +195,20 @@ type store struct {
 	beforeApply func()
 	// afterGet, when set (before any concurrency), sees every Get.
 	afterGet func(ctx context.Context)
+	// afterApply, when set (before any concurrency), sees every applied
+	// transition; refuse, when set, fails the ones it returns an error for.
+	afterApply func(t job.Transition, res lifecycle.Applied)
+	refuse     func(t job.Transition) error
+	// certAsked, when set, receives each provider whose certification is read.
+	certAsked chan string
 	// listOpenErr fails ListOpen; certErr fails Certified.
 	listOpenErr, certErr error
 }
 
 func (s *store) Certified(ctx context.Context, jobType, contractVersion, provider string) (bool, error) {
+	if s.certAsked != nil {
+		s.certAsked <- provider
+	}
 	if s.certErr != nil {
 		return false, s.certErr
 	}
@@ -160,7 +223,16 @@ func (s *store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	if f != nil {
 		f()
 	}
-	return s.Store.Apply(ctx, t)
+	if s.refuse != nil {
+		if err := s.refuse(t); err != nil {
+			return lifecycle.Applied{}, err
+		}
+	}
+	res, err := s.Store.Apply(ctx, t)
+	if err == nil && s.afterApply != nil {
+		s.afterApply(t, res)
+	}
+	return res, err
 }
 
 // interleave makes f run just before the next Apply.
@@ -192,6 +264,7 @@ type rig struct {
 	other  *lifecycle.Engine // a competing writer, past the hooks
 	tasks  *lifecycle.Tasks
 	clock  *clock
+	timers *timers
 	events *events
 	logs   *testenv.SyncBuffer
 	prov   providers
@@ -206,6 +279,7 @@ func newRig(t *testing.T) *rig {
 	r := &rig{
 		st:     &store{Store: memstore.New()},
 		clock:  &clock{now: t0},
+		timers: newTimers(),
 		events: &events{},
 		logs:   &testenv.SyncBuffer{},
 		prov:   providers{},
@@ -228,9 +302,10 @@ func newRig(t *testing.T) *rig {
 		Providers:      r.prov,
 		Certifications: r.st,
 		CallTimeout:    callTimeout,
-		PollInterval:   time.Millisecond,
+		PollInterval:   pollInterval,
 		OverdueGrace:   overdue,
 		NowFunc:        r.clock.Now,
+		AfterFunc:      r.timers.after,
 		Logger:         log,
 	})
 	if err != nil {
@@ -288,6 +363,76 @@ func (r *rig) putCert(t *testing.T, c job.Certification) {
 	}
 }
 
+// run runs the job once, with its type's run timeout.
+func (r *rig) run(t *testing.T, id string) (lifecycle.RunResult, error) {
+	t.Helper()
+	return r.tasks.Run(context.Background(), r.runInput(t, id))
+}
+
+// runInput is the input the execution of job id gives its runs.
+func (r *rig) runInput(t *testing.T, id string) lifecycle.RunInput {
+	t.Helper()
+	cat, _ := catalog()
+	jt, ok := cat.Get(r.get(t, id).Type)
+	if !ok {
+		return lifecycle.NewRunInput(id, time.Second)
+	}
+	return lifecycle.NewRunInput(id, lifecycle.RunTimeout(jt))
+}
+
+// runOutcome is what one Run returned.
+type runOutcome struct {
+	res lifecycle.RunResult
+	err error
+}
+
+// runAsync runs the job in a goroutine of its own.
+func (r *rig) runAsync(ctx context.Context, in lifecycle.RunInput) <-chan runOutcome {
+	out := make(chan runOutcome, 1)
+	go func() {
+		res, err := r.tasks.Run(ctx, in)
+		out <- runOutcome{res, err}
+	}()
+	return out
+}
+
+// hold runs the hold step after a run that ended with errorName.
+func (r *rig) hold(t *testing.T, id, errorName string) lifecycle.HoldResult {
+	t.Helper()
+	res, err := r.tasks.Hold(context.Background(), lifecycle.HoldInput{JobID: id, Error: errorName})
+	if err != nil {
+		t.Fatalf("hold after %s: %v", errorName, err)
+	}
+	return res
+}
+
+// blocked makes provider name answer resp/err only once release is
+// called (or the test ends); called is closed when the call arrives.
+func (r *rig) blocked(t *testing.T, name string, resp provider.Response, err error) (called <-chan struct{}, release func()) {
+	t.Helper()
+	c, released := make(chan struct{}), make(chan struct{})
+	release = sync.OnceFunc(func() { close(released) })
+	t.Cleanup(release)
+	r.prov[name].answer = func(context.Context, provider.Request) (provider.Response, error) {
+		close(c)
+		<-released
+		return resp, err
+	}
+	return c, release
+}
+
+// applied returns a channel closed once a transition matching f is written.
+func (r *rig) applied(f func(t job.Transition) bool) <-chan struct{} {
+	ch := make(chan struct{})
+	once := sync.OnceFunc(func() { close(ch) })
+	r.st.afterApply = func(t job.Transition, res lifecycle.Applied) {
+		if res.OK && f(t) {
+			once()
+		}
+	}
+	return ch
+}
+
 // start starts the job's next attempt on provider through the engine
 // (bypassing the tasks' policy).
 func (r *rig) start(t *testing.T, id, provider string) job.Attempt {
@@ -317,10 +462,7 @@ func (r *rig) failed(t *testing.T, id, provider string, f job.Failure) {
 	}
 }
 
-var (
-	retryable    = job.Failure{Class: job.ClassRetryable, Message: "503 from upstream"}
-	nonRetryable = job.Failure{Class: job.ClassNonRetryable, Message: "400 bad request"}
-)
+var retryable = job.Failure{Class: job.ClassRetryable, Message: "503 from upstream"}
 
 func attemptOf(t *testing.T, j job.Job, n int) job.Attempt {
 	t.Helper()

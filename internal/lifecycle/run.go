@@ -10,31 +10,261 @@ import (
 	"github.com/onejob/onejob/internal/provider"
 )
 
-// RunAttempt claims attempt n, calls its provider with the attempt's identity
-// as the downstream idempotency key, checks the answer against the job
-// type's contract and completes the job by compare-and-swap itself — so an
-// answer arriving after the state machine stopped waiting still counts (or
-// is discarded as a lost race).
-func (w *Tasks) RunAttempt(ctx context.Context, in AttemptInput) (AttemptResult, error) {
-	j, claimed, err := w.cfg.Engine.MarkRunning(ctx, in.JobID, in.Attempt)
+// maxRounds bounds Run's decide-and-act loop; each round means another
+// writer made progress or an attempt ended.
+const maxRounds = 16
+
+// Run drives a job's attempts as far as one step of the state machine may:
+// it decides (job.Next), starts the next attempt and claims it in one write
+// (job.DecideLaunch), calls the provider with the attempt's identity as the
+// downstream idempotency key — hedging beside it when the job type says so —
+// checks the answer against the contract and completes the job by
+// compare-and-swap itself, so an answer arriving after the state machine
+// gave up on the run still counts, or is discarded as a lost race. A job
+// that ends (succeeded, or failed with no provider left) returns normally
+// and the execution ends; otherwise the run reports what comes next as a
+// job.Signal: the next attempt (in a new run, with its own timeout), or a
+// wait on an open attempt.
+func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
+	var deadline time.Time
+	if in.TimeoutSeconds > 0 {
+		deadline = w.now().Add(time.Duration(in.TimeoutSeconds) * time.Second)
+	}
+	j, jt, err := w.load(ctx, in.JobID)
 	if err != nil {
-		return AttemptResult{}, err
+		return RunResult{}, err
 	}
-	if !claimed {
-		// A redelivery (another invocation owns the provider call), or an
-		// attempt discarded because its job finished before the claim.
-		return w.await(ctx, j, in.Attempt)
+	ran := false // an attempt ran in this run: the next one gets a run of its own
+	for range maxRounds {
+		if j, err = w.markOverdue(ctx, j, jt); err != nil {
+			return RunResult{}, err
+		}
+		pol, certs := w.policy(ctx, j, jt)
+		if ran {
+			// After an attempt, this run only settles whether the job ends;
+			// which provider runs next is the next run's to decide, with
+			// the certifications it reads then.
+			pol.CertifiedFunc = func(string) bool { return true }
+		}
+		plan := job.Next(j, pol, w.now())
+		if certs.err != nil {
+			return RunResult{}, certs.err
+		}
+		switch plan.Action {
+		case job.ActionDone:
+			return RunResult{JobID: j.ID, Status: j.Status}, nil
+		case job.ActionFinalize:
+			j, err = w.cfg.Engine.FailOn(ctx, j, *plan.Failure)
+			var finished *job.FinishedError
+			switch {
+			case errors.As(err, &finished):
+				return RunResult{JobID: j.ID, Status: finished.Status}, nil
+			case errors.Is(err, job.ErrAttemptOpen):
+				continue // an attempt started meanwhile: decide again
+			case err != nil:
+				return RunResult{}, err
+			}
+			return RunResult{JobID: j.ID, Status: j.Status}, nil
+		case job.ActionWait:
+			if a, ok := j.Attempt(plan.Blocker); ok && a.State == job.AttemptRunning && !ran {
+				// Another runner holds it (a duplicate delivery of this
+				// step): wait for its end, then decide again.
+				if j, err = w.await(ctx, j, a.Number, deadline); err != nil {
+					return RunResult{}, err
+				}
+				// That attempt ran in this step: answer as its runner
+				// does, and start nothing more.
+				ran = true
+				continue
+			}
+			return RunResult{}, signal(plan, j)
+		}
+		if ran || past(w.now(), deadline) {
+			return RunResult{}, signal(plan, j)
+		}
+		var a job.Attempt
+		var ok bool
+		if j, a, ok, err = w.begin(ctx, j, plan, certs); err != nil {
+			return RunResult{}, err
+		}
+		if !ok {
+			continue // someone else moved the job: decide again on what is there now
+		}
+		ran = true
+		if j, err = w.runAttempt(ctx, j, jt, a, certs, deadline); err != nil {
+			return RunResult{}, err
+		}
 	}
-	a, _ := j.Attempt(in.Attempt)
-	jt, ok := w.cfg.Catalog.Lookup(j.Type)
-	if !ok {
-		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "unknown job type " + j.Type}, "")
+	return RunResult{}, fmt.Errorf("%w %s", ErrContention, in.JobID)
+}
+
+// past reports whether the run's deadline has gone by: the state machine
+// has given up on this run, so it must start nothing more.
+func past(now, deadline time.Time) bool { return !deadline.IsZero() && !now.Before(deadline) }
+
+// signal is the error a run ends with when the job is not done.
+func signal(plan job.Plan, j job.Job) error {
+	s, _ := plan.Signal()
+	msg := fmt.Sprintf("job %s: next step %s", j.ID, plan.Action)
+	if plan.Action == job.ActionWait {
+		msg = fmt.Sprintf("job %s: attempt %d is open", j.ID, plan.Blocker)
 	}
+	return &TaskError{Name: string(s), Message: msg}
+}
+
+// markOverdue declares unknown the attempts still running past their
+// deadline with nothing watching them (their runner or execution was lost,
+// so no timeout fired).
+func (w *Tasks) markOverdue(ctx context.Context, j job.Job, jt JobType) (job.Job, error) {
+	for _, n := range job.Overdue(j, RunTimeout(jt)+w.cfg.OverdueGrace, w.now()) {
+		w.log.WarnContext(ctx, "attempt_overdue", "job_id", j.ID, "attempt", n)
+		var err error
+		if j, err = w.cfg.Engine.MarkUnknownOn(ctx, j, n, "still running past its timeout with no runner watching"); err != nil {
+			return j, err
+		}
+	}
+	return j, nil
+}
+
+// begin starts and claims the attempt the plan names — a new one, or one
+// that started but was never claimed (its provider was not called yet). ok
+// is false when another writer moved the job first; j is then the job as
+// it is now. Whether the provider is certified is read before the claim,
+// so a store fault leaves nothing claimed that no one will call.
+func (w *Tasks) begin(ctx context.Context, j job.Job, plan job.Plan, certs *certified) (job.Job, job.Attempt, bool, error) {
+	if a, ok := j.Attempt(plan.Attempt); ok {
+		return w.claim(ctx, j, a, certs)
+	}
+	return refusedIsMoved(w.cfg.Engine.LaunchOn(ctx, j, plan.Provider))
+}
+
+// refusedIsMoved reads a launch the domain refused (an attempt became
+// blocking, the job finished) as the job having moved: decide again.
+func refusedIsMoved(j job.Job, a job.Attempt, launched bool, err error) (job.Job, job.Attempt, bool, error) {
+	var blocked *job.BlockedError
+	var finished *job.FinishedError
+	if errors.As(err, &blocked) || errors.As(err, &finished) {
+		return j, job.Attempt{}, false, nil
+	}
+	return j, a, launched, err
+}
+
+// await waits until attempt n leaves running (its runner recorded an end,
+// or a hold declared it unknown), the run's deadline passes, or ctx ends,
+// and returns the job as it is then.
+func (w *Tasks) await(ctx context.Context, j job.Job, n int, deadline time.Time) (job.Job, error) {
+	for !past(w.now(), deadline) {
+		select {
+		case <-ctx.Done():
+			return j, ctx.Err()
+		case <-w.cfg.AfterFunc(w.cfg.PollInterval):
+		}
+		var err error
+		if j, err = w.cfg.Engine.Get(ctx, j.ID); err != nil {
+			return j, err
+		}
+		if a, ok := j.Attempt(n); !ok || a.State != job.AttemptRunning {
+			return j, nil
+		}
+	}
+	return j, nil
+}
+
+// runAttempt runs attempt a and, if the job type hedges and a stays silent
+// for its hedge delay, one more attempt on the next certified provider
+// beside it. Both may answer; the job's compare-and-swap lets exactly one
+// win, and the run waits for both so the loser is recorded as discarded.
+// It returns the newest job it saw; only store errors are errors: a
+// provider's failure is recorded on its attempt.
+func (w *Tasks) runAttempt(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, deadline time.Time) (job.Job, error) {
+	type ended struct {
+		j   job.Job
+		err error
+	}
+	done := make(chan ended, 2)
+	go func() { j, err := w.call(ctx, j, jt, a, certs); done <- ended{j, err} }()
+	running := 1
+	var hedge <-chan time.Time
+	if d, ok := jt.HedgeAfter(); ok {
+		hedge = w.cfg.AfterFunc(d)
+	}
+	newest := j
+	var first error
+	for running > 0 {
+		select {
+		case e := <-done:
+			running--
+			hedge = nil // an answer came: no hedge
+			if e.err != nil && first == nil {
+				first = e.err
+			}
+			if e.j.Revision > newest.Revision {
+				newest = e.j
+			}
+		case <-hedge:
+			hedge = nil
+			hj, h, hc, ok, err := w.startHedge(ctx, j.ID, jt, a.Number, deadline)
+			if err != nil {
+				// A hedge only speeds a job up: without one, the attempt
+				// it would have raced still runs.
+				w.log.WarnContext(ctx, "hedge_skipped", "job_id", j.ID, "attempt", a.Number, "error", err.Error())
+			}
+			if ok {
+				running++
+				go func() { j, err := w.call(ctx, hj, jt, h, hc); done <- ended{j, err} }()
+			}
+		}
+	}
+	return newest, first
+}
+
+// claim claims attempt a, which started but was never claimed, once its
+// provider's certification is known.
+func (w *Tasks) claim(ctx context.Context, j job.Job, a job.Attempt, certs *certified) (job.Job, job.Attempt, bool, error) {
+	if job.NeedsCertification(j, a.Provider) {
+		if certs.ask(a.Provider); certs.err != nil {
+			return j, job.Attempt{}, false, certs.err
+		}
+	}
+	j, claimed, err := w.cfg.Engine.MarkRunningOn(ctx, j, a.Number)
+	a, _ = j.Attempt(a.Number)
+	return j, a, claimed, err
+}
+
+// startHedge decides whether attempt n is hedged now (job.NextHedge) and
+// starts and claims the hedge, returning the certifications it read for
+// the hedge's call.
+func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, deadline time.Time) (job.Job, job.Attempt, *certified, bool, error) {
+	if past(w.now(), deadline) {
+		return job.Job{}, job.Attempt{}, nil, false, nil
+	}
+	j, err := w.cfg.Engine.Get(ctx, id)
+	if err != nil {
+		return j, job.Attempt{}, nil, false, err
+	}
+	pol, certs := w.policy(ctx, j, jt)
+	plan, ok := job.NextHedge(j, n, pol)
+	if certs.err != nil || !ok {
+		return j, job.Attempt{}, nil, false, certs.err
+	}
+	var a job.Attempt
+	if b, ok := j.Attempt(plan.Attempt); ok {
+		j, a, ok, err = w.claim(ctx, j, b, certs)
+		return j, a, certs, ok, err
+	}
+	j, a, ok, err = refusedIsMoved(w.cfg.Engine.LaunchHedgeOn(ctx, j, plan.Provider))
+	return j, a, certs, ok, err
+}
+
+// call calls attempt a's provider and records how it ended: completed by
+// compare-and-swap (won or discarded) or failed with its class. It returns
+// the job after that write, and only store errors.
+func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified) (job.Job, error) {
 	if job.NeedsCertification(j, a.Provider) {
 		// The gate, again at call time: never call an unproven fallback.
-		ok, err := w.cfg.Certifications.Certified(ctx, j.Type, jt.ContractVersion(), a.Provider)
-		if err != nil {
-			return AttemptResult{}, err
+		ok := certs.ask(a.Provider)
+		if certs.err != nil {
+			return j, certs.err
 		}
 		if !ok {
 			return w.fail(ctx, j, a, job.Failure{Class: job.ClassUncertified,
@@ -67,7 +297,7 @@ func (w *Tasks) RunAttempt(ctx context.Context, in AttemptInput) (AttemptResult,
 	if err := jt.CheckOutput(resp.Output); err != nil {
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassContractViolation, Message: err.Error()}, resp.ProviderRequestID)
 	}
-	c, err := w.cfg.Engine.Complete(ctx, j.ID, a.Number, resp.Output, resp.ProviderRequestID)
+	c, err := w.cfg.Engine.CompleteOn(ctx, j, a.Number, resp.Output, resp.ProviderRequestID)
 	var tooLarge *TooLargeError
 	if errors.As(err, &tooLarge) {
 		// The answer cannot be kept with its job: it breaks the contract
@@ -75,10 +305,7 @@ func (w *Tasks) RunAttempt(ctx context.Context, in AttemptInput) (AttemptResult,
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassContractViolation,
 			Message: fmt.Sprintf("the result (%d bytes) is too large to store with its job: %v", len(resp.Output), tooLarge)}, resp.ProviderRequestID)
 	}
-	if err != nil {
-		return AttemptResult{}, err
-	}
-	return w.result(c.Job, a.Number), nil
+	return c.Job, err
 }
 
 // failureClass is the job's reading of a provider's failure class. An
@@ -96,46 +323,7 @@ func failureClass(c provider.Class) job.Class {
 	return job.ClassRetryable
 }
 
-func (w *Tasks) result(j job.Job, n int) AttemptResult {
-	a, _ := j.Attempt(n)
-	return AttemptResult{JobID: j.ID, Attempt: n, State: a.State, Won: j.CompletedBy == n}
-}
-
-// fail records the attempt's failure and returns the signal the state
-// machine routes on.
-func (w *Tasks) fail(ctx context.Context, j job.Job, a job.Attempt, f job.Failure, reqID string) (AttemptResult, error) {
-	if _, err := w.cfg.Engine.FailAttempt(ctx, j.ID, a.Number, f, reqID); err != nil {
-		return AttemptResult{}, err
-	}
-	return AttemptResult{}, &TaskError{Name: string(f.Class.Signal()), Message: f.Message}
-}
-
-// await waits for the invocation that claimed the attempt to finish, then
-// reports the same outcome it did.
-func (w *Tasks) await(ctx context.Context, j job.Job, n int) (AttemptResult, error) {
-	for {
-		a, ok := j.Attempt(n)
-		if !ok {
-			return AttemptResult{}, job.ErrAttemptNotFound
-		}
-		if signal, ended := job.EndSignal(a); ended {
-			if signal == "" {
-				return w.result(j, n), nil
-			}
-			msg := ""
-			if a.Error != nil {
-				msg = a.Error.Message
-			}
-			return AttemptResult{}, &TaskError{Name: string(signal), Message: msg}
-		}
-		select {
-		case <-ctx.Done():
-			return AttemptResult{}, ctx.Err()
-		case <-time.After(w.cfg.PollInterval):
-		}
-		var err error
-		if j, err = w.cfg.Engine.Get(ctx, j.ID); err != nil {
-			return AttemptResult{}, err
-		}
-	}
+// fail records the attempt's failure (an ambiguous one makes it unknown).
+func (w *Tasks) fail(ctx context.Context, j job.Job, a job.Attempt, f job.Failure, reqID string) (job.Job, error) {
+	return w.cfg.Engine.FailAttemptOn(ctx, j, a.Number, f, reqID)
 }

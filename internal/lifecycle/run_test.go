@@ -4,41 +4,36 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider"
 )
 
-// runOutcome is what one RunAttempt returned.
-type runOutcome struct {
-	res lifecycle.AttemptResult
-	err error
-}
-
-func TestRunAttempt(t *testing.T) {
+func TestRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	t.Run("ClaimsCallsAndCompletes", func(t *testing.T) {
+	t.Run("LaunchesCallsAndCompletes", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
 		j := r.demo(t)
-		r.start(t, j.ID, primary)
 		var deadline bool
 		p := r.prov[primary]
 		p.answer = func(ctx context.Context, req provider.Request) (provider.Response, error) {
 			_, deadline = ctx.Deadline()
 			return provider.Response{Output: good(primary), ProviderRequestID: "req-ok"}, nil
 		}
-		res, err := r.tasks.RunAttempt(ctx, lifecycle.AttemptInput{JobID: j.ID, Attempt: 1})
+		res, err := r.run(t, j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameJSON(t, "result", res, lifecycle.AttemptResult{JobID: j.ID, Attempt: 1, State: job.AttemptSucceeded, Won: true})
+		sameJSON(t, "result", res, lifecycle.RunResult{JobID: j.ID, Status: job.StatusSucceeded})
 		reqs := p.requests()
 		if len(reqs) != 1 {
 			t.Fatalf("provider called %d times, want 1", len(reqs))
@@ -54,44 +49,42 @@ func TestRunAttempt(t *testing.T) {
 			a.ProviderRequestID != "req-ok" || a.Outcome != "won" {
 			t.Fatalf("job = %+v", got)
 		}
+		// Two writes: the attempt started and claimed together, then the
+		// outcome.
+		if got.Revision != j.Revision+2 {
+			t.Fatalf("revision %d, want %d", got.Revision, j.Revision+2)
+		}
+		sameEvents(t, r.events, "started 1 sim-primary")
 		if logged(r.logs, "provider_called") != 1 || logged(r.logs, "attempt_won") != 1 {
 			t.Fatalf("logs:\n%s", r.logs)
 		}
 	})
 
-	t.Run("RedeliveryAwaitsTheClaimer", func(t *testing.T) {
+	t.Run("RedeliveryAwaitsTheRunner", func(t *testing.T) {
 		t.Parallel()
 		tests := []struct {
 			name   string
 			resp   provider.Response
 			err    error
-			signal job.Signal // "" for a win
+			signal job.Signal // "" when the job ends
 			state  job.AttemptState
 		}{
 			{name: "Won", resp: provider.Response{Output: good(primary)}, state: job.AttemptSucceeded},
 			{name: "Retryable", err: &provider.CallError{Provider: primary, Class: provider.ClassRetryable, Status: 503},
-				signal: job.SignalProviderRetryable, state: job.AttemptFailed},
+				signal: job.SignalRunNext, state: job.AttemptFailed},
 			{name: "Ambiguous", err: &provider.CallError{Provider: primary, Class: provider.ClassAmbiguous, Msg: "timed out after sending"},
-				signal: job.SignalProviderAmbiguous, state: job.AttemptUnknown},
+				signal: job.SignalWaitOpen, state: job.AttemptUnknown},
 			{name: "ContractViolation", resp: provider.Response{Output: json.RawMessage(`{"text":"no name here","provider":"sim-primary"}`)},
-				signal: job.SignalContractViolation, state: job.AttemptFailed},
+				signal: job.SignalRunNext, state: job.AttemptFailed},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				r := newRig(t)
 				j := r.demo(t)
-				r.start(t, j.ID, primary)
-				called, released := make(chan struct{}), make(chan struct{})
-				release := sync.OnceFunc(func() { close(released) })
-				t.Cleanup(release)
-				r.prov[primary].answer = func(context.Context, provider.Request) (provider.Response, error) {
-					close(called)
-					<-released
-					return tc.resp, tc.err
-				}
+				called, release := r.blocked(t, primary, tc.resp, tc.err)
 				// The redelivery is polling once it reads the job a second
-				// time (the first read is its claim's).
+				// time (the first read is its load).
 				type redelivery struct{}
 				polling := make(chan struct{})
 				reads := 0
@@ -102,25 +95,18 @@ func TestRunAttempt(t *testing.T) {
 						}
 					}
 				}
-				in := lifecycle.AttemptInput{JobID: j.ID, Attempt: 1}
-				first, second := make(chan runOutcome, 1), make(chan runOutcome, 1)
-				go func() {
-					res, err := r.tasks.RunAttempt(ctx, in)
-					first <- runOutcome{res, err}
-				}()
+				in := r.runInput(t, j.ID)
+				first := r.runAsync(ctx, in)
 				select {
 				case <-called:
 				case a := <-first:
-					t.Fatalf("the claimer returned %+v / %v without calling its provider", a.res, a.err)
+					t.Fatalf("the runner returned %+v / %v without calling its provider", a.res, a.err)
 				}
-				go func() {
-					res, err := r.tasks.RunAttempt(context.WithValue(ctx, redelivery{}, true), in)
-					second <- runOutcome{res, err}
-				}()
+				second := r.runAsync(context.WithValue(ctx, redelivery{}, true), in)
 				select {
 				case <-polling:
 				case b := <-second:
-					t.Fatalf("the redelivery returned %+v / %v while the claimer was still calling", b.res, b.err)
+					t.Fatalf("the redelivery returned %+v / %v while the runner was still calling", b.res, b.err)
 				}
 				release()
 				a, b := <-first, <-second
@@ -128,19 +114,20 @@ func TestRunAttempt(t *testing.T) {
 					if a.err != nil || b.err != nil {
 						t.Fatalf("errors: %v / %v", a.err, b.err)
 					}
-					sameJSON(t, "claimer", a.res, lifecycle.AttemptResult{JobID: j.ID, Attempt: 1, State: tc.state, Won: true})
+					sameJSON(t, "runner", a.res, lifecycle.RunResult{JobID: j.ID, Status: job.StatusSucceeded})
 					sameJSON(t, "redelivery", b.res, a.res)
 				} else {
 					ta, tb := taskError(t, a.err, string(tc.signal)), taskError(t, b.err, string(tc.signal))
 					if ta.Message != tb.Message || ta.Message == "" {
-						t.Fatalf("claimer said %q, redelivery %q", ta.Message, tb.Message)
+						t.Fatalf("runner said %q, redelivery %q", ta.Message, tb.Message)
 					}
 				}
 				if n := r.prov[primary].calls.Load(); n != 1 {
 					t.Fatalf("provider called %d times, want 1", n)
 				}
-				if s := attemptOf(t, r.get(t, j.ID), 1).State; s != tc.state {
-					t.Fatalf("attempt 1 is %s, want %s", s, tc.state)
+				got := r.get(t, j.ID)
+				if s := attemptOf(t, got, 1).State; s != tc.state || got.AttemptCount != 1 {
+					t.Fatalf("attempt 1 is %s of %d, want %s of 1", s, got.AttemptCount, tc.state)
 				}
 			})
 		}
@@ -150,125 +137,254 @@ func TestRunAttempt(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
 		j := r.demo(t)
-		r.start(t, j.ID, primary)
-		in := lifecycle.AttemptInput{JobID: j.ID, Attempt: 1}
-		first, err := r.tasks.RunAttempt(ctx, in)
+		first, err := r.run(t, j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := r.tasks.RunAttempt(ctx, in)
+		before := r.get(t, j.ID)
+		again, err := r.run(t, j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sameJSON(t, "redelivery", again, first)
-		if n := r.prov[primary].calls.Load(); n != 1 {
-			t.Fatalf("provider called %d times, want 1", n)
+		if n := r.prov[primary].calls.Load(); n != 1 || r.get(t, j.ID).Revision != before.Revision {
+			t.Fatalf("provider called %d times, want 1; the redelivery wrote", n)
 		}
 	})
 
-	t.Run("RedeliveryGivesUpWithItsContext", func(t *testing.T) {
+	t.Run("AwaitingEndsWithTheContext", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
 		j := r.demo(t)
 		r.claim(t, j.ID, r.start(t, j.ID, primary).Number) // claimed by a runner that never ends
 		runCtx, cancel := context.WithCancel(ctx)
 		r.st.afterGet = func(context.Context) { cancel() }
-		_, err := r.tasks.RunAttempt(runCtx, lifecycle.AttemptInput{JobID: j.ID, Attempt: 1})
-		if !errors.Is(err, context.Canceled) {
+		if _, err := r.tasks.Run(runCtx, r.runInput(t, j.ID)); !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
 	})
 
-	t.Run("DiscardedWhenTheJobFinishedFirst", func(t *testing.T) {
+	t.Run("AwaitingEndsAtTheRunsTimeout", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
 		j := r.demo(t)
-		r.start(t, j.ID, primary)
-		if _, err := r.eng.Cancel(ctx, j.ID); err != nil {
-			t.Fatal(err)
+		r.claim(t, j.ID, r.start(t, j.ID, primary).Number)
+		in := r.runInput(t, j.ID)
+		r.st.afterGet = func(context.Context) { r.clock.Advance(time.Duration(in.TimeoutSeconds) * time.Second) }
+		_, err := r.tasks.Run(ctx, in)
+		te := taskError(t, err, string(job.SignalWaitOpen))
+		if !strings.Contains(te.Message, "attempt 1 is open") {
+			t.Fatalf("message %q", te.Message)
 		}
-		res, err := r.tasks.RunAttempt(ctx, lifecycle.AttemptInput{JobID: j.ID, Attempt: 1})
+		if a := attemptOf(t, r.get(t, j.ID), 1); a.State != job.AttemptRunning || r.prov[primary].calls.Load() != 0 {
+			t.Fatalf("attempt 1 is %s; provider called %d times", a.State, r.prov[primary].calls.Load())
+		}
+	})
+
+	t.Run("ConcurrentRunsCallOnce", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		j := r.demo(t)
+		in := r.runInput(t, j.ID)
+		const runs = 8
+		var wg sync.WaitGroup
+		outs := make([]runOutcome, runs)
+		for i := range runs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := r.tasks.Run(ctx, in)
+				outs[i] = runOutcome{res, err}
+			}()
+		}
+		wg.Wait()
+		for i, o := range outs {
+			if o.err != nil {
+				t.Fatalf("run %d: %v", i, o.err)
+			}
+			sameJSON(t, fmt.Sprintf("run %d", i), o.res, lifecycle.RunResult{JobID: j.ID, Status: job.StatusSucceeded})
+		}
+		if n := r.prov[primary].calls.Load(); n != 1 {
+			t.Fatalf("provider called %d times, want 1", n)
+		}
+		if got := r.get(t, j.ID); got.AttemptCount != 1 {
+			t.Fatalf("%d attempts, want 1", got.AttemptCount)
+		}
+	})
+
+	t.Run("DecidesAgainAfterLosingTheLaunch", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		j := r.demo(t)
+		// The job is cancelled between the run's read and its launch: the
+		// launch's write is refused, and the run decides again on the job
+		// as it is now instead of launching anyway.
+		r.st.interleave(func() {
+			if _, err := r.other.Cancel(ctx, j.ID); err != nil {
+				t.Error(err)
+			}
+		})
+		res, err := r.run(t, j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameJSON(t, "result", res, lifecycle.AttemptResult{JobID: j.ID, Attempt: 1, State: job.AttemptDiscarded})
-		if n := r.prov[primary].calls.Load(); n != 0 {
-			t.Fatalf("provider called %d times, want never", n)
+		sameJSON(t, "result", res, lifecycle.RunResult{JobID: j.ID, Status: job.StatusCancelled})
+		if got := r.get(t, j.ID); got.AttemptCount != 0 || r.prov[primary].calls.Load() != 0 {
+			t.Fatalf("launched after losing: %d attempts, %d calls", got.AttemptCount, r.prov[primary].calls.Load())
 		}
-		sameEvents(t, r.events, "started 1 sim-primary", "race_lost 1 to 0", "discarded 1")
 	})
 
-	// failures are the ends that never reach a provider, or a provider's
-	// failure: each is a signal, and the attempt records it.
-	failures := []struct {
+	t.Run("ReissuesAnUnclaimedStart", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		j := r.demo(t)
+		r.start(t, j.ID, primary) // its runner was lost before the claim
+		res, err := r.run(t, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameJSON(t, "result", res, lifecycle.RunResult{JobID: j.ID, Status: job.StatusSucceeded})
+		if got := r.get(t, j.ID); got.AttemptCount != 1 || got.CompletedBy != 1 || r.prov[primary].calls.Load() != 1 {
+			t.Fatalf("job %+v, %d calls", got, r.prov[primary].calls.Load())
+		}
+	})
+
+	t.Run("Cancelled", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		j := r.demo(t)
+		if _, err := r.eng.Cancel(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.run(t, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameJSON(t, "result", res, lifecycle.RunResult{JobID: j.ID, Status: job.StatusCancelled})
+		if n := r.prov[primary].calls.Load(); n != 0 {
+			t.Fatalf("provider called %d times", n)
+		}
+	})
+
+	t.Run("DeclaresAnOverdueAttemptUnknown", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		j := r.demo(t)
+		r.claim(t, j.ID, r.start(t, j.ID, primary).Number) // its runner and its execution were lost
+		r.clock.Advance(2*time.Second + overdue + time.Millisecond)
+		_, err := r.run(t, j.ID)
+		taskError(t, err, string(job.SignalWaitOpen))
+		if got := r.get(t, j.ID); got.Status != job.StatusUnknown || logged(r.logs, "attempt_overdue") != 1 {
+			t.Fatalf("status %s; logs:\n%s", got.Status, r.logs)
+		}
+		sameEvents(t, r.events, "started 1 sim-primary", "unknown 1")
+	})
+
+	t.Run("AnUnknownAttemptBlocks", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		j := r.demo(t)
+		r.certify(t, "demo", fallback)
+		r.claim(t, j.ID, r.start(t, j.ID, primary).Number)
+		if _, err := r.eng.MarkUnknown(ctx, j.ID, 1, "timeout"); err != nil {
+			t.Fatal(err)
+		}
+		before := r.get(t, j.ID)
+		_, err := r.run(t, j.ID)
+		taskError(t, err, string(job.SignalWaitOpen))
+		if after := r.get(t, j.ID); after.Revision != before.Revision || r.prov[fallback].calls.Load() != 0 {
+			t.Fatalf("a run moved a job with an unknown attempt: revision %d→%d, fallback calls %d",
+				before.Revision, after.Revision, r.prov[fallback].calls.Load())
+		}
+	})
+
+	// ends are the ways attempt 1 can end: a provider's failure, or never
+	// reaching it. A job that cannot go on ends in the same run; otherwise
+	// the run signals the next step.
+	tooLarge := func(t job.Transition) error {
+		if t.Kind() == job.KindComplete {
+			return &lifecycle.TooLargeError{Limit: 400 * 1024, Cause: lifecycle.ErrTooLarge}
+		}
+		return nil
+	}
+	ends := []struct {
 		name      string
-		jobType   string
 		input     string
 		providers []string
 		answer    func(context.Context, provider.Request) (provider.Response, error)
-		signal    job.Signal
+		refuse    func(job.Transition) error
+		signal    job.Signal // "" when the job fails in this run
 		class     job.Class
 		state     job.AttemptState
-		message   string // contained in the signal's message
+		message   string // contained in the attempt's error
 		reqID     string
 		called    bool
 	}{
-		{name: "UnknownJobType", jobType: "no-such-type", signal: job.SignalProviderRejected, class: job.ClassNonRetryable,
-			state: job.AttemptFailed, message: "unknown job type no-such-type"},
-		{name: "ProviderNotConfigured", providers: []string{"ghost"}, signal: job.SignalProviderRejected, class: job.ClassNonRetryable,
+		{name: "ProviderNotConfigured", providers: []string{"ghost"}, class: job.ClassNonRetryable,
 			state: job.AttemptFailed, message: "provider ghost is not configured"},
-		{name: "RenderFailure", input: `{"subject":"no prompt"}`, signal: job.SignalProviderRejected, class: job.ClassNonRetryable,
+		{name: "RenderFailure", input: `{"subject":"no prompt"}`, class: job.ClassNonRetryable,
 			state: job.AttemptFailed, message: "render prompt:"},
-		{name: "Retryable", answer: answers(provider.Response{}, &provider.CallError{Provider: primary, Class: provider.ClassRetryable,
-			Status: 503, ProviderRequestID: "req-503"}), signal: job.SignalProviderRetryable, class: job.ClassRetryable,
-			state: job.AttemptFailed, message: "status 503", reqID: "req-503", called: true},
-		{name: "MalformedIsRetryable", answer: answers(provider.Response{}, provider.ErrMalformedResponse),
-			signal: job.SignalProviderRetryable, class: job.ClassRetryable, state: job.AttemptFailed, message: "malformed", called: true},
 		{name: "NonRetryable", answer: answers(provider.Response{}, &provider.CallError{Provider: primary, Class: provider.ClassNonRetryable,
-			Status: 400, ProviderRequestID: "req-400"}), signal: job.SignalProviderRejected, class: job.ClassNonRetryable,
+			Status: 400, ProviderRequestID: "req-400"}), class: job.ClassNonRetryable,
 			state: job.AttemptFailed, message: "status 400", reqID: "req-400", called: true},
+		{name: "Retryable", answer: answers(provider.Response{}, &provider.CallError{Provider: primary, Class: provider.ClassRetryable,
+			Status: 503, ProviderRequestID: "req-503"}), signal: job.SignalRunNext, class: job.ClassRetryable,
+			state: job.AttemptFailed, message: "status 503", reqID: "req-503", called: true},
+		{name: "ExhaustedFallsBack", answer: answers(provider.Response{}, &provider.CallError{Provider: primary, Class: provider.ClassExhausted,
+			Status: 429, Msg: "quota spent"}), signal: job.SignalRunNext, class: job.ClassRetryable,
+			state: job.AttemptFailed, message: "quota spent", called: true},
+		{name: "MalformedIsRetryable", answer: answers(provider.Response{}, provider.ErrMalformedResponse),
+			signal: job.SignalRunNext, class: job.ClassRetryable, state: job.AttemptFailed, message: "malformed", called: true},
 		{name: "Ambiguous", answer: answers(provider.Response{}, &provider.CallError{Provider: primary, Class: provider.ClassAmbiguous,
-			Msg: "connection reset after sending"}), signal: job.SignalProviderAmbiguous, class: job.ClassAmbiguous,
+			Msg: "connection reset after sending"}), signal: job.SignalWaitOpen, class: job.ClassAmbiguous,
 			state: job.AttemptUnknown, message: "connection reset after sending", called: true},
 		{name: "DeadlineIsAmbiguous", answer: answers(provider.Response{}, context.DeadlineExceeded),
-			signal: job.SignalProviderAmbiguous, class: job.ClassAmbiguous, state: job.AttemptUnknown, message: "deadline", called: true},
+			signal: job.SignalWaitOpen, class: job.ClassAmbiguous, state: job.AttemptUnknown, message: "deadline", called: true},
 		{name: "ContractViolationOfTheSchema", answer: answers(provider.Response{Output: json.RawMessage(`{"text":"sim-primary"}`),
-			ProviderRequestID: "req-bad"}, nil), signal: job.SignalContractViolation, class: job.ClassContractViolation,
+			ProviderRequestID: "req-bad"}, nil), signal: job.SignalRunNext, class: job.ClassContractViolation,
 			state: job.AttemptFailed, reqID: "req-bad", called: true},
 		{name: "ContractViolationOfACheck", answer: answers(provider.Response{Output: json.RawMessage(`{"text":"hi","provider":"sim-primary"}`)}, nil),
-			signal: job.SignalContractViolation, class: job.ClassContractViolation, state: job.AttemptFailed,
+			signal: job.SignalRunNext, class: job.ClassContractViolation, state: job.AttemptFailed,
 			message: "text must name the provider", called: true},
+		{name: "ResultTooLargeToStore", refuse: tooLarge, signal: job.SignalRunNext, class: job.ClassContractViolation,
+			state: job.AttemptFailed, message: "too large to store with its job", reqID: "req-sim-primary", called: true},
 	}
-	for _, tc := range failures {
+	for _, tc := range ends {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t)
-			jobType, input := "demo", `{"prompt":"hello"}`
-			if tc.jobType != "" {
-				jobType = tc.jobType
-			}
+			input := `{"prompt":"hello"}`
 			if tc.input != "" {
 				input = tc.input
 			}
-			j := r.create(t, jobType, input, tc.providers...)
-			p := j.Providers[0]
-			r.start(t, j.ID, p)
+			j := r.create(t, "demo", input, tc.providers...)
 			if tc.answer != nil {
-				r.prov[p].answer = tc.answer
+				r.prov[primary].answer = tc.answer
 			}
-			_, err := r.tasks.RunAttempt(ctx, lifecycle.AttemptInput{JobID: j.ID, Attempt: 1})
-			te := taskError(t, err, string(tc.signal))
-			if !strings.Contains(te.Message, tc.message) {
-				t.Fatalf("message %q lacks %q", te.Message, tc.message)
-			}
+			r.st.refuse = tc.refuse
+			res, err := r.run(t, j.ID)
 			got := r.get(t, j.ID)
+			if tc.signal == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				sameJSON(t, "result", res, lifecycle.RunResult{JobID: j.ID, Status: job.StatusFailed})
+				if got.Status != job.StatusFailed || got.Error == nil || got.Error.Class != tc.class {
+					t.Fatalf("job %s with %+v", got.Status, got.Error)
+				}
+			} else {
+				taskError(t, err, string(tc.signal))
+			}
 			a := attemptOf(t, got, 1)
-			if a.State != tc.state || a.Error == nil || a.Error.Class != tc.class || a.Error.Message != te.Message ||
+			if a.State != tc.state || a.Error == nil || a.Error.Class != tc.class || !strings.Contains(a.Error.Message, tc.message) ||
 				a.ProviderRequestID != tc.reqID {
 				t.Fatalf("attempt 1 = %+v / %+v", a, a.Error)
 			}
 			if called := r.prov[primary].calls.Load() > 0; called != tc.called {
 				t.Fatalf("provider called = %v, want %v", called, tc.called)
+			}
+			if n := r.prov[fallback].calls.Load(); n != 0 {
+				t.Fatalf("the fallback was called %d times in the same run", n)
 			}
 			if tc.state == job.AttemptUnknown {
 				if got.Status != job.StatusUnknown {
@@ -278,102 +394,338 @@ func TestRunAttempt(t *testing.T) {
 			}
 		})
 	}
+}
 
-	t.Run("CertificationGateAtCallTime", func(t *testing.T) {
-		t.Parallel()
-		tests := []struct {
-			name   string
-			cert   func(t *testing.T, r *rig)
-			hedge  bool
-			called bool
-		}{
-			{name: "NoCertification", cert: func(*testing.T, *rig) {}},
-			{name: "OtherContractVersion", cert: func(t *testing.T, r *rig) {
-				r.putCert(t, job.Certification{JobType: "demo", ContractVersion: "an-older-contract", Provider: fallback, Passed: true})
-			}},
-			{name: "FailedRun", cert: func(t *testing.T, r *rig) {
-				cat, _ := catalog()
-				demo, _ := cat.Get("demo")
-				r.putCert(t, job.Certification{JobType: "demo", ContractVersion: demo.ContractVersion(), Provider: fallback, Passed: false})
-			}},
-			{name: "UncertifiedHedge", hedge: true, cert: func(*testing.T, *rig) {}},
-			{name: "Certified", called: true, cert: func(t *testing.T, r *rig) { r.certify(t, "demo", fallback) }},
-		}
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel()
-				r := newRig(t)
-				j := r.demo(t)
-				if tc.hedge {
-					r.claim(t, j.ID, r.start(t, j.ID, primary).Number)
-					if _, _, err := r.eng.StartHedge(ctx, j.ID, fallback); err != nil {
-						t.Fatal(err)
-					}
-				} else {
-					r.failed(t, j.ID, primary, retryable)
-					r.start(t, j.ID, fallback) // past the policy, as a stale plan would
-				}
-				tc.cert(t, r)
-				res, err := r.tasks.RunAttempt(ctx, lifecycle.AttemptInput{JobID: j.ID, Attempt: 2})
-				a := attemptOf(t, r.get(t, j.ID), 2)
-				if tc.called {
-					if err != nil || !res.Won || r.prov[fallback].calls.Load() != 1 {
-						t.Fatalf("certified fallback: %+v err=%v calls=%d", res, err, r.prov[fallback].calls.Load())
-					}
-					return
-				}
-				te := taskError(t, err, string(job.SignalProviderUncertified))
-				if !strings.Contains(te.Message, "sim-fallback holds no certification") {
-					t.Fatalf("message %q", te.Message)
-				}
-				if n := r.prov[fallback].calls.Load(); n != 0 || a.State != job.AttemptFailed || a.Error.Class != job.ClassUncertified {
-					t.Fatalf("uncertified fallback called %d times; attempt %+v", n, a)
-				}
-			})
-		}
-	})
+// TestRunFallsBack: each attempt gets a run of its own; a fallback runs
+// only certified, and the job fails once no provider is left.
+func TestRunFallsBack(t *testing.T) {
+	t.Parallel()
+	unavailable := answers(provider.Response{}, &provider.CallError{Provider: primary, Class: provider.ClassRetryable, Status: 503})
+	tests := []struct {
+		name      string
+		certified bool
+		fallback  func(context.Context, provider.Request) (provider.Response, error)
+		second    lifecycle.RunResult // the second run's result
+		class     job.Class           // the job's failure, if it fails
+		calls     int64               // of the fallback
+		events    []string
+	}{
+		{name: "ToACertifiedFallback", certified: true, second: lifecycle.RunResult{Status: job.StatusSucceeded}, calls: 1,
+			events: []string{"started 1 sim-primary", "started 2 sim-fallback", "fallback 2 sim-fallback"}},
+		{name: "NotToAnUncertifiedOne", second: lifecycle.RunResult{Status: job.StatusFailed}, class: job.ClassUncertified,
+			events: []string{"started 1 sim-primary"}},
+		{name: "UntilNoProviderIsLeft", certified: true, fallback: unavailable, second: lifecycle.RunResult{Status: job.StatusFailed},
+			class: job.ClassRetryable, calls: 1,
+			events: []string{"started 1 sim-primary", "started 2 sim-fallback", "fallback 2 sim-fallback"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			j := r.demo(t)
+			if tc.certified {
+				r.certify(t, "demo", fallback)
+			}
+			r.prov[primary].answer = unavailable
+			if tc.fallback != nil {
+				r.prov[fallback].answer = tc.fallback
+			}
+			_, err := r.run(t, j.ID)
+			taskError(t, err, string(job.SignalRunNext))
+			if n := r.prov[fallback].calls.Load(); n != 0 {
+				t.Fatalf("the first run called the fallback %d times", n)
+			}
+			res, err := r.run(t, j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.second.JobID = j.ID
+			sameJSON(t, "second run", res, tc.second)
+			got := r.get(t, j.ID)
+			if tc.class != "" && (got.Error == nil || got.Error.Class != tc.class) {
+				t.Fatalf("job failed with %+v, want class %s", got.Error, tc.class)
+			}
+			if n := r.prov[fallback].calls.Load(); n != tc.calls {
+				t.Fatalf("fallback called %d times, want %d", n, tc.calls)
+			}
+			sameEvents(t, r.events, tc.events...)
+		})
+	}
+}
 
-	t.Run("LostRace", func(t *testing.T) {
-		t.Parallel()
+// TestRunCertificationGate: an attempt already started on a provider (a
+// stale plan, an old execution) is checked again before its call, and an
+// unproven provider is never called.
+func TestRunCertificationGate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		cert   func(t *testing.T, r *rig)
+		hedge  bool
+		called bool
+	}{
+		{name: "NoCertification", cert: func(*testing.T, *rig) {}},
+		{name: "OtherContractVersion", cert: func(t *testing.T, r *rig) {
+			r.putCert(t, job.Certification{JobType: "demo", ContractVersion: "an-older-contract", Provider: fallback, Passed: true})
+		}},
+		{name: "FailedRun", cert: func(t *testing.T, r *rig) {
+			cat, _ := catalog()
+			demo, _ := cat.Get("demo")
+			r.putCert(t, job.Certification{JobType: "demo", ContractVersion: demo.ContractVersion(), Provider: fallback, Passed: false})
+		}},
+		{name: "UncertifiedHedge", hedge: true, cert: func(*testing.T, *rig) {}},
+		{name: "Certified", called: true, cert: func(t *testing.T, r *rig) { r.certify(t, "demo", fallback) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			j := r.demo(t)
+			if tc.hedge {
+				r.claim(t, j.ID, r.start(t, j.ID, primary).Number)
+				if _, _, err := r.eng.StartHedge(ctx, j.ID, fallback); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				r.failed(t, j.ID, primary, retryable)
+				r.start(t, j.ID, fallback) // past the policy, as a stale plan would
+			}
+			tc.cert(t, r)
+			res, err := r.run(t, j.ID)
+			a := attemptOf(t, r.get(t, j.ID), 2)
+			if tc.called {
+				if err != nil || res.Status != job.StatusSucceeded || r.prov[fallback].calls.Load() != 1 {
+					t.Fatalf("certified fallback: %+v err=%v calls=%d", res, err, r.prov[fallback].calls.Load())
+				}
+				return
+			}
+			if n := r.prov[fallback].calls.Load(); n != 0 || a.State != job.AttemptFailed || a.Error.Class != job.ClassUncertified ||
+				!strings.Contains(a.Error.Message, "sim-fallback holds no certification") {
+				t.Fatalf("uncertified fallback called %d times; attempt %+v / %+v", n, a, a.Error)
+			}
+			if tc.hedge {
+				// Attempt 1 still runs elsewhere: wait on it.
+				taskError(t, err, string(job.SignalWaitOpen))
+				return
+			}
+			if err != nil || res.Status != job.StatusFailed {
+				t.Fatalf("with no provider left: %+v / %v, want failed", res, err)
+			}
+		})
+	}
+}
+
+// TestRunHedges: a job type with a hedge delay runs one more attempt beside
+// a silent one; both may answer, exactly one wins, and the run waits for
+// both so the loser is recorded.
+func TestRunHedges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hedgeAfter := 500 * time.Millisecond
+	hedged := func(t *testing.T) (*rig, job.Job) {
+		t.Helper()
 		r := newRig(t)
-		j := r.demo(t)
-		r.start(t, j.ID, primary)
-		called, released := make(chan struct{}), make(chan struct{})
-		release := sync.OnceFunc(func() { close(released) })
-		t.Cleanup(release)
+		j := r.create(t, "demo-hedge", `{"prompt":"hello"}`)
+		r.certify(t, "demo-hedge", fallback)
+		return r, j
+	}
+	completed := func(n int) func(job.Transition) bool {
+		return func(t job.Transition) bool { return t.Kind() == job.KindComplete && t.AttemptNumber() == n }
+	}
+
+	t.Run("TheHedgeWins", func(t *testing.T) {
+		t.Parallel()
+		r, j := hedged(t)
+		won := r.applied(completed(2))
 		r.prov[primary].answer = func(context.Context, provider.Request) (provider.Response, error) {
-			close(called)
-			<-released
+			<-won // the primary answers only after the hedge won
 			return provider.Response{Output: good(primary)}, nil
 		}
-		done := make(chan runOutcome, 1)
-		go func() {
-			res, err := r.tasks.RunAttempt(ctx, lifecycle.AttemptInput{JobID: j.ID, Attempt: 1})
-			done <- runOutcome{res, err}
-		}()
-		select {
-		case <-called:
-		case out := <-done:
-			t.Fatalf("attempt 1 returned %+v / %v without calling its provider", out.res, out.err)
+		out := r.runAsync(ctx, r.runInput(t, j.ID))
+		r.timers.fire(t, hedgeAfter)
+		o := <-out
+		if o.err != nil {
+			t.Fatal(o.err)
 		}
-		// A hedge answers first while attempt 1's provider is still busy.
-		if _, _, err := r.eng.StartHedge(ctx, j.ID, fallback); err != nil {
-			t.Fatal(err)
-		}
-		r.claim(t, j.ID, 2)
-		if c, err := r.eng.Complete(ctx, j.ID, 2, good(fallback), ""); err != nil || !c.Won {
-			t.Fatalf("hedge: %+v %v", c, err)
-		}
-		release()
-		out := <-done
-		if out.err != nil {
-			t.Fatal(out.err)
-		}
-		sameJSON(t, "result", out.res, lifecycle.AttemptResult{JobID: j.ID, Attempt: 1, State: job.AttemptDiscarded})
+		sameJSON(t, "result", o.res, lifecycle.RunResult{JobID: j.ID, Status: job.StatusSucceeded})
 		got := r.get(t, j.ID)
-		if got.CompletedBy != 2 || string(got.Result) != string(good(fallback)) {
-			t.Fatalf("job completed by %d with %s", got.CompletedBy, got.Result)
+		if got.CompletedBy != 2 || string(got.Result) != string(good(fallback)) || !attemptOf(t, got, 2).Hedge ||
+			attemptOf(t, got, 1).State != job.AttemptDiscarded {
+			t.Fatalf("job %+v", got)
+		}
+		if reqs := r.prov[fallback].requests(); len(reqs) != 1 || reqs[0].IdempotencyKey != job.AttemptKey(j.ID, 2) {
+			t.Fatalf("hedge requests %+v", reqs)
 		}
 		sameEvents(t, r.events, "started 1 sim-primary", "started 2 sim-fallback", "race_lost 1 to 2", "discarded 1")
 	})
+
+	t.Run("ThePrimaryWins", func(t *testing.T) {
+		t.Parallel()
+		r, j := hedged(t)
+		won := r.applied(completed(1))
+		hedgeCalled := make(chan struct{})
+		r.prov[primary].answer = func(context.Context, provider.Request) (provider.Response, error) {
+			<-hedgeCalled
+			return provider.Response{Output: good(primary)}, nil
+		}
+		r.prov[fallback].answer = func(context.Context, provider.Request) (provider.Response, error) {
+			close(hedgeCalled)
+			<-won
+			return provider.Response{Output: good(fallback)}, nil
+		}
+		out := r.runAsync(ctx, r.runInput(t, j.ID))
+		r.timers.fire(t, hedgeAfter)
+		o := <-out
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		got := r.get(t, j.ID)
+		if got.CompletedBy != 1 || attemptOf(t, got, 2).State != job.AttemptDiscarded {
+			t.Fatalf("job %+v", got)
+		}
+		sameEvents(t, r.events, "started 1 sim-primary", "started 2 sim-fallback", "race_lost 2 to 1", "discarded 2")
+	})
+
+	t.Run("NoHedgeOnceAnAnswerCame", func(t *testing.T) {
+		t.Parallel()
+		r, j := hedged(t)
+		res, err := r.run(t, j.ID)
+		if err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v / %v", res, err)
+		}
+		if d := <-r.timers.asked; d != hedgeAfter {
+			t.Fatalf("the run waited %s to hedge, want %s", d, hedgeAfter)
+		}
+		if n := r.prov[fallback].calls.Load(); n != 0 || r.get(t, j.ID).AttemptCount != 1 {
+			t.Fatalf("hedged after the answer: fallback called %d times", n)
+		}
+	})
+
+	t.Run("NoHedgeWithoutACertifiedProvider", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		j := r.create(t, "demo-hedge", `{"prompt":"hello"}`)
+		r.st.certAsked = make(chan string, 4)
+		called, release := r.blocked(t, primary, provider.Response{Output: good(primary)}, nil)
+		out := r.runAsync(ctx, r.runInput(t, j.ID))
+		<-called
+		r.timers.fire(t, hedgeAfter)
+		if p := <-r.st.certAsked; p != fallback {
+			t.Fatalf("asked for %s's certification", p)
+		}
+		release()
+		if o := <-out; o.err != nil || o.res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v / %v", o.res, o.err)
+		}
+		if n := r.prov[fallback].calls.Load(); n != 0 || r.get(t, j.ID).AttemptCount != 1 {
+			t.Fatalf("hedged on an uncertified provider: called %d times", n)
+		}
+	})
+
+	t.Run("AStoreFaultSkipsTheHedge", func(t *testing.T) {
+		t.Parallel()
+		r, j := hedged(t)
+		r.st.certAsked = make(chan string, 4)
+		called, release := r.blocked(t, primary, provider.Response{Output: good(primary)}, nil)
+		out := r.runAsync(ctx, r.runInput(t, j.ID))
+		<-called
+		// Set before the hedge delay passes, which the run reads after.
+		r.st.certErr = fmt.Errorf("%w: throttled", lifecycle.ErrUnavailable)
+		r.timers.fire(t, hedgeAfter)
+		<-r.st.certAsked
+		release()
+		if o := <-out; o.err != nil || o.res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v / %v", o.res, o.err)
+		}
+		if n := r.prov[fallback].calls.Load(); n != 0 || logged(r.logs, "hedge_skipped") != 1 {
+			t.Fatalf("fallback called %d times; logs:\n%s", n, r.logs)
+		}
+	})
+
+	t.Run("ReissuesAnUnclaimedHedge", func(t *testing.T) {
+		t.Parallel()
+		r, j := hedged(t)
+		// Attempt 1 runs elsewhere; the hedge's runner was lost before
+		// its claim.
+		r.claim(t, j.ID, r.start(t, j.ID, primary).Number)
+		if _, _, err := r.eng.StartHedge(ctx, j.ID, fallback); err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.run(t, j.ID)
+		if err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v / %v", res, err)
+		}
+		if got := r.get(t, j.ID); got.CompletedBy != 2 || r.prov[primary].calls.Load() != 0 || r.prov[fallback].calls.Load() != 1 {
+			t.Fatalf("job %+v; calls %d/%d", got, r.prov[primary].calls.Load(), r.prov[fallback].calls.Load())
+		}
+	})
+}
+
+// TestRunStops: what a run cannot go on with is its error, under the name
+// the state machine routes on (or a store fault it retries), and nothing
+// is written.
+func TestRunStops(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("UnknownJobType", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		j := r.create(t, "no-such-type", `{"prompt":"x"}`)
+		for name, task := range map[string]func() error{
+			"Run":  func() error { _, err := r.run(t, j.ID); return err },
+			"Hold": func() error { _, err := r.tasks.Hold(ctx, lifecycle.HoldInput{JobID: j.ID}); return err },
+		} {
+			te := taskError(t, task(), lifecycle.ErrNameUnknownJobType)
+			if !strings.Contains(te.Message, "no-such-type") {
+				t.Fatalf("%s: message %q does not name the type", name, te.Message)
+			}
+		}
+		if got := r.get(t, j.ID); got.Revision != j.Revision {
+			t.Fatalf("an unknown type's job was written: revision %d", got.Revision)
+		}
+	})
+
+	t.Run("JobNotFound", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		if _, err := r.tasks.Run(ctx, lifecycle.RunInput{JobID: "no-such-job"}); !errors.Is(err, job.ErrNotFound) {
+			t.Fatalf("run: %v", err)
+		}
+		if _, err := r.tasks.Hold(ctx, lifecycle.HoldInput{JobID: "no-such-job"}); !errors.Is(err, job.ErrNotFound) {
+			t.Fatalf("hold: %v", err)
+		}
+	})
+
+	// A store fault while reading certifications is the run's error (the
+	// state machine retries it), never an attempt's failure, and it
+	// leaves nothing claimed that no one would call.
+	unavailable := fmt.Errorf("%w: get certification: throttled", lifecycle.ErrUnavailable)
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, r *rig, id string)
+	}{
+		{"ChoosingTheFallback", func(t *testing.T, r *rig, id string) { r.failed(t, id, primary, retryable) }},
+		{"ClaimingAStartedFallback", func(t *testing.T, r *rig, id string) {
+			r.failed(t, id, primary, retryable)
+			r.start(t, id, fallback)
+		}},
+	} {
+		t.Run("CertificationsUnavailable"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			j := r.demo(t)
+			tc.setup(t, r, j.ID)
+			before := r.get(t, j.ID)
+			r.st.certErr = unavailable
+			if _, err := r.run(t, j.ID); !errors.Is(err, lifecycle.ErrUnavailable) {
+				t.Fatalf("err = %v, want lifecycle.ErrUnavailable", err)
+			}
+			if got := r.get(t, j.ID); got.Revision != before.Revision || r.prov[fallback].calls.Load() != 0 {
+				t.Fatalf("a store fault moved the job: revision %d→%d, fallback calls %d", before.Revision, got.Revision,
+					r.prov[fallback].calls.Load())
+			}
+		})
+	}
 }

@@ -13,7 +13,7 @@ import (
 // named by the job ID is): started reports whether this call began a new
 // execution rather than finding one.
 type Starter interface {
-	Start(ctx context.Context, jobID string) (started bool, err error)
+	Start(ctx context.Context, j job.Job) (started bool, err error)
 }
 
 // SweeperConfig wires a Sweeper.
@@ -90,7 +90,7 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 				oldest = max(oldest, now.Sub(a.UnknownSince))
 			}
 		}
-		started, err := w.cfg.Starter.Start(ctx, j.ID)
+		started, err := w.cfg.Starter.Start(ctx, j)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -24,7 +24,8 @@ type starter struct {
 	asked   []string
 }
 
-func (s *starter) Start(_ context.Context, id string) (bool, error) {
+func (s *starter) Start(_ context.Context, j job.Job) (bool, error) {
+	id := j.ID
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked = append(s.asked, id)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
@@ -49,22 +50,27 @@ type TasksConfig struct {
 	// timeout: a late answer must still reach the database after the state
 	// machine gave up on it. Keep it below the run function's own timeout.
 	CallTimeout time.Duration
-	// PollInterval is how often a redelivered run waits on the runner that
-	// claimed the attempt.
+	// PollInterval is how often a run waits on an attempt another runner
+	// holds (a duplicate delivery of the same step).
 	PollInterval time.Duration
 	// OverdueGrace is how long past its job type's timeout an attempt may
-	// stay running before StartAttempt declares it unknown (its runner or
+	// stay running before a run declares it unknown (its runner or its
 	// execution was lost, so no timeout fired).
 	OverdueGrace time.Duration
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
-	Logger  *slog.Logger
+	// AfterFunc waits for a duration (hedge delays, polls); time.After when
+	// nil. Tests pass their own, so nothing sleeps.
+	AfterFunc func(d time.Duration) <-chan time.Time
+	Logger    *slog.Logger
 }
 
-// Tasks are the logic of the state machine's task functions: start an
-// attempt, run it, mark it unknown, hedge it, finalize the job. Each is
-// idempotent under duplicate invocation: it re-reads the job and lets the
-// domain decide, so a redelivery finds the work done and says so.
+// Tasks are the logic of the state machine's two tasks: Run, which drives a
+// job's attempts (decide, start and claim, call the provider, complete by
+// compare-and-swap, hedge), and Hold, which settles what a run left behind
+// when it ended without a word and decides how long to wait. Both are
+// idempotent under duplicate invocation: they re-read the job and let the
+// domain decide, so a redelivery finds the work done, or being done.
 type Tasks struct {
 	cfg TasksConfig
 	log *slog.Logger
@@ -91,54 +97,70 @@ func NewTasks(c TasksConfig) (*Tasks, error) {
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
 	}
+	if c.AfterFunc == nil {
+		c.AfterFunc = time.After
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Tasks{cfg: c, log: c.Logger, now: c.NowFunc}, nil
 }
 
-// JobInput is the execution input and the input of job-level tasks.
-type JobInput struct {
+// RunInput is the execution's input, which the run task receives.
+type RunInput struct {
 	JobID string `json:"job_id"`
+	// TimeoutSeconds is this run's own timeout (RunTimeout): past it, the
+	// state machine has given up on the run, so it records what it learns
+	// but starts nothing more.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 }
 
-// AttemptInput names one attempt.
-type AttemptInput struct {
-	JobID   string `json:"job_id"`
-	Attempt int    `json:"attempt"`
+// NewRunInput is the run input of a job's execution; Step Functions
+// timeouts are whole seconds.
+func NewRunInput(jobID string, runTimeout time.Duration) RunInput {
+	return RunInput{JobID: jobID, TimeoutSeconds: ceilSeconds(runTimeout)}
 }
 
-// Step is StartAttempt's decision, routed by the state machine's Choice.
-type Step struct {
-	Action            job.Action `json:"action"`
-	Attempt           int        `json:"attempt,omitempty"`
-	Provider          string     `json:"provider,omitempty"`
-	TimeoutSeconds    int        `json:"timeout_seconds,omitempty"`
-	HedgeAfterSeconds *int       `json:"hedge_after_seconds,omitempty"`
-	WaitSeconds       int        `json:"wait_seconds,omitempty"`
-	Blocker           int        `json:"blocked_by,omitempty"`
-}
-
-// HedgeStep is the hedge task's decision.
-type HedgeStep struct {
-	Action         job.Action `json:"action"` // run or none
-	Attempt        int        `json:"attempt,omitempty"`
-	Provider       string     `json:"provider,omitempty"`
-	TimeoutSeconds int        `json:"timeout_seconds,omitempty"`
-}
-
-// AttemptResult reports how an attempt ended.
-type AttemptResult struct {
-	JobID   string           `json:"job_id"`
-	Attempt int              `json:"attempt"`
-	State   job.AttemptState `json:"state"`
-	Won     bool             `json:"won"`
-}
-
-// JobResult reports a job's status.
-type JobResult struct {
+// RunResult reports a job the run saw done.
+type RunResult struct {
 	JobID  string     `json:"job_id"`
 	Status job.Status `json:"status"`
+}
+
+// HoldInput names the job and how the run before ended.
+type HoldInput struct {
+	JobID string `json:"job_id"`
+	// Error is the error name the state machine caught from the run.
+	Error string `json:"error,omitempty"`
+}
+
+// HoldResult is how long the state machine waits before the next run.
+type HoldResult struct {
+	JobID       string `json:"job_id"`
+	WaitSeconds int    `json:"wait_seconds"`
+}
+
+// RunTimeout is how long one run of a job type may take: the attempt's
+// timeout, plus the hedge delay when the type hedges (the hedge then gets
+// its full timeout too). The state machine's TimeoutSeconds for the run.
+func RunTimeout(jt JobType) time.Duration {
+	d := jt.Timeout()
+	if h, ok := jt.HedgeAfter(); ok {
+		d += h
+	}
+	return d
+}
+
+// RunTimeouts gives each job type's RunTimeout by name, for whoever starts
+// executions (stepfn.StarterConfig.RunTimeoutFunc).
+func RunTimeouts(c Catalog) func(jobType string) (time.Duration, bool) {
+	return func(name string) (time.Duration, bool) {
+		jt, ok := c.Lookup(name)
+		if !ok {
+			return 0, false
+		}
+		return RunTimeout(jt), true
+	}
 }
 
 // ceilSeconds rounds up: Step Functions waits and timeouts are whole seconds.
@@ -158,133 +180,72 @@ func (w *Tasks) load(ctx context.Context, id string) (job.Job, JobType, error) {
 	return j, jt, nil
 }
 
-// policy reads the certifications of the job's fallback providers.
-func (w *Tasks) policy(ctx context.Context, j job.Job, jt JobType) (job.Policy, error) {
-	certified := map[string]bool{}
-	for _, p := range job.CertificationsNeeded(j) {
-		ok, err := w.cfg.Certifications.Certified(ctx, j.Type, jt.ContractVersion(), p)
-		if err != nil {
-			return job.Policy{}, err
-		}
-		certified[p] = ok
-	}
-	return job.Policy{MaxAttempts: jt.MaxAttempts(), CertifiedFunc: func(p string) bool { return certified[p] }, Wait: w.cfg.Wait}, nil
+// certified asks the store, once per provider, whether a provider holds a
+// passing certification for the job type's contract: only when job.Next
+// wants to know (job.NeedsCertification), so a job on its primary reads
+// none. The first error is kept for the caller to return.
+type certified struct {
+	ctx     context.Context
+	store   Certifications
+	jobType string
+	version string
+	mu      sync.Mutex
+	seen    map[string]bool
+	err     error
 }
 
-// StartAttempt decides the job's next step and, when it is to run a new
-// attempt, starts it (refused while an attempt is starting or unknown).
-func (w *Tasks) StartAttempt(ctx context.Context, in JobInput) (Step, error) {
+func (c *certified) ask(p string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ok, done := c.seen[p]; done {
+		return ok
+	}
+	ok, err := c.store.Certified(c.ctx, c.jobType, c.version, p)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	c.seen[p] = ok && err == nil
+	return c.seen[p]
+}
+
+func (w *Tasks) policy(ctx context.Context, j job.Job, jt JobType) (job.Policy, *certified) {
+	c := &certified{ctx: ctx, store: w.cfg.Certifications, jobType: j.Type, version: jt.ContractVersion(), seen: map[string]bool{}}
+	return job.Policy{MaxAttempts: jt.MaxAttempts(), CertifiedFunc: c.ask, Wait: w.cfg.Wait}, c
+}
+
+// Hold settles what a run left when the state machine caught it ending
+// without a signal of its own — its timeout, a crash, an error it did not
+// name: by the timeout rule, the attempts it was running are unknown,
+// never failed (job.DecideUnknown; one never claimed provably never called
+// its provider and fails as retryable instead). Then it decides how long
+// the state machine waits before the next run: the wait schedule while an
+// attempt is open, none otherwise.
+func (w *Tasks) Hold(ctx context.Context, in HoldInput) (HoldResult, error) {
 	j, jt, err := w.load(ctx, in.JobID)
 	if err != nil {
-		return Step{}, err
+		return HoldResult{}, err
 	}
-	for _, n := range job.Overdue(j, jt.Timeout()+w.cfg.OverdueGrace, w.now()) {
-		w.log.WarnContext(ctx, "attempt_overdue", "job_id", j.ID, "attempt", n)
-		if j, err = w.cfg.Engine.MarkUnknown(ctx, j.ID, n, "still running past its timeout with no runner watching"); err != nil {
-			return Step{}, err
+	if in.Error != string(job.SignalWaitOpen) {
+		reason := "no answer within the run's timeout"
+		if in.Error != "" && in.Error != "States.Timeout" {
+			reason = "its run ended without a report (" + in.Error + ")"
 		}
-	}
-	for range 8 {
-		pol, err := w.policy(ctx, j, jt)
-		if err != nil {
-			return Step{}, err
-		}
-		plan := job.Next(j, pol, w.now())
-		switch plan.Action {
-		case job.ActionDone, job.ActionFinalize:
-			return Step{Action: plan.Action}, nil
-		case job.ActionWait:
-			w.log.InfoContext(ctx, "attempt_blocked", "job_id", j.ID, "attempt", plan.Blocker, "wait_seconds", ceilSeconds(plan.Wait))
-			return Step{Action: job.ActionWait, WaitSeconds: ceilSeconds(plan.Wait), Blocker: plan.Blocker}, nil
-		}
-		a, ok := j.Attempt(plan.Attempt)
-		if !ok {
-			var err error
-			j, a, err = w.cfg.Engine.StartAttempt(ctx, j.ID, plan.Provider)
-			var blocked *job.BlockedError
-			var finished *job.FinishedError
-			if errors.As(err, &blocked) || errors.As(err, &finished) {
-				continue // someone else moved the job: decide again on what is there now
+		for _, a := range j.Open() {
+			if a.State == job.AttemptUnknown {
+				continue
 			}
-			if err != nil {
-				return Step{}, err
+			if j, err = w.cfg.Engine.MarkUnknownOn(ctx, j, a.Number, reason); err != nil {
+				return HoldResult{}, err
 			}
 		}
-		step := Step{Action: job.ActionRun, Attempt: a.Number, Provider: a.Provider, TimeoutSeconds: ceilSeconds(jt.Timeout())}
-		if d, ok := jt.HedgeAfter(); ok {
-			s := ceilSeconds(d)
-			step.HedgeAfterSeconds = &s
-		}
-		return step, nil
 	}
-	return Step{}, fmt.Errorf("%w %s", ErrContention, in.JobID)
-}
-
-// Hedge starts one more attempt on the next certified provider if attempt n
-// is still running silently and the job has no outcome.
-func (w *Tasks) Hedge(ctx context.Context, in AttemptInput) (HedgeStep, error) {
-	j, jt, err := w.load(ctx, in.JobID)
-	if err != nil {
-		return HedgeStep{}, err
+	// How long to wait needs no certification: only whether an attempt is
+	// open, and since when.
+	plan := job.Next(j, job.Policy{MaxAttempts: jt.MaxAttempts(), Wait: w.cfg.Wait}, w.now())
+	res := HoldResult{JobID: j.ID}
+	if plan.Action == job.ActionWait {
+		res.WaitSeconds = ceilSeconds(plan.Wait)
+		w.log.InfoContext(ctx, "attempt_blocked", "job_id", j.ID, "attempt", plan.Blocker, "wait_seconds", res.WaitSeconds)
 	}
-	run := func(a job.Attempt) HedgeStep {
-		return HedgeStep{Action: job.ActionRun, Attempt: a.Number, Provider: a.Provider, TimeoutSeconds: ceilSeconds(jt.Timeout())}
-	}
-	pol, err := w.policy(ctx, j, jt)
-	if err != nil {
-		return HedgeStep{}, err
-	}
-	plan, ok := job.NextHedge(j, in.Attempt, pol)
-	if !ok {
-		return HedgeStep{Action: job.ActionNone}, nil
-	}
-	if a, ok := j.Attempt(plan.Attempt); ok {
-		return run(a), nil // started before, never claimed: issue it again
-	}
-	_, a, err := w.cfg.Engine.StartHedge(ctx, j.ID, plan.Provider)
-	var blocked *job.BlockedError
-	var finished *job.FinishedError
-	if errors.As(err, &blocked) || errors.As(err, &finished) {
-		return HedgeStep{Action: job.ActionNone}, nil
-	}
-	if err != nil {
-		return HedgeStep{}, err
-	}
-	return run(a), nil
-}
-
-// MarkUnknown records that the attempt outlived its timeout.
-func (w *Tasks) MarkUnknown(ctx context.Context, in AttemptInput) (AttemptResult, error) {
-	j, err := w.cfg.Engine.MarkUnknown(ctx, in.JobID, in.Attempt, "no answer within the attempt timeout")
-	if err != nil {
-		return AttemptResult{}, err
-	}
-	a, _ := j.Attempt(in.Attempt)
-	return AttemptResult{JobID: j.ID, Attempt: a.Number, State: a.State, Won: j.CompletedBy == a.Number}, nil
-}
-
-// Finalize fails the job with the last attempt's error once no provider is
-// left. It is a no-op when the job has an outcome or work remains.
-func (w *Tasks) Finalize(ctx context.Context, in JobInput) (JobResult, error) {
-	j, jt, err := w.load(ctx, in.JobID)
-	if err != nil {
-		return JobResult{}, err
-	}
-	pol, err := w.policy(ctx, j, jt)
-	if err != nil {
-		return JobResult{}, err
-	}
-	plan := job.Next(j, pol, w.now())
-	if plan.Action != job.ActionFinalize {
-		return JobResult{JobID: j.ID, Status: j.Status}, nil
-	}
-	j, err = w.cfg.Engine.Fail(ctx, j.ID, *plan.Failure)
-	var finished *job.FinishedError
-	if errors.As(err, &finished) {
-		return JobResult{JobID: j.ID, Status: finished.Status}, nil
-	}
-	if err != nil {
-		return JobResult{}, err
-	}
-	return JobResult{JobID: j.ID, Status: j.Status}, nil
+	return res, nil
 }

@@ -105,36 +105,58 @@ func TestStateMachineErrorNamesAreDeclared(t *testing.T) {
 	}
 }
 
-// TestUnreportedEndsAreUnknown keeps the rule of job.EndSignal: every task
-// that runs an attempt sends any end it did not name (a timeout, a crash)
-// to a state that marks the attempt unknown.
+// placeholder is the ASL resource of the task function fn.
+func placeholder(t *testing.T, fn string) string {
+	t.Helper()
+	f, ok := deploy.Lookup(fn)
+	if !ok || f.Placeholder == "" {
+		t.Fatalf("%s is not a task function", fn)
+	}
+	return "${" + f.Placeholder + "}"
+}
+
+// catches maps each error name a state catches to the state it leads to.
+func catches(st map[string]any) map[string]string {
+	out := map[string]string{}
+	rules, _ := st["Catch"].([]any)
+	for _, c := range rules {
+		rule := c.(map[string]any)
+		for _, e := range rule["ErrorEquals"].([]any) {
+			out[e.(string)] = rule["Next"].(string)
+		}
+	}
+	return out
+}
+
+// TestUnreportedEndsAreUnknown keeps the timeout rule: the run has its
+// own TimeoutSeconds, and any end of it not named — its timeout, a crash —
+// leads to the hold task, which decides its attempts unknown, with the
+// error name it was caught with.
 func TestUnreportedEndsAreUnknown(t *testing.T) {
 	t.Parallel()
 	_, def := loadASL(t)
 	states := map[string]map[string]any{}
 	walkStates(def["States"].(map[string]any), func(name string, st map[string]any) { states[name] = st })
+	run, hold := placeholder(t, deploy.FnRun), placeholder(t, deploy.FnHold)
 	runners := 0
 	for name, st := range states {
-		if st["Resource"] != "${RunAttemptFunctionArn}" {
+		if st["Resource"] != run {
 			continue
 		}
 		runners++
-		var catchAll, timeout string
-		for _, c := range st["Catch"].([]any) {
-			rule := c.(map[string]any)
-			for _, e := range rule["ErrorEquals"].([]any) {
-				switch e {
-				case "States.ALL":
-					catchAll = rule["Next"].(string)
-				case "States.Timeout":
-					timeout = rule["Next"].(string)
-				}
-			}
+		if st["TimeoutSecondsPath"] != "$.timeout_seconds" {
+			t.Errorf("%s: TimeoutSecondsPath %v, want the execution's $.timeout_seconds", name, st["TimeoutSecondsPath"])
 		}
-		for what, next := range map[string]string{"States.ALL": catchAll, "States.Timeout": timeout} {
-			if states[next]["Resource"] != "${MarkUnknownFunctionArn}" {
-				t.Errorf("%s: %s leads to %q, not to a MarkUnknown task", name, what, next)
-			}
+		c := catches(st)
+		if _, ok := c["States.Timeout"]; ok {
+			t.Errorf("%s catches States.Timeout on its own; it must reach the hold like every unnamed end", name)
+		}
+		next := states[c["States.ALL"]]
+		if next["Resource"] != hold {
+			t.Errorf("%s: States.ALL leads to %q, not to the hold task", name, c["States.ALL"])
+		}
+		if params, _ := next["Parameters"].(map[string]any); params["error.$"] != "$.error.Error" {
+			t.Errorf("the hold after %s is not told the error caught: %v", name, params)
 		}
 	}
 	if runners == 0 {
@@ -142,21 +164,30 @@ func TestUnreportedEndsAreUnknown(t *testing.T) {
 	}
 }
 
-func TestStateMachineRoutesEveryAction(t *testing.T) {
+// TestEverySignalIsRouted: each step job.Next can decide is carried out by
+// the run itself (the execution ends) or named by a signal the run state
+// catches explicitly — RunNext into a new run, WaitOpen into the hold and
+// its wait.
+func TestEverySignalIsRouted(t *testing.T) {
 	t.Parallel()
 	_, def := loadASL(t)
-	route := def["States"].(map[string]any)["Route"].(map[string]any)
-	var routed []string
-	for _, c := range route["Choices"].([]any) {
-		rule := c.(map[string]any)
-		if and, ok := rule["And"].([]any); ok {
-			rule = and[0].(map[string]any)
-		}
-		routed = append(routed, rule["StringEquals"].(string))
+	states := def["States"].(map[string]any)
+	run := states["Run"].(map[string]any)
+	if run["Resource"] != placeholder(t, deploy.FnRun) || run["End"] != true {
+		t.Fatalf("the Run state must run the run function and end the execution when the job is done: %v", run)
 	}
+	c := catches(run)
+	want := map[job.Signal]string{job.SignalRunNext: "Run", job.SignalWaitOpen: "Hold"}
 	for _, a := range job.Actions() {
-		if !slices.Contains(routed, string(a)) {
-			t.Errorf("Route does not handle action %q", a)
+		s, ok := job.Plan{Action: a}.Signal()
+		if !ok {
+			continue // done, finalize: the run ends the job itself
 		}
+		if c[string(s)] != want[s] {
+			t.Errorf("action %s signals %s, which leads to %q, want %q", a, s, c[string(s)], want[s])
+		}
+	}
+	if hold := states["Hold"].(map[string]any); hold["Next"] != "Wait" || states["Wait"].(map[string]any)["Next"] != "Run" {
+		t.Error("the hold must lead through Wait back to Run")
 	}
 }

@@ -16,11 +16,9 @@ import (
 // taskDecisions names, for each task function, the Go that decides what it
 // does: the state machine only sequences.
 var taskDecisions = map[string]string{
-	deploy.FnStartAttempt: "`lifecycle.(*Tasks).StartAttempt` → `job.Next` (and `job.DecideStart`, `job.Overdue`)",
-	deploy.FnRunAttempt:   "`lifecycle.(*Tasks).RunAttempt` → `job.DecideRunning`, the provider call, `job.DecideComplete` or `job.DecideAttemptFailed`",
-	deploy.FnMarkUnknown:  "`lifecycle.(*Tasks).MarkUnknown` → `job.DecideUnknown`",
-	deploy.FnHedge:        "`lifecycle.(*Tasks).Hedge` → `job.NextHedge`, `job.DecideHedge`",
-	deploy.FnFinalize:     "`lifecycle.(*Tasks).Finalize` → `job.Next`, `job.DecideFail`",
+	deploy.FnRun: "`lifecycle.(*Tasks).Run` → `job.Next`, `job.DecideLaunch`, the provider call, `job.DecideComplete` or " +
+		"`job.DecideAttemptFailed`, `job.NextHedge` and `job.DecideLaunchHedge`, `job.DecideFail`; `job.Plan.Signal` names what comes next",
+	deploy.FnHold: "`lifecycle.(*Tasks).Hold` → `job.DecideUnknown` for the run's attempts, `job.Next` for the wait",
 }
 
 // TestDiagramsAreCurrent keeps docs/state-machines.md drawn from the code:
@@ -58,7 +56,7 @@ a test fails when this file and the code disagree.
 
 Every decision in ` + "`internal/job`" + ` moves an attempt along one of these edges
 (` + "`job.AttemptEdges`" + `); no other change of an attempt's state exists.
-A ` + "`starting`" + ` or ` + "`unknown`" + ` attempt blocks new attempts.
+A ` + "`starting`" + ` or ` + "`unknown`" + ` attempt blocks new attempts. A run starts and claims its attempt in one write (` + "`job.DecideLaunch`" + `).
 
 ` + "```mermaid\nstateDiagram-v2\n")
 	fmt.Fprintf(&b, "    [*] --> %s: DecideStart / DecideHedge\n", job.AttemptStarting)
@@ -84,8 +82,10 @@ A ` + "`starting`" + ` or ` + "`unknown`" + ` attempt blocks new attempts.
 		}
 	}
 	b.WriteString("```\n\n## The execution (statemachine/onejob.asl.json)\n\n")
-	b.WriteString("One execution per job, named by the job ID. Edges carry the Choice conditions and the error names\n" +
-		"a Catch matches (declared in Go: `job.Signals`, `lifecycle.ErrorNames`).\n\n```mermaid\nflowchart TD\n")
+	b.WriteString("One execution per job, named by the job ID. A happy job is one state: Run decides, starts and claims\n" +
+		"its attempt, calls the provider (hedging in Go) and completes the job. Edges carry the error names a Catch\n" +
+		"matches (declared in Go: `job.Signals`, `lifecycle.ErrorNames`); the run's timeout is the execution's\n" +
+		"`timeout_seconds`, the job type's timeout plus its hedge delay.\n\n```mermaid\nflowchart TD\n")
 	states := def["States"].(map[string]any)
 	fmt.Fprintf(&b, "    start((start)) --> %s\n", def["StartAt"])
 	drawStates(&b, states, "    ")

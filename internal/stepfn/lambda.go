@@ -15,42 +15,18 @@ import (
 // The Lambda entry points: the task logic with its error turned into the
 // declared ASL error name. Each main hands one to lambda.Start.
 
-// StartAttempt is the startattempt function.
-func StartAttempt(t *lifecycle.Tasks) func(context.Context, lifecycle.JobInput) (lifecycle.Step, error) {
-	return func(ctx context.Context, in lifecycle.JobInput) (lifecycle.Step, error) {
-		out, err := t.StartAttempt(ctx, in)
+// Run is the run function.
+func Run(t *lifecycle.Tasks) func(context.Context, lifecycle.RunInput) (lifecycle.RunResult, error) {
+	return func(ctx context.Context, in lifecycle.RunInput) (lifecycle.RunResult, error) {
+		out, err := t.Run(ctx, in)
 		return out, LambdaError(err)
 	}
 }
 
-// RunAttempt is the runattempt function.
-func RunAttempt(t *lifecycle.Tasks) func(context.Context, lifecycle.AttemptInput) (lifecycle.AttemptResult, error) {
-	return func(ctx context.Context, in lifecycle.AttemptInput) (lifecycle.AttemptResult, error) {
-		out, err := t.RunAttempt(ctx, in)
-		return out, LambdaError(err)
-	}
-}
-
-// MarkUnknown is the markunknown function.
-func MarkUnknown(t *lifecycle.Tasks) func(context.Context, lifecycle.AttemptInput) (lifecycle.AttemptResult, error) {
-	return func(ctx context.Context, in lifecycle.AttemptInput) (lifecycle.AttemptResult, error) {
-		out, err := t.MarkUnknown(ctx, in)
-		return out, LambdaError(err)
-	}
-}
-
-// Hedge is the hedge function.
-func Hedge(t *lifecycle.Tasks) func(context.Context, lifecycle.AttemptInput) (lifecycle.HedgeStep, error) {
-	return func(ctx context.Context, in lifecycle.AttemptInput) (lifecycle.HedgeStep, error) {
-		out, err := t.Hedge(ctx, in)
-		return out, LambdaError(err)
-	}
-}
-
-// Finalize is the finalize function.
-func Finalize(t *lifecycle.Tasks) func(context.Context, lifecycle.JobInput) (lifecycle.JobResult, error) {
-	return func(ctx context.Context, in lifecycle.JobInput) (lifecycle.JobResult, error) {
-		out, err := t.Finalize(ctx, in)
+// Hold is the hold function.
+func Hold(t *lifecycle.Tasks) func(context.Context, lifecycle.HoldInput) (lifecycle.HoldResult, error) {
+	return func(ctx context.Context, in lifecycle.HoldInput) (lifecycle.HoldResult, error) {
+		out, err := t.Hold(ctx, in)
 		return out, LambdaError(err)
 	}
 }
@@ -60,11 +36,8 @@ func Finalize(t *lifecycle.Tasks) func(context.Context, lifecycle.JobInput) (lif
 // aws-lambda-go handlers serve one invocation at a time.
 func Factories(t *lifecycle.Tasks) map[string]func() lambda.Handler {
 	return map[string]func() lambda.Handler{
-		deploy.FnStartAttempt: func() lambda.Handler { return lambda.NewHandler(StartAttempt(t)) },
-		deploy.FnRunAttempt:   func() lambda.Handler { return lambda.NewHandler(RunAttempt(t)) },
-		deploy.FnMarkUnknown:  func() lambda.Handler { return lambda.NewHandler(MarkUnknown(t)) },
-		deploy.FnHedge:        func() lambda.Handler { return lambda.NewHandler(Hedge(t)) },
-		deploy.FnFinalize:     func() lambda.Handler { return lambda.NewHandler(Finalize(t)) },
+		deploy.FnRun:  func() lambda.Handler { return lambda.NewHandler(Run(t)) },
+		deploy.FnHold: func() lambda.Handler { return lambda.NewHandler(Hold(t)) },
 	}
 }
 

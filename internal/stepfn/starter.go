@@ -15,12 +15,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sfn/types"
+
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // StarterConfig wires a Starter.
 type StarterConfig struct {
 	Client          *sfn.Client
 	StateMachineARN string
+	// RunTimeoutFunc is a job type's run timeout (lifecycle.RunTimeout),
+	// the state machine's TimeoutSeconds for each run of its jobs; false
+	// for a type this build does not know, whose execution starts with
+	// DefaultRunTimeout and ends at once (Abandoned).
+	RunTimeoutFunc func(jobType string) (time.Duration, bool)
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
 	Logger  *slog.Logger
@@ -28,6 +36,7 @@ type StarterConfig struct {
 
 // Starter starts executions.
 type Starter struct {
+	timeout func(jobType string) (time.Duration, bool)
 	// startExecution is the one operation called, held as a method value so
 	// the SDK client stays out of reflection's reach (see dynamo's client).
 	startExecution func(context.Context, *sfn.StartExecutionInput, ...func(*sfn.Options)) (*sfn.StartExecutionOutput, error)
@@ -38,8 +47,8 @@ type Starter struct {
 
 // NewStarter checks the client and state machine and defaults the rest.
 func NewStarter(c StarterConfig) (*Starter, error) {
-	if c.Client == nil || c.StateMachineARN == "" {
-		return nil, errors.New("stepfn: client and state machine ARN are required")
+	if c.Client == nil || c.StateMachineARN == "" || c.RunTimeoutFunc == nil {
+		return nil, errors.New("stepfn: client, state machine ARN and run timeouts are required")
 	}
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
@@ -47,26 +56,37 @@ func NewStarter(c StarterConfig) (*Starter, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Starter{startExecution: c.Client.StartExecution, arn: c.StateMachineARN, now: c.NowFunc, log: c.Logger}, nil
+	return &Starter{startExecution: c.Client.StartExecution, arn: c.StateMachineARN, timeout: c.RunTimeoutFunc,
+		now: c.NowFunc, log: c.Logger}, nil
 }
 
-// ExecutionInput is the input of every execution: the job ID, nothing else,
-// so a repeated start has the same input and is idempotent.
-func ExecutionInput(jobID string) string {
-	b, _ := json.Marshal(map[string]string{"job_id": jobID})
+// DefaultRunTimeout starts the execution of a job whose type this build
+// does not know.
+const DefaultRunTimeout = time.Minute
+
+// ExecutionInput is the input of a job's execution: its ID and each run's
+// timeout, both fixed for the job, so a repeated start has the same input
+// and is idempotent.
+func ExecutionInput(jobID string, runTimeout time.Duration) string {
+	b, _ := json.Marshal(lifecycle.NewRunInput(jobID, runTimeout))
 	return string(b)
 }
 
-// Start starts the execution named id. Repeating it is harmless: Step
-// Functions returns the running execution for the same name and input, and
-// ExecutionAlreadyExists for a closed one, which means it already ran.
-// started reports a new execution.
-func (s *Starter) Start(ctx context.Context, id string) (started bool, err error) {
+// Start starts the job's execution, named by its ID. Repeating it is
+// harmless: Step Functions returns the running execution for the same name
+// and input, and ExecutionAlreadyExists for a closed one, which means it
+// already ran. started reports a new execution.
+func (s *Starter) Start(ctx context.Context, j job.Job) (started bool, err error) {
+	id := j.ID
+	timeout, ok := s.timeout(j.Type)
+	if !ok {
+		timeout = DefaultRunTimeout
+	}
 	begun := s.now()
 	out, err := s.startExecution(ctx, &sfn.StartExecutionInput{
 		StateMachineArn: aws.String(s.arn),
 		Name:            aws.String(id),
-		Input:           aws.String(ExecutionInput(id)),
+		Input:           aws.String(ExecutionInput(id, timeout)),
 	})
 	var exists *types.ExecutionAlreadyExists
 	if errors.As(err, &exists) {

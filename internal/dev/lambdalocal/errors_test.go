@@ -123,11 +123,11 @@ func TestFunctionName(t *testing.T) {
 	tests := []struct {
 		name, in, want string
 	}{
-		{"Plain", "onejob-startattempt", "onejob-startattempt"},
-		{"PlainQualified", "onejob-startattempt:live", "onejob-startattempt"},
-		{"FullARN", "arn:aws:lambda:us-east-1:000000000000:function:onejob-startattempt", "onejob-startattempt"},
-		{"FullARNVersion", "arn:aws:lambda:us-east-1:000000000000:function:onejob-startattempt:$LATEST", "onejob-startattempt"},
-		{"PartialARN", "000000000000:function:onejob-startattempt", "onejob-startattempt"},
+		{"Plain", "onejob-run", "onejob-run"},
+		{"PlainQualified", "onejob-run:live", "onejob-run"},
+		{"FullARN", "arn:aws:lambda:us-east-1:000000000000:function:onejob-run", "onejob-run"},
+		{"FullARNVersion", "arn:aws:lambda:us-east-1:000000000000:function:onejob-run:$LATEST", "onejob-run"},
+		{"PartialARN", "000000000000:function:onejob-run", "onejob-run"},
 		{"NameContainsFunction", "my-function:alias", "my-function"},
 	}
 	for _, tt := range tests {

@@ -160,7 +160,7 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 		r.open = false
 	}
 	applied := clone(*cur)
-	if num != 0 {
+	if t.RecordsAttempt() {
 		a, _ := applied.Attempt(num)
 		s.record(a, applied.Revision)
 	}

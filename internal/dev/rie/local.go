@@ -55,7 +55,7 @@ type Local struct {
 	dyn       *dynalite.Server
 	db        *dynamodb.Client
 	simServer *sim.Server
-	providers string // ONEJOB_PROVIDERS for runattempt
+	providers string // ONEJOB_PROVIDERS for the run function
 	tmp       string
 
 	mu         sync.Mutex

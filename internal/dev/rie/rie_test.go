@@ -43,11 +43,8 @@ var expected = map[string]expectation{
 	"api-cancel-job.json":                {status: 200},
 	"api-resolve-attempt-forbidden.json": {status: 403},
 	"api-resolve-attempt.json":           {status: 200},
-	"startattempt.json":                  {output: map[string]any{"action": "run", "attempt": 1.0, "provider": "sim-primary"}},
-	"runattempt.json":                    {output: map[string]any{"attempt": 1.0, "state": "succeeded", "won": true}},
-	"markunknown.json":                   {output: map[string]any{"attempt": 1.0, "state": "unknown", "won": false}},
-	"hedge.json":                         {output: map[string]any{"action": "run", "attempt": 2.0, "provider": "sim-fallback"}},
-	"finalize.json":                      {output: map[string]any{"status": "failed"}},
+	"run.json":                           {output: map[string]any{"status": "succeeded"}},
+	"hold.json":                          {output: map[string]any{"wait_seconds": 60.0}},
 	"sweeper.json":                       {output: map[string]any{"open": 1.0, "pending": 1.0, "started": 1.0}, starts: 1},
 }
 
@@ -89,7 +86,7 @@ func TestEveryEvent(t *testing.T) {
 	// What `make invoke` tells apart from a function error: a bootstrap
 	// that fails its init (here: no configuration) is a 502 from RIE.
 	t.Run("init failure", func(t *testing.T) {
-		em, err := StartEmulator(ctx, EmulatorConfig{RIE: l.cfg.RIE, Bootstrap: l.bootstraps["finalize"],
+		em, err := StartEmulator(ctx, EmulatorConfig{RIE: l.cfg.RIE, Bootstrap: l.bootstraps[deploy.FnHold],
 			Env: map[string]string{"AWS_REGION": Region}})
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +108,7 @@ func TestEveryEvent(t *testing.T) {
 	// The same event without seeding: the worker's declared error name
 	// comes back in a 200, as from real Lambda minus X-Amz-Function-Error.
 	t.Run("function error", func(t *testing.T) {
-		res, err := l.InvokeIn(ctx, "finalize", []byte(`{"job_id":"job_x"}`), ScenarioEmpty, "")
+		res, err := l.InvokeIn(ctx, deploy.FnHold, []byte(`{"job_id":"job_x"}`), ScenarioEmpty, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,8 +225,8 @@ func TestFunctionForEvent(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
 		{"events/api-create-job.json", "api"},
 		{"api-get-job-other-owner.json", "api"},
-		{"events/hedge.json", "hedge"},
-		{"runattempt-timeout.json", "runattempt"},
+		{"events/hold.json", "hold"},
+		{"run-timeout.json", "run"},
 		{"/abs/path/sweeper.json", "sweeper"},
 	} {
 		if got := FunctionForEvent(tc.file); got != tc.want {
@@ -250,11 +247,8 @@ func TestScenarioFor(t *testing.T) {
 		{"get", "api", `{"routeKey":"GET /v1/jobs/{id}","pathParameters":{"id":"job_x"}}`, ScenarioPending, "job_x", false},
 		{"list", "api", `{"routeKey":"GET /v1/jobs"}`, ScenarioPending, "", false},
 		{"resolve", "api", `{"routeKey":"POST /v1/jobs/{id}/attempts/{n}/resolve","pathParameters":{"id":"job_y","n":"1"}}`, ScenarioUnknown, "job_y", false},
-		{"startattempt", "startattempt", `{"job_id":"job_z"}`, ScenarioPending, "job_z", false},
-		{"runattempt", "runattempt", `{"job_id":"job_z","attempt":1}`, ScenarioStarting, "job_z", false},
-		{"markunknown", "markunknown", `{"job_id":"job_z","attempt":1}`, ScenarioRunning, "job_z", false},
-		{"hedge", "hedge", `{"job_id":"job_z","attempt":1}`, ScenarioRunning, "job_z", false},
-		{"finalize", "finalize", `{"job_id":"job_z"}`, ScenarioExhausted, "job_z", false},
+		{"run", "run", `{"job_id":"job_z","timeout_seconds":3}`, ScenarioPending, "job_z", false},
+		{"hold", "hold", `{"job_id":"job_z","error":"States.Timeout"}`, ScenarioRunning, "job_z", false},
 		{"sweeper", "sweeper", `{}`, ScenarioPending, "", false},
 		{"unknown function", "nosuch", `{}`, "", "", true},
 		{"not an object", "api", `[1]`, "", "", true},

@@ -40,15 +40,11 @@ const (
 	ScenarioEmpty Scenario = "empty tables"
 	// ScenarioPending: the job exists, no attempt yet.
 	ScenarioPending Scenario = "job pending"
-	// ScenarioStarting: attempt 1 on sim-primary started, not claimed.
-	ScenarioStarting Scenario = "attempt 1 starting"
 	// ScenarioRunning: attempt 1 claimed by a runner; sim-fallback
 	// certified for demo, so a hedge may start attempt 2 on it.
 	ScenarioRunning Scenario = "attempt 1 running, sim-fallback certified"
 	// ScenarioUnknown: attempt 1 outlived its timeout.
 	ScenarioUnknown Scenario = "attempt 1 unknown"
-	// ScenarioExhausted: attempt 1 failed for good; nothing left to try.
-	ScenarioExhausted Scenario = "attempt 1 failed (non-retryable)"
 )
 
 // FunctionForEvent names the function an events/ file is for: api-*.json
@@ -92,14 +88,10 @@ func ScenarioFor(fn string, event []byte) (Scenario, string, error) {
 		return ScenarioPending, jobID, nil
 	case deploy.FnSweeper:
 		return ScenarioPending, jobID, nil
-	case deploy.FnStartAttempt:
+	case deploy.FnRun:
 		return ScenarioPending, jobID, nil
-	case deploy.FnRunAttempt:
-		return ScenarioStarting, jobID, nil
-	case deploy.FnMarkUnknown, deploy.FnHedge:
+	case deploy.FnHold:
 		return ScenarioRunning, jobID, nil
-	case deploy.FnFinalize:
-		return ScenarioExhausted, jobID, nil
 	}
 	return "", "", fmt.Errorf("no seeding known for function %q", fn)
 }
@@ -131,14 +123,8 @@ func Seed(ctx context.Context, st *dynamo.Store, sc Scenario, jobID string) (job
 	if sc == ScenarioPending {
 		return eng.Get(ctx, j.ID)
 	}
-	if _, _, err := eng.StartAttempt(ctx, j.ID, sim.DemoPrimary); err != nil {
-		return job.Job{}, fmt.Errorf("seed attempt: %w", err)
-	}
-	if sc == ScenarioStarting {
-		return eng.Get(ctx, j.ID)
-	}
-	if _, _, err := eng.MarkRunning(ctx, j.ID, 1); err != nil {
-		return job.Job{}, fmt.Errorf("seed running: %w", err)
+	if _, _, launched, err := eng.LaunchOn(ctx, j, sim.DemoPrimary); err != nil || !launched {
+		return job.Job{}, fmt.Errorf("seed attempt: launched=%v: %v", launched, err)
 	}
 	switch sc {
 	case ScenarioRunning:
@@ -148,9 +134,6 @@ func Seed(ctx context.Context, st *dynamo.Store, sc Scenario, jobID string) (job
 		return eng.Get(ctx, j.ID)
 	case ScenarioUnknown:
 		return eng.MarkUnknown(ctx, j.ID, 1, "no answer within the attempt timeout (seeded)")
-	case ScenarioExhausted:
-		return eng.FailAttempt(ctx, j.ID, 1, job.Failure{Class: job.ClassNonRetryable,
-			Message: "sim-primary rejected the request (seeded)"}, "")
 	}
 	return job.Job{}, errors.New("unknown scenario " + string(sc))
 }

@@ -2,188 +2,134 @@ package sfnlocal_test
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambda/messages"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/lambdalocal"
 	"github.com/onejob/onejob/internal/dev/sfnlocal"
 )
 
-type ProviderRejected struct{}
+// The real definition (statemachine/onejob.asl.json) executed with stub
+// run and hold functions that follow a script per job: each test checks
+// the route the ASL takes for one way a run can end.
 
-func (e *ProviderRejected) Error() string     { return "provider rejected the request" }
-func (e *ProviderRejected) ErrorName() string { return "ProviderRejected" }
+// runEnd is how one stub run ends: "ok" (the job is done), a declared error
+// name, "slow" (answers only after the hold ran, so the run's own timeout
+// fires first) or "crash" (an error with no declared name).
+type runEnd string
 
-// step is what the stub StartAttempt returns, in the shape the real
-// definition reads ($.step.action, attempt, timeout_seconds, ...).
-type step struct {
-	Action            string `json:"action"`
-	Attempt           int    `json:"attempt,omitempty"`
-	TimeoutSeconds    int    `json:"timeout_seconds,omitempty"`
-	HedgeAfterSeconds *int   `json:"hedge_after_seconds,omitempty"`
-	WaitSeconds       *int   `json:"wait_seconds,omitempty"`
+type runInput struct {
+	JobID          string `json:"job_id"`
+	TimeoutSeconds int    `json:"timeout_seconds"`
 }
 
-type scenario struct {
-	steps []step // StartAttempt answers, in order
-	run   string // RunAttempt behavior: ok, slow, rejected
+type holdInput struct {
+	JobID string `json:"job_id"`
+	Error string `json:"error"`
 }
 
-// stubs serves the five onejob functions from per-job scenarios.
 type stubs struct {
-	mu        sync.Mutex
-	scenarios map[string]scenario
-	next      map[string]int
-	calls     map[string]map[string]int // job -> function -> calls
-	marked    map[string]chan struct{}  // closed when markunknown ran for the job
+	mu      sync.Mutex
+	scripts map[string][]runEnd
+	runs    map[string]int
+	holds   map[string][]string      // the error names each hold received
+	held    map[string]chan struct{} // closed when a hold ran for the job
 }
 
-// markedChan is closed once markunknown ran for jobID: a slow run answers
-// only after the state machine gave up on it, however busy the machine.
-func (s *stubs) markedChan(jobID string) chan struct{} {
+func (s *stubs) heldChan(jobID string) chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ch, ok := s.marked[jobID]
+	ch, ok := s.held[jobID]
 	if !ok {
 		ch = make(chan struct{})
-		s.marked[jobID] = ch
+		s.held[jobID] = ch
 	}
 	return ch
 }
 
-type jobRef struct {
-	JobID   string `json:"job_id"`
-	Attempt int    `json:"attempt"`
-}
-
-func (s *stubs) record(fn, jobID string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.calls[jobID] == nil {
-		s.calls[jobID] = map[string]int{}
-	}
-	s.calls[jobID][fn]++
-}
-
-// factory builds one sandbox's handler per concurrent invocation.
 func factory(fn any) func() lambda.Handler {
 	return func() lambda.Handler { return lambda.NewHandler(fn) }
 }
 
 func (s *stubs) handlers() map[string]func() lambda.Handler {
 	return map[string]func() lambda.Handler{
-		"onejob-startattempt": factory(func(_ context.Context, in jobRef) (step, error) {
-			s.record("startattempt", in.JobID)
+		deploy.FnRun: factory(func(ctx context.Context, in runInput) (map[string]string, error) {
 			s.mu.Lock()
-			defer s.mu.Unlock()
-			sc := s.scenarios[in.JobID]
-			i := s.next[in.JobID]
-			s.next[in.JobID]++
-			if i >= len(sc.steps) {
-				return step{Action: "done"}, nil
-			}
-			return sc.steps[i], nil
-		}),
-		"onejob-runattempt": factory(func(ctx context.Context, in jobRef) (json.RawMessage, error) {
-			s.record("runattempt", in.JobID)
-			s.mu.Lock()
-			mode := s.scenarios[in.JobID].run
+			script := s.scripts[in.JobID]
+			i := s.runs[in.JobID]
+			s.runs[in.JobID]++
 			s.mu.Unlock()
-			switch mode {
+			end := runEnd("ok")
+			if i < len(script) {
+				end = script[i]
+			}
+			switch end {
+			case "ok":
+				return map[string]string{"job_id": in.JobID, "status": "succeeded"}, nil
 			case "slow":
 				select {
-				case <-s.markedChan(in.JobID):
+				case <-s.heldChan(in.JobID):
 				case <-ctx.Done():
 				}
-			case "rejected":
-				return nil, &ProviderRejected{}
+				return map[string]string{"job_id": in.JobID, "status": "succeeded"}, nil
+			case "crash":
+				return nil, errors.New("the runner fell over")
 			}
-			return json.RawMessage(`{}`), nil
+			return nil, messages.InvokeResponse_Error{Type: string(end), Message: "scripted"}
 		}),
-		"onejob-markunknown": factory(func(_ context.Context, in jobRef) (json.RawMessage, error) {
-			s.record("markunknown", in.JobID)
-			ch := s.markedChan(in.JobID)
+		deploy.FnHold: factory(func(_ context.Context, in holdInput) (map[string]any, error) {
+			ch := s.heldChan(in.JobID)
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			s.holds[in.JobID] = append(s.holds[in.JobID], in.Error)
 			select {
 			case <-ch:
 			default:
 				close(ch)
 			}
-			return json.RawMessage(`{}`), nil
-		}),
-		"onejob-hedge": factory(func(_ context.Context, in jobRef) (map[string]string, error) {
-			s.record("hedge", in.JobID)
-			return map[string]string{"action": "skip"}, nil
-		}),
-		"onejob-finalize": factory(func(_ context.Context, in jobRef) (json.RawMessage, error) {
-			s.record("finalize", in.JobID)
-			return json.RawMessage(`{"status":"failed"}`), nil
+			return map[string]any{"job_id": in.JobID, "wait_seconds": 0}, nil
 		}),
 	}
-}
-
-func (s *stubs) callsFor(jobID string) map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range s.calls[jobID] {
-		out[k] = v
-	}
-	return out
 }
 
 func TestRealDefinition(t *testing.T) {
 	t.Parallel()
-	zero := 0
-	scenarios := map[string]struct {
-		sc        scenario
-		wantCalls map[string]int
+	tests := map[string]struct {
+		timeout int
+		script  []runEnd
+		status  types.ExecutionStatus
+		runs    int
+		holds   []string
 	}{
-		"Done": {
-			sc:        scenario{steps: []step{{Action: "done"}}},
-			wantCalls: map[string]int{"startattempt": 1},
-		},
-		"RunHedgeFinalize": {
-			sc: scenario{run: "ok", steps: []step{
-				{Action: "run", Attempt: 1, TimeoutSeconds: 5, HedgeAfterSeconds: &zero},
-				{Action: "finalize"},
-			}},
-			wantCalls: map[string]int{"startattempt": 2, "runattempt": 1, "hedge": 1, "finalize": 1},
-		},
-		"WaitThenDone": {
-			sc:        scenario{steps: []step{{Action: "wait", WaitSeconds: &zero}, {Action: "done"}}},
-			wantCalls: map[string]int{"startattempt": 2},
-		},
-		"RunTimesOutMarksUnknown": {
-			sc:        scenario{run: "slow", steps: []step{{Action: "run", Attempt: 1, TimeoutSeconds: 1}}},
-			wantCalls: map[string]int{"startattempt": 2, "runattempt": 1, "markunknown": 1},
-		},
-		"RejectedIsCaught": {
-			sc:        scenario{run: "rejected", steps: []step{{Action: "run", Attempt: 1, TimeoutSeconds: 5}}},
-			wantCalls: map[string]int{"startattempt": 2, "runattempt": 1},
-		},
+		"DoneInOneRun":     {runs: 1, status: types.ExecutionStatusSucceeded},
+		"RunNextRunsAgain": {script: []runEnd{"RunNext", "RunNext"}, runs: 3, status: types.ExecutionStatusSucceeded},
+		"WaitOpenHolds":    {script: []runEnd{"WaitOpen"}, runs: 2, holds: []string{"WaitOpen"}, status: types.ExecutionStatusSucceeded},
+		"TimeoutHolds":     {timeout: 1, script: []runEnd{"slow"}, runs: 2, holds: []string{"States.Timeout"}, status: types.ExecutionStatusSucceeded},
+		"CrashHolds":       {script: []runEnd{"crash"}, runs: 2, holds: []string{"errorString"}, status: types.ExecutionStatusSucceeded},
+		"StoreUnavailableRetries": {script: []runEnd{"StoreUnavailable", "StoreUnavailable"}, runs: 3,
+			status: types.ExecutionStatusSucceeded},
+		"RetriesExhaustedHold": {script: []runEnd{"StoreUnavailable", "StoreUnavailable", "StoreUnavailable", "StoreUnavailable"},
+			runs: 5, holds: []string{"StoreUnavailable"}, status: types.ExecutionStatusSucceeded},
+		"UnknownJobTypeAbandons": {script: []runEnd{"UnknownJobType"}, runs: 1, status: types.ExecutionStatusFailed},
+		"StoreRefusedAbandons":   {script: []runEnd{"StoreRefused"}, runs: 1, status: types.ExecutionStatusFailed},
 	}
-
-	st := &stubs{scenarios: map[string]scenario{}, next: map[string]int{}, calls: map[string]map[string]int{},
-		marked: map[string]chan struct{}{}}
-	for name, tc := range scenarios {
-		st.scenarios[name] = tc.sc
+	st := &stubs{scripts: map[string][]runEnd{}, runs: map[string]int{}, holds: map[string][]string{},
+		held: map[string]chan struct{}{}}
+	for name, tc := range tests {
+		st.scripts[name] = tc.script
 	}
 	subst := map[string]string{}
-	for key, fn := range map[string]string{
-		"StartAttemptFunctionArn": "onejob-startattempt",
-		"RunAttemptFunctionArn":   "onejob-runattempt",
-		"MarkUnknownFunctionArn":  "onejob-markunknown",
-		"HedgeFunctionArn":        "onejob-hedge",
-		"FinalizeFunctionArn":     "onejob-finalize",
-	} {
+	for key, fn := range deploy.Tasks() {
 		subst[key] = fnARN(fn)
 	}
 	s, err := startStack(t.Context(), lambdalocal.Config{Factories: st.handlers(), Logger: testLogger()},
@@ -193,24 +139,26 @@ func TestRealDefinition(t *testing.T) {
 	}
 	t.Cleanup(s.close)
 
-	for name, tc := range scenarios {
+	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			started := start(t, s, name, `{"job_id":"`+name+`"}`)
+			timeout := 30
+			if tc.timeout > 0 {
+				timeout = tc.timeout
+			}
+			started := start(t, s, name, `{"job_id":"`+name+`","timeout_seconds":`+strconv.Itoa(timeout)+`}`)
 			out := waitClosed(t, s, aws.ToString(started.ExecutionArn))
-			if out.Status != types.ExecutionStatusSucceeded {
-				t.Fatalf("status = %s, error %q, cause %q", out.Status, aws.ToString(out.Error), aws.ToString(out.Cause))
+			if out.Status != tc.status {
+				t.Fatalf("status = %s, want %s; error %q, cause %q", out.Status, tc.status, aws.ToString(out.Error), aws.ToString(out.Cause))
 			}
-			got := st.callsFor(name)
-			for fn, want := range tc.wantCalls {
-				if got[fn] != want {
-					t.Errorf("%s calls = %d, want %d (all: %v)", fn, got[fn], want, got)
-				}
+			if tc.status == types.ExecutionStatusFailed && aws.ToString(out.Error) != "JobAbandoned" {
+				t.Fatalf("failed with %q, want JobAbandoned", aws.ToString(out.Error))
 			}
-			for fn, n := range got {
-				if _, ok := tc.wantCalls[fn]; !ok {
-					t.Errorf("unexpected %d calls to %s", n, fn)
-				}
+			st.mu.Lock()
+			runs, holds := st.runs[name], slices.Clone(st.holds[name])
+			st.mu.Unlock()
+			if runs != tc.runs || !slices.Equal(holds, tc.holds) {
+				t.Fatalf("runs %d, holds %q; want %d, %q", runs, holds, tc.runs, tc.holds)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/emf"
@@ -182,8 +183,8 @@ func TestDuplicateDeliverySameEndStates(t *testing.T) {
 			}
 		})
 	}
-	if s.Lambda.Invocations("startattempt") < 2*s.Lambda.Requests("startattempt") {
-		t.Fatalf("duplicate delivery off: %d runs for %d requests", s.Lambda.Invocations("startattempt"), s.Lambda.Requests("startattempt"))
+	if s.Lambda.Invocations(deploy.FnRun) < 2*s.Lambda.Requests(deploy.FnRun) {
+		t.Fatalf("duplicate delivery off: %d runs for %d requests", s.Lambda.Invocations(deploy.FnRun), s.Lambda.Requests(deploy.FnRun))
 	}
 }
 

@@ -253,7 +253,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.closers = append(s.closers, s.SFN.Close)
 	s.SFNClient = sfn.New(sfn.Options{Region: region, BaseEndpoint: aws.String(s.SFN.Endpoint()),
 		Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")})
-	s.Starter, err = stepfn.NewStarter(stepfn.StarterConfig{Client: s.SFNClient, StateMachineARN: s.SFN.StateMachineARN(), Logger: log})
+	s.Starter, err = stepfn.NewStarter(stepfn.StarterConfig{Client: s.SFNClient, StateMachineARN: s.SFN.StateMachineARN(),
+		RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}), Logger: log})
 	if err != nil {
 		return nil, err
 	}

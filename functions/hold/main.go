@@ -1,6 +1,6 @@
-// Command hedge is a task function of the onejob state machine: it
-// starts one more attempt on the next certified provider while the first
-// is silent.
+// Command hold is the onejob state machine's hold task: after a run ended
+// without an answer (its timeout, a crash) it records the run's attempts as
+// unknown, never failed, and decides how long to wait before the next run.
 package main
 
 import (
@@ -45,5 +45,5 @@ func main() {
 		Certifications: store, CallTimeout: deploy.CallTimeout, Logger: log,
 	})
 	deploy.Check(log, err)
-	lambda.Start(stepfn.Hedge(tasks))
+	lambda.Start(stepfn.Hold(tasks))
 }

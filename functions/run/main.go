@@ -1,23 +1,28 @@
-// Command finalize is a task function of the onejob state machine: it
-// fails a job with its last error once no provider is left.
+// Command run is the onejob state machine's run task: it decides a job's
+// next attempt, starts and claims it, calls its provider (hedging when the
+// job type says so) and completes the job by compare-and-swap — the only
+// function that calls providers.
 package main
 
 import (
+	"context"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/lifecycle"
-	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/stepfn"
 )
 
 func main() {
+	ctx := context.Background()
 	env := deploy.LoadEnv(os.Getenv)
 	log := deploy.Logger(env.Name)
 	deploy.Check(log, env.Validate(0))
@@ -36,7 +41,14 @@ func main() {
 	deploy.Check(log, err)
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)
-	providers, err := provider.RegistryOf() // this function calls none
+	// Only this function calls providers, so only it reads their
+	// configuration (and links their adapters).
+	providers, err := adapters.Load(ctx, adapters.Source{
+		JSON: env.Providers, SecretARN: env.ProvidersSecretARN, AWSCredentials: cfg.Credentials, Logger: log,
+		Secrets: secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SECRETS_MANAGER", o.BaseEndpoint)
+		}),
+	})
 	deploy.Check(log, err)
 
 	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{
@@ -44,5 +56,5 @@ func main() {
 		Certifications: store, CallTimeout: deploy.CallTimeout, Logger: log,
 	})
 	deploy.Check(log, err)
-	lambda.Start(stepfn.Finalize(tasks))
+	lambda.Start(stepfn.Run(tasks))
 }
