@@ -10,7 +10,9 @@ import (
 
 // TestFunctionsLinkNoTooling keeps what exists only for local runs and tests
 // out of every deployed binary: nothing under internal/dev or internal/verify,
-// no testing package, and no JWT library (API Gateway verifies tokens).
+// no testing package, no JWT library (API Gateway verifies tokens), and no
+// cel-go (about 8 MB with protobuf and antlr; it is checkexpr's test oracle
+// and the CLI's lint, never a function's evaluator).
 func TestFunctionsLinkNoTooling(t *testing.T) {
 	t.Parallel()
 	_, file, _, _ := runtime.Caller(0)
@@ -26,6 +28,12 @@ func TestFunctionsLinkNoTooling(t *testing.T) {
 		"github.com/onejob/onejob/internal/verify",
 		"testing",
 		"github.com/golang-jwt/jwt",
+		"cel.dev/cel-go",
+		"cel.dev/expr",
+		"github.com/google/cel-go",
+		"github.com/antlr4-go/antlr",
+		"google.golang.org/protobuf",
+		"google.golang.org/genproto",
 	}
 	var deps int
 	for _, pkg := range strings.Fields(string(out)) {
