@@ -200,23 +200,15 @@ func unescape(s string) (r rune, n int, err error) {
 	if len(s) < 2 {
 		return 0, 0, fmt.Errorf("unterminated escape sequence")
 	}
-	switch c := s[1]; c {
-	case 'a':
-		return '\a', 2, nil
-	case 'b':
-		return '\b', 2, nil
-	case 'f':
-		return '\f', 2, nil
-	case 'n':
-		return '\n', 2, nil
-	case 'r':
-		return '\r', 2, nil
-	case 't':
-		return '\t', 2, nil
-	case 'v':
-		return '\v', 2, nil
-	case '\\', '\'', '"', '`', '?':
-		return rune(c), 2, nil
+	// pairs of escape letter and the character it stands for
+	const simple = "a\ab\bf\fn\nr\rt\tv\v\\\\''\"\"``??"
+	c := s[1]
+	for i := 0; i < len(simple); i += 2 {
+		if simple[i] == c {
+			return rune(simple[i+1]), 2, nil
+		}
+	}
+	switch c {
 	case 'x', 'X', 'u', 'U':
 		digits := 2
 		switch c {

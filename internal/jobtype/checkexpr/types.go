@@ -214,20 +214,16 @@ func checkIndex(x index) (typ, error) {
 	return typ{}, mismatch("_[_]", t, at)
 }
 
-// operand kinds each arithmetic operator takes (both operands of one kind).
-var arithKinds = map[string][]kind{
-	"+": {kInt, kDouble, kString, kList},
-	"-": {kInt, kDouble}, "*": {kInt, kDouble}, "/": {kInt, kDouble},
-	"%": {kInt},
-}
-
+// takes reports whether an arithmetic operator takes operands of kind k
+// (both of one kind).
 func takes(op string, k kind) bool {
-	for _, a := range arithKinds[op] {
-		if a == k {
-			return true
-		}
+	switch op {
+	case "+":
+		return k == kInt || k == kDouble || k == kString || k == kList
+	case "%":
+		return k == kInt
 	}
-	return false
+	return k == kInt || k == kDouble
 }
 
 func checkBinary(op string, l, r typ) (typ, error) {
