@@ -43,6 +43,9 @@ func contract(ctx context.Context, args []string, getenv func(string) string, st
 	if len(args) == 0 {
 		return errors.New("contract: want `run` or `list`")
 	}
+	if args[0] == "lint" {
+		return contractLint(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("contract "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	endpoint := fs.String("dynamodb-endpoint", "", "a local DynamoDB endpoint (dynalite), e.g. http://127.0.0.1:8000")

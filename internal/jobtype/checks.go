@@ -1,11 +1,12 @@
 package jobtype
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/onejob/onejob/internal/jobtype/checkexpr"
 )
 
 // compileFunc compiles a boolean check expression over the named object
@@ -81,37 +82,6 @@ func (c compiledCheck) eval(vars map[string]any) (ok bool, why string) {
 	return true, ""
 }
 
-// celValue decodes JSON for the checks: integral numbers become int64 so that
-// `output.priority == 1` compares ints, others float64.
-func celValue(raw json.RawMessage) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	return normaliseNumbers(v), nil
-}
-
-func normaliseNumbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
-			return i
-		}
-		f, _ := x.Float64()
-		return f
-	case map[string]any:
-		for k, e := range x {
-			x[k] = normaliseNumbers(e)
-		}
-		return x
-	case []any:
-		for i, e := range x {
-			x[i] = normaliseNumbers(e)
-		}
-		return x
-	default:
-		return v
-	}
-}
+// celValue decodes JSON for the checks (checkexpr.Decode: integral numbers
+// become int64).
+func celValue(raw json.RawMessage) (any, error) { return checkexpr.Decode(raw) }
