@@ -12,6 +12,10 @@
 //     fallback, a hedge and an unknown attempt resolved by an operator, and
 //     the AWS cost per million jobs they imply at published us-east-1
 //     prices (each price, its date and its sources are in the output);
+//   - the same per-job counts against the previous layout's
+//     (bench/baseline.json);
+//   - 500 creates while half of the StartExecution calls are throttled: every
+//     job started exactly once, and the delays from create to start;
 //   - each function's binary size and cold init under the AWS Lambda Runtime
 //     Interface Emulator, as ratios to an empty aws-lambda-go function.
 //
@@ -49,6 +53,7 @@ type options struct {
 	stormSize       int
 	jobsPerScenario int
 	coldRuns        int
+	drillJobs       int
 	skipFunctions   bool
 }
 
@@ -61,6 +66,8 @@ type report struct {
 	Throughput         []throughputRow  `json:"throughput"`
 	Storms             []stormResult    `json:"idempotency_storm"`
 	PerJob             []perJob         `json:"per_job"`
+	Baseline           *baseline        `json:"baseline,omitempty"`
+	Throttling         *throttleDrill   `json:"throttling_drill,omitempty"`
 	PricesCheckedOn    string           `json:"prices_checked_on"`
 	Prices             map[string]price `json:"prices_us_east_1"`
 	CostPerMillionJobs []costRow        `json:"cost_per_million_jobs_usd"`
@@ -77,6 +84,7 @@ func main() {
 	flag.IntVar(&o.stormSize, "storm", 1000, "requests in the idempotency storm and its distinct-key baseline")
 	flag.IntVar(&o.jobsPerScenario, "jobs", 10, "jobs per cost scenario (half for the unknown one)")
 	flag.IntVar(&o.coldRuns, "cold-runs", 3, "cold starts per function under the emulator")
+	flag.IntVar(&o.drillJobs, "drill", 500, "jobs in the throttling drill (0 skips it)")
 	flag.BoolVar(&o.skipFunctions, "skip-functions", false, "skip function sizes and cold starts")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
@@ -139,11 +147,15 @@ func run(ctx context.Context, o options) error {
 		},
 	}
 
-	slog.Info("phase 1/3: API throughput and idempotency storm")
+	if rep.Baseline, err = loadBaseline(o.root); err != nil {
+		return err
+	}
+
+	slog.Info("phase 1/4: API throughput and idempotency storm")
 	if rep.Throughput, rep.Storms, err = measureThroughput(ctx, o, dyn.Endpoint(), stackLog); err != nil {
 		return fmt.Errorf("throughput: %w", err)
 	}
-	slog.Info("phase 2/3: per-job requests, transitions and cost")
+	slog.Info("phase 2/4: per-job requests, transitions and cost")
 	perJobs, cost, closeCost, err := measurePerJob(ctx, o, dyn.Endpoint(), stackLog)
 	if err != nil {
 		return fmt.Errorf("per job: %w", err)
@@ -152,8 +164,17 @@ func run(ctx context.Context, o options) error {
 	rep.PerJob = perJobs
 	rep.CostPerMillionJobs = costs(perJobs, rep.Prices)
 
+	if o.drillJobs > 0 {
+		slog.Info("phase 3/4: starts under throttling")
+		drill, err := measureThrottling(ctx, o, dyn.Endpoint(), stackLog)
+		if err != nil {
+			return fmt.Errorf("throttling drill: %w", err)
+		}
+		rep.Throttling = &drill
+	}
+
 	if !o.skipFunctions {
-		slog.Info("phase 3/3: function sizes and cold init under the Runtime Interface Emulator")
+		slog.Info("phase 4/4: function sizes and cold init under the Runtime Interface Emulator")
 		names := dynamo.NamesWithPrefix("bench-cost")
 		env := functionEnv{dynamo: dyn.Endpoint(), sfn: cost.SFN.Endpoint(), stateARN: cost.SFN.StateMachineARN(),
 			tables: [3]string{names.Jobs, names.Attempts, names.Certifications}}
@@ -189,6 +210,11 @@ func checkReport(rep report) error {
 		if t.API.Errors > 0 || t.Raw.Errors > 0 {
 			errs = append(errs, fmt.Errorf("throughput c=%d starter=%s: %d API errors (%s), %d PutItem errors (%s)",
 				t.Concurrency, t.Starter, t.API.Errors, t.API.FirstError, t.Raw.Errors, t.Raw.FirstError))
+		}
+	}
+	if rep.Throttling != nil {
+		if err := rep.Throttling.check(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, f := range rep.Functions {

@@ -57,6 +57,33 @@ func printReport(w io.Writer, r report) {
 	}
 	tw.Flush()
 
+	if b := r.Baseline; b != nil {
+		section(w, "Per job against the previous layout ("+b.Layout+"; "+b.Measured+")")
+		tw = table(w)
+		fmt.Fprintln(tw, "scenario\ttransitions\tDDB requests\tLambda invocations\tUSD per million jobs\t")
+		cost := map[string]float64{}
+		for _, c := range r.CostPerMillionJobs {
+			cost[c.Scenario] = c.Total
+		}
+		for _, p := range r.PerJob {
+			was := b.PerJob[p.Scenario]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", p.Scenario, change(was.StateTransitions, p.StateTransitions),
+				change(was.DynamoRequests, p.DynamoRequests), change(was.LambdaInvocations, p.lambdaInvocations()),
+				change(was.CostPerMillion, cost[p.Scenario]))
+		}
+		tw.Flush()
+	}
+
+	if d := r.Throttling; d != nil {
+		section(w, fmt.Sprintf("Starts under throttling: %d creates (%d clients) while %.0f%% of StartExecution calls are throttled",
+			d.Jobs, d.Concurrency, 100*d.ThrottleShare))
+		tw = table(w)
+		fmt.Fprintln(tw, "started\tstarted twice\tsucceeded\tthrottled calls\tstarted by sweeper\tcreate→start p50 ms\tp99 ms\tmax ms\tcreate p99 ms\tlocal sweep\t")
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\tevery %s, grace %s\t\n", d.Started, d.StartedTwice, d.Succeeded,
+			d.ThrottledStarts, d.BySweeper, d.P50Millis, d.P99Millis, d.MaxMillis, d.CreateP99MS, d.SweepInterval, d.SweepGrace)
+		tw.Flush()
+	}
+
 	section(w, "Prices used (us-east-1, on-demand, first tier; looked up "+r.PricesCheckedOn+")")
 	tw = table(w)
 	fmt.Fprintln(tw, "item\tUSD\tper\teffective\tnumber on an AWS page\tsource\t")

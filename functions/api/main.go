@@ -40,10 +40,14 @@ func main() {
 	// carries its type's run timeout.
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)
+	// A throttled start is tried again at once, within APIStartTimeout.
 	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
-		Client:          sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint) }),
+		Client: sfn.NewFromConfig(cfg, func(o *sfn.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint)
+			o.Retryer = stepfn.APIRetryer()
+		}),
 		StateMachineARN: env.StateMachineARN, RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}),
-		Logger: log,
+		Timeout: stepfn.APIStartTimeout, Logger: log,
 	})
 	deploy.Check(log, err)
 

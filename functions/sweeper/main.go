@@ -5,7 +5,6 @@ package main
 
 import (
 	"os"
-	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -38,14 +37,17 @@ func main() {
 	// the API's start, so a repeated start is idempotent.
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)
+	// Throttled, the sweeper slows down (adaptive retry) rather than press on.
 	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
-		Client:          sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint) }),
+		Client: sfn.NewFromConfig(cfg, func(o *sfn.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint)
+			o.Retryer = stepfn.SweepRetryer()
+		}),
 		StateMachineARN: env.StateMachineARN, RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}),
 		Logger: log,
 	})
 	deploy.Check(log, err)
-	// Jobs younger than two minutes are left to the API's own start.
-	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: 2 * time.Minute,
+	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: deploy.SweepGrace,
 		Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
 	deploy.Check(log, err)
 	lambda.Start(sweeper.Sweep)

@@ -212,12 +212,13 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	sweeper.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
 	awsevents.NewRule(stack, jsii.String("SweeperSchedule"), &awsevents.RuleProps{
 		RuleName:    physical(cfg.Env, "sweeper"),
-		Description: jsii.String("Runs the onejob sweeper every 5 minutes"),
-		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(5))),
+		Description: jsii.String(fmt.Sprintf("Runs the onejob sweeper every %s", deploy.SweepEvery)),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(deploy.SweepEvery.Minutes()))),
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(sweeper, &awseventstargets.LambdaFunctionProps{
-			// A late sweep is worthless once the next one is due.
-			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(4)),
-			RetryAttempts: jsii.Number(2),
+			// A late sweep is worthless once the next one is due (60 s is
+			// the shortest age EventBridge accepts).
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(60)),
+			RetryAttempts: jsii.Number(1),
 		})},
 	})
 

@@ -129,7 +129,7 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 		})
 	})
 	expect("sweeper schedule", func() {
-		tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), map[string]any{"ScheduleExpression": "rate(5 minutes)"})
+		tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), map[string]any{"ScheduleExpression": "rate(1 minute)"})
 	})
 	policy := "Delete"
 	if env == "prod" {
@@ -408,7 +408,7 @@ func checkSchedule(t *testing.T, s *synthesized) {
 	for _, r := range rules {
 		p := props(r)
 		targets := list(p["Targets"])
-		if p["ScheduleExpression"] != "rate(5 minutes)" || p["State"] != "ENABLED" || len(targets) != 1 || s.sym(asMap(targets[0])["Arn"]) != "arn:fn:sweeper" {
+		if p["ScheduleExpression"] != "rate(1 minute)" || p["State"] != "ENABLED" || len(targets) != 1 || s.sym(asMap(targets[0])["Arn"]) != "arn:fn:sweeper" {
 			t.Errorf("schedule %v", p)
 		}
 	}

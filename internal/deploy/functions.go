@@ -40,9 +40,18 @@ func Functions() []Function {
 		{FnAPI, "ApiFunction", 256, 25 * time.Second, "HTTP API handler", "", NeedStateMachine},
 		{FnRun, "RunFunction", 256, runTimeout, "Runs a job's attempts against its providers", "RunFunctionArn", 0},
 		{FnHold, "HoldFunction", 256, 30 * time.Second, "Settles a run that ended without an answer; decides the wait", "HoldFunctionArn", 0},
-		{FnSweeper, "SweeperFunction", 256, 2 * time.Minute, "Restarts stranded jobs and reports unknown attempts", "", NeedStateMachine},
+		// Done before the next sweep is due.
+		{FnSweeper, "SweeperFunction", 256, SweepEvery - 10*time.Second, "Starts stranded jobs and reports unknown attempts", "", NeedStateMachine},
 	}
 }
+
+// SweepEvery is the sweeper's schedule: a job whose start was throttled past
+// the API's retries starts within about a minute.
+const SweepEvery = time.Minute
+
+// SweepGrace leaves jobs younger than this to the API's own start, which
+// ends within seconds (stepfn.APIStartTimeout).
+const SweepGrace = 30 * time.Second
 
 // runTimeout bounds the function that calls providers. It exceeds every job
 // type's run timeout, so the state machine's States.Timeout (→ unknown)

@@ -22,6 +22,13 @@ type SweeperConfig struct {
 	Starter Starter
 	// Grace leaves young jobs to the API's own start.
 	Grace time.Duration
+	// RestartRunning also starts executions for open jobs past their first
+	// attempt. Only where an execution can be lost while its job survives:
+	// the local stack, whose Step Functions keeps executions in memory. In
+	// AWS such a job's execution runs (a start is a no-op) or has closed
+	// (its name can never be used again), so there it would only spend the
+	// account's StartExecution quota, once per open job per sweep.
+	RestartRunning bool
 	// Limit bounds one sweep; 0 means 1000.
 	Limit int
 	// NowFunc is the clock; time.Now when nil.
@@ -31,9 +38,10 @@ type SweeperConfig struct {
 	Events Events
 }
 
-// Sweeper restarts executions for open jobs that have none running — left
-// pending by an API crash between the create and the start, or orphaned by
-// a lost local stack — and reports the age of the oldest unknown attempt.
+// Sweeper starts the executions of jobs left pending — by an API crash
+// between the create and the start, or a start throttled past the API's
+// retries — restarts those of open jobs orphaned by a lost local stack
+// (RestartRunning), and reports the age of the oldest unknown attempt.
 type Sweeper struct {
 	cfg SweeperConfig
 }
@@ -89,6 +97,9 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 			if a.State == job.AttemptUnknown && !a.UnknownSince.IsZero() {
 				oldest = max(oldest, now.Sub(a.UnknownSince))
 			}
+		}
+		if j.Status != job.StatusPending && !w.cfg.RestartRunning {
+			continue
 		}
 		started, err := w.cfg.Starter.Start(ctx, j)
 		if err != nil {

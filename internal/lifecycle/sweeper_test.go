@@ -65,8 +65,14 @@ func newSweepRig(t *testing.T) *sweepRig {
 
 func (s *sweepRig) sweeper(t *testing.T, st lifecycle.Starter, limit int, ev lifecycle.Events, logs *testenv.SyncBuffer) *lifecycle.Sweeper {
 	t.Helper()
+	return s.sweeperWith(t, st, limit, ev, logs, true)
+}
+
+func (s *sweepRig) sweeperWith(t *testing.T, st lifecycle.Starter, limit int, ev lifecycle.Events, logs *testenv.SyncBuffer,
+	restartRunning bool) *lifecycle.Sweeper {
+	t.Helper()
 	sw, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: s.st, Starter: st, Grace: time.Minute, Limit: limit,
-		NowFunc: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(logs, nil)), Events: ev})
+		RestartRunning: restartRunning, NowFunc: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(logs, nil)), Events: ev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +100,22 @@ func TestSweeper(t *testing.T) {
 		if logged(logs, "execution_restarted") != 1 || logged(logs, "sweep_done") != 1 {
 			t.Fatalf("logs:\n%s", logs)
 		}
+	})
+
+	t.Run("OnlyPendingJobsInAWS", func(t *testing.T) {
+		t.Parallel()
+		s := newSweepRig(t)
+		st := &starter{started: map[string]bool{s.pending.ID: true}}
+		ev := &events{}
+		rep, err := s.sweeperWith(t, st, 0, ev, &testenv.SyncBuffer{}, false).Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameJSON(t, "report", rep, lifecycle.SweepReport{Open: 3, Pending: 1, Started: 1, OldestUnknownSeconds: s.unknownAge.Seconds()})
+		if want := []string{s.pending.ID}; !slices.Equal(st.asked, want) {
+			t.Fatalf("asked to start %v, want only the pending job %v", st.asked, want)
+		}
+		sameEvents(t, ev, fmt.Sprintf("oldest_unknown %s", s.unknownAge))
 	})
 
 	t.Run("Limit", func(t *testing.T) {

@@ -29,6 +29,9 @@ type StarterConfig struct {
 	// for a type this build does not know, whose execution starts with
 	// DefaultRunTimeout and ends at once (Abandoned).
 	RunTimeoutFunc func(jobType string) (time.Duration, bool)
+	// Timeout bounds one Start, the client's retries included (the API's
+	// is APIStartTimeout); 0 leaves it to ctx.
+	Timeout time.Duration
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
 	Logger  *slog.Logger
@@ -36,7 +39,8 @@ type StarterConfig struct {
 
 // Starter starts executions.
 type Starter struct {
-	timeout func(jobType string) (time.Duration, bool)
+	runTimeout   func(jobType string) (time.Duration, bool)
+	startTimeout time.Duration
 	// startExecution is the one operation called, held as a method value so
 	// the SDK client stays out of reflection's reach (see dynamo's client).
 	startExecution func(context.Context, *sfn.StartExecutionInput, ...func(*sfn.Options)) (*sfn.StartExecutionOutput, error)
@@ -50,14 +54,17 @@ func NewStarter(c StarterConfig) (*Starter, error) {
 	if c.Client == nil || c.StateMachineARN == "" || c.RunTimeoutFunc == nil {
 		return nil, errors.New("stepfn: client, state machine ARN and run timeouts are required")
 	}
+	if c.Timeout < 0 {
+		return nil, errors.New("stepfn: a start's timeout must not be negative")
+	}
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Starter{startExecution: c.Client.StartExecution, arn: c.StateMachineARN, timeout: c.RunTimeoutFunc,
-		now: c.NowFunc, log: c.Logger}, nil
+	return &Starter{startExecution: c.Client.StartExecution, arn: c.StateMachineARN, runTimeout: c.RunTimeoutFunc,
+		startTimeout: c.Timeout, now: c.NowFunc, log: c.Logger}, nil
 }
 
 // DefaultRunTimeout starts the execution of a job whose type this build
@@ -78,9 +85,14 @@ func ExecutionInput(jobID string, runTimeout time.Duration) string {
 // already ran. started reports a new execution.
 func (s *Starter) Start(ctx context.Context, j job.Job) (started bool, err error) {
 	id := j.ID
-	timeout, ok := s.timeout(j.Type)
+	timeout, ok := s.runTimeout(j.Type)
 	if !ok {
 		timeout = DefaultRunTimeout
+	}
+	if s.startTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.startTimeout)
+		defer cancel()
 	}
 	begun := s.now()
 	out, err := s.startExecution(ctx, &sfn.StartExecutionInput{
@@ -96,7 +108,10 @@ func (s *Starter) Start(ctx context.Context, j job.Job) (started bool, err error
 		return false, fmt.Errorf("start execution %s: %w", id, err)
 	}
 	// For a running execution of the same name and input, Step Functions
-	// answers with the original start: that is not a new execution.
+	// answers with the original start: that is not a new execution. The
+	// 5 s allow for the clocks' skew, so a repeat within 5 s of the first
+	// start still reads as new (started only feeds logs and the sweep
+	// report; either way there is one execution).
 	if out.StartDate != nil && out.StartDate.Before(begun.Add(-5*time.Second)) {
 		return false, nil
 	}

@@ -24,7 +24,11 @@
 //
 // Not AWS: GET /health; GET /executions/<name>/transitions and the extra
 // "stateTransitions" field of DescribeExecution (billed transitions: states
-// entered plus retries).
+// entered plus retries); POST /control/throttle {"share","first","seed"},
+// which refuses StartExecution calls with ThrottlingException as AWS does
+// past its quota: the first `first` calls, then each with probability
+// `share` (a seeded generator, so a sequence of calls is reproducible).
+// GET /health reports the calls throttled since.
 //
 // The library is loaded with a few patches where it departs from AWS; see
 // libraryPatches.
@@ -118,6 +122,39 @@ function indexStates(definition, out = new Map()) {
     if (state.ItemProcessor) indexStates(state.ItemProcessor, out);
   }
   return out;
+}
+
+// throttle decides which StartExecution calls are refused as throttled.
+const throttle = { share: 0, first: 0, seen: 0, throttled: 0, rand: mulberry32(1) };
+
+// mulberry32 is a small seeded generator (public domain).
+function mulberry32(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function setThrottle(req) {
+  const share = Number(req.share ?? 0);
+  const first = Number(req.first ?? 0);
+  const seed = Number(req.seed ?? 1);
+  if (!(share >= 0 && share <= 1) || !Number.isInteger(first) || first < 0 || !Number.isInteger(seed)) {
+    throw new APIError('ValidationException', 'throttle wants 0 <= share <= 1, an integer first >= 0 and an integer seed');
+  }
+  Object.assign(throttle, { share, first, seen: 0, throttled: 0, rand: mulberry32(seed) });
+  return { share, first, seed };
+}
+
+function throttled() {
+  throttle.seen++;
+  const refuse = throttle.seen <= throttle.first || (throttle.share > 0 && throttle.rand() < throttle.share);
+  if (refuse) throttle.throttled++;
+  return refuse;
 }
 
 class APIError extends Error {
@@ -374,6 +411,7 @@ function startExecution(req) {
   if (req.stateMachineArn !== opts.stateMachineArn) {
     throw new APIError('StateMachineDoesNotExist', `State Machine Does Not Exist: '${req.stateMachineArn}'`);
   }
+  if (throttled()) throw new APIError('ThrottlingException', 'Rate exceeded');
   const name = req.name ?? randomUUID();
   if (typeof name !== 'string' || name.length < 1 || name.length > 80 || invalidNameChars.test(name)) {
     throw new APIError('InvalidName', `Invalid Name: '${name}'`);
@@ -564,7 +602,10 @@ function sendError(res, err) {
 function handle(req, res, body) {
   const url = new URL(req.url, 'http://localhost');
   if (req.method === 'GET' && url.pathname === '/health') {
-    return send(res, 200, { status: 'ok', executions: executions.size }, 'application/json');
+    return send(res, 200, { status: 'ok', executions: executions.size, throttledStarts: throttle.throttled }, 'application/json');
+  }
+  if (req.method === 'POST' && url.pathname === '/control/throttle') {
+    return send(res, 200, setThrottle(body.length ? JSON.parse(body) : {}), 'application/json');
   }
   const transitions = /^\/executions\/([^/]+)\/transitions$/.exec(url.pathname);
   if (req.method === 'GET' && transitions) {

@@ -18,6 +18,7 @@ package sfnlocal
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -350,6 +351,61 @@ func (s *Server) StateTransitions(ctx context.Context, executionName string) (in
 		return 0, fmt.Errorf("sfnlocal: transitions: %w", err)
 	}
 	return out.StateTransitions, nil
+}
+
+// Throttle is how the server refuses StartExecution calls with
+// ThrottlingException, as AWS does past its quota. Not an AWS API.
+type Throttle struct {
+	// First refuses the next First calls.
+	First int `json:"first"`
+	// Share refuses each later call with this probability (0 to 1), drawn
+	// from a generator seeded with Seed, so a sequence of calls is
+	// reproducible.
+	Share float64 `json:"share"`
+	Seed  int     `json:"seed"`
+}
+
+// SetThrottle replaces the throttling of StartExecution and resets its count.
+func (s *Server) SetThrottle(ctx context.Context, t Throttle) error {
+	body, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint+"/control/throttle", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("sfnlocal: throttle: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("sfnlocal: throttle: %s: %s", resp.Status, msg)
+	}
+	return nil
+}
+
+// ThrottledStarts counts the StartExecution calls refused since the last
+// SetThrottle.
+func (s *Server) ThrottledStarts(ctx context.Context) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint+"/health", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("sfnlocal: health: %w", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		ThrottledStarts int `json:"throttledStarts"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return 0, fmt.Errorf("sfnlocal: health: %w", err)
+	}
+	return out.ThrottledStarts, nil
 }
 
 // Close stops the server: SIGTERM, then kill after 5 s. Safe to call twice.

@@ -251,15 +251,27 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.SFN.Close)
-	s.SFNClient = sfn.New(sfn.Options{Region: region, BaseEndpoint: aws.String(s.SFN.Endpoint()),
-		Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")})
-	s.Starter, err = stepfn.NewStarter(stepfn.StarterConfig{Client: s.SFNClient, StateMachineARN: s.SFN.StateMachineARN(),
-		RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}), Logger: log})
+	sfnClient := func(retryer aws.Retryer) *sfn.Client {
+		return sfn.New(sfn.Options{Region: region, BaseEndpoint: aws.String(s.SFN.Endpoint()),
+			Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""), Retryer: retryer})
+	}
+	s.SFNClient = sfnClient(nil)
+	// The API's and the sweeper's starters, each with its retry as in AWS.
+	runTimeouts := lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog})
+	s.Starter, err = stepfn.NewStarter(stepfn.StarterConfig{Client: sfnClient(stepfn.APIRetryer()), StateMachineARN: s.SFN.StateMachineARN(),
+		RunTimeoutFunc: runTimeouts, Timeout: stepfn.APIStartTimeout, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	s.Sweeper, err = lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: s.Store, Starter: s.Starter, Grace: cfg.SweepGrace,
-		Logger: log, Events: s.Metrics})
+	sweepStarter, err := stepfn.NewStarter(stepfn.StarterConfig{Client: sfnClient(stepfn.SweepRetryer()), StateMachineARN: s.SFN.StateMachineARN(),
+		RunTimeoutFunc: runTimeouts, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	// The local Step Functions keeps executions in memory: a restarted
+	// stack has lost those of the jobs still open.
+	s.Sweeper, err = lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: s.Store, Starter: sweepStarter, Grace: cfg.SweepGrace,
+		RestartRunning: true, Logger: log, Events: s.Metrics})
 	if err != nil {
 		return nil, err
 	}
