@@ -320,6 +320,9 @@ func serve(h http.Handler, addr string) (string, func() error, error) {
 	}, nil
 }
 
+// Root is the checkout the stack runs from.
+func (s *Stack) Root() string { return s.cfg.Root }
+
 // Close stops everything, newest first.
 func (s *Stack) Close() error {
 	if s.stop != nil {
