@@ -9,8 +9,9 @@ export GOFLAGS ?= -mod=readonly
 all: test
 
 # The whole system on this machine: dynalite, the real state machine, the task
-# functions, simulated providers and the HTTP API on 127.0.0.1:8080.
-run: tools
+# functions, simulated providers and the HTTP API on 127.0.0.1:8080, with the
+# local pages (clients/web, e.g. /demo/) beside it.
+run: tools client
 	$(GO) build -o bin/onejob ./cmd/onejob
 	exec bin/onejob run
 
@@ -36,7 +37,7 @@ unit: tools
 	$(GO) test -race -count=1 ./...
 
 # Function binaries must stay small (cold starts): make build check-sizes.
-test: tools preflight vet lint unit sizes-gate
+test: tools preflight vet lint unit sizes-gate test-clients
 
 # What the tests need beyond Go and the npm tools, checked up front so a
 # missing one is one clear line rather than a failed test. moto_server (a
@@ -47,6 +48,36 @@ preflight:
 
 sizes-gate: build
 	@$(MAKE) --no-print-directory check-sizes
+
+# ---- clients (clients/) -------------------------------------------------------
+# The TypeScript client is compiled into clients/typescript/dist (git-ignored);
+# the pages under clients/web import it from there. Its wire types
+# (src/schema.ts) are generated from openapi.yaml: `make client-schema`, and a
+# test fails when they are stale. The client and browser tests start their own
+# `bin/onejob run` (clients/harness) and drive Debian's chromium, which
+# clients/harness/ensure-chromium.sh installs with apt when missing (as root).
+.PHONY: client client-schema chromium test-clients
+TSC := node node_modules/typescript/bin/tsc
+CLIENT_SOURCES := $(wildcard clients/typescript/src/*.ts) clients/typescript/tsconfig.json
+
+clients/typescript/dist/.built: node_modules/.package-lock.json $(CLIENT_SOURCES)
+	rm -rf clients/typescript/dist
+	$(TSC) -p clients/typescript
+	touch $@
+
+client: tools clients/typescript/dist/.built
+
+client-schema: tools
+	node node_modules/openapi-typescript/bin/cli.js internal/apigw/openapi.yaml -o clients/typescript/src/schema.ts
+
+chromium:
+	@bash clients/harness/ensure-chromium.sh
+
+CLIENT_TESTS := $(sort $(wildcard clients/*/test/*.test.mjs))
+
+test-clients: client chromium
+	$(GO) build -o bin/onejob ./cmd/onejob
+	node --test --test-concurrency=1 $(CLIENT_TESTS)
 
 # ---- infrastructure (infra/, cdk.json) ---------------------------------------
 # Lambda functions are the main packages under functions/<name>/; each builds to

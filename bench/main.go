@@ -71,6 +71,7 @@ type report struct {
 	PricesCheckedOn    string           `json:"prices_checked_on"`
 	Prices             map[string]price `json:"prices_us_east_1"`
 	CostPerMillionJobs []costRow        `json:"cost_per_million_jobs_usd"`
+	WaitVsPoll         []waitRow        `json:"wait_vs_poll"`
 	Functions          []functionRow    `json:"functions"`
 }
 
@@ -142,7 +143,8 @@ func run(ctx context.Context, o options) error {
 			"DynamoDB units come from dynalite's ConsumedCapacity (item-size based); index write units are modelled: every successful jobs-table write rewrites its by_owner entry and, while the job is open or being closed, its by_open entry, each about the item's size (both indexes project ALL).",
 			"Failed conditional writes are counted as 1 write unit each (DynamoDB charges them; dynalite reports none). Read-backs after a failed condition on the jobs table are local-only (dynalite ignores ReturnValuesOnConditionCheckFailure) and are left out of the cost.",
 			"Lambda billed time per invocation is the local handler's duration (+1 ms rounding) at 256 MB, the memory infra/stack gives every function; the API function's time is the create's round trip at the client. Local durations on amd64 with a loopback dynalite understate AWS (network round trips to DynamoDB).",
-			"API Gateway requests per job: the create, plus the operator's resolve in the unknown scenario; status polling is the client's choice and not counted.",
+			"API Gateway requests per job: the create, plus the operator's resolve in the unknown scenario; status polling is the client's choice and not counted (the wait table prices it).",
+			"Waiting: a held GET (Prefer: wait=20 on a job that does not change: the worst case, held the whole 20 s) is one API Gateway request and one Lambda invocation billed for the whole hold at 256 MB, plus one strongly consistent GetItem per 500 ms; polls are sent back to back (a poll costs the same whenever it is sent) and each is a conditional GET answered 304. Per million 20-second windows.",
 			fmt.Sprintf("The unknown scenario's provider never answers; the bench's run function gives up after %s, the deployed one after 4 min (a separate cost row).", benchCallTimeout),
 		},
 	}
@@ -155,14 +157,15 @@ func run(ctx context.Context, o options) error {
 	if rep.Throughput, rep.Storms, err = measureThroughput(ctx, o, dyn.Endpoint(), stackLog); err != nil {
 		return fmt.Errorf("throughput: %w", err)
 	}
-	slog.Info("phase 2/4: per-job requests, transitions and cost")
-	perJobs, cost, closeCost, err := measurePerJob(ctx, o, dyn.Endpoint(), stackLog)
+	slog.Info("phase 2/4: per-job requests, transitions and cost; waiting vs polling")
+	perJobs, waits, cost, closeCost, err := measurePerJob(ctx, o, dyn.Endpoint(), stackLog)
 	if err != nil {
 		return fmt.Errorf("per job: %w", err)
 	}
 	defer closeCost()
 	rep.PerJob = perJobs
 	rep.CostPerMillionJobs = costs(perJobs, rep.Prices)
+	rep.WaitVsPoll = waits
 
 	if o.drillJobs > 0 {
 		slog.Info("phase 3/4: starts under throttling")
@@ -215,6 +218,12 @@ func checkReport(rep report) error {
 	if rep.Throttling != nil {
 		if err := rep.Throttling.check(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	for _, w := range rep.WaitVsPoll {
+		// A held wait reads once, then at most once per poll interval.
+		if limit := 1 + waitWindow.Seconds()/apigwDefaultPoll.Seconds(); w.APIRequests == 1 && w.DynamoReads > limit {
+			errs = append(errs, fmt.Errorf("%s: %.0f DynamoDB reads, more than the bound of %.0f", w.Mode, w.DynamoReads, limit))
 		}
 	}
 	for _, f := range rep.Functions {

@@ -96,7 +96,7 @@ const benchCallTimeout = 5 * time.Second
 
 // measurePerJob runs each scenario on a stack whose DynamoDB traffic goes
 // through the counting proxy, with the sweeper off so nothing else writes.
-func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slog.Logger) ([]perJob, *stack.Stack, func(), error) {
+func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slog.Logger) ([]perJob, []waitRow, *stack.Stack, func(), error) {
 	names := dynamo.NamesWithPrefix("bench-cost")
 	proxy := newDDBProxy(dynamoURL, names.Jobs)
 	ps := httptest.NewServer(proxy)
@@ -106,25 +106,25 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		TablePrefix: "bench-cost", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log})
 	if err != nil {
 		ps.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	closeAll := func() { _ = s.Close(); ps.Close() }
 	user, err := newAPIClient(s.APIURL, defaultSecret(), "bench-cost")
 	if err != nil {
 		closeAll()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	admin, err := newAPIClient(s.APIURL, defaultSecret(), "bench-operator", "jobs:admin")
 	if err != nil {
 		closeAll()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	// Polling reads go straight to dynalite so they are not counted.
 	reader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), JobsTable: names.Jobs,
 		AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
 	if err != nil {
 		closeAll()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	var out []perJob
 	for _, sc := range scenarios() {
@@ -135,11 +135,16 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		r, err := runScenario(ctx, s, proxy, times, user, admin, reader, sc, n)
 		if err != nil {
 			closeAll()
-			return nil, nil, nil, fmt.Errorf("%s: %w", sc.Name, err)
+			return nil, nil, nil, nil, fmt.Errorf("%s: %w", sc.Name, err)
 		}
 		out = append(out, r)
 	}
-	return out, s, closeAll, nil
+	waits, err := measureWaits(ctx, s, proxy, user, prices())
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, fmt.Errorf("waiting: %w", err)
+	}
+	return out, waits, s, closeAll, nil
 }
 
 func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *lambdaTimes, user, admin *apiClient,

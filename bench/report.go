@@ -106,6 +106,16 @@ func printReport(w io.Writer, r report) {
 	}
 	tw.Flush()
 
+	section(w, "Waiting for a job over 20 s: one held GET (Prefer: wait=20) vs polling; USD per million 20-second windows")
+	tw = table(w)
+	fmt.Fprintln(tw, "mode\tAPI requests\tLambda billed ms\tDDB reads\tRRU\tAPI Gateway\tLambda requests\tLambda duration\tDynamoDB\ttotal\t×held\tchange seen within ms\t")
+	for _, x := range r.WaitVsPoll {
+		c := x.CostPerMillion
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t\n", x.Mode, x.APIRequests, x.LambdaBilledMS,
+			x.DynamoReads, x.ReadUnits, c.APIGateway, c.LambdaReq, c.LambdaGBs, c.DynamoDB, c.Total, x.RatioToHeld, x.LatencyAtMostMS)
+	}
+	tw.Flush()
+
 	if len(r.Functions) > 0 {
 		section(w, "Functions: size (make build, linux/arm64) and cold init under aws-lambda-rie (host-arch build), medians")
 		tw = table(w)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
@@ -54,7 +56,7 @@ func runCommand(ctx context.Context, args []string) error {
 	s, err := stack.Start(startCtx, stack.Config{
 		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue,
-		Logger: slog.New(slog.NewJSONHandler(logOut, nil)),
+		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins,
 	})
 	if err != nil {
 		return err
@@ -97,9 +99,31 @@ or a timeout that leaves attempt 1 unknown until an operator resolves it:
   curl -s -X POST %s/v1/jobs/JOB_ID/attempts/1/resolve -H "Authorization: Bearer %s" \
     -H "Content-Type: application/json" -d '{"outcome":"failed","reason":"checked with the provider"}'
 
+%s
 Ctrl-C stops everything.
-`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), "onejob-local", user, s.APIURL, s.APIURL, s.APIURL, admin)
+`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), "onejob-local", user, s.APIURL, s.APIURL, s.APIURL, admin,
+		pagesText(s, user))
 	<-ctx.Done()
 	fmt.Println("\nstopping…")
 	return nil
+}
+
+// pagesText lists the local pages (clients/web) with links that carry the
+// API's URL and a token in the fragment (never sent to a server). The pages
+// are served from localhost and call the API at 127.0.0.1, another origin,
+// so a browser does the CORS dance it does against a deployed API.
+func pagesText(s *stack.Stack, token string) string {
+	if len(s.Pages) == 0 {
+		return ""
+	}
+	page := strings.Replace(s.APIURL, "://127.0.0.1:", "://localhost:", 1)
+	var b strings.Builder
+	b.WriteString("Pages (clients/web; served from localhost, calling the API at 127.0.0.1 across origins):\n\n")
+	for _, p := range s.Pages {
+		fmt.Fprintf(&b, "  %-8s %s/%s/#api=%s&token=%s\n", p, page, p, url.QueryEscape(s.APIURL), token)
+	}
+	if _, err := os.Stat(filepath.Join(s.Root(), "clients", "typescript", "dist", "index.js")); err != nil {
+		b.WriteString("\n  (the pages import the TypeScript client, which is not built: `make run` builds it)\n")
+	}
+	return b.String()
 }

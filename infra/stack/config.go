@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,8 +24,9 @@ import (
 func profileFor(env string) (profile, bool) {
 	switch env {
 	case "dev":
-		// Throwaway data, chatty logs.
-		return profile{retainData: false, logDays: 7, fullExecutionLogs: true}, true
+		// Throwaway data, chatty logs; pages on a developer's machine may
+		// call it.
+		return profile{retainData: false, logDays: 7, fullExecutionLogs: true, loopbackOrigins: true}, true
 	case "staging":
 		// Mirrors prod's shape but its data is rebuildable; retaining it
 		// would leave tables whose fixed names block the next deploy.
@@ -44,6 +46,9 @@ type profile struct {
 	retainData        bool
 	logDays           int
 	fullExecutionLogs bool
+	// loopbackOrigins lets plain-http loopback origins (a page on a
+	// developer's machine) call the API.
+	loopbackOrigins bool
 }
 
 // Context keys read by LoadConfig. Per-environment settings live under
@@ -57,6 +62,7 @@ const (
 	ContextJWTAudience  = "jwtAudience" // comma-separated when given with -c
 	ContextSecretArn    = "providersSecretArn"
 	ContextAlarmEmail   = "alarmEmail"
+	ContextCORSOrigins  = "corsOrigins" // comma-separated when given with -c
 )
 
 // Config is everything the stack needs to know about one environment.
@@ -85,6 +91,11 @@ type Config struct {
 	ProvidersSecretArn string
 	// AlarmEmail, if set, is subscribed to the alarm topic.
 	AlarmEmail string
+	// CORSOrigins are the browser origins allowed to call the HTTP API,
+	// each named exactly (see validOrigin); empty means no CORS at all.
+	CORSOrigins []string
+	// LoopbackOrigins allows plain-http loopback origins (dev only).
+	LoopbackOrigins bool
 
 	// RetainData keeps tables (with deletion protection) and the secret
 	// when the stack or resource is deleted.
@@ -114,6 +125,7 @@ type envSettings struct {
 	JWTAudience        []string `json:"jwtAudience"`
 	ProvidersSecretArn string   `json:"providersSecretArn"`
 	AlarmEmail         string   `json:"alarmEmail"`
+	CORSOrigins        []string `json:"corsOrigins"`
 }
 
 // DefaultConfig returns env's policy defaults with no deployment-specific
@@ -128,6 +140,7 @@ func DefaultConfig(env string) (Config, error) {
 		RetainData:          p.retainData,
 		LogRetentionDays:    p.logDays,
 		FullExecutionLogs:   p.fullExecutionLogs,
+		LoopbackOrigins:     p.loopbackOrigins,
 		UnknownAttemptAlarm: 30 * time.Minute,
 		LostRaceRateAlarm:   0.2,
 		LostRaceWindow:      15 * time.Minute,
@@ -169,6 +182,7 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 	cfg.Account, cfg.Region = s.Account, s.Region
 	cfg.JWTIssuer, cfg.JWTAudience = s.JWTIssuer, s.JWTAudience
 	cfg.ProvidersSecretArn, cfg.AlarmEmail = s.ProvidersSecretArn, s.AlarmEmail
+	cfg.CORSOrigins = s.CORSOrigins
 
 	if v := contextString(lookup, ContextJWTIssuer); v != "" {
 		cfg.JWTIssuer = v
@@ -181,6 +195,9 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 	}
 	if v := contextString(lookup, ContextAlarmEmail); v != "" {
 		cfg.AlarmEmail = v
+	}
+	if v := contextString(lookup, ContextCORSOrigins); v != "" {
+		cfg.CORSOrigins = splitList(v)
 	}
 
 	cfg.FunctionsDir = contextString(lookup, ContextFunctionsDir)
@@ -243,6 +260,16 @@ func (c Config) Validate() error {
 	if c.AlarmEmail != "" && !strings.Contains(c.AlarmEmail, "@") {
 		bad("alarm email %q is not an address", c.AlarmEmail)
 	}
+	seen := map[string]bool{}
+	for _, o := range c.CORSOrigins {
+		if err := validOrigin(o, c.LoopbackOrigins); err != nil {
+			bad("CORS origin %q: %v (%s.%s.corsOrigins in cdk.json)", o, err, ContextEnvironments, c.Env)
+		}
+		if seen[o] {
+			bad("CORS origin %q is listed twice", o)
+		}
+		seen[o] = true
+	}
 	if _, err := retentionDays(c.LogRetentionDays); err != nil {
 		errs = append(errs, err)
 	}
@@ -279,6 +306,43 @@ func (c Config) Validate() error {
 		bad("state machine definition %s is not valid JSON", c.DefinitionPath)
 	}
 	return errors.Join(errs...)
+}
+
+// validOrigin accepts an origin exactly as a browser sends it in Origin:
+// scheme://host[:port], lower case, nothing after it. Never a wildcard:
+// "*" would let any site's scripts call the API, and API Gateway documents
+// no port or subdomain patterns (only "*", "http://*" and "https://*"), so
+// every origin is named. Plain http only for a loopback host, and only
+// where loopback is allowed (dev).
+func validOrigin(o string, loopback bool) error {
+	if strings.Contains(o, "*") {
+		return errors.New("wildcards are not allowed; name each origin")
+	}
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" || u.Hostname() == "" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" ||
+		strings.HasSuffix(o, "?") || strings.HasSuffix(o, "#") {
+		return errors.New("must be scheme://host[:port] with nothing after it")
+	}
+	if o != strings.ToLower(o) {
+		return errors.New("must be lower case, as browsers send it")
+	}
+	if p := u.Port(); p != "" && ((u.Scheme == "https" && p == "443") || (u.Scheme == "http" && p == "80")) {
+		return errors.New("must not name the scheme's default port (browsers leave it out)")
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		h := u.Hostname()
+		if ip := net.ParseIP(h); (h == "localhost" || (ip != nil && ip.IsLoopback())) && loopback {
+			return nil
+		}
+		if loopback {
+			return errors.New("plain http is allowed for loopback hosts only")
+		}
+		return errors.New("must be https in this environment")
+	}
+	return errors.New("scheme must be https (or http for loopback in dev)")
 }
 
 func contextString(lookup func(string) any, key string) string {

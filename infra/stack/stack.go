@@ -334,6 +334,7 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function) awsapiga
 		Description: jsii.String("onejob " + cfg.Env + " API"),
 		// Also covers any route added later without naming an authorizer.
 		DefaultAuthorizer: auth,
+		CorsPreflight:     corsPreflight(cfg),
 	})
 	for _, r := range apigw.Routes() {
 		httpAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
@@ -344,6 +345,29 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function) awsapiga
 		})
 	}
 	return httpAPI
+}
+
+// corsPreflight lets the environment's browser origins call the API: API
+// Gateway then answers preflights itself, before the JWT authorizer, and
+// adds the CORS headers to every response. The headers are the ones the
+// local server uses (apigw.CORS*), so pages behave alike here and there.
+func corsPreflight(cfg Config) *awsapigatewayv2.CorsPreflightOptions {
+	if len(cfg.CORSOrigins) == 0 {
+		return nil
+	}
+	var methods []awsapigatewayv2.CorsHttpMethod
+	for _, m := range apigw.CORSAllowMethods() {
+		methods = append(methods, awsapigatewayv2.CorsHttpMethod(m))
+	}
+	return &awsapigatewayv2.CorsPreflightOptions{
+		AllowOrigins:  jsii.Strings(cfg.CORSOrigins...),
+		AllowMethods:  &methods,
+		AllowHeaders:  jsii.Strings(apigw.CORSAllowHeaders()...),
+		ExposeHeaders: jsii.Strings(apigw.CORSExposeHeaders()...),
+		MaxAge:        awscdk.Duration_Seconds(jsii.Number(apigw.CORSMaxAge.Seconds())),
+		// Bearer tokens, never cookies: no credentials mode.
+		AllowCredentials: jsii.Bool(false),
+	}
 }
 
 func newAlarms(stack awscdk.Stack, cfg Config, httpAPI awsapigatewayv2.HttpApi, sm awsstepfunctions.StateMachine, sweeper awslambda.Function) awssns.Topic {

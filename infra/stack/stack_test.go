@@ -2,8 +2,10 @@ package stack
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -33,6 +35,7 @@ type synthesized struct {
 	cfg      Config
 	template map[string]any // the CloudFormation template
 	names    map[string]string
+	path     string // the template, written out
 }
 
 // TestStack synthesizes each environment once (jsii is one node process;
@@ -56,6 +59,8 @@ func TestStack(t *testing.T) {
 			t.Run("lambda resource policies", func(t *testing.T) { t.Parallel(); checkPermissions(t, s) })
 			t.Run("retention", func(t *testing.T) { t.Parallel(); checkRetention(t, s) })
 			t.Run("no dependency cycle", func(t *testing.T) { t.Parallel(); checkAcyclic(t, s) })
+			t.Run("cors", func(t *testing.T) { t.Parallel(); checkCORS(t, s) })
+			t.Run("cfn-lint", func(t *testing.T) { t.Parallel(); checkCfnLint(t, s) })
 		})
 	}
 }
@@ -128,6 +133,18 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 			"JwtConfiguration": map[string]any{"Issuer": cfg.JWTIssuer, "Audience": toAny(cfg.JWTAudience)},
 		})
 	})
+	expect("CORS preflight for the environment's origins", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Api"), map[string]any{
+			"CorsConfiguration": map[string]any{
+				"AllowOrigins":     toAny(cfg.CORSOrigins),
+				"AllowHeaders":     toAny(apigw.CORSAllowHeaders()),
+				"ExposeHeaders":    toAny(apigw.CORSExposeHeaders()),
+				"AllowMethods":     []any{"GET", "POST"},
+				"MaxAge":           3600,
+				"AllowCredentials": false,
+			},
+		})
+	})
 	expect("sweeper schedule", func() {
 		tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), map[string]any{"ScheduleExpression": "rate(1 minute)"})
 	})
@@ -152,7 +169,11 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 	if err := json.Unmarshal(b, &template); err != nil {
 		t.Fatal(err)
 	}
-	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template)}
+	path := filepath.Join(t.TempDir(), StackName(env)+".template.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template), path: path}
 }
 
 // --- checks (pure Go over the template) -----------------------------------
@@ -398,6 +419,74 @@ func checkHTTPAPI(t *testing.T, s *synthesized) {
 	if !slices.Equal(routes, want) {
 		t.Errorf("routes %v, want %v", routes, want)
 	}
+}
+
+// checkCORS: browsers may call the API from the environment's origins
+// only, with the headers the client contract needs; prod and staging name
+// https origins, dev names loopback ones, nobody allows "*".
+func checkCORS(t *testing.T, s *synthesized) {
+	var cors map[string]any
+	for _, r := range resources(s, "AWS::ApiGatewayV2::Api") {
+		cors = asMap(props(r)["CorsConfiguration"])
+	}
+	if cors == nil {
+		t.Fatal("no CorsConfiguration on the HTTP API")
+	}
+	origins := strList(cors["AllowOrigins"])
+	if len(origins) == 0 || !slices.Equal(origins, s.cfg.CORSOrigins) {
+		t.Errorf("AllowOrigins %v, config %v", origins, s.cfg.CORSOrigins)
+	}
+	for _, o := range origins {
+		loopback := strings.HasPrefix(o, "http://localhost:") || strings.HasPrefix(o, "http://127.0.0.1:")
+		switch {
+		case strings.Contains(o, "*"):
+			t.Errorf("%s allows %q", s.env, o)
+		case s.env == "dev" && !loopback:
+			t.Errorf("dev allows %q, not a loopback origin", o)
+		case s.env != "dev" && !strings.HasPrefix(o, "https://"):
+			t.Errorf("%s allows %q, not https", s.env, o)
+		}
+	}
+	for key, want := range map[string][]string{"AllowHeaders": {"Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Prefer"},
+		"ExposeHeaders": {"Location", "Idempotent-Replayed", "ETag", "Retry-After", "Preference-Applied"}, "AllowMethods": {"GET", "POST"}} {
+		if got := strList(cors[key]); !slices.Equal(got, want) {
+			t.Errorf("%s %v, want %v", key, got, want)
+		}
+	}
+	if cors["MaxAge"] != float64(3600) || cors["AllowCredentials"] != false {
+		t.Errorf("MaxAge %v AllowCredentials %v", cors["MaxAge"], cors["AllowCredentials"])
+	}
+	// No OPTIONS route: API Gateway answers preflights itself, before the
+	// authorizer (a route would put OPTIONS behind the JWT check).
+	for _, r := range resources(s, "AWS::ApiGatewayV2::Route") {
+		if strings.HasPrefix(str(props(r), "RouteKey"), "OPTIONS ") {
+			t.Errorf("route %s would take preflights", str(props(r), "RouteKey"))
+		}
+	}
+}
+
+// checkCfnLint runs cfn-lint (preinstalled on onejob's machines, offline)
+// on the synthesized template: errors fail, warnings are logged (CDK's
+// redundant DependsOn gives W3005).
+func checkCfnLint(t *testing.T, s *synthesized) {
+	bin, err := exec.LookPath("cfn-lint")
+	if err != nil {
+		t.Fatalf("cfn-lint is not on PATH (it lints the synthesized template; install cfn-lint 1.x, e.g. pip install cfn-lint)")
+	}
+	out, err := exec.Command(bin, "--format", "parseable", "--", s.path).CombinedOutput()
+	var exit *exec.ExitError
+	code := 0
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("cfn-lint: %v", err)
+	}
+	// Exit codes are a bit mask: 2 errors, 4 warnings, 8 informational;
+	// anything else is cfn-lint failing.
+	if code&^(4|8) != 0 {
+		t.Fatalf("cfn-lint exit %d on %s:\n%s", code, s.env, out)
+	}
+	t.Logf("cfn-lint %s: no errors, %d warning or info lines", s.env, strings.Count(string(out), "\n"))
 }
 
 func checkSchedule(t *testing.T, s *synthesized) {
@@ -749,11 +838,22 @@ func TestLoadConfig(t *testing.T) {
 		over    map[string]any
 		wantErr string
 	}{
-		"unknown env":        {map[string]any{ContextEnv: "qa"}, "unknown environment"},
-		"http issuer":        {map[string]any{ContextJWTIssuer: "http://issuer.test/"}, "https URL"},
-		"partial secret arn": {map[string]any{ContextSecretArn: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:onejob"}, "complete Secrets Manager"},
-		"missing binaries":   {map[string]any{ContextFunctionsDir: t.TempDir()}, "no bootstrap binary"},
-		"missing definition": {map[string]any{ContextDefinition: filepath.Join(t.TempDir(), "x.json")}, "state machine definition"},
+		"unknown env":                      {map[string]any{ContextEnv: "qa"}, "unknown environment"},
+		"http issuer":                      {map[string]any{ContextJWTIssuer: "http://issuer.test/"}, "https URL"},
+		"partial secret arn":               {map[string]any{ContextSecretArn: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:onejob"}, "complete Secrets Manager"},
+		"missing binaries":                 {map[string]any{ContextFunctionsDir: t.TempDir()}, "no bootstrap binary"},
+		"missing definition":               {map[string]any{ContextDefinition: filepath.Join(t.TempDir(), "x.json")}, "state machine definition"},
+		"prod allows any origin":           {map[string]any{ContextEnv: "prod", ContextCORSOrigins: "*"}, "wildcards are not allowed"},
+		"prod allows a subdomain wildcard": {map[string]any{ContextEnv: "prod", ContextCORSOrigins: "https://*.onejob.example"}, "wildcards are not allowed"},
+		"prod allows loopback http":        {map[string]any{ContextEnv: "prod", ContextCORSOrigins: "http://localhost:8080"}, "must be https"},
+		"staging allows loopback http":     {map[string]any{ContextEnv: "staging", ContextCORSOrigins: "http://127.0.0.1:8080"}, "must be https"},
+		"dev allows a port wildcard":       {map[string]any{ContextCORSOrigins: "http://localhost:*"}, "wildcards are not allowed"},
+		"dev allows remote http":           {map[string]any{ContextCORSOrigins: "http://app.onejob.example"}, "loopback hosts only"},
+		"origin with a path":               {map[string]any{ContextCORSOrigins: "https://app.onejob.example/"}, "nothing after it"},
+		"origin not lower case":            {map[string]any{ContextCORSOrigins: "https://App.onejob.example"}, "lower case"},
+		"origin with default port":         {map[string]any{ContextCORSOrigins: "https://app.onejob.example:443"}, "default port"},
+		"origin twice":                     {map[string]any{ContextCORSOrigins: "https://a.onejob.example,https://a.onejob.example"}, "listed twice"},
+		"origin not a url":                 {map[string]any{ContextCORSOrigins: "app.onejob.example"}, "scheme://host"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -762,6 +862,20 @@ func TestLoadConfig(t *testing.T) {
 			}
 		})
 	}
+	t.Run("CORS origins from cdk.json, overridden by context", func(t *testing.T) {
+		t.Parallel()
+		c, err := load(map[string]any{ContextEnv: "prod"}, nil)
+		if err != nil || len(c.CORSOrigins) == 0 || c.LoopbackOrigins {
+			t.Fatalf("prod: %v %v %v", c.CORSOrigins, c.LoopbackOrigins, err)
+		}
+		c, err = load(map[string]any{ContextCORSOrigins: "http://localhost:4200, https://dev.app.onejob.example"}, nil)
+		if err != nil || !slices.Equal(c.CORSOrigins, []string{"http://localhost:4200", "https://dev.app.onejob.example"}) {
+			t.Fatalf("dev override: %v %v", c.CORSOrigins, err)
+		}
+		if c, err := load(map[string]any{ContextCORSOrigins: "http://[::1]:8080"}, nil); err != nil {
+			t.Fatalf("dev IPv6 loopback: %v %v", c.CORSOrigins, err)
+		}
+	})
 	t.Run("every environment in cdk.json is valid", func(t *testing.T) {
 		t.Parallel()
 		for _, env := range []string{"dev", "staging", "prod"} {

@@ -37,6 +37,11 @@ type Config struct {
 	// MaxResponseBytes bounds a list response; 0 means 5 MiB, under
 	// Lambda's 6 MB response limit.
 	MaxResponseBytes int
+	// Pacer spaces the re-reads of a GET held by Prefer: wait; nil uses
+	// real timers.
+	Pacer Pacer
+	// WaitPoll is the interval of those re-reads; 0 means DefaultWaitPoll.
+	WaitPoll time.Duration
 }
 
 // Handler serves the API's routes.
@@ -49,6 +54,8 @@ type Handler struct {
 	routes  []route
 	// maxResponse bounds a list response's body.
 	maxResponse int
+	pacer       Pacer
+	waitPoll    time.Duration
 }
 
 // New validates the configuration.
@@ -71,8 +78,17 @@ func New(c Config) (*Handler, error) {
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = 5 << 20
 	}
+	if c.Pacer == nil {
+		c.Pacer = timerPacer{}
+	}
+	if c.WaitPoll < 0 {
+		return nil, errors.New("apigw: wait poll interval must not be negative")
+	}
+	if c.WaitPoll == 0 {
+		c.WaitPoll = DefaultWaitPoll
+	}
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
-		maxResponse: c.MaxResponseBytes}
+		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll}
 	h.routes = routes()
 	return h, nil
 }

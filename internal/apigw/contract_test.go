@@ -18,6 +18,9 @@ func TestContractRejectsWrongResponses(t *testing.T) {
 	job := `{"id":"` + id + `","type":"demo","status":"pending","input":{"prompt":"hi"},"providers":["sim-primary"],` +
 		`"created_at":"2026-01-02T03:04:05.123Z","updated_at":"2026-01-02T03:04:05.123Z","version":0,"attempts":[]}`
 	jsonCT := http.Header{"Content-Type": {"application/json"}}
+	const etag = `"0123456789abcdefABC_"`
+	got := http.Header{"Content-Type": {"application/json"}, "Etag": {etag}}
+	notModified := http.Header{"Etag": {etag}, "Retry-After": {"2"}, "Preference-Applied": {"wait=20"}}
 	problemCT := http.Header{"Content-Type": {"application/problem+json"}}
 	created := http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/jobs/" + id}}
 	notFound := `{"type":"https://onejob.dev/problems/not-found","title":"Not found","status":404,"detail":"no such job","request_id":"r1"}`
@@ -30,18 +33,27 @@ func TestContractRejectsWrongResponses(t *testing.T) {
 		body   string
 		valid  bool
 	}{
-		{name: "CorrectJob", method: "GET", path: "/v1/jobs/" + id, status: 200, header: jsonCT, body: job, valid: true},
+		{name: "CorrectJob", method: "GET", path: "/v1/jobs/" + id, status: 200, header: got, body: job, valid: true},
+		{name: "CorrectNotModified", method: "GET", path: "/v1/jobs/" + id, status: 304, header: notModified, valid: true},
+		{name: "JobWithoutETag", method: "GET", path: "/v1/jobs/" + id, status: 200, header: jsonCT, body: job},
+		{name: "JobWithWeakETag", method: "GET", path: "/v1/jobs/" + id, status: 200, body: job,
+			header: http.Header{"Content-Type": {"application/json"}, "Etag": {"W/" + etag}}},
+		{name: "NotModifiedWithBody", method: "GET", path: "/v1/jobs/" + id, status: 304, header: notModified, body: job},
+		{name: "NotModifiedWithoutETag", method: "GET", path: "/v1/jobs/" + id, status: 304, header: http.Header{}},
+		{name: "NotModifiedWaitAbove20", method: "GET", path: "/v1/jobs/" + id, status: 304,
+			header: http.Header{"Etag": {etag}, "Preference-Applied": {"wait=30"}}},
+		{name: "NotModifiedOnAttempts", method: "GET", path: "/v1/jobs/" + id + "/attempts", status: 304, header: notModified},
 		{name: "CorrectCreated", method: "POST", path: "/v1/jobs", status: 201, header: created, body: job, valid: true},
 		{name: "CorrectProblem", method: "GET", path: "/v1/jobs/" + id, status: 404, header: problemCT, body: notFound, valid: true},
 		{name: "CreatedWithoutLocation", method: "POST", path: "/v1/jobs", status: 201, header: jsonCT, body: job},
 		{name: "ReplayWithoutHeader", method: "POST", path: "/v1/jobs", status: 200, header: jsonCT, body: job},
-		{name: "JobMissingVersion", method: "GET", path: "/v1/jobs/" + id, status: 200, header: jsonCT,
+		{name: "JobMissingVersion", method: "GET", path: "/v1/jobs/" + id, status: 200, header: got,
 			body: strings.Replace(job, `"version":0,`, "", 1)},
-		{name: "JobWithOwner", method: "GET", path: "/v1/jobs/" + id, status: 200, header: jsonCT,
+		{name: "JobWithOwner", method: "GET", path: "/v1/jobs/" + id, status: 200, header: got,
 			body: strings.Replace(job, `"version":0,`, `"version":0,"owner":"u1",`, 1)},
-		{name: "JobWithBadStatus", method: "GET", path: "/v1/jobs/" + id, status: 200, header: jsonCT,
+		{name: "JobWithBadStatus", method: "GET", path: "/v1/jobs/" + id, status: 200, header: got,
 			body: strings.Replace(job, `"pending"`, `"exploded"`, 1)},
-		{name: "JobWithLocalTime", method: "GET", path: "/v1/jobs/" + id, status: 200, header: jsonCT,
+		{name: "JobWithLocalTime", method: "GET", path: "/v1/jobs/" + id, status: 200, header: got,
 			body: strings.Replace(job, `"created_at":"2026-01-02T03:04:05.123Z"`, `"created_at":"2026-01-02 03:04"`, 1)},
 		{name: "ProblemWithWrongType", method: "GET", path: "/v1/jobs/" + id, status: 404, header: problemCT,
 			body: strings.Replace(notFound, "not-found", "conflict", 1)},

@@ -3,6 +3,7 @@ package apigw
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
@@ -14,7 +15,8 @@ type Catalog interface {
 	Lookup(jobType string) (JobType, bool)
 }
 
-// JobType is one job type's contract as far as creating a job is concerned.
+// JobType is one job type's contract as far as creating and reading a job
+// are concerned.
 type JobType interface {
 	// ValidateInput checks an input object against the type's input schema.
 	// Pointers are JSON Pointers relative to the input (the API prefixes
@@ -23,6 +25,10 @@ type JobType interface {
 	// Providers are the type's own, in the order they are tried when a
 	// request names none (job.ChooseProviders).
 	Providers() []string
+	// Timeout bounds one attempt; HedgeAfter is when a second provider is
+	// raced, if ever. They pace pollers (Retry-After).
+	Timeout() time.Duration
+	HedgeAfter() (time.Duration, bool)
 }
 
 // Starter starts a job's execution. It must be idempotent (Step Functions

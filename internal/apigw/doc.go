@@ -34,4 +34,9 @@
 //
 // Nothing is written to DynamoDB for a refused request: all checks run
 // before the engine is called.
+//
+// GET /v1/jobs/{id} lets clients wait for an outcome without hammering
+// (wait.go): a strong ETag, 304 for If-None-Match, and Prefer: wait=N
+// holding the request until the job changes, re-reading it every 500 ms
+// for at most 20 s.
 package apigw

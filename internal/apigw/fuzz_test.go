@@ -15,7 +15,8 @@ import (
 // answer must match openapi.yaml. headers are "name: value" lines, claims
 // "name=value" lines (none: no authorizer context).
 func FuzzHandler(f *testing.F) {
-	e := newEnv(f)
+	// A virtual clock: a held GET (Prefer: wait) never sleeps here.
+	e := newEnv(f, newVirtualTime().option())
 	admin := "sub=operator\nscope=openid jobs:admin"
 	jsonKey := func(key string) string { return "content-type: application/json\nidempotency-key: " + key }
 	id := "job_6ryn5nabj6d79smk97x5m81a98"
@@ -29,6 +30,8 @@ func FuzzHandler(f *testing.F) {
 	f.Add("POST", "", "/v1/jobs", jsonKey(""), []byte(`{}`), "sub=user-1")
 	f.Add("POST", "", "/v1/jobs", jsonKey("k9"), []byte(`{"type":"ticket-triage","input":{"prompt":"x"},"providers":["sim-fallback"]}`), "sub="+strings.Repeat("u", 2000))
 	f.Add("GET", "GET /v1/jobs/{id}", "/v1/jobs/"+id, "", []byte(nil), "sub=user-1")
+	f.Add("GET", "", "/v1/jobs/"+id, "if-none-match: *\nprefer: wait=3", []byte(nil), "sub=user-1")
+	f.Add("GET", "", "/v1/jobs/"+id, "if-none-match: \"x\", W/\"y\"\nprefer: wait=99;a=b, respond-async", []byte(nil), "sub=user-1")
 	f.Add("GET", "", "/v1/jobs/"+id+"/attempts", "", []byte(nil), "sub=user-2")
 	f.Add("GET", "", "/v1/jobs", "", []byte(nil), "sub=user-1")
 	f.Add("GET", "", "/v1/jobs?status=pending&limit=1", "", []byte(nil), "sub=user-1")

@@ -2,6 +2,7 @@ package apigw
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/onejob/onejob/internal/jobtype"
 )
@@ -31,3 +32,7 @@ func (a apiType) ValidateInput(input json.RawMessage) []FieldError {
 }
 
 func (a apiType) Providers() []string { return a.t.Providers() }
+
+func (a apiType) Timeout() time.Duration { return a.t.Timeout() }
+
+func (a apiType) HedgeAfter() (time.Duration, bool) { return a.t.HedgeAfter() }

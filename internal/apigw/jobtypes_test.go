@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/job"
@@ -39,4 +40,19 @@ func TestJobTypes(t *testing.T) {
 	if errs := demo.ValidateInput(json.RawMessage(`{}`)); len(errs) == 0 {
 		t.Fatal("input without prompt accepted")
 	}
+	if _, hedges := demo.HedgeAfter(); hedges || demo.Timeout() != 2*time.Second {
+		t.Fatalf("demo: timeout %v, hedges %v", demo.Timeout(), hedges)
+	}
+	if hedge, ok := mustLookup(t, c, "demo-hedge").HedgeAfter(); !ok || hedge != 500*time.Millisecond {
+		t.Fatalf("demo-hedge hedges after %v (%v)", hedge, ok)
+	}
+}
+
+func mustLookup(t *testing.T, c apigw.JobTypes, name string) apigw.JobType {
+	t.Helper()
+	jt, ok := c.Lookup(name)
+	if !ok {
+		t.Fatalf("%s not found", name)
+	}
+	return jt
 }

@@ -108,3 +108,91 @@ func TestLocalUnknownRoutesAnswerProblems(t *testing.T) {
 		t.Fatalf("Allow %q", r.header.Get("Allow"))
 	}
 }
+
+// TestLocalCORS: preflights are answered before the authorizer, with the
+// headers API Gateway is configured with, for allowed origins only; actual
+// responses (401s included) name an allowed origin and expose the headers a
+// browser client reads.
+func TestLocalCORS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const allowed, unlisted = "http://localhost:5173", "https://evil.example"
+	preflight := func(t *testing.T, origin, method, path, headers string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodOptions, e.srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", method)
+		req.Header.Set("Access-Control-Request-Headers", headers)
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	t.Run("PreflightFromAllowedOrigin", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct{ method, path, headers string }{
+			{http.MethodPost, "/v1/jobs", "authorization,content-type,idempotency-key"},
+			{http.MethodGet, "/v1/jobs/job_x", "authorization,if-none-match,prefer"},
+		} {
+			resp := preflight(t, allowed, tc.method, tc.path, tc.headers)
+			h := resp.Header
+			if resp.StatusCode != http.StatusNoContent || h.Get("Access-Control-Allow-Origin") != allowed ||
+				h.Get("Access-Control-Allow-Methods") != "GET,POST" || h.Get("Access-Control-Max-Age") != "3600" ||
+				h.Get("Vary") != "Origin" {
+				t.Fatalf("%s %s: %d %v", tc.method, tc.path, resp.StatusCode, h)
+			}
+			for _, want := range apigw.CORSAllowHeaders() {
+				if !strings.Contains(h.Get("Access-Control-Allow-Headers"), strings.ToLower(want)) {
+					t.Errorf("Access-Control-Allow-Headers %q lacks %s", h.Get("Access-Control-Allow-Headers"), want)
+				}
+			}
+		}
+	})
+	t.Run("PreflightFromUnlistedOrigin", func(t *testing.T) {
+		t.Parallel()
+		resp := preflight(t, unlisted, http.MethodPost, "/v1/jobs", "authorization")
+		for k := range resp.Header {
+			if strings.HasPrefix(k, "Access-Control-") {
+				t.Errorf("unlisted origin got %s: %s", k, resp.Header.Get(k))
+			}
+		}
+	})
+	actual := func(t *testing.T, origin, token string) result {
+		t.Helper()
+		return e.do(t, call{method: http.MethodPost, path: "/v1/jobs", token: token, body: []byte(demoBody),
+			headers: map[string]string{"Origin": origin, "Idempotency-Key": "cors-" + origin, "Content-Type": "application/json"}})
+	}
+	t.Run("ActualResponseToAllowedOrigin", func(t *testing.T) {
+		t.Parallel()
+		r := actual(t, allowed, e.token(t, "owner-cors"))
+		if r.status != http.StatusCreated || r.header.Get("Access-Control-Allow-Origin") != allowed || r.header.Get("Vary") != "Origin" {
+			t.Fatalf("%d %v", r.status, r.header)
+		}
+		for _, want := range apigw.CORSExposeHeaders() {
+			if !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), strings.ToLower(want)) {
+				t.Errorf("Access-Control-Expose-Headers %q lacks %s", r.header.Get("Access-Control-Expose-Headers"), want)
+			}
+		}
+		// A refused token must be readable too, or the page cannot tell why.
+		if r := actual(t, allowed, ""); r.status != http.StatusUnauthorized || r.header.Get("Access-Control-Allow-Origin") != allowed {
+			t.Fatalf("401: %d %v", r.status, r.header)
+		}
+	})
+	t.Run("ActualResponseToUnlistedOrigin", func(t *testing.T) {
+		t.Parallel()
+		r := actual(t, unlisted, e.token(t, "owner-cors-unlisted"))
+		if r.status != http.StatusCreated || r.header.Get("Access-Control-Allow-Origin") != "" || r.header.Get("Access-Control-Expose-Headers") != "" {
+			t.Fatalf("%d %v", r.status, r.header)
+		}
+	})
+	t.Run("OptionsWithoutPreflightHeadersIsNoPreflight", func(t *testing.T) {
+		t.Parallel()
+		r := e.do(t, call{method: http.MethodOptions, path: "/v1/jobs", token: e.token(t, "owner-cors")})
+		wantProblem(t, r, http.StatusMethodNotAllowed, apigw.CodeMethodNotAllowed)
+	})
+}

@@ -14,6 +14,14 @@ import (
 )
 
 func encode(rep reply) (events.APIGatewayV2HTTPResponse, error) {
+	if rep.status == http.StatusNotModified {
+		// No body, so no Content-Type (RFC 9110 §15.4.5).
+		headers := map[string]string{"Cache-Control": "no-store"}
+		for k, v := range rep.headers {
+			headers[k] = v
+		}
+		return events.APIGatewayV2HTTPResponse{StatusCode: rep.status, Headers: headers}, nil
+	}
 	b, err := marshal(rep.body)
 	if err != nil {
 		// A stored value that is not JSON: a fault, not the client's.

@@ -120,14 +120,6 @@ func (h *Handler) start(ctx context.Context, r *request, j job.Job) {
 	}
 }
 
-func (h *Handler) getJob(ctx context.Context, r *request) (reply, error) {
-	j, err := h.ownJob(ctx, r)
-	if err != nil {
-		return reply{}, err
-	}
-	return reply{status: http.StatusOK, body: jobView(j), jobID: j.ID}, nil
-}
-
 func (h *Handler) listAttempts(ctx context.Context, r *request) (reply, error) {
 	j, err := h.ownJob(ctx, r)
 	if err != nil {

@@ -35,10 +35,12 @@ const (
 type LocalSettings struct {
 	Addr      string
 	JWTSecret string
+	// CORSOrigins may call the API from a browser (see NewCORS).
+	CORSOrigins []string
 }
 
-// LocalSettingsFromEnv reads ONEJOB_ADDR and ONEJOB_LOCAL_JWT_SECRET,
-// applying their defaults.
+// LocalSettingsFromEnv reads ONEJOB_ADDR, ONEJOB_LOCAL_JWT_SECRET and
+// ONEJOB_CORS_ORIGINS, applying their defaults.
 func LocalSettingsFromEnv(getenv func(string) string) LocalSettings {
 	s := LocalSettings{Addr: getenv(EnvLocalAddr), JWTSecret: getenv(EnvLocalSecret)}
 	if s.Addr == "" {
@@ -46,6 +48,14 @@ func LocalSettingsFromEnv(getenv func(string) string) LocalSettings {
 	}
 	if s.JWTSecret == "" {
 		s.JWTSecret = DefaultLocalSecret
+	}
+	for _, o := range strings.Split(getenv(EnvCORSOrigins), ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			s.CORSOrigins = append(s.CORSOrigins, o)
+		}
+	}
+	if len(s.CORSOrigins) == 0 {
+		s.CORSOrigins = DefaultCORSOrigins()
 	}
 	return s
 }
@@ -57,12 +67,20 @@ type ServerConfig struct {
 	Tokens *Tokens
 	Clock  func() time.Time
 	Logger *slog.Logger
+	// CORSOrigins may call the API from a browser; empty means
+	// DefaultCORSOrigins.
+	CORSOrigins []string
+	// Mounts are folders served as they are (local pages), before the
+	// authorizer.
+	Mounts []Mount
 }
 
 // Server serves the API over plain net/http the way API Gateway does: it
-// runs the JWT authorizer (a 401 problem before the handler is called),
-// builds the payload 2.0 event API Gateway would send, calls the same
-// Handler, and writes its response. GET /openapi.yaml serves the document.
+// answers CORS preflights, runs the JWT authorizer (a 401 problem before
+// the handler is called), builds the payload 2.0 event API Gateway would
+// send, calls the same Handler, and writes its response with the CORS
+// headers API Gateway would add. GET /openapi.yaml serves the document, and
+// the mounts serve local pages.
 //
 // Requests matching none of the routes reach the handler under the
 // "$default" route key (API Gateway would answer them itself), so that they
@@ -72,6 +90,8 @@ type Server struct {
 	tokens *Tokens
 	now    func() time.Time
 	log    *slog.Logger
+	cors   *CORS
+	files  *files
 }
 
 // NewServer validates the configuration.
@@ -85,11 +105,30 @@ func NewServer(c ServerConfig) (*Server, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{h: c.Handler, tokens: c.Tokens, now: c.Clock, log: c.Logger}, nil
+	if len(c.CORSOrigins) == 0 {
+		c.CORSOrigins = DefaultCORSOrigins()
+	}
+	cors, err := NewCORS(c.CORSOrigins)
+	if err != nil {
+		return nil, err
+	}
+	f, err := newFiles(c.Mounts)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{h: c.Handler, tokens: c.Tokens, now: c.Clock, log: c.Logger, cors: cors, files: f}, nil
 }
 
 // ServeHTTP answers one request as API Gateway and the Lambda would.
 func (l *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isPreflight(r) {
+		l.cors.preflight(w, r)
+		return
+	}
+	l.cors.decorate(w.Header(), r)
+	if l.files.serve(w, r) {
+		return
+	}
 	if r.Method == http.MethodGet && r.URL.Path == "/openapi.yaml" {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(apigw.OpenAPI())

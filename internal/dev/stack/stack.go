@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -78,6 +79,9 @@ type Config struct {
 	Logger *slog.Logger
 	// MetricsOut receives EMF metric lines; nil keeps counts in memory only.
 	MetricsOut io.Writer
+	// CORSOrigins may call the API from a browser; empty means
+	// apigwlocal.DefaultCORSOrigins (this machine, any port).
+	CORSOrigins []string
 }
 
 func (c *Config) defaults() error {
@@ -142,6 +146,9 @@ type Stack struct {
 	Sweeper   *lifecycle.Sweeper
 	// APIURL is the HTTP API's base URL.
 	APIURL string
+	// Pages are the local pages served beside the API (clients/web/<name>
+	// at APIURL/<name>/), by name.
+	Pages []string
 
 	closers []func() error
 	stop    context.CancelFunc
@@ -327,6 +334,9 @@ func serve(h http.Handler, addr string) (string, func() error, error) {
 	}, nil
 }
 
+// Root is the checkout the stack runs from.
+func (s *Stack) Root() string { return s.cfg.Root }
+
 // Close stops everything, newest first.
 func (s *Stack) Close() error {
 	if s.stop != nil {
@@ -391,5 +401,33 @@ func (s *Stack) apiHandler(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return apigwlocal.NewServer(apigwlocal.ServerConfig{Handler: h, Tokens: tokens, Logger: cfg.Logger})
+	mounts, err := s.pageMounts(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	return apigwlocal.NewServer(apigwlocal.ServerConfig{Handler: h, Tokens: tokens, Logger: cfg.Logger,
+		CORSOrigins: cfg.CORSOrigins, Mounts: mounts})
+}
+
+// ClientLibPath is where the pages import the TypeScript client from
+// (clients/typescript, compiled into its dist/ folder by `make run`).
+const ClientLibPath = "/lib/onejob/"
+
+// pageMounts serves every page of clients/web (a folder with an
+// index.html) at /<name>/, and the compiled client they import.
+func (s *Stack) pageMounts(root string) ([]apigwlocal.Mount, error) {
+	web := filepath.Join(root, "clients", "web")
+	pages, err := apigwlocal.Pages(web)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	mounts := []apigwlocal.Mount{{Prefix: ClientLibPath, Dir: filepath.Join(root, "clients", "typescript", "dist")}}
+	for _, p := range pages {
+		mounts = append(mounts, apigwlocal.Mount{Prefix: "/" + p + "/", Dir: filepath.Join(web, p)})
+	}
+	s.Pages = pages
+	return mounts, nil
 }

@@ -1,0 +1,86 @@
+// Starts the real local stack (`bin/onejob run`: dynalite, the real state
+// machine, the task handlers, the simulated providers, the HTTP API) on
+// free loopback ports for the client and browser tests, and stops it by
+// its PID. No mocks: the tests talk to what `make run` serves.
+import { spawn, execFile } from "node:child_process";
+import { existsSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+/** The checkout root (clients/harness/../..). */
+export const root = fileURLToPath(new URL("../../", import.meta.url));
+
+/** Where tests leave logs and screenshots: git-ignored. */
+export const outDir = join(root, ".local", "clients-test");
+
+const run = promisify(execFile);
+
+/**
+ * Starts `onejob run` with the API on a free port. Resolves once it printed
+ * that it is up, with its URLs, a token minter and stop().
+ */
+export async function startStack(name) {
+  const bin = process.env.ONEJOB_BIN ?? join(root, "bin", "onejob");
+  if (!existsSync(bin)) {
+    throw new Error(`${bin} is missing: run the client tests with \`make test-clients\`, which builds it`);
+  }
+  mkdirSync(outDir, { recursive: true });
+  const logPath = join(outDir, `${name}.stack.log`);
+  const child = spawn(bin, ["run", "--log", logPath], {
+    cwd: root,
+    env: { ...process.env, ONEJOB_ADDR: "127.0.0.1:0" },
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true, // its own process group, so nothing it starts outlives a crashed test
+  });
+  const killGroup = () => {
+    try {
+      process.kill(-child.pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  };
+  process.once("exit", killGroup);
+  let out = "";
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const up = await new Promise((resolve, reject) => {
+    const onData = (b) => {
+      out += b;
+      const api = /HTTP API\s+(http:\/\/\S+)/.exec(out);
+      if (api && out.includes("Ctrl-C stops everything")) {
+        child.stdout.off("data", onData);
+        resolve({ apiUrl: api[1] });
+      }
+    };
+    child.stdout.on("data", onData);
+    child.stderr.on("data", (b) => (out += b));
+    exited.then(({ code, signal }) => reject(new Error(`onejob run exited (${code ?? signal}) before it was up:\n${out}\n(logs: ${logPath})`)));
+  });
+  const env = { ...process.env };
+  return {
+    ...up,
+    logPath,
+    /** The URL of a local page, as `make run` prints it, calling api (default: the stack's). */
+    pageUrl(page, { api = up.apiUrl, token }) {
+      const origin = up.apiUrl.replace("://127.0.0.1:", "://localhost:");
+      return `${origin}/${page}/#api=${encodeURIComponent(api)}&token=${token}`;
+    },
+    /** A bearer token for sub, from `onejob token` (the stack's secret). */
+    async token(sub, ...scopes) {
+      const args = ["token", "--sub", sub, ...scopes.flatMap((s) => ["--scope", s])];
+      const { stdout } = await run(bin, args, { env });
+      return stdout.trim();
+    },
+    /** Ctrl-C, as a person would; the whole group is killed if that does not end it. */
+    async stop() {
+      process.off("exit", killGroup);
+      if (child.exitCode !== null || child.signalCode !== null) {
+        return;
+      }
+      child.kill("SIGINT");
+      const timer = setTimeout(killGroup, 15_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}

@@ -1,0 +1,12 @@
+// @onejob/client: the client half of onejob's contract, for browsers, Node
+// and React Native. No dependency beyond fetch. Node's file-backed key
+// store is in "@onejob/client/node".
+export { OnejobClient, maxWaitSeconds, problemOf, randomKey } from "./client.js";
+export type { CallOptions, ClientOptions, ListQuery, RetryInfo, Submission, WaitOptions } from "./client.js";
+export { IdempotencyKeyReusedError, NetworkError, ProblemError, problemBase } from "./errors.js";
+export { MemoryKeyStore, StorageKeyStore, isStoredIntent } from "./keystore.js";
+export type { KeyStore, StoredIntent, StringStorage } from "./keystore.js";
+export { backoffDelay, defaultRetryPolicy, parseRetryAfter, sleep } from "./retry.js";
+export type { RetryPolicy } from "./retry.js";
+export { isTerminal, terminalStatuses } from "./types.js";
+export type { Attempt, AttemptList, AttemptSummary, CreateJobRequest, Job, JobList, JobStatus, Problem } from "./types.js";

@@ -1,0 +1,145 @@
+// The double click, proven in a real browser: Chromium drives the demo page
+// (clients/web/demo) against the real local stack through a loopback proxy
+// that fails the network on purpose. The page is served from localhost and
+// calls the API at 127.0.0.1: another origin, so every call goes through
+// CORS as it would against a deployed API. After each scenario the owner's
+// listing must hold exactly one job.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import { launchBrowser, newPage, screenshot } from "../../harness/browser.mjs";
+import { isCreate, startProxy } from "../../harness/proxy.mjs";
+import { startStack } from "../../harness/stack.mjs";
+import { OnejobClient } from "../../typescript/dist/node.js";
+
+let stack;
+let proxy;
+let browser;
+before(async () => {
+  [stack, browser] = await Promise.all([startStack("web"), launchBrowser()]);
+  proxy = await startProxy(stack.apiUrl);
+});
+after(async () => {
+  await browser?.close();
+  await proxy?.close();
+  await stack?.stop();
+});
+
+/** Opens the demo page as owner sub, its API calls through the proxy. */
+async function open(sub) {
+  const token = await stack.token(sub);
+  const { context, page, errors } = await newPage(browser);
+  await page.goto(stack.pageUrl("demo", { api: proxy.url, token }));
+  await page.waitForSelector("body[data-ready=true]");
+  const mine = (e) => isCreate(e) && e.headers.authorization === `Bearer ${token}`;
+  return { context, page, errors, token, mine };
+}
+
+/** The owner's jobs, read straight from the API (not through the page). */
+async function jobsOf(token) {
+  const c = new OnejobClient({ baseUrl: stack.apiUrl, token });
+  return (await c.listJobs({ limit: 100 })).jobs;
+}
+
+/** Waits until the page lists n clicks, and returns them. */
+async function clicks(page, n) {
+  await page.waitForFunction((n) => document.querySelectorAll("#clicks li").length >= n, n);
+  return page.$$eval("#clicks li", (lis) => lis.map((li) => ({ outcome: li.dataset.outcome, jobId: li.dataset.jobId ?? "", text: li.textContent })));
+}
+
+const idOf = (entry) => JSON.parse(entry.responseBody).id;
+
+test("(a) a double click while the provider is slow is one job; both clicks show it", async () => {
+  const { context, page, errors, token, mine } = await open("web-double-click");
+  await page.selectOption("#primary", "slow");
+  // Hold the first answer until the second click's request has reached the
+  // server too: the two requests are in flight at once.
+  const held = proxy.hold(mine, 2);
+  await page.dblclick("#start");
+  const [first, second] = await held.after(2);
+  held.release();
+  assert.equal(first.headers["idempotency-key"], second.headers["idempotency-key"], "one key for the intent");
+  assert.deepEqual([first.status, second.status].sort(), [200, 201]);
+  // Cross-origin: the browser asked first (a preflight, answered before any
+  // token is checked) and named the page's origin on the creates.
+  const origin = new URL(page.url()).origin;
+  assert.ok(proxy.requests.some((e) => e.method === "OPTIONS" && e.headers.origin === origin &&
+    e.headers["access-control-request-method"] === "POST" && e.status === 204), "a CORS preflight was answered");
+  assert.equal(first.headers.origin, origin);
+  const shown = await clicks(page, 2);
+  assert.deepEqual(shown.map((c) => c.outcome).sort(), ["created", "replayed"]);
+  assert.equal(shown[0].jobId, shown[1].jobId);
+  assert.equal(shown[0].jobId, idOf(first));
+  // Live status and the timeline: the slow primary finishes the job.
+  await page.waitForSelector("#status[data-status=succeeded]", { timeout: 20_000 });
+  await page.waitForSelector('#timeline rect[data-attempt="1"][data-state=succeeded]');
+  console.log("screenshot:", await screenshot(page, "a-double-click"));
+  assert.deepEqual((await jobsOf(token)).map((j) => j.id), [shown[0].jobId]);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test("(b) the answer is swallowed, the user clicks again: the same job", async () => {
+  const { context, page, errors, token, mine } = await open("web-swallowed");
+  // Every answer to a create is lost on the way back (the client's retries,
+  // and Chromium's own resend on a fresh connection, included).
+  const swallowed = proxy.swallow(mine, Infinity);
+  await page.click("#start");
+  const [failed] = await clicks(page, 1);
+  assert.equal(failed.outcome, "error");
+  swallowed.stop();
+  const lost = swallowed.matched;
+  assert.ok(lost.length >= 2, `the client retried (${lost.length} sends)`);
+  assert.equal(new Set(lost.map((e) => e.headers["idempotency-key"])).size, 1, "every retry sent the same key");
+  assert.equal(lost[0].status, 201, "the first send created the job; its answer was lost");
+  await page.click("#start");
+  const [, again] = await clicks(page, 2);
+  assert.equal(again.outcome, "replayed");
+  assert.equal(again.jobId, idOf(lost[0]));
+  await page.waitForSelector("#status[data-status=succeeded]", { timeout: 20_000 });
+  console.log("screenshot:", await screenshot(page, "b-swallowed-answer"));
+  assert.deepEqual((await jobsOf(token)).map((j) => j.id), [again.jobId]);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test("(c) the page is reloaded mid-request and the user clicks again: the same job", async () => {
+  const { context, page, errors, token, mine } = await open("web-reload");
+  const held = proxy.hold(mine, 1);
+  await page.click("#start");
+  const [inFlight] = await held.after(1); // the server created it; the answer is on hold
+  await page.reload();
+  await page.waitForSelector("body[data-ready=true]");
+  held.release();
+  // The key survived in localStorage; the page says so.
+  await page.waitForSelector("#notice:not([hidden])");
+  assert.equal(await page.textContent("#intent-key"), inFlight.headers["idempotency-key"]);
+  await page.click("#start");
+  const [again] = await clicks(page, 1);
+  assert.equal(again.outcome, "replayed");
+  assert.equal(again.jobId, idOf(inFlight));
+  await page.waitForSelector("#status[data-status=succeeded]", { timeout: 20_000 });
+  console.log("screenshot:", await screenshot(page, "c-reload-mid-request"));
+  assert.deepEqual((await jobsOf(token)).map((j) => j.id), [again.jobId]);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test("(d) the same intent with edited input shows the conflict, and no second job exists", async () => {
+  const { context, page, errors, token } = await open("web-edited");
+  await page.click("#start");
+  const [created] = await clicks(page, 1);
+  assert.equal(created.outcome, "created");
+  await page.fill("#prompt", "hello again, edited");
+  await page.click("#start");
+  const [, conflict] = await clicks(page, 2);
+  assert.equal(conflict.outcome, "conflict");
+  assert.equal(conflict.jobId, created.jobId);
+  await page.waitForSelector("#conflict:not([hidden])");
+  assert.match(await page.textContent("#conflict"), new RegExp(created.jobId));
+  await page.waitForSelector("#status[data-status=succeeded]", { timeout: 20_000 });
+  console.log("screenshot:", await screenshot(page, "d-edited-input-conflict"));
+  assert.deepEqual((await jobsOf(token)).map((j) => j.id), [created.jobId]);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
