@@ -5,23 +5,25 @@ import (
 	"testing"
 )
 
-func TestIndexWrites(t *testing.T) {
+func TestIndexWriteUnits(t *testing.T) {
 	t.Parallel()
+	// A 3-unit item: by_owner (ALL) costs the item's units on every write;
+	// by_open (KEYS_ONLY) one unit when the entry appears or goes.
 	tests := []struct {
 		name string
 		op   string
 		req  string
 		resp string
-		want int
+		want float64
 	}{
-		{"CreateOpenJob", "PutItem", `{"Item":{"id":{"S":"j"},"open_shard":{"S":"open"}}}`, `{}`, 2},
-		{"PutWithoutOpenShard", "PutItem", `{"Item":{"id":{"S":"j"}}}`, `{}`, 1},
+		{"CreateOpenJob", "PutItem", `{"Item":{"id":{"S":"j"},"open_shard":{"S":"open#3"}}}`, `{}`, 3 + 1},
+		{"PutWithoutOpenShard", "PutItem", `{"Item":{"id":{"S":"j"}}}`, `{}`, 3},
 		{"BookkeepingWhileOpen", "UpdateItem", `{"ExpressionAttributeNames":{"#status":"status"}}`,
-			`{"Attributes":{"open_shard":{"S":"open"}}}`, 2},
+			`{"Attributes":{"open_shard":{"S":"open#3"}}}`, 3},
 		{"OutcomeRemovesOpenShard", "UpdateItem", `{"ExpressionAttributeNames":{"#open":"open_shard"}}`,
-			`{"Attributes":{"id":{"S":"j"}}}`, 2},
+			`{"Attributes":{"id":{"S":"j"}}}`, 3 + 1},
 		{"WriteAfterClose", "UpdateItem", `{"ExpressionAttributeNames":{"#status":"status"}}`,
-			`{"Attributes":{"id":{"S":"j"}}}`, 1},
+			`{"Attributes":{"id":{"S":"j"}}}`, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -30,8 +32,8 @@ func TestIndexWrites(t *testing.T) {
 			if err := json.Unmarshal([]byte(tc.req), &req); err != nil {
 				t.Fatal(err)
 			}
-			if got := indexWrites(tc.op, req, []byte(tc.resp)); got != tc.want {
-				t.Fatalf("indexWrites = %d, want %d", got, tc.want)
+			if got := indexWriteUnits(tc.op, req, []byte(tc.resp), 3); got != tc.want {
+				t.Fatalf("indexWriteUnits = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -143,7 +143,7 @@ func (p *ddbProxy) record(op, table string, req map[string]json.RawMessage, stat
 		if writeOps[op] {
 			st.WriteUnits = units
 			if table == p.jobsTable {
-				st.IndexWriteUnits = units * float64(indexWrites(op, req, body))
+				st.IndexWriteUnits = indexWriteUnits(op, req, body, units)
 			}
 		} else {
 			st.ReadUnits = units
@@ -180,30 +180,24 @@ func consumed(body []byte) float64 {
 	return sum
 }
 
-// indexWrites models how many global-secondary-index entries a successful
-// write to the jobs table rewrites, per DynamoDB's documented rules (a put or
-// projected-attribute update of an indexed item is one index write; removing
-// the index key is one delete). Both indexes project ALL attributes, so an
-// index entry is about as large as the item:
-//   - by_owner: every job carries owner, so every write touches it;
-//   - by_open (sparse): touched while the job carries open_shard, including
-//     the outcome write that removes it.
-func indexWrites(op string, req map[string]json.RawMessage, resp []byte) int {
-	n := 1 // by_owner
+// indexWriteUnits models the global-secondary-index writes of a successful
+// write to the jobs table, per DynamoDB's documented rules (an index entry is
+// written when an attribute it projects changes, deleted when its key goes):
+//   - by_owner projects ALL: every job carries owner, so every write of the
+//     item rewrites its entry, about as large as the item (units);
+//   - by_open projects KEYS_ONLY: its entry is written once, when the job is
+//     created carrying open_shard, and deleted once, by the outcome write that
+//     removes it; an entry is far under 1 KB, one unit each.
+func indexWriteUnits(op string, req map[string]json.RawMessage, resp []byte, units float64) float64 {
+	n := units // by_owner
 	switch op {
 	case "PutItem":
 		if bytes.Contains(req["Item"], []byte(`"`+dynamo.AttrOpenShard+`"`)) {
 			n++
 		}
 	case "UpdateItem":
-		var out struct {
-			Attributes map[string]json.RawMessage
-		}
-		_ = json.Unmarshal(resp, &out)
-		_, stillOpen := out.Attributes[dynamo.AttrOpenShard]
-		removes := bytes.Contains(req["ExpressionAttributeNames"], []byte(`"`+dynamo.AttrOpenShard+`"`))
-		if stillOpen || removes {
-			n++
+		if bytes.Contains(req["ExpressionAttributeNames"], []byte(`"`+dynamo.AttrOpenShard+`"`)) {
+			n++ // the outcome's REMOVE of open_shard
 		}
 	}
 	return n

@@ -86,11 +86,12 @@ func All() map[string][]Grant {
 			{[]string{"dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.AttemptsTable())},
 			{[]string{"states:StartExecution"}, stateMachine},
 		},
-		// The sweeper reads open jobs from the sparse by_open index only
-		// (dynamo.ListOpen: no Scan, no table reads) and (re)starts their
-		// executions.
+		// The sweeper finds open jobs in the sparse by_open index (keys
+		// only: dynamo.ListOpen, no Scan), reads them by key in batches and
+		// starts the pending ones' executions.
 		deploy.FnSweeper: {
 			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOpen)},
+			{[]string{"dynamodb:BatchGetItem"}, table(dynamo.JobsTable())},
 			{[]string{"states:StartExecution"}, stateMachine},
 		},
 		// Runs a job's attempts: reads the job and the fallbacks'

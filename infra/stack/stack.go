@@ -245,7 +245,7 @@ func newTable(stack awscdk.Stack, cfg Config, def dynamo.TableDef, removal awscd
 			IndexName:      jsii.String(idx.Name),
 			PartitionKey:   attribute(&idx.PartitionKey),
 			SortKey:        attribute(idx.SortKey),
-			ProjectionType: awsdynamodb.ProjectionType_ALL,
+			ProjectionType: awsdynamodb.ProjectionType(idx.Projection),
 		})
 	}
 	props := &awsdynamodb.TablePropsV2{

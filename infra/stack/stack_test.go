@@ -591,6 +591,7 @@ func checkIAM(t *testing.T, s *synthesized) {
 		"fn:" + deploy.FnHold: task(true, false),
 		"fn:sweeper": grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOpen).
+			add([]string{"dynamodb:BatchGetItem"}, "arn:table:jobs").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add(xrayLambda, "*"),
 		"statemachine": grants{}.

@@ -45,7 +45,7 @@ func CreateTableInput(def TableDef, name string) *dynamodb.CreateTableInput {
 		gsis = append(gsis, types.GlobalSecondaryIndex{
 			IndexName:  aws.String(ix.Name),
 			KeySchema:  ks,
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+			Projection: &types.Projection{ProjectionType: types.ProjectionType(ix.Projection)},
 		})
 	}
 	var defs []types.AttributeDefinition

@@ -17,8 +17,10 @@ type client struct {
 	updateItem func(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	query      func(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	scan       func(context.Context, *dynamodb.ScanInput, ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	batchGet   func(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 func newClient(c *dynamodb.Client) client {
-	return client{putItem: c.PutItem, getItem: c.GetItem, updateItem: c.UpdateItem, query: c.Query, scan: c.Scan}
+	return client{putItem: c.PutItem, getItem: c.GetItem, updateItem: c.UpdateItem, query: c.Query, scan: c.Scan,
+		batchGet: c.BatchGetItem}
 }

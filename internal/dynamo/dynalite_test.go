@@ -212,7 +212,7 @@ func TestWritesAgainstDynalite(t *testing.T) {
 			t.Fatalf("create: %v, replayed %v", err, replayed)
 		}
 		e.expect(t, "create", put(dynamo.KindCreate))
-		if open := str(e.rawJob(t, j.ID), dynamo.AttrOpenShard); open != "open" {
+		if open := str(e.rawJob(t, j.ID), dynamo.AttrOpenShard); open != dynamo.OpenShard(j.ID) {
 			t.Errorf("a new job is not in the open index: %s", open)
 		}
 		return created
@@ -423,5 +423,69 @@ func TestOversizedJobIsRefusedNotUnavailable(t *testing.T) {
 	}
 	if classified := dynamo.StoreError("put", err); !errors.Is(classified, lifecycle.ErrTooLarge) {
 		t.Fatalf("DynamoDB's refusal %v classified as %v, want ErrTooLarge", err, classified)
+	}
+}
+
+// TestOpenJobsSpreadOverShards: open jobs land on every by_open shard, and
+// ListOpen merges the shards oldest first, honours its limit and leaves out
+// a job that ended (its entry deleted with its outcome).
+func TestOpenJobsSpreadOverShards(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	e := newDynaliteEnv(t)
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	const n = 64
+	shards := map[string]bool{}
+	var ids []string
+	for i := range n {
+		j, err := job.New(job.Request{Owner: fmt.Sprintf("o%d", i%3), IdempotencyKey: fmt.Sprintf("k%d", i), Type: "demo",
+			Input: json.RawMessage(`{}`), Providers: []string{"p1"}}, t0.Add(time.Duration(i)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := e.st.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		shards[dynamo.OpenShard(j.ID)] = true
+		ids = append(ids, j.ID)
+	}
+	if len(shards) < dynamo.OpenShards/2 {
+		t.Fatalf("%d jobs used only %d of %d shards", n, len(shards), dynamo.OpenShards)
+	}
+	// The oldest job ends: it leaves the index.
+	first, err := e.st.Get(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel, err := job.DecideCancel(first, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.st.Apply(ctx, cancel); err != nil || !res.OK {
+		t.Fatalf("cancel: %+v %v", res, err)
+	}
+	for _, tc := range []struct {
+		name   string
+		cutoff time.Time
+		limit  int
+		want   []string
+	}{
+		{"All", t0.Add(time.Hour), 1000, ids[1:]},
+		{"Limit", t0.Add(time.Hour), 10, ids[1:11]},
+		{"Cutoff", t0.Add(20 * time.Second), 1000, ids[1:20]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := e.st.ListOpen(ctx, tc.cutoff, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gotIDs []string
+			for _, j := range got {
+				gotIDs = append(gotIDs, j.ID)
+			}
+			if !slices.Equal(gotIDs, tc.want) {
+				t.Fatalf("listed %d jobs %v, want %d oldest first", len(gotIDs), gotIDs, len(tc.want))
+			}
+		})
 	}
 }

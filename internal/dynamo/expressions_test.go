@@ -105,7 +105,7 @@ func TestCreateSendsJobAbsent(t *testing.T) {
 	}
 	j.WriteToken = got.WriteToken
 	equalMaps(t, "item", renderValues(in.Item), renderValues(encodeJob(j)))
-	if render(in.Item[AttrOpenShard]) != `"open"` {
+	if render(in.Item[AttrOpenShard]) != `"`+OpenShard(j.ID)+`"` {
 		t.Errorf("a new job must enter the open index: %s", render(in.Item[AttrOpenShard]))
 	}
 }

@@ -3,6 +3,7 @@ package dynamo
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strconv"
 	"time"
@@ -46,9 +47,18 @@ const (
 
 const timeLayout = time.RFC3339Nano
 
-// openShard is the by_open partition. One partition is enough while open jobs
-// number in the thousands; past that, suffix a hash of the ID.
-const openShard = "open"
+// OpenShards is how many partitions by_open spreads open jobs over: each
+// takes at most 1,000 index writes per second, and an open job costs two
+// (its creation, its end).
+const OpenShards = 16
+
+// OpenShard is the by_open partition of a job: "open#" and a hash of its ID
+// modulo OpenShards.
+func OpenShard(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return "open#" + strconv.Itoa(int(h.Sum32()%OpenShards))
+}
 
 // sortTime is fixed width so that string order is time order.
 const sortTime = "20060102T150405.000000000Z"
@@ -89,7 +99,7 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 		aUpdatedAt:    avT(j.UpdatedAt),
 	}
 	if !j.Status.Terminal() {
-		item[AttrOpenShard] = avS(openShard)
+		item[AttrOpenShard] = avS(OpenShard(j.ID))
 	}
 	if j.WriteToken != "" {
 		item[aWriteToken] = avS(j.WriteToken)

@@ -19,11 +19,23 @@ type KeyAttr struct {
 	Type AttrType
 }
 
-// IndexDef is a global secondary index projecting all attributes.
+// Projection is which attributes a global secondary index copies.
+type Projection string
+
+// Projections. An index entry is rewritten whenever an attribute it
+// projects changes: ALL makes every write of the item a write of the index
+// (at the item's size); KEYS_ONLY only a change of its keys.
+const (
+	ProjectAll      Projection = "ALL"
+	ProjectKeysOnly Projection = "KEYS_ONLY"
+)
+
+// IndexDef is a global secondary index.
 type IndexDef struct {
 	Name         string
 	PartitionKey KeyAttr
 	SortKey      *KeyAttr
+	Projection   Projection
 }
 
 // TableDef is one table: its logical name (the physical name is chosen per
@@ -63,12 +75,19 @@ func JobsTable() TableDef {
 			Name:         IndexByOwner,
 			PartitionKey: KeyAttr{Name: AttrOwner, Type: AttrString},
 			SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
+			// The listing reads whole jobs from it.
+			Projection: ProjectAll,
 		}, {
 			// Sparse: only jobs without an outcome carry open_shard, so the
-			// sweeper reads open jobs without scanning finished ones.
+			// sweeper reads open jobs without scanning finished ones. Keys
+			// only, spread over OpenShards partitions: an entry is written
+			// when its job is created and deleted when it ends, never in
+			// between, so the index is no ceiling on the account's jobs per
+			// second (docs/capacity.md).
 			Name:         IndexByOpen,
 			PartitionKey: KeyAttr{Name: AttrOpenShard, Type: AttrString},
 			SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
+			Projection:   ProjectKeysOnly,
 		}},
 	}
 }

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -332,15 +334,25 @@ func (r *recorder) dynamo(next http.Handler) http.Handler {
 			return
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
-		var in struct{ TableName, IndexName string }
-		_ = json.Unmarshal(body, &in)
-		res := permissions.Resource{Kind: permissions.KindTable, Table: strings.TrimPrefix(in.TableName, r.prefix), Index: in.IndexName}
-		if in.TableName == "" || !strings.HasPrefix(in.TableName, r.prefix) {
-			// Batch and transaction calls name tables elsewhere; none is
-			// granted, so an unknown resource is reported as such.
-			res = permissions.Resource{Kind: "unknown", Table: in.TableName}
+		var in struct {
+			TableName, IndexName string
+			// RequestItems names a batch's tables.
+			RequestItems map[string]json.RawMessage
 		}
-		r.add(Call{Action: iamAction(req.Header.Get("X-Amz-Target")), Resource: res})
+		_ = json.Unmarshal(body, &in)
+		tables := []string{in.TableName}
+		if in.TableName == "" && len(in.RequestItems) > 0 {
+			tables = slices.Sorted(maps.Keys(in.RequestItems))
+		}
+		for _, table := range tables {
+			res := permissions.Resource{Kind: permissions.KindTable, Table: strings.TrimPrefix(table, r.prefix), Index: in.IndexName}
+			if table == "" || !strings.HasPrefix(table, r.prefix) {
+				// Transaction calls name tables elsewhere; none is granted,
+				// so an unknown resource is reported as such.
+				res = permissions.Resource{Kind: "unknown", Table: table}
+			}
+			r.add(Call{Action: iamAction(req.Header.Get("X-Amz-Target")), Resource: res})
+		}
 		next.ServeHTTP(w, req)
 	})
 }
