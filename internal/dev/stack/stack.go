@@ -13,11 +13,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
@@ -73,6 +75,14 @@ type Config struct {
 	// CertifyDemo runs the demo job types' contract tests against the
 	// simulated fallback at start, so demo jobs may fail over.
 	CertifyDemo bool
+	// IdleTimeout closes a connection to the HTTP API, the Lambda endpoint
+	// or the Step Functions server after it has been idle that long
+	// (default DefaultIdleTimeout). The Step Functions server's Lambda
+	// client relies on it to shed the connections a burst opened.
+	IdleTimeout time.Duration
+	// KeepClosedExecutions is how many closed executions the Step Functions
+	// server keeps whole (default: sfnlocal's, 1000).
+	KeepClosedExecutions int
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// MetricsOut receives EMF metric lines; nil keeps counts in memory only.
@@ -105,6 +115,9 @@ func (c *Config) defaults() error {
 	if c.SweepGrace <= 0 {
 		c.SweepGrace = 5 * time.Second
 	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -117,6 +130,10 @@ func (c *Config) defaults() error {
 	}
 	return nil
 }
+
+// DefaultIdleTimeout is how long the local servers keep an idle
+// connection open.
+const DefaultIdleTimeout = 30 * time.Second
 
 // DefaultJWTSecret signs local tokens unless ONEJOB_LOCAL_JWT_SECRET is set.
 const DefaultJWTSecret = apigwlocal.DefaultLocalSecret
@@ -141,6 +158,11 @@ type Stack struct {
 	Sweeper   *lifecycle.Sweeper
 	// APIURL is the HTTP API's base URL.
 	APIURL string
+	// LambdaURL is the local Lambda Invoke endpoint, SimURL the demo
+	// providers' simulator, DynamoEndpoint the DynamoDB endpoint.
+	LambdaURL      string
+	SimURL         string
+	DynamoEndpoint string
 
 	closers []func() error
 	stop    context.CancelFunc
@@ -170,6 +192,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		s.closers = append(s.closers, s.Dynalite.Close)
 		endpoint = s.Dynalite.Endpoint()
 	}
+	s.DynamoEndpoint = endpoint
 	s.DB = dynalite.NewClient(endpoint)
 	s.Tables = dynamo.NamesWithPrefix(cfg.TablePrefix)
 	if err := dynamo.CreateTables(ctx, s.DB, s.Tables); err != nil {
@@ -193,7 +216,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, simServer.Close)
-	s.Providers, err = adapters.NewRegistry(ctx, sim.DemoConfig(simServer.URL()), nil, adapters.Options{Logger: log})
+	s.SimURL = simServer.URL()
+	// One client for every provider call, its idle connections kept for
+	// reuse (http.DefaultClient keeps two per host, so concurrent calls
+	// dialled anew each time) and closed before the simulator would.
+	providerHTTP := &http.Client{Transport: pooled(http.DefaultTransport.(*http.Transport).Clone(), 0, providerIdleConns, cfg.IdleTimeout/2)}
+	s.Providers, err = adapters.NewRegistry(ctx, sim.DemoConfig(simServer.URL()), nil,
+		adapters.Options{Logger: log, HTTPClient: providerHTTP})
 	if err != nil {
 		return nil, err
 	}
@@ -221,10 +250,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	lambdaURL, closeLambda, err := serve(s.Lambda, "127.0.0.1:0")
+	lambdaURL, closeLambda, err := serve(s.Lambda, "127.0.0.1:0", cfg.IdleTimeout)
 	if err != nil {
 		return nil, err
 	}
+	s.LambdaURL = lambdaURL
 	s.closers = append(s.closers, func() error {
 		err := closeLambda()
 		wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -239,19 +269,27 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		subst[key] = lambdalocal.FunctionARN(region, accountID, fn)
 	}
 	s.SFN, err = sfnlocal.Start(ctx, sfnlocal.Config{
-		RepoRoot:        cfg.Root,
-		DefinitionPath:  filepath.Join(cfg.Root, "statemachine", "onejob.asl.json"),
-		Substitutions:   subst,
-		LambdaEndpoint:  lambdaURL,
-		StateMachineARN: fmt.Sprintf("arn:aws:states:%s:%s:stateMachine:onejob-local", region, accountID),
-		Logger:          log,
+		RepoRoot:         cfg.Root,
+		DefinitionPath:   filepath.Join(cfg.Root, "statemachine", "onejob.asl.json"),
+		Substitutions:    subst,
+		LambdaEndpoint:   lambdaURL,
+		StateMachineARN:  fmt.Sprintf("arn:aws:states:%s:%s:stateMachine:onejob-local", region, accountID),
+		IdleTimeout:      cfg.IdleTimeout,
+		LambdaMaxSockets: lambdaConns,
+		KeepClosed:       cfg.KeepClosedExecutions,
+		Logger:           log,
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.SFN.Close)
+	// The API's starts and the sweeper share this client and its pool; it
+	// lets an idle connection go before the server would close it.
 	s.SFNClient = sfn.New(sfn.Options{Region: region, BaseEndpoint: aws.String(s.SFN.Endpoint()),
-		Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")})
+		Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
+		HTTPClient: awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			pooled(tr, sfnConns, sfnIdleConns, cfg.IdleTimeout/2)
+		})})
 	s.Starter, err = stepfn.NewStarter(stepfn.StarterConfig{Client: s.SFNClient, StateMachineARN: s.SFN.StateMachineARN(), Logger: log})
 	if err != nil {
 		return nil, err
@@ -267,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	apiURL, closeAPI, err := serve(apiHandler, cfg.APIAddr)
+	apiURL, closeAPI, err := serve(apiHandler, cfg.APIAddr, cfg.IdleTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -292,16 +330,50 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			}
 		})
 	}
+	// Tools that run the stack as a process (the soak drill) wait for
+	// this line and read the endpoints from it.
+	log.Info("local_stack_started", "api_url", s.APIURL, "sfn_endpoint", s.SFN.Endpoint(), "lambda_endpoint", s.LambdaURL,
+		"sim_url", s.SimURL, "dynamodb_endpoint", s.DynamoEndpoint, "pid", os.Getpid())
 	return s, nil
 }
 
-// serve runs h on addr until the returned close function is called.
-func serve(h http.Handler, addr string) (string, func() error, error) {
+// Connection bounds between the local parts.
+const (
+	// lambdaConns: the Step Functions server's connections to the Lambda
+	// endpoint, so at most this many task invocations run at once (it
+	// keeps at most 16 of them idle).
+	lambdaConns = 128
+	// sfnConns: the API's and the sweeper's connections to the Step
+	// Functions server, sfnIdleConns of them kept idle.
+	sfnConns     = 32
+	sfnIdleConns = 16
+	// providerIdleConns: idle connections kept per provider; calls are
+	// not bounded (a provider call waiting for a connection would spend
+	// its attempt's time).
+	providerIdleConns = 8
+)
+
+// pooled bounds a client transport to a loopback server: at most maxConns
+// connections (0: unbounded), of which maxIdle are kept for reuse until
+// idle for idleTimeout.
+func pooled(tr *http.Transport, maxConns, maxIdle int, idleTimeout time.Duration) *http.Transport {
+	tr.MaxConnsPerHost = maxConns
+	tr.MaxIdleConns = maxIdle
+	tr.MaxIdleConnsPerHost = maxIdle
+	tr.IdleConnTimeout = idleTimeout
+	return tr
+}
+
+// serve runs h on addr until the returned close function is called. An
+// idle connection is closed after idle; a request's headers must arrive
+// within 10 s and its body within a minute. There is no write timeout:
+// handlers bound their own time (API Gateway's 30 s, a function's timeout).
+func serve(h http.Handler, addr string, idle time.Duration) (string, func() error, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: idle}
 	go func() { _ = srv.Serve(l) }()
 	return "http://" + l.Addr().String(), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
