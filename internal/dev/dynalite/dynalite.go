@@ -127,14 +127,13 @@ func (s *Server) Kill() error {
 	return nil
 }
 
-// Client connection pool: at most MaxConns connections (more concurrent
-// requests wait for one; dynalite serves them on one thread anyway), of
-// which maxIdleConns are kept. dynalite is a Node.js server with Node's
-// default keep-alive timeout (5 s): the client closes an idle connection
-// first, so it never sends a request on one the server is closing.
+// Client connection pool: at most MaxConns connections, all kept when idle
+// (more concurrent requests wait for one; dynalite serves them on one
+// thread anyway). dynalite is a Node.js server with Node's default
+// keep-alive timeout (5 s): the client closes an idle connection first, so
+// it never sends a request on one the server is closing.
 const (
-	MaxConns        = 32
-	maxIdleConns    = 16
+	MaxConns        = 16
 	idleConnTimeout = 4 * time.Second
 )
 
@@ -148,8 +147,8 @@ func NewClient(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Cli
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
 		HTTPClient: awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 			tr.MaxConnsPerHost = MaxConns
-			tr.MaxIdleConns = maxIdleConns
-			tr.MaxIdleConnsPerHost = maxIdleConns
+			tr.MaxIdleConns = MaxConns
+			tr.MaxIdleConnsPerHost = MaxConns
 			tr.IdleConnTimeout = idleConnTimeout
 		}),
 	}, optFns...)

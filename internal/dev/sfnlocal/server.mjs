@@ -17,7 +17,7 @@
 // The library built a new client (and with it a new keep-alive agent, so a
 // new connection left open) for every task; it is patched to use one client
 // for the process, on one agent of at most --lambda-max-sockets (default 128)
-// connections, of which it keeps at most 16 idle. The agent closes no idle
+// connections, of which it keeps at most 8 idle. The agent closes no idle
 // connection itself: the Lambda endpoint's idle timeout does.
 //
 // Connections to this server are closed after --idle-timeout-ms (default
@@ -262,13 +262,13 @@ const stateMachine = new StateMachine(definition, {
     region: opts.region,
     // The SDK's NodeHttpHandler options (its shorthand form): keep-alive
     // connections, at most lambdaMaxSockets at once (more invocations wait
-    // for one), at most 16 kept idle, reused most recent first so that a
+    // for one), at most 8 kept idle, reused most recent first so that a
     // burst's extra connections fall idle and the endpoint closes them.
     requestHandler: {
       httpAgent: new http.Agent({
         keepAlive: true,
         maxSockets: opts.lambdaMaxSockets,
-        maxFreeSockets: Math.min(opts.lambdaMaxSockets, 16),
+        maxFreeSockets: Math.min(opts.lambdaMaxSockets, 8),
         scheduling: 'lifo',
       }),
       connectionTimeout: 5000,

@@ -341,7 +341,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 const (
 	// lambdaConns: the Step Functions server's connections to the Lambda
 	// endpoint, so at most this many task invocations run at once (it
-	// keeps at most 16 of them idle).
+	// keeps at most 8 of them idle).
 	lambdaConns = 128
 	// sfnConns: the API's and the sweeper's connections to the Step
 	// Functions server, sfnIdleConns of them kept idle.
