@@ -2,11 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/onejob/onejob/internal/dev/testenv"
@@ -447,4 +452,53 @@ func TestJobsErrors(t *testing.T) {
 			t.Fatalf("-h: exit %d stderr %q", r.code, r.stderr)
 		}
 	})
+}
+
+// TestJobsWatchRidesOutFaults: once the API has answered, a watch asks
+// again after a 503 or a broken answer (one line each on stderr) and
+// still follows the job to its end.
+func TestJobsWatchRidesOutFaults(t *testing.T) {
+	t.Parallel()
+	c := owner(t, "faults")
+	target, err := url.Parse(c.env[envAPIURL])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var faults atomic.Int32 // the next requests to fail: 2 = a 503, 1 = an answer that is not HTTP
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch faults.Add(-1) {
+		case 1:
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"type":"https://onejob.dev/problems/unavailable","title":"Service unavailable","status":503,"detail":"try again","request_id":"proxy-1"}`))
+		case 0:
+			// Not HTTP: the transport cannot quietly send the GET again
+			// as it may for a connection closed before any byte.
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_, _ = conn.Write([]byte("garbage\r\n\r\n"))
+				_ = conn.Close()
+			}
+		default:
+			faults.Store(0)
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	id := c.submit(t, `{"sim-primary":{"latency_ms":1500}}`)
+	w := c.with(envAPIURL, srv.URL).startWatch(t, id)
+	w.waitLine(t, "running  #1 sim-primary running")
+	faults.Store(2)
+	if code := w.exit(t); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, w.stdout, w.stderr)
+	}
+	errs := strings.Split(w.stderr.String(), "\n")
+	if len(errs) != 2 || !strings.HasPrefix(errs[0], "error 503 unavailable: try again (request_id proxy-1); asking again in 1s (1/5)") ||
+		!strings.HasPrefix(errs[1], "error: no answer from GET "+srv.URL+"/v1/jobs/"+id+": ") || !strings.HasSuffix(errs[1], "; asking again in 2s (2/5)") {
+		t.Fatalf("stderr:\n%s", w.stderr)
+	}
+	if got := statusLines(w.stdout.String()); got[len(got)-1] != "succeeded  #1 sim-primary succeeded" {
+		t.Fatalf("stdout:\n%s", w.stdout)
+	}
 }
