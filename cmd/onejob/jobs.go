@@ -404,10 +404,17 @@ func jobsList(ctx context.Context, c *jobsCmd, args []string) error {
 	if c.json {
 		return nil
 	}
-	if len(jobs) == 0 {
+	switch {
+	case len(jobs) == 0 && next != "":
+		// The admin listing filters a page after reading it: an empty
+		// page may have more after it.
+		fmt.Fprintln(c.stdout, "no jobs on this page")
+	case len(jobs) == 0:
 		fmt.Fprintln(c.stdout, "no jobs")
-	} else if err := writeJobList(c.stdout, jobs); err != nil {
-		return err
+	default:
+		if err := writeJobList(c.stdout, jobs); err != nil {
+			return err
+		}
 	}
 	if next != "" {
 		fmt.Fprintf(c.stderr, "more: --cursor %s (or --all)\n", next)
