@@ -99,7 +99,9 @@ func timeline(attempts []attemptSummaryView) string {
 	parts := make([]string, 0, len(attempts))
 	for _, a := range attempts {
 		s := fmt.Sprintf("#%d %s %s", a.Number, a.Provider, a.State)
-		if a.Error != nil && a.Error.Class != "" {
+		// A succeeded attempt may still carry the error that made it
+		// unknown on its way; its success is what counts.
+		if a.Error != nil && a.Error.Class != "" && a.State != "succeeded" {
 			s += "(" + a.Error.Class + ")"
 		}
 		parts = append(parts, s)
