@@ -66,12 +66,12 @@ func TestJobsWatch(t *testing.T) {
 		},
 		{
 			name:   "Interrupted",
-			script: `{"sim-primary":{"outcome":"timeout"}}`,
+			script: `{"sim-primary":{"latency_ms":1500}}`,
 			during: func(t *testing.T, c cli, w *watch, id string) {
-				w.waitLine(t, "unknown  #1 sim-primary unknown(ambiguous)")
+				w.waitLine(t, "running  #1 sim-primary running")
 				w.stop()
 			},
-			want: []string{"unknown  #1 sim-primary unknown(ambiguous)"},
+			want: []string{"running  #1 sim-primary running"},
 			code: exitWatchStopped,
 		},
 	}

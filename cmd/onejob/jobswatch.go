@@ -80,12 +80,14 @@ func jobsWatch(ctx context.Context, c *jobsCmd, args []string) error {
 		if err := json.Unmarshal(resp.body, &j); err != nil {
 			return fmt.Errorf("the API answered with a body that is not a job: %w", err)
 		}
-		if c.json {
+		line := statusLine(j)
+		switch {
+		case c.json:
 			c.printJSON(resp.body)
-		} else if line := statusLine(j); line != last {
+		case line != last:
 			fmt.Fprintln(c.stdout, line)
-			last = line
 		}
+		last = line
 		if terminalStatus(j.Status) {
 			if !c.json {
 				c.watchSummary(ctx, j)
