@@ -11,7 +11,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 )
 
-// AdminScope in the scope claim makes the caller an operator.
+// AdminScope in the scope claim makes the caller an operator unless
+// Config.Admin says otherwise.
 const AdminScope = "jobs:admin"
 
 // Limits checked before the engine is called.
@@ -42,6 +43,8 @@ type Config struct {
 	Pacer Pacer
 	// WaitPoll is the interval of those re-reads; 0 means DefaultWaitPoll.
 	WaitPoll time.Duration
+	// Admin is which claim makes an operator; zero means DefaultAdminRule.
+	Admin AdminRule
 }
 
 // Handler serves the API's routes.
@@ -56,6 +59,7 @@ type Handler struct {
 	maxResponse int
 	pacer       Pacer
 	waitPoll    time.Duration
+	admin       AdminRule
 }
 
 // New validates the configuration.
@@ -87,8 +91,14 @@ func New(c Config) (*Handler, error) {
 	if c.WaitPoll == 0 {
 		c.WaitPoll = DefaultWaitPoll
 	}
+	if c.Admin == (AdminRule{}) {
+		c.Admin = DefaultAdminRule()
+	}
+	if err := c.Admin.Validate(); err != nil {
+		return nil, err
+	}
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
-		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll}
+		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin}
 	h.routes = routes()
 	return h, nil
 }
@@ -102,6 +112,9 @@ type request struct {
 	params    map[string]string
 	headers   map[string]string // lower-cased names
 }
+
+// viewer is how the caller sees jobs: as their owner, or as an operator.
+func (r *request) viewer() viewer { return viewer{admin: r.admin} }
 
 // reply is a successful answer.
 type reply struct {
@@ -140,7 +153,7 @@ func (h *Handler) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 }
 
 func (h *Handler) serve(ctx context.Context, r *request) (reply, error) {
-	if err := r.authenticate(); err != nil {
+	if err := r.authenticate(h.admin); err != nil {
 		return reply{}, err
 	}
 	rt, params, err := h.match(r.ev)

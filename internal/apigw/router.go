@@ -35,6 +35,7 @@ func routes() []route {
 		{Route{http.MethodGet, "/v1/jobs/{id}/attempts"}, (*Handler).listAttempts},
 		{Route{http.MethodPost, "/v1/jobs/{id}/cancel"}, (*Handler).cancelJob},
 		{Route{http.MethodPost, "/v1/jobs/{id}/attempts/{n}/resolve"}, (*Handler).resolveAttempt},
+		{Route{http.MethodGet, "/v1/admin/jobs"}, (*Handler).listOpenJobs},
 	}
 }
 
