@@ -20,9 +20,8 @@ type failureView struct {
 	Class   string `json:"class"`
 	Message string `json:"message"`
 	// Operators see what the provider said.
-	ProviderMessage   string          `json:"provider_message"`
-	ProviderStatus    json.RawMessage `json:"provider_status"`
-	ProviderRequestID string          `json:"provider_request_id"`
+	ProviderMessage string          `json:"provider_message"`
+	ProviderStatus  json.RawMessage `json:"provider_status"`
 }
 
 type usageView struct {
@@ -164,9 +163,6 @@ func providerText(f *failureView) string {
 	var parts []string
 	if st := strings.Trim(string(f.ProviderStatus), `"`); st != "" && st != "null" {
 		parts = append(parts, "status "+st)
-	}
-	if f.ProviderRequestID != "" {
-		parts = append(parts, "request "+f.ProviderRequestID)
 	}
 	if f.ProviderMessage != "" {
 		parts = append(parts, fmt.Sprintf("%q", oneLine(f.ProviderMessage)))

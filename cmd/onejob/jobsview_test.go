@@ -23,7 +23,7 @@ func TestWriteAttempts(t *testing.T) {
 		{"UsageAndResolution",
 			`{"job_id":"job_x","attempts":[` +
 				`{"number":1,"provider":"sim-primary","state":"failed","started_at":"2026-01-02T03:04:05Z","finished_at":"2026-01-02T03:04:09.5Z","hedge":false,` +
-				`"error":{"class":"resolved","message":"checked","provider_message":"upstream\ntimed out","provider_status":504,"provider_request_id":"req_9"},` +
+				`"error":{"class":"resolved","message":"checked","provider_message":"upstream\ntimed out","provider_status":504},` +
 				`"outcome":"resolved: checked","unknown_since":"2026-01-02T03:04:07Z",` +
 				`"usage":{"model":"m-1","input_tokens":12,"output_tokens":0,"latency_ms":2001},` +
 				`"resolution":{"by":"operator","at":"2026-01-02T03:04:09.5Z","reason":"checked","outcome":"failed"}},` +
@@ -31,7 +31,7 @@ func TestWriteAttempts(t *testing.T) {
 				`"provider_request_id":"req_10","outcome":"won","usage":{"model":"m-2","input_tokens":12,"output_tokens":30,"latency_ms":250}}]}`,
 			"#1  sim-primary   failed     resolved: checked, took 4.5s\n" +
 				"    error       resolved: checked\n" +
-				"    provider    status 504, request req_9, \"upstream timed out\"\n" +
+				"    provider    status 504, \"upstream timed out\"\n" +
 				"    started     2026-01-02T03:04:05Z\n" +
 				"    unknown     2026-01-02T03:04:07Z\n" +
 				"    usage       model m-1, 12 in / 0 out tokens, 2001 ms\n" +
