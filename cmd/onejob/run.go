@@ -96,6 +96,12 @@ Watch it (replace JOB_ID with the "id" printed above):
 
   curl -s %s/v1/jobs/JOB_ID -H "Authorization: Bearer $TOKEN"
 
+Or with the CLI (onejob jobs -h lists its commands):
+
+  export ONEJOB_API_URL=%s ONEJOB_TOKEN=$TOKEN
+  go run ./cmd/onejob jobs submit --type demo --input '{"prompt":"hello onejob"}'
+  go run ./cmd/onejob jobs watch JOB_ID
+
 Script the providers through the input, e.g. a failing primary that falls back:
   -d '{"type":"demo","input":{"prompt":"hi","simulate":{"sim-primary":{"outcome":"error"}}}}'
 or a timeout that leaves attempt 1 unknown until an operator resolves it:
@@ -105,7 +111,7 @@ or a timeout that leaves attempt 1 unknown until an operator resolves it:
 
 %s
 Ctrl-C stops everything.
-`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), "onejob-local", user, s.APIURL, s.APIURL, s.APIURL, admin,
+`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), "onejob-local", user, s.APIURL, s.APIURL, s.APIURL, s.APIURL, admin,
 		pagesText(s, user))
 	<-ctx.Done()
 	fmt.Println("\nstopping…")
