@@ -143,7 +143,7 @@ func TestValidateInput(t *testing.T) {
 		{"Empty", "ticket-triage", ``, []jobtype.FieldError{{Message: "input is not valid JSON: empty document"}}},
 		{"ValidDemo", "demo", `{"prompt":"p","simulate":{"sim-primary":{"latency_ms":10,"outcome":"timeout"}}}`, nil},
 		{"DemoBadOutcome", "demo", `{"prompt":"p","simulate":{"sim-primary":{"outcome":"explode"}}}`, []jobtype.FieldError{
-			{Pointer: "/simulate/sim-primary/outcome", Message: "value must be one of 'ok', 'error', 'timeout', 'malformed'"},
+			{Pointer: "/simulate/sim-primary/outcome", Message: "value must be one of 'ok', 'error', 'timeout', 'malformed', 'oversized'"},
 		}},
 		{"DemoNegativeLatency", "demo", `{"prompt":"p","simulate":{"sim-fallback":{"latency_ms":-1}}}`, []jobtype.FieldError{
 			{Pointer: "/simulate/sim-fallback/latency_ms", Message: "minimum: got -1, want 0"},
