@@ -275,8 +275,8 @@ func TestUnknownKeysRejectedWithoutAdditionalPropertiesFalse(t *testing.T) {
 // changed a contract (schemas, checks, prompts): every provider must be
 // re-certified for it. Update the value deliberately.
 var goldenContractVersions = map[string]string{
-	"demo":          "ea834de7cae7465d",
-	"demo-hedge":    "ea834de7cae7465d",
+	"demo":          "a22485d451ee513f",
+	"demo-hedge":    "a22485d451ee513f",
 	"ticket-triage": "f91e2bbe9f7b08f4",
 }
 
