@@ -147,34 +147,11 @@ func (h *Handler) cancelJob(ctx context.Context, r *request) (reply, error) {
 }
 
 func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
-	q := lifecycle.ListQuery{Owner: r.owner, Limit: lifecycle.DefaultPageSize}
-	params, err := r.query()
+	p, err := r.page(func(s job.Status) bool { return s.Valid() }, statusList())
 	if err != nil {
 		return reply{}, err
 	}
-	var errs []FieldError
-	if s, ok := params["status"]; ok {
-		q.Status = job.Status(s)
-		if !q.Status.Valid() {
-			errs = append(errs, FieldError{Parameter: "status", Detail: "must be one of " + statusList()})
-		}
-	}
-	if s, ok := params["limit"]; ok {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > lifecycle.MaxPageSize {
-			errs = append(errs, FieldError{Parameter: "limit", Detail: fmt.Sprintf("must be an integer from 1 to %d", lifecycle.MaxPageSize)})
-		}
-		q.Limit = n
-	}
-	if len(errs) > 0 {
-		return reply{}, invalid(errs...)
-	}
-	if c, ok := params["cursor"]; ok {
-		if c == "" || len(c) > maxCursorBytes {
-			return reply{}, lifecycle.ErrInvalidCursor
-		}
-		q.Cursor = c
-	}
+	q := lifecycle.ListQuery{Owner: r.owner, Status: p.status, Limit: p.limit, Cursor: p.cursor}
 	// A page of large jobs could outgrow Lambda's response limit; then ask
 	// for fewer. One job always fits (a DynamoDB item is at most 400 KB).
 	for {
@@ -255,36 +232,12 @@ func (h *Handler) listOpenJobs(ctx context.Context, r *request) (reply, error) {
 	if !r.admin {
 		return reply{}, h.operatorsOnly("listing every owner's jobs")
 	}
-	params, err := r.query()
+	p, err := r.page(func(s job.Status) bool { return s.Valid() && !s.Terminal() }, openStatusList())
 	if err != nil {
 		return reply{}, err
 	}
-	q := lifecycle.OpenQuery{CreatedBefore: h.now().Add(time.Minute), Limit: lifecycle.DefaultPageSize}
-	var status job.Status
-	var errs []FieldError
-	if s, ok := params["status"]; ok {
-		status = job.Status(s)
-		if !status.Valid() || status.Terminal() {
-			errs = append(errs, FieldError{Parameter: "status", Detail: "must be one of " + openStatusList()})
-		}
-	}
-	if s, ok := params["limit"]; ok {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > lifecycle.MaxPageSize {
-			errs = append(errs, FieldError{Parameter: "limit", Detail: fmt.Sprintf("must be an integer from 1 to %d", lifecycle.MaxPageSize)})
-		}
-		q.Limit = n
-	}
-	if len(errs) > 0 {
-		return reply{}, invalid(errs...)
-	}
-	if c, ok := params["cursor"]; ok {
-		if c == "" || len(c) > maxCursorBytes {
-			return reply{}, lifecycle.ErrInvalidCursor
-		}
-		q.Cursor = c
-	}
-	page, err := h.jobs.ListOpen(ctx, q)
+	status := p.status
+	page, err := h.jobs.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: h.now().Add(time.Minute), Limit: p.limit, Cursor: p.cursor})
 	if err != nil {
 		return reply{}, err
 	}
@@ -296,6 +249,47 @@ func (h *Handler) listOpenJobs(ctx context.Context, r *request) (reply, error) {
 		return reply{}, err
 	}
 	return reply{status: http.StatusOK, body: json.RawMessage(b)}, nil
+}
+
+// pageQuery is a listing's query parameters.
+type pageQuery struct {
+	status job.Status // empty: any
+	limit  int
+	cursor string
+}
+
+// page reads status (which allowed admits; named lists them), limit and
+// cursor, every problem at once.
+func (r *request) page(allowed func(job.Status) bool, named string) (pageQuery, error) {
+	params, err := r.query()
+	if err != nil {
+		return pageQuery{}, err
+	}
+	p := pageQuery{limit: lifecycle.DefaultPageSize}
+	var errs []FieldError
+	if s, ok := params["status"]; ok {
+		p.status = job.Status(s)
+		if !allowed(p.status) {
+			errs = append(errs, FieldError{Parameter: "status", Detail: "must be one of " + named})
+		}
+	}
+	if s, ok := params["limit"]; ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > lifecycle.MaxPageSize {
+			errs = append(errs, FieldError{Parameter: "limit", Detail: fmt.Sprintf("must be an integer from 1 to %d", lifecycle.MaxPageSize)})
+		}
+		p.limit = n
+	}
+	if len(errs) > 0 {
+		return pageQuery{}, invalid(errs...)
+	}
+	if c, ok := params["cursor"]; ok {
+		if c == "" || len(c) > maxCursorBytes {
+			return pageQuery{}, lifecycle.ErrInvalidCursor
+		}
+		p.cursor = c
+	}
+	return p, nil
 }
 
 // openStatusList names the statuses of a job without an outcome.
