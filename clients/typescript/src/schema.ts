@@ -130,6 +130,52 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/console": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The operator console, a page for people (no token needed).
+         * @description The page holds no data: it calls the operations above with the
+         *     operator's token, pasted into it or carried in the URL's fragment
+         *     (`/console#token=…`, read and then removed from the address bar). It
+         *     is same-origin with the API and sends a Content-Security-Policy that
+         *     allows only its own files and calls to this origin, no inline script
+         *     and no framing. Clients revalidate it every time (`no-cache`) with
+         *     its ETag.
+         */
+        get: operations["getConsole"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A file the page loads (console.mjs, console.css, icon.svg). */
+                file: string;
+            };
+            cookie?: never;
+        };
+        /** The console's script and stylesheet (no token needed). */
+        get: operations["getConsoleFile"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -396,6 +442,8 @@ export interface components {
         };
     };
     parameters: {
+        /** @description The `ETag` of the copy the browser holds; it answers 304 while the file is unchanged. */
+        IfNoneMatchFile: string;
         JobID: string;
         /** @description Names the intent; 1–255 visible ASCII characters, scoped to the caller. */
         IdempotencyKey: string;
@@ -408,6 +456,15 @@ export interface components {
         PollAfter: string;
         /** @description The wait applied (RFC 7240), present when the request asked for one with If-None-Match. */
         PreferenceApplied: string;
+        /** @description The console's files are revalidated with their ETag on every use. */
+        Revalidate: "no-cache";
+        /**
+         * @description Only the console's own files and calls to this origin; no inline
+         *     script or style, no plugins, no framing (frame-ancestors 'none').
+         */
+        ConsolePolicy: string;
+        /** @description Browsers take the declared Content-Type as it is. */
+        NoSniff: "nosniff";
     };
     pathItems: never;
 }
@@ -625,6 +682,82 @@ export interface operations {
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    getConsole: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The `ETag` of the copy the browser holds; it answers 304 while the file is unchanged. */
+                "If-None-Match"?: components["parameters"]["IfNoneMatchFile"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["Revalidate"];
+                    "Content-Security-Policy": components["headers"]["ConsolePolicy"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Not modified. */
+            304: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    getConsoleFile: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The `ETag` of the copy the browser holds; it answers 304 while the file is unchanged. */
+                "If-None-Match"?: components["parameters"]["IfNoneMatchFile"];
+            };
+            path: {
+                /** @description A file the page loads (console.mjs, console.css, icon.svg). */
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["Revalidate"];
+                    "Content-Security-Policy": components["headers"]["ConsolePolicy"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/javascript": unknown;
+                    "text/css": unknown;
+                    "image/svg+xml": unknown;
+                };
+            };
+            /** @description Not modified. */
+            304: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: components["responses"]["NotFound"];
         };
     };
 }
