@@ -607,6 +607,7 @@ export function boot(doc, win) {
       const attempts = j.attempts ?? [];
       const tr = el(doc, "tr", { attrs: { "data-job-id": j.id, "data-status": j.status } }, [
         el(doc, "td", {}, [open]),
+        el(doc, "td", { cls: "mono", text: j.owner ?? "–" }),
         el(doc, "td", { text: j.type }),
         el(doc, "td", {}, [el(doc, "span", { cls: "chip", text: j.status, attrs: { "data-status": j.status } })]),
         el(doc, "td", { cls: "num", text: dateTime(j.created_at) }),
