@@ -473,23 +473,36 @@ export function boot(doc, win) {
 
   // ---- the token ----
 
-  /** @param {string} token */
+  /**
+   * Takes a token. Who it names is read from it for display; whether it is
+   * an operator's only the API says (the admin claim is the deployment's
+   * choice), when the first admin listing answers.
+   * @param {string} token
+   */
   function useToken(token) {
     state.token = token;
+    state.ownListing = false;
     const who = $("who");
+    delete who.dataset.admin;
     if (!token) {
       who.textContent = "no token";
-      delete who.dataset.admin;
       return;
     }
     const c = decodeClaims(token);
-    const admin = Boolean(c?.scopes.includes("jobs:admin"));
-    who.dataset.admin = String(admin);
     const exp = c?.exp ? `, expires ${new Date(c.exp * 1000).toISOString().replace("T", " ").slice(0, 16)}Z` : "";
-    who.textContent = c
-      ? `${c.sub || "(no sub)"}${admin ? " · jobs:admin" : " · NOT an operator token (no jobs:admin)"}${exp}`
-      : "a token that is not a JWT";
-    say(admin ? `Token for ${c?.sub} (jobs:admin) in use.` : "This token has no jobs:admin scope: listing and resolving will be refused.");
+    who.dataset.subject = c ? `${c.sub || "(no sub)"}${exp}` : "a token that is not a JWT";
+    who.textContent = who.dataset.subject;
+    say(`Token for ${c?.sub || "an unnamed subject"} in use.`);
+  }
+
+  /**
+   * What the API said about the token: an operator's, or not.
+   * @param {boolean} operator
+   */
+  function markOperator(operator) {
+    const who = $("who");
+    who.dataset.admin = String(operator);
+    who.textContent = `${who.dataset.subject ?? ""} · ${operator ? "operator" : "not an operator here (the API refused the admin listing)"}`;
   }
 
   form("token-form").addEventListener("submit", (ev) => {
@@ -579,10 +592,15 @@ export function boot(doc, win) {
     }
     if (!state.ownListing) {
       try {
-        return (await api("GET", `v1/admin/jobs?${q}`)).body;
+        const page = (await api("GET", `v1/admin/jobs?${q}`)).body;
+        markOperator(true);
+        return page;
       } catch (err) {
         const p = err instanceof ApiError ? err.problem : null;
-        if (!p || (p.status !== 404 && p.status !== 405) || String(p.instance ?? "").startsWith("/v1/jobs/")) {
+        if (p?.status === 403) {
+          markOperator(false);
+        }
+        if (!p || (p.status !== 404 && p.status !== 405)) {
           throw err;
         }
         state.ownListing = true;
@@ -813,11 +831,15 @@ export function boot(doc, win) {
         bar.append(u);
       }
       const time = el(doc, "span", { cls: "lane-time", text: `${formatDuration(l.durationMs)}${l.open ? " so far" : ""}` });
-      // Beside the bar: after it, or before it when it ends near the edge.
+      // Beside the bar: after it, else before it, else (a bar across the
+      // whole track) inside its end.
       if (l.left + l.width <= 82) {
         time.style.left = `calc(${l.left + l.width}% + 6px)`;
-      } else {
+      } else if (l.left >= 18) {
         time.style.right = `calc(${100 - l.left}% + 6px)`;
+      } else {
+        time.classList.add("inside");
+        time.style.right = `calc(${100 - l.left - l.width}% + 6px)`;
       }
       const label = `attempt ${l.number}, ${l.provider}${l.hedge ? ", hedge" : ""}${l.role === "fallback" ? ", fallback" : ""}` +
         `, ${l.state}${l.winner ? ", winner" : ""}, started ${new Date(l.startedAt).toISOString().slice(11, 23)}Z, ` +
@@ -1027,13 +1049,10 @@ export function boot(doc, win) {
       const problem = showProblem(err, `Resolving attempt ${p.attempt} of ${open.job.id}`);
       // Field errors go back to the fields they name.
       showResolveStep("edit");
-      for (const e of problem.errors ?? []) {
-        if (e.pointer?.startsWith("/result")) {
-          fieldError("resolve-result", `${e.pointer}: ${e.detail ?? ""}`);
-        } else if (e.pointer === "/reason") {
-          fieldError("resolve-reason", e.detail ?? "");
-        }
-      }
+      const at = (/** @type {(p: string) => boolean} */ match) => (problem.errors ?? [])
+        .filter((e) => e.pointer !== undefined && match(e.pointer)).map((e) => `${e.pointer}: ${e.detail ?? ""}`).join("; ");
+      fieldError("resolve-result", at((ptr) => ptr.startsWith("/result")));
+      fieldError("resolve-reason", at((ptr) => ptr === "/reason"));
     } finally {
       b.disabled = false;
     }
