@@ -20,6 +20,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // throughputRow compares POST /v1/jobs with dynalite's raw conditional
@@ -203,8 +204,8 @@ func drain(ctx context.Context, s *stack.Stack) drained {
 		time.Sleep(100 * time.Millisecond)
 	}
 	d.Seconds = round2(time.Since(start).Seconds())
-	if open, err := s.Store.ListOpen(ctx, time.Now().Add(time.Hour), 100000); err == nil {
-		for _, j := range open {
+	if open, err := s.Store.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: time.Now().Add(time.Hour), Limit: 100000}); err == nil {
+		for _, j := range open.Jobs {
 			if j.Status == job.StatusUnknown {
 				d.Unknown++
 			}

@@ -56,7 +56,7 @@ func runCommand(ctx context.Context, args []string) error {
 	s, err := stack.Start(startCtx, stack.Config{
 		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue,
-		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins,
+		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
 	})
 	if err != nil {
 		return err
@@ -70,7 +70,7 @@ func runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	admin, err := tokens.Mint(apigwlocal.Grant{Subject: "operator", Scopes: []string{"jobs:admin"}, TTL: 24 * time.Hour})
+	admin, err := tokens.Mint(apigwlocal.OperatorGrant(settings.Admin, "operator", 24*time.Hour))
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,8 @@ func main() {
 	})
 	deploy.Check(log, err)
 
-	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog}, Starter: starter, Logger: log})
+	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog}, Starter: starter, Logger: log,
+		Admin: apigw.AdminRule{Claim: env.AdminClaim, Value: env.AdminValue}})
 	deploy.Check(log, err)
 	lambda.Start(h.Handle)
 }

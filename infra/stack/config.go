@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
 )
 
@@ -63,6 +64,8 @@ const (
 	ContextSecretArn    = "providersSecretArn"
 	ContextAlarmEmail   = "alarmEmail"
 	ContextCORSOrigins  = "corsOrigins" // comma-separated when given with -c
+	ContextAdminClaim   = "adminClaim"
+	ContextAdminValue   = "adminValue"
 )
 
 // Config is everything the stack needs to know about one environment.
@@ -96,6 +99,10 @@ type Config struct {
 	CORSOrigins []string
 	// LoopbackOrigins allows plain-http loopback origins (dev only).
 	LoopbackOrigins bool
+	// Admin is which verified claim, holding which value, makes a caller
+	// an operator: the identity provider's way of saying so ("scope",
+	// "scp", "cognito:groups", ...). Default: scope jobs:admin.
+	Admin apigw.AdminRule
 
 	// RetainData keeps tables (with deletion protection) and the secret
 	// when the stack or resource is deleted.
@@ -126,6 +133,8 @@ type envSettings struct {
 	ProvidersSecretArn string   `json:"providersSecretArn"`
 	AlarmEmail         string   `json:"alarmEmail"`
 	CORSOrigins        []string `json:"corsOrigins"`
+	AdminClaim         string   `json:"adminClaim"`
+	AdminValue         string   `json:"adminValue"`
 }
 
 // DefaultConfig returns env's policy defaults with no deployment-specific
@@ -141,6 +150,7 @@ func DefaultConfig(env string) (Config, error) {
 		LogRetentionDays:    p.logDays,
 		FullExecutionLogs:   p.fullExecutionLogs,
 		LoopbackOrigins:     p.loopbackOrigins,
+		Admin:               apigw.DefaultAdminRule(),
 		UnknownAttemptAlarm: 30 * time.Minute,
 		LostRaceRateAlarm:   0.2,
 		LostRaceWindow:      15 * time.Minute,
@@ -183,6 +193,9 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 	cfg.JWTIssuer, cfg.JWTAudience = s.JWTIssuer, s.JWTAudience
 	cfg.ProvidersSecretArn, cfg.AlarmEmail = s.ProvidersSecretArn, s.AlarmEmail
 	cfg.CORSOrigins = s.CORSOrigins
+	if s.AdminClaim != "" || s.AdminValue != "" {
+		cfg.Admin = apigw.AdminRule{Claim: s.AdminClaim, Value: s.AdminValue}
+	}
 
 	if v := contextString(lookup, ContextJWTIssuer); v != "" {
 		cfg.JWTIssuer = v
@@ -198,6 +211,12 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 	}
 	if v := contextString(lookup, ContextCORSOrigins); v != "" {
 		cfg.CORSOrigins = splitList(v)
+	}
+	if v := contextString(lookup, ContextAdminClaim); v != "" {
+		cfg.Admin.Claim = v
+	}
+	if v := contextString(lookup, ContextAdminValue); v != "" {
+		cfg.Admin.Value = v
 	}
 
 	cfg.FunctionsDir = contextString(lookup, ContextFunctionsDir)
@@ -269,6 +288,10 @@ func (c Config) Validate() error {
 			bad("CORS origin %q is listed twice", o)
 		}
 		seen[o] = true
+	}
+	if err := c.Admin.Validate(); err != nil {
+		bad("admin claim %q / value %q: %v (%s.%s.adminClaim and adminValue in cdk.json)", c.Admin.Claim, c.Admin.Value, err,
+			ContextEnvironments, c.Env)
 	}
 	if _, err := retentionDays(c.LogRetentionDays); err != nil {
 		errs = append(errs, err)

@@ -208,6 +208,8 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 
 	api := fns[deploy.FnAPI]
 	api.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
+	api.AddEnvironment(jsii.String(deploy.EnvAdminClaim), jsii.String(cfg.Admin.Claim), nil)
+	api.AddEnvironment(jsii.String(deploy.EnvAdminValue), jsii.String(cfg.Admin.Value), nil)
 	sweeper := fns[deploy.FnSweeper]
 	sweeper.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
 	awsevents.NewRule(stack, jsii.String("SweeperSchedule"), &awsevents.RuleProps{

@@ -278,6 +278,9 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		switch short {
 		case "api", "sweeper":
 			want[deploy.EnvStateMachineARN] = "ref:statemachine"
+			if short == deploy.FnAPI {
+				want[deploy.EnvAdminClaim], want[deploy.EnvAdminValue] = s.cfg.Admin.Claim, s.cfg.Admin.Value
+			}
 		case deploy.FnRun:
 			want[deploy.EnvProvidersSecretARN] = s.secret()
 		}
@@ -904,6 +907,25 @@ func TestLoadConfig(t *testing.T) {
 		}
 		if c, err := load(map[string]any{ContextCORSOrigins: "http://[::1]:8080"}, nil); err != nil {
 			t.Fatalf("dev IPv6 loopback: %v %v", c.CORSOrigins, err)
+		}
+	})
+	t.Run("admin claims from cdk.json, overridden by context", func(t *testing.T) {
+		t.Parallel()
+		for env, want := range map[string]apigw.AdminRule{
+			"dev":     {Claim: "scope", Value: "jobs:admin"},
+			"staging": {Claim: "cognito:groups", Value: "onejob-operators"},
+			"prod":    {Claim: "scp", Value: "jobs:admin"},
+		} {
+			if c, err := load(map[string]any{ContextEnv: env}, nil); err != nil || c.Admin != want {
+				t.Errorf("%s: admin %+v %v, want %+v", env, c.Admin, err, want)
+			}
+		}
+		c, err := load(map[string]any{ContextAdminClaim: "groups", ContextAdminValue: "ops"}, nil)
+		if err != nil || c.Admin != (apigw.AdminRule{Claim: "groups", Value: "ops"}) {
+			t.Fatalf("override: %+v %v", c.Admin, err)
+		}
+		if _, err := load(map[string]any{ContextAdminValue: "jobs admin"}, nil); err == nil || !strings.Contains(err.Error(), "admin") {
+			t.Fatalf("a value with a space: %v", err)
 		}
 	})
 	t.Run("every environment in cdk.json is valid", func(t *testing.T) {

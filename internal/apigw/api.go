@@ -11,7 +11,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 )
 
-// AdminScope in the scope claim makes the caller an operator.
+// AdminScope in the scope claim makes the caller an operator unless
+// Config.Admin says otherwise.
 const AdminScope = "jobs:admin"
 
 // Limits checked before the engine is called.
@@ -42,6 +43,8 @@ type Config struct {
 	Pacer Pacer
 	// WaitPoll is the interval of those re-reads; 0 means DefaultWaitPoll.
 	WaitPoll time.Duration
+	// Admin is which claim makes an operator; zero means DefaultAdminRule.
+	Admin AdminRule
 }
 
 // Handler serves the API's routes.
@@ -58,6 +61,7 @@ type Handler struct {
 	waitPoll    time.Duration
 	// console holds the console's files by name, with their ETags.
 	console map[string]consoleFile
+	admin   AdminRule
 }
 
 // New validates the configuration.
@@ -89,8 +93,14 @@ func New(c Config) (*Handler, error) {
 	if c.WaitPoll == 0 {
 		c.WaitPoll = DefaultWaitPoll
 	}
+	if c.Admin == (AdminRule{}) {
+		c.Admin = DefaultAdminRule()
+	}
+	if err := c.Admin.Validate(); err != nil {
+		return nil, err
+	}
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
-		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll}
+		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin}
 	h.routes = routes()
 	files, err := consoleFiles()
 	if err != nil {
@@ -109,6 +119,9 @@ type request struct {
 	params    map[string]string
 	headers   map[string]string // lower-cased names
 }
+
+// viewer is how the caller sees jobs: as their owner, or as an operator.
+func (r *request) viewer() viewer { return viewer{admin: r.admin} }
 
 // reply is a successful answer.
 type reply struct {
@@ -151,7 +164,7 @@ func (h *Handler) serve(ctx context.Context, r *request) (reply, error) {
 	// A public route is served to anyone; for every other request, even one
 	// that matches no route, who is asking is settled first.
 	if err != nil || !rt.Public {
-		if err := r.authenticate(); err != nil {
+		if err := r.authenticate(h.admin); err != nil {
 			return reply{}, err
 		}
 	}

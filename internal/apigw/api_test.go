@@ -244,9 +244,70 @@ func TestJobRepresentation(t *testing.T) {
 		t.Fatal(err)
 	}
 	if list.JobID != id || len(list.Attempts) != 2 || list.Attempts[0]["number"] != float64(1) ||
-		list.Attempts[1]["hedge"] != true || list.Attempts[1]["outcome"] != "won" ||
-		list.Attempts[0]["provider_request_id"] != "prov-req-1" {
+		list.Attempts[1]["hedge"] != true || list.Attempts[1]["outcome"] != "won" {
 		t.Fatalf("attempts body: %s", r.body)
+	}
+}
+
+// TestOwnersSeeNoProviderText: a provider's own error text, status and
+// request ID are for operators; an owner sees the failure's class and a
+// fixed message for it.
+func TestOwnersSeeNoProviderText(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	id := e.mustCreate(t, "owner-1", "k", demoBody)
+	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.eng.MarkRunning(ctx, id, 1); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "account acct-8812 key sk-...9f3 at https://internal.example/v1"
+	if _, err := e.eng.FailAttempt(ctx, id, 1, job.Failure{Class: job.ClassNonRetryable,
+		Message: "provider sim-primary: non_retryable (status 401): " + secret, ProviderStatus: 401}, "prov-req-7"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.eng.Fail(ctx, id, job.Failure{Class: job.ClassNonRetryable, Message: "provider sim-primary: " + secret,
+		ProviderStatus: 401}); err != nil {
+		t.Fatal(err)
+	}
+	owner, operator := e.token(t, "owner-1"), e.token(t, "operator", apigw.AdminScope)
+	for _, path := range []string{"/v1/jobs/" + id, "/v1/jobs/" + id + "/attempts"} {
+		t.Run("Owner"+strings.ReplaceAll(path[len("/v1/jobs/"+id):], "/", ""), func(t *testing.T) {
+			r := e.do(t, call{method: http.MethodGet, path: path, token: owner})
+			if r.status != http.StatusOK {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			for _, leak := range []string{"acct-8812", "sk-", "internal.example", "prov-req-7", "401", "provider_message"} {
+				if strings.Contains(string(r.body), leak) {
+					t.Fatalf("an owner sees %q: %s", leak, r.body)
+				}
+			}
+			if !strings.Contains(string(r.body), `"class":"non_retryable","message":"the request was refused"`) {
+				t.Fatalf("no failure class and message: %s", r.body)
+			}
+		})
+	}
+	r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + id + "/attempts", token: operator})
+	var list struct {
+		Attempts []struct {
+			Error struct {
+				ProviderMessage string `json:"provider_message"`
+				ProviderStatus  int    `json:"provider_status"`
+			} `json:"error"`
+			ProviderRequestID string `json:"provider_request_id"`
+		} `json:"attempts"`
+	}
+	if err := json.Unmarshal(r.body, &list); err != nil || len(list.Attempts) != 1 {
+		t.Fatalf("%v %s", err, r.body)
+	}
+	if a := list.Attempts[0]; !strings.Contains(a.Error.ProviderMessage, secret) || a.Error.ProviderStatus != 401 || a.ProviderRequestID != "prov-req-7" {
+		t.Fatalf("an operator does not see the provider's detail: %s", r.body)
+	}
+	if r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + id, token: operator}); !strings.Contains(string(r.body), `"owner":"owner-1"`) ||
+		!strings.Contains(string(r.body), secret) {
+		t.Fatalf("an operator's job view: %s", r.body)
 	}
 }
 
@@ -498,7 +559,7 @@ func TestResolve(t *testing.T) {
 	if again.status != http.StatusOK || !bytes.Equal(again.body, r.body) {
 		t.Fatalf("repeat: %d %s", again.status, again.body)
 	}
-	wantProblem(t, resolve(admin, 1, `{"outcome":"cancelled","reason":"x"}`), http.StatusConflict, apigw.CodeConflict)
+	wantProblem(t, resolve(admin, 1, `{"outcome":"cancelled","reason":"x"}`), http.StatusConflict, apigw.CodeResolutionConflict)
 
 	// An attempt that is not unknown cannot be resolved.
 	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-fallback"); err != nil {
@@ -507,7 +568,7 @@ func TestResolve(t *testing.T) {
 	if _, _, err := e.eng.MarkRunning(ctx, id, 2); err != nil {
 		t.Fatal(err)
 	}
-	wantProblem(t, resolve(admin, 2, `{"outcome":"succeeded","result":{"text":"x"},"reason":"x"}`), http.StatusConflict, apigw.CodeConflict)
+	wantProblem(t, resolve(admin, 2, `{"outcome":"succeeded","result":{"text":"x"},"reason":"x"}`), http.StatusConflict, apigw.CodeResolutionConflict)
 	if _, err := e.eng.MarkUnknown(ctx, id, 2, "timeout"); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package apigw
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -46,9 +47,48 @@ func HasScope(claim, scope string) bool {
 	return false
 }
 
+// AdminRule is which verified claim, holding which value, makes a caller an
+// operator. Identity providers say it differently: a "scope" claim of
+// space-separated scopes (OAuth 2.0), "scp" as an array (Okta, Entra ID), a
+// group claim ("cognito:groups", "groups"). API Gateway hands every claim
+// over as a string, an array rendered "[a b]"; either form matches an
+// element exactly, so a look-alike ("jobs:admin2", "JOBS:ADMIN") never does.
+type AdminRule struct {
+	Claim string
+	Value string
+}
+
+// DefaultAdminRule is the scope claim holding AdminScope.
+func DefaultAdminRule() AdminRule { return AdminRule{Claim: "scope", Value: AdminScope} }
+
+// Validate refuses a rule that could never match, or match by accident.
+func (a AdminRule) Validate() error {
+	switch {
+	case a.Claim == "" || len(a.Claim) > 128 || strings.ContainsAny(a.Claim, " \t\n"):
+		return errors.New("apigw: the admin claim must be a claim name")
+	case a.Claim == "sub" || a.Claim == "iss" || a.Claim == "aud" || a.Claim == "exp" || a.Claim == "iat" || a.Claim == "nbf":
+		return fmt.Errorf("apigw: the admin claim cannot be the registered claim %q", a.Claim)
+	case a.Value == "" || len(a.Value) > 256 || strings.ContainsAny(a.Value, " \t\n[]"):
+		return errors.New("apigw: the admin value must be one word without brackets")
+	}
+	return nil
+}
+
+// Grants reports whether verified claims make their bearer an operator.
+func (a AdminRule) Grants(claims map[string]string) bool {
+	for _, v := range Scopes(claims[a.Claim]) {
+		if v == a.Value {
+			return true
+		}
+	}
+	return false
+}
+
+func (a AdminRule) String() string { return a.Claim + " " + a.Value }
+
 // authenticate reads the principal from the JWT authorizer's claims; the
 // body and headers are never consulted for it.
-func (r *request) authenticate() error {
+func (r *request) authenticate(admin AdminRule) error {
 	a := r.ev.RequestContext.Authorizer
 	if a == nil || a.JWT == nil {
 		return &AuthError{Reason: "no verified token claims"}
@@ -58,6 +98,6 @@ func (r *request) authenticate() error {
 		return &AuthError{Reason: ReasonSubject}
 	}
 	r.owner = sub
-	r.admin = HasScope(a.JWT.Claims["scope"], AdminScope)
+	r.admin = admin.Grants(a.JWT.Claims)
 	return nil
 }

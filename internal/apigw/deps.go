@@ -22,6 +22,9 @@ type JobType interface {
 	// Pointers are JSON Pointers relative to the input (the API prefixes
 	// them with "/input"); nil means valid.
 	ValidateInput(input json.RawMessage) []FieldError
+	// CheckOutput checks a result against the type's output schema and
+	// semantic checks; pointers are relative to the result.
+	CheckOutput(output json.RawMessage) []FieldError
 	// Providers are the type's own, in the order they are tried when a
 	// request names none (job.ChooseProviders).
 	Providers() []string
@@ -46,7 +49,8 @@ type Jobs interface {
 	Attempts(ctx context.Context, j job.Job) ([]job.Attempt, error)
 	List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page, error)
 	Cancel(ctx context.Context, id string) (job.Job, error)
-	Resolve(ctx context.Context, id string, n int, r job.Resolution) (job.Job, error)
+	ResolveOn(ctx context.Context, j job.Job, n int, r job.Resolution) (job.Job, error)
+	ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.Page, error)
 }
 
 // FieldError is one entry of a validation-failed problem: what is wrong,

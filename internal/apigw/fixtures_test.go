@@ -52,7 +52,7 @@ func TestEventFixtures(t *testing.T) {
 		{file: "api-list-jobs.json", status: 200},
 		{file: "api-list-attempts.json", status: 200},
 		{file: "api-resolve-attempt-forbidden.json", status: 403, code: apigw.CodeForbidden},
-		{file: "api-resolve-attempt.json", status: 409, code: apigw.CodeConflict, before: func(t *testing.T) {
+		{file: "api-resolve-attempt.json", status: 409, code: apigw.CodeResolutionConflict, before: func(t *testing.T) {
 			if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary"); err != nil {
 				t.Fatal(err)
 			}

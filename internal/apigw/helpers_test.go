@@ -94,6 +94,19 @@ func (t fakeType) ValidateInput(input json.RawMessage) []apigw.FieldError {
 	return errs
 }
 
+// CheckOutput wants an object with a string "text", as the demo types' do.
+func (t fakeType) CheckOutput(output json.RawMessage) []apigw.FieldError {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(output, &m); err != nil {
+		return []apigw.FieldError{{Pointer: "", Detail: "must be an object"}}
+	}
+	var text string
+	if raw, ok := m["text"]; !ok || json.Unmarshal(raw, &text) != nil {
+		return []apigw.FieldError{{Pointer: "/text", Detail: "must be a string"}}
+	}
+	return nil
+}
+
 // fakeStarter records the jobs it was asked to start.
 type fakeStarter struct {
 	mu   sync.Mutex

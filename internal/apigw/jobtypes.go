@@ -2,6 +2,7 @@ package apigw
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/onejob/onejob/internal/jobtype"
@@ -27,6 +28,22 @@ func (a apiType) ValidateInput(input json.RawMessage) []FieldError {
 	var out []FieldError
 	for _, fe := range a.t.ValidateInput(input) {
 		out = append(out, FieldError{Pointer: fe.Pointer, Detail: fe.Message})
+	}
+	return out
+}
+
+func (a apiType) CheckOutput(output json.RawMessage) []FieldError {
+	var cv *jobtype.ContractViolationError
+	err := a.t.CheckOutput(output)
+	if err == nil {
+		return nil
+	}
+	if !errors.As(err, &cv) {
+		return []FieldError{{Detail: "the result could not be checked"}}
+	}
+	out := make([]FieldError, 0, len(cv.Violations))
+	for _, v := range cv.Violations {
+		out = append(out, FieldError{Pointer: v.Pointer, Detail: v.Message + " (" + v.Rule + ")"})
 	}
 	return out
 }

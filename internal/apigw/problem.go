@@ -36,6 +36,12 @@ const (
 	CodeMethodNotAllowed      Code = "method-not-allowed"
 	CodeUnavailable           Code = "unavailable"
 	CodeInternal              Code = "internal"
+	// CodeResolutionConflict: the resolution cannot apply (the attempt is
+	// not unknown, another resolution applied, or the job has an outcome).
+	CodeResolutionConflict Code = "resolution-conflict"
+	// CodeResultViolatesContract: a resolution's result breaks the job
+	// type's output contract.
+	CodeResultViolatesContract Code = "result-violates-contract"
 )
 
 // Codes lists every problem code, for documentation and tests.
@@ -44,7 +50,7 @@ func Codes() []Code {
 		CodeIdempotencyKeyMissing, CodeIdempotencyKeyInvalid, CodeIdempotencyKeyReused, CodeMalformedJSON,
 		CodeUnsupportedMediaType, CodePayloadTooLarge, CodeValidationFailed, CodeUnknownJobType,
 		CodeInvalidCursor, CodeInvalidQuery, CodeNotFound, CodeForbidden, CodeUnauthenticated, CodeConflict,
-		CodeMethodNotAllowed, CodeUnavailable, CodeInternal,
+		CodeMethodNotAllowed, CodeUnavailable, CodeInternal, CodeResolutionConflict, CodeResultViolatesContract,
 	}
 }
 
@@ -86,6 +92,10 @@ func (c Code) describe() (int, string) {
 		return http.StatusMethodNotAllowed, "Method not allowed"
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable, "Service unavailable"
+	case CodeResolutionConflict:
+		return http.StatusConflict, "Resolution conflict"
+	case CodeResultViolatesContract:
+		return http.StatusUnprocessableEntity, "Result violates the job type's contract"
 	default:
 		return http.StatusInternalServerError, "Internal error"
 	}
@@ -125,6 +135,8 @@ type problem struct {
 	RequestID string       `json:"request_id"`
 	JobID     string       `json:"job_id,omitempty"`
 	Errors    []FieldError `json:"errors,omitempty"`
+	// AttemptState is the attempt's state, for a resolution conflict.
+	AttemptState string `json:"attempt_state,omitempty"`
 
 	allow string
 }
@@ -138,6 +150,7 @@ func problemOf(err error) problem {
 		reused   *job.KeyReusedError
 		finished *job.FinishedError
 		trans    *job.TransitionError
+		resolved *job.ResolutionConflictError
 		invalidJ *job.InvalidError
 		authErr  *AuthError
 	)
@@ -156,6 +169,9 @@ func problemOf(err error) problem {
 	case errors.Is(err, job.ErrNotFound), errors.Is(err, job.ErrAttemptNotFound):
 		// One body for "absent" and "someone else's": no existence leak.
 		code, p.Detail = CodeNotFound, "no such job or attempt"
+	case errors.As(err, &resolved):
+		// Its text names states and whether a result exists, never the result.
+		code, p.Detail, p.AttemptState = CodeResolutionConflict, resolved.Error(), string(resolved.State)
 	case errors.As(err, &finished):
 		code, p.Detail = CodeConflict, fmt.Sprintf("the job already %s", finished.Status)
 	case errors.As(err, &trans):

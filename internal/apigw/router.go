@@ -39,6 +39,7 @@ func routes() []route {
 		{Route{http.MethodGet, "/v1/jobs/{id}/attempts", false}, (*Handler).listAttempts},
 		{Route{http.MethodPost, "/v1/jobs/{id}/cancel", false}, (*Handler).cancelJob},
 		{Route{http.MethodPost, "/v1/jobs/{id}/attempts/{n}/resolve", false}, (*Handler).resolveAttempt},
+		{Route{http.MethodGet, "/v1/admin/jobs", false}, (*Handler).listOpenJobs},
 		// The operator console: static files that call the routes above
 		// with the operator's token.
 		{Route{http.MethodGet, "/console", true}, (*Handler).consolePage},

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
@@ -48,7 +50,7 @@ func (h *Handler) createJob(ctx context.Context, r *request) (reply, error) {
 		return rep, err
 	}
 	h.start(ctx, r, j)
-	rep := reply{status: http.StatusCreated, body: jobView(j), jobID: j.ID,
+	rep := reply{status: http.StatusCreated, body: r.viewer().job(j), jobID: j.ID,
 		headers: map[string]string{"Location": "/v1/jobs/" + j.ID}}
 	if replayed {
 		rep.status = http.StatusOK
@@ -129,7 +131,7 @@ func (h *Handler) listAttempts(ctx context.Context, r *request) (reply, error) {
 	if err != nil {
 		return reply{jobID: j.ID}, err
 	}
-	return reply{status: http.StatusOK, body: attemptsView(j.ID, attempts), jobID: j.ID}, nil
+	return reply{status: http.StatusOK, body: r.viewer().attempts(j.ID, attempts), jobID: j.ID}, nil
 }
 
 func (h *Handler) cancelJob(ctx context.Context, r *request) (reply, error) {
@@ -141,7 +143,7 @@ func (h *Handler) cancelJob(ctx context.Context, r *request) (reply, error) {
 	if err != nil {
 		return reply{jobID: j.ID}, err
 	}
-	return reply{status: http.StatusOK, body: jobView(j), jobID: j.ID}, nil
+	return reply{status: http.StatusOK, body: r.viewer().job(j), jobID: j.ID}, nil
 }
 
 func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
@@ -180,7 +182,7 @@ func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
 		if err != nil {
 			return reply{}, err
 		}
-		b, err := marshal(listView(page))
+		b, err := marshal(r.viewer().list(page))
 		if err != nil {
 			return reply{}, err
 		}
@@ -193,11 +195,7 @@ func (h *Handler) listJobs(ctx context.Context, r *request) (reply, error) {
 
 func (h *Handler) resolveAttempt(ctx context.Context, r *request) (reply, error) {
 	if !r.admin {
-		return reply{}, fail(CodeForbidden, "resolving an attempt needs the "+AdminScope+" scope")
-	}
-	id, err := r.jobID()
-	if err != nil {
-		return reply{}, err
+		return reply{}, h.operatorsOnly("resolving an attempt")
 	}
 	n, err := strconv.Atoi(r.params["n"])
 	if err != nil || n < 1 || n > 1<<20 {
@@ -217,12 +215,98 @@ func (h *Handler) resolveAttempt(ctx context.Context, r *request) (reply, error)
 	if err != nil {
 		return reply{}, err
 	}
-	// Operators may resolve any owner's job: no owner check here.
-	j, err := h.jobs.Resolve(ctx, id, n, res)
+	res.By = r.owner
+	j, err := h.ownJob(ctx, r) // an operator's: any owner's job
 	if err != nil {
-		return reply{jobID: id}, err
+		return reply{}, err
 	}
-	return reply{status: http.StatusOK, body: jobView(j), jobID: j.ID}, nil
+	if res.Outcome == job.AttemptSucceeded {
+		// A result no consumer could read is refused before anything is
+		// written, as a provider's would be.
+		jt, ok := h.catalog.Lookup(j.Type)
+		if !ok {
+			return reply{jobID: j.ID}, &Error{Code: CodeResultViolatesContract,
+				Detail: "this build does not know the job's type, so its result cannot be checked"}
+		}
+		if errs := jt.CheckOutput(res.Result); len(errs) > 0 {
+			for i := range errs {
+				errs[i].Pointer = "/result" + errs[i].Pointer
+			}
+			return reply{jobID: j.ID}, &Error{Code: CodeResultViolatesContract,
+				Detail: "the result does not meet the job type's output contract; see errors", Errors: errs}
+		}
+	}
+	if j, err = h.jobs.ResolveOn(ctx, j, n, res); err != nil {
+		return reply{jobID: j.ID}, err
+	}
+	return reply{status: http.StatusOK, body: r.viewer().job(j), jobID: j.ID}, nil
+}
+
+// operatorsOnly refuses a caller who is not an operator.
+func (h *Handler) operatorsOnly(what string) error {
+	return fail(CodeForbidden, what+" is for operators (a token whose "+h.admin.Claim+" claim holds "+h.admin.Value+")")
+}
+
+// listOpenJobs lists every owner's jobs without an outcome, oldest first, for
+// operators: the blocked ones (status=unknown) are what they look for. A
+// status filter applies after the read, so a page may be short and still
+// have a next_cursor.
+func (h *Handler) listOpenJobs(ctx context.Context, r *request) (reply, error) {
+	if !r.admin {
+		return reply{}, h.operatorsOnly("listing every owner's jobs")
+	}
+	params, err := r.query()
+	if err != nil {
+		return reply{}, err
+	}
+	q := lifecycle.OpenQuery{CreatedBefore: h.now().Add(time.Minute), Limit: lifecycle.DefaultPageSize}
+	var status job.Status
+	var errs []FieldError
+	if s, ok := params["status"]; ok {
+		status = job.Status(s)
+		if !status.Valid() || status.Terminal() {
+			errs = append(errs, FieldError{Parameter: "status", Detail: "must be one of " + openStatusList()})
+		}
+	}
+	if s, ok := params["limit"]; ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > lifecycle.MaxPageSize {
+			errs = append(errs, FieldError{Parameter: "limit", Detail: fmt.Sprintf("must be an integer from 1 to %d", lifecycle.MaxPageSize)})
+		}
+		q.Limit = n
+	}
+	if len(errs) > 0 {
+		return reply{}, invalid(errs...)
+	}
+	if c, ok := params["cursor"]; ok {
+		if c == "" || len(c) > maxCursorBytes {
+			return reply{}, lifecycle.ErrInvalidCursor
+		}
+		q.Cursor = c
+	}
+	page, err := h.jobs.ListOpen(ctx, q)
+	if err != nil {
+		return reply{}, err
+	}
+	if status != "" {
+		page.Jobs = slices.DeleteFunc(page.Jobs, func(j job.Job) bool { return j.Status != status })
+	}
+	b, err := marshal(r.viewer().list(page))
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{status: http.StatusOK, body: json.RawMessage(b)}, nil
+}
+
+// openStatusList names the statuses of a job without an outcome.
+func openStatusList() string {
+	var names []string
+	for _, s := range job.Statuses() {
+		if !s.Terminal() {
+			names = append(names, string(s))
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 func decodeResolution(body []byte) (job.Resolution, error) {
@@ -266,6 +350,8 @@ func decodeResolution(body []byte) (job.Resolution, error) {
 
 // ownJob reads the job named by the path, as its owner. Someone else's job
 // is reported exactly as a missing one.
+// ownJob reads the path's job if the caller may see it: its owner, or any
+// operator. Someone else's job is not found, as an absent one is.
 func (h *Handler) ownJob(ctx context.Context, r *request) (job.Job, error) {
 	id, err := r.jobID()
 	if err != nil {
@@ -275,7 +361,7 @@ func (h *Handler) ownJob(ctx context.Context, r *request) (job.Job, error) {
 	if err != nil {
 		return job.Job{}, err
 	}
-	if j.Owner != r.owner {
+	if j.Owner != r.owner && !r.admin {
 		return job.Job{}, job.ErrNotFound
 	}
 	return j, nil

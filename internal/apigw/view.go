@@ -11,9 +11,42 @@ import (
 // The wire representations: snake_case, RFC 3339 times in UTC, optional
 // members omitted rather than null. openapi.yaml describes them.
 
+// A view is an owner's or an operator's (viewer.admin): an owner sees each
+// failure's stable class and a short message for it; the provider's own
+// text, status and request ID — which can name accounts, keys or internal
+// endpoints — only an operator sees.
+type viewer struct{ admin bool }
+
 type failureView struct {
 	Class   string `json:"class"`
 	Message string `json:"message"`
+	// Operators only.
+	ProviderMessage string `json:"provider_message,omitempty"`
+	ProviderStatus  int    `json:"provider_status,omitempty"`
+}
+
+type usageView struct {
+	Model        string `json:"model,omitempty"`
+	InputTokens  int    `json:"input_tokens"`
+	OutputTokens int    `json:"output_tokens"`
+	LatencyMS    int64  `json:"latency_ms"`
+}
+
+// jobUsageView sums a job's attempts, the discarded and losing ones too:
+// each was paid for.
+type jobUsageView struct {
+	InputTokens  int   `json:"input_tokens"`
+	OutputTokens int   `json:"output_tokens"`
+	LatencyMS    int64 `json:"latency_ms"`
+	Attempts     int   `json:"attempts"`
+}
+
+type resolutionView struct {
+	Outcome string `json:"outcome"`
+	At      string `json:"at"`
+	// Operators only.
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 type attemptSummaryView struct {
@@ -27,14 +60,18 @@ type attemptSummaryView struct {
 
 type attemptView struct {
 	attemptSummaryView
-	Hedge             bool   `json:"hedge"`
+	Hedge        bool            `json:"hedge"`
+	Outcome      string          `json:"outcome,omitempty"`
+	UnknownSince string          `json:"unknown_since,omitempty"`
+	Usage        *usageView      `json:"usage,omitempty"`
+	Resolution   *resolutionView `json:"resolution,omitempty"`
+	// Operators only.
 	ProviderRequestID string `json:"provider_request_id,omitempty"`
-	Outcome           string `json:"outcome,omitempty"`
-	UnknownSince      string `json:"unknown_since,omitempty"`
 }
 
 type jobBody struct {
 	ID          string               `json:"id"`
+	Owner       string               `json:"owner,omitempty"` // operators only
 	Type        string               `json:"type"`
 	Status      string               `json:"status"`
 	Input       json.RawMessage      `json:"input"`
@@ -43,6 +80,7 @@ type jobBody struct {
 	UpdatedAt   string               `json:"updated_at"`
 	Version     int64                `json:"version"`
 	Attempts    []attemptSummaryView `json:"attempts"`
+	Usage       *jobUsageView        `json:"usage,omitempty"`
 	Result      json.RawMessage      `json:"result,omitempty"`
 	CompletedBy int                  `json:"completed_by,omitempty"`
 	Error       *failureView         `json:"error,omitempty"`
@@ -65,30 +103,53 @@ func timeView(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func failView(f *job.Failure) *failureView {
+// classMessage is what an owner reads for a failure class.
+func classMessage(c job.Class) string {
+	switch c {
+	case job.ClassRetryable:
+		return "the provider failed to answer"
+	case job.ClassNonRetryable:
+		return "the request was refused"
+	case job.ClassAmbiguous:
+		return "the provider did not answer in time; its outcome is unknown"
+	case job.ClassContractViolation:
+		return "the provider's answer did not meet the job type's contract"
+	case job.ClassUncertified:
+		return "no provider certified for this job type was left to try"
+	case job.ClassResolved:
+		return "settled by an operator"
+	}
+	return "the attempt failed"
+}
+
+func (v viewer) failure(f *job.Failure) *failureView {
 	if f == nil {
 		return nil
 	}
-	return &failureView{Class: string(f.Class), Message: f.Message}
+	out := &failureView{Class: string(f.Class), Message: classMessage(f.Class)}
+	if v.admin {
+		out.ProviderMessage, out.ProviderStatus = f.Message, f.ProviderStatus
+	}
+	return out
 }
 
-func summaryView(a job.Attempt) attemptSummaryView {
+func (v viewer) summary(a job.Attempt) attemptSummaryView {
 	return attemptSummaryView{
 		Number:     a.Number,
 		Provider:   a.Provider,
 		State:      string(a.State),
 		StartedAt:  timeView(a.StartedAt),
 		FinishedAt: timeView(a.FinishedAt),
-		Error:      failView(a.Error),
+		Error:      v.failure(a.Error),
 	}
 }
 
-func jobView(j job.Job) jobBody {
+func (v viewer) job(j job.Job) jobBody {
 	input := j.Input
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	v := jobBody{
+	out := jobBody{
 		ID:          j.ID,
 		Type:        j.Type,
 		Status:      string(j.Status),
@@ -99,35 +160,63 @@ func jobView(j job.Job) jobBody {
 		Version:     j.Version,
 		Attempts:    make([]attemptSummaryView, 0, len(j.Attempts)),
 		CompletedBy: j.CompletedBy,
-		Error:       failView(j.Error),
+		Error:       v.failure(j.Error),
+	}
+	if v.admin {
+		out.Owner = j.Owner
 	}
 	if len(j.Result) > 0 {
-		v.Result = j.Result
+		out.Result = j.Result
 	}
+	var use jobUsageView
 	for _, a := range j.Attempts {
-		v.Attempts = append(v.Attempts, summaryView(a))
+		out.Attempts = append(out.Attempts, v.summary(a))
+		if a.Usage != nil {
+			use.InputTokens += a.Usage.InputTokens
+			use.OutputTokens += a.Usage.OutputTokens
+			use.LatencyMS += a.Usage.Latency.Milliseconds()
+			use.Attempts++
+		}
 	}
-	return v
+	if use.Attempts > 0 {
+		out.Usage = &use
+	}
+	return out
 }
 
-func attemptsView(jobID string, attempts []job.Attempt) attemptsBody {
-	v := attemptsBody{JobID: jobID, Attempts: make([]attemptView, 0, len(attempts))}
+func (v viewer) attempts(jobID string, attempts []job.Attempt) attemptsBody {
+	out := attemptsBody{JobID: jobID, Attempts: make([]attemptView, 0, len(attempts))}
 	for _, a := range attempts {
-		v.Attempts = append(v.Attempts, attemptView{
-			attemptSummaryView: summaryView(a),
+		av := attemptView{
+			attemptSummaryView: v.summary(a),
 			Hedge:              a.Hedge,
-			ProviderRequestID:  a.ProviderRequestID,
 			Outcome:            a.Outcome,
 			UnknownSince:       timeView(a.UnknownSince),
-		})
+		}
+		if u := a.Usage; u != nil {
+			av.Usage = &usageView{Model: u.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, LatencyMS: u.Latency.Milliseconds()}
+		}
+		if r := a.Resolution; r != nil {
+			av.Resolution = &resolutionView{Outcome: string(r.Outcome), At: timeView(r.At)}
+			if v.admin {
+				av.Resolution.By, av.Resolution.Reason = r.By, r.Reason
+			}
+		}
+		if v.admin {
+			av.ProviderRequestID = a.ProviderRequestID
+		} else if a.Resolution != nil {
+			// "resolved: <reason>" is the operator's text.
+			av.Outcome = "resolved"
+		}
+		out.Attempts = append(out.Attempts, av)
 	}
-	return v
+	return out
 }
 
-func listView(p lifecycle.Page) listBody {
-	v := listBody{Jobs: make([]jobBody, 0, len(p.Jobs)), NextCursor: p.Next}
+func (v viewer) list(p lifecycle.Page) listBody {
+	out := listBody{Jobs: make([]jobBody, 0, len(p.Jobs)), NextCursor: p.Next}
 	for _, j := range p.Jobs {
-		v.Jobs = append(v.Jobs, jobView(j))
+		out.Jobs = append(out.Jobs, v.job(j))
 	}
-	return v
+	return out
 }

@@ -60,7 +60,7 @@ func (h *Handler) getJob(ctx context.Context, r *request) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	rep, err := h.jobReply(j)
+	rep, err := h.jobReply(r, j)
 	if err != nil {
 		return reply{jobID: j.ID}, err
 	}
@@ -96,7 +96,7 @@ func (h *Handler) getJob(ctx context.Context, r *request) (reply, error) {
 		if err != nil {
 			return reply{jobID: j.ID}, err
 		}
-		if rep, err = h.jobReply(j); err != nil {
+		if rep, err = h.jobReply(r, j); err != nil {
 			return reply{jobID: j.ID}, err
 		}
 		if noneMatch(inm, rep.headers["ETag"]) {
@@ -108,8 +108,8 @@ func (h *Handler) getJob(ctx context.Context, r *request) (reply, error) {
 
 // jobReply is the 200 answer for a job: the representation, its strong
 // ETag and, while the job is open, a Retry-After hint for plain pollers.
-func (h *Handler) jobReply(j job.Job) (reply, error) {
-	b, err := marshal(jobView(j))
+func (h *Handler) jobReply(r *request, j job.Job) (reply, error) {
+	b, err := marshal(r.viewer().job(j))
 	if err != nil {
 		return reply{}, err
 	}

@@ -17,6 +17,11 @@ const (
 	EnvProvidersSecretARN  = "ONEJOB_PROVIDERS_SECRET_ARN"
 	// EnvProviders holds the provider config JSON directly (local runs).
 	EnvProviders = "ONEJOB_PROVIDERS"
+	// EnvAdminClaim and EnvAdminValue name the verified claim, and the value
+	// in it, that make a caller an operator (apigw.AdminRule); unset means
+	// the scope claim holding jobs:admin.
+	EnvAdminClaim = "ONEJOB_ADMIN_CLAIM"
+	EnvAdminValue = "ONEJOB_ADMIN_VALUE"
 )
 
 // Env is the functions' configuration.
@@ -26,6 +31,7 @@ type Env struct {
 	StateMachineARN                               string
 	ProvidersSecretARN                            string
 	Providers                                     string
+	AdminClaim, AdminValue                        string
 }
 
 // LoadEnv reads the configuration through getenv (os.Getenv in mains).
@@ -38,6 +44,8 @@ func LoadEnv(getenv func(string) string) Env {
 		StateMachineARN:     getenv(EnvStateMachineARN),
 		ProvidersSecretARN:  getenv(EnvProvidersSecretARN),
 		Providers:           getenv(EnvProviders),
+		AdminClaim:          getenv(EnvAdminClaim),
+		AdminValue:          getenv(EnvAdminValue),
 	}
 }
 

@@ -86,13 +86,13 @@ func TestTransitionCost(t *testing.T) {
 			return j, err
 		}, 2},
 		{"FailEndsTheAttempt", func() (job.Job, error) {
-			return eng.FailAttemptOn(ctx, j, 1, job.Failure{Class: job.ClassRetryable, Message: "503"}, "")
+			return eng.FailAttemptOn(ctx, j, 1, job.Failure{Class: job.ClassRetryable, Message: "503"}, job.Call{})
 		}, 2},
 		{"StartAlone", func() (job.Job, error) { j, _, err := eng.StartAttempt(ctx, j.ID, "sim-fallback"); return j, err }, 1 + 2},
 		{"ClaimIsTheJobOnly", func() (job.Job, error) { j, _, err := eng.MarkRunningOn(ctx, j, 2); return j, err }, 1},
 		{"UnknownIsTheJobOnly", func() (job.Job, error) { return eng.MarkUnknownOn(ctx, j, 2, "timeout") }, 1},
 		{"LateCompletionEndsIt", func() (job.Job, error) {
-			c, err := eng.CompleteOn(ctx, j, 2, json.RawMessage(`{"text":"sim-fallback"}`), "")
+			c, err := eng.CompleteOn(ctx, j, 2, json.RawMessage(`{"text":"sim-fallback"}`), job.Call{})
 			return c.Job, err
 		}, 2},
 	}

@@ -475,12 +475,12 @@ func TestOpenJobsSpreadOverShards(t *testing.T) {
 		{"Cutoff", t0.Add(20 * time.Second), 1000, ids[1:20]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := e.st.ListOpen(ctx, tc.cutoff, tc.limit)
+			got, err := e.st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: tc.cutoff, Limit: tc.limit})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var gotIDs []string
-			for _, j := range got {
+			for _, j := range got.Jobs {
 				gotIDs = append(gotIDs, j.ID)
 			}
 			if !slices.Equal(gotIDs, tc.want) {

@@ -43,6 +43,16 @@ const (
 	aWriteToken   = "write_token"
 	aClass        = "class"
 	aMessage      = "message"
+	aProvStatus   = "provider_status"
+	aUsage        = "usage"
+	aModel        = "model"
+	aInTokens     = "input_tokens"
+	aOutTokens    = "output_tokens"
+	aLatencyMS    = "latency_ms"
+	aResolution   = "resolution"
+	aBy           = "by"
+	aReason       = "reason"
+	aAt           = "at"
 )
 
 const timeLayout = time.RFC3339Nano
@@ -117,7 +127,27 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 }
 
 func encodeFailure(f job.Failure) types.AttributeValue {
-	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{aClass: avS(string(f.Class)), aMessage: avS(f.Message)}}
+	m := map[string]types.AttributeValue{aClass: avS(string(f.Class)), aMessage: avS(f.Message)}
+	if f.ProviderStatus != 0 {
+		m[aProvStatus] = avN(int64(f.ProviderStatus))
+	}
+	return &types.AttributeValueMemberM{Value: m}
+}
+
+func encodeUsage(u job.Usage) types.AttributeValue {
+	m := map[string]types.AttributeValue{
+		aInTokens: avN(int64(u.InputTokens)), aOutTokens: avN(int64(u.OutputTokens)), aLatencyMS: avN(u.Latency.Milliseconds()),
+	}
+	if u.Model != "" {
+		m[aModel] = avS(u.Model)
+	}
+	return &types.AttributeValueMemberM{Value: m}
+}
+
+func encodeResolved(r job.Resolved) types.AttributeValue {
+	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+		aOutcome: avS(string(r.Outcome)), aBy: avS(r.By), aReason: avS(r.Reason), aAt: avT(r.At),
+	}}
 }
 
 func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
@@ -143,6 +173,12 @@ func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
 	}
 	if a.Outcome != "" {
 		m[aOutcome] = avS(a.Outcome)
+	}
+	if a.Usage != nil {
+		m[aUsage] = encodeUsage(*a.Usage)
+	}
+	if a.Resolution != nil {
+		m[aResolution] = encodeResolved(*a.Resolution)
 	}
 	if a.WriteToken != "" {
 		m[aWriteToken] = avS(a.WriteToken)
@@ -216,8 +252,40 @@ func (d *decoder) failure(name string) *job.Failure {
 		return nil
 	}
 	sub := decoder{m: v.Value}
-	f := &job.Failure{Class: job.Class(sub.str(aClass, false)), Message: sub.str(aMessage, false)}
+	f := &job.Failure{Class: job.Class(sub.str(aClass, false)), Message: sub.str(aMessage, false),
+		ProviderStatus: int(sub.num(aProvStatus, false))}
+	if sub.err != nil && d.err == nil {
+		d.err = sub.err
+	}
 	return f
+}
+
+func (d *decoder) usage(name string) *job.Usage {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil
+	}
+	sub := decoder{m: v.Value}
+	u := &job.Usage{Model: sub.str(aModel, false), InputTokens: int(sub.num(aInTokens, false)),
+		OutputTokens: int(sub.num(aOutTokens, false)), Latency: time.Duration(sub.num(aLatencyMS, false)) * time.Millisecond}
+	if sub.err != nil && d.err == nil {
+		d.err = sub.err
+	}
+	return u
+}
+
+func (d *decoder) resolved(name string) *job.Resolved {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil
+	}
+	sub := decoder{m: v.Value}
+	r := &job.Resolved{Outcome: job.AttemptState(sub.str(aOutcome, true)), By: sub.str(aBy, false),
+		Reason: sub.str(aReason, false), At: sub.time(aAt, true)}
+	if sub.err != nil && d.err == nil {
+		d.err = sub.err
+	}
+	return r
 }
 
 func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
@@ -282,6 +350,8 @@ func decodeAttempt(jobID string, number int, m map[string]types.AttributeValue) 
 		UnknownSince:      d.time(aUnknownSince, false),
 		ProviderRequestID: d.str(aProviderReq, false),
 		Error:             d.failure(aError),
+		Usage:             d.usage(aUsage),
+		Resolution:        d.resolved(aResolution),
 		Outcome:           d.str(aOutcome, false),
 		WriteToken:        d.str(aWriteToken, false),
 	}

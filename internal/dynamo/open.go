@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,61 +22,81 @@ import (
 // batchGetMax is BatchGetItem's most keys per request.
 const batchGetMax = 100
 
-// ListOpen returns jobs without an outcome created before cutoff, oldest
-// first: the oldest keys of each by_open shard (queried side by side), merged,
-// then the jobs themselves in batches. The index is eventually consistent, so
-// a job that ended meanwhile is left out here and callers still re-read a
-// job before acting on it.
-func (s *Store) ListOpen(ctx context.Context, cutoff time.Time, limit int) ([]job.Job, error) {
+// ListOpen returns a page of jobs without an outcome, oldest first: the
+// oldest keys of each by_open shard after the cursor (queried side by side),
+// merged, then the jobs themselves in batches. The index is eventually
+// consistent, so a job that ended meanwhile is left out here, and callers
+// still re-read a job before acting on it. The cursor is the sort key of the
+// page's last entry.
+func (s *Store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.Page, error) {
+	limit := max(q.Limit, 1)
+	after := ""
+	if q.Cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		if err != nil || len(raw) == 0 || len(raw) > 256 {
+			return lifecycle.Page{}, lifecycle.ErrInvalidCursor
+		}
+		after = string(raw)
+	}
 	shards := make([][]openKey, OpenShards)
 	errs := make([]error, OpenShards)
 	var wg sync.WaitGroup
 	for i := range OpenShards {
-		wg.Go(func() { shards[i], errs[i] = s.openKeys(ctx, "open#"+strconv.Itoa(i), cutoff, limit) })
+		// One more than the page: whether another page follows.
+		wg.Go(func() { shards[i], errs[i] = s.openKeys(ctx, "open#"+strconv.Itoa(i), after, q.CreatedBefore, limit+1) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return lifecycle.Page{}, err
 	}
 	keys := slices.Concat(shards...)
 	slices.SortFunc(keys, func(a, b openKey) int { return strings.Compare(a.sort, b.sort) })
-	keys = keys[:min(len(keys), limit)]
-
+	var page lifecycle.Page
+	if len(keys) > limit {
+		keys = keys[:limit]
+		page.Next = base64.RawURLEncoding.EncodeToString([]byte(keys[limit-1].sort))
+	}
 	byID := make(map[string]job.Job, len(keys))
 	for batch := range slices.Chunk(keys, batchGetMax) {
 		if err := s.getBatch(ctx, batch, byID); err != nil {
-			return nil, err
+			return lifecycle.Page{}, err
 		}
 	}
-	out := make([]job.Job, 0, len(keys))
 	for _, k := range keys {
 		if j, ok := byID[k.id]; ok && !j.Status.Terminal() {
-			out = append(out, j)
+			page.Jobs = append(page.Jobs, j)
 		}
 	}
-	return out, nil
+	return page, nil
 }
 
 // openKey is one by_open entry: the job's ID and its sort key.
 type openKey struct{ id, sort string }
 
-// openKeys reads up to limit of one shard's oldest entries before cutoff.
-func (s *Store) openKeys(ctx context.Context, shard string, cutoff time.Time, limit int) ([]openKey, error) {
+// openKeys reads up to limit of one shard's oldest entries after the sort
+// key after and created before cutoff.
+func (s *Store) openKeys(ctx context.Context, shard, after string, cutoff time.Time, limit int) ([]openKey, error) {
+	// BETWEEN is inclusive, so the low end is after and a space: no key
+	// lies between the two (a key is a fixed-width time, "#" and an ID, so
+	// only after itself starts with after), and no key equals the cutoff.
+	cond, values := "#open = :open AND #sort < :cutoff", map[string]types.AttributeValue{
+		":open": avS(shard), ":cutoff": avS(cutoff.UTC().Format(sortTime)),
+	}
+	if after != "" {
+		cond = "#open = :open AND #sort BETWEEN :after AND :cutoff"
+		values[":after"] = avS(after + " ")
+	}
 	var out []openKey
 	var start map[string]types.AttributeValue
 	for {
 		res, err := s.db.query(ctx, &dynamodb.QueryInput{
-			TableName:              aws.String(s.jobs),
-			IndexName:              aws.String(IndexByOpen),
-			KeyConditionExpression: aws.String("#open = :open AND #sort < :cutoff"),
-			ExpressionAttributeNames: map[string]string{
-				"#open": AttrOpenShard, "#sort": AttrOwnerSort,
-			},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":open": avS(shard), ":cutoff": avS(cutoff.UTC().Format(sortTime)),
-			},
-			Limit:             aws.Int32(int32(min(limit-len(out), 1000))),
-			ExclusiveStartKey: start,
+			TableName:                 aws.String(s.jobs),
+			IndexName:                 aws.String(IndexByOpen),
+			KeyConditionExpression:    aws.String(cond),
+			ExpressionAttributeNames:  map[string]string{"#open": AttrOpenShard, "#sort": AttrOwnerSort},
+			ExpressionAttributeValues: values,
+			Limit:                     aws.Int32(int32(min(limit-len(out), 1000))),
+			ExclusiveStartKey:         start,
 		})
 		if err != nil {
 			return nil, storeError("list open", err)

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 )
@@ -83,11 +84,11 @@ func DecideRunning(j Job, n int, now time.Time) (Transition, error) {
 		return noop(j, KindAttempt, n), nil
 	}
 	if j.Status.Terminal() {
-		t, err := attemptTo(j, a, AttemptDiscarded, nil, "", "lost_race", now)
+		t, err := attemptTo(j, a, AttemptDiscarded, change{note: "lost_race"}, now)
 		t.lostRace = &LostRace{JobID: j.ID, Loser: n, Winner: j.CompletedBy, Status: j.Status}
 		return t, err
 	}
-	return attemptTo(j, a, AttemptRunning, nil, "", "", now)
+	return attemptTo(j, a, AttemptRunning, change{}, now)
 }
 
 // DecideUnknown records that an attempt outlived its timeout: its outcome is
@@ -104,10 +105,10 @@ func DecideUnknown(j Job, n int, reason string, now time.Time) (Transition, erro
 		// Never claimed by a runner, so the provider was never called — and
 		// never will be: a claim needs the attempt to be starting. Nothing is
 		// ambiguous, so the job may fall back at once.
-		return attemptTo(j, a, AttemptFailed, &Failure{Class: ClassRetryable,
-			Message: "not claimed by a runner within its timeout (" + reason + "); the provider was not called"}, "", "", now)
+		return attemptTo(j, a, AttemptFailed, change{failure: &Failure{Class: ClassRetryable,
+			Message: "not claimed by a runner within its timeout (" + reason + "); the provider was not called"}}, now)
 	case AttemptRunning:
-		return attemptTo(j, a, AttemptUnknown, &Failure{Class: ClassAmbiguous, Message: reason}, "", "", now)
+		return attemptTo(j, a, AttemptUnknown, change{failure: &Failure{Class: ClassAmbiguous, Message: reason}}, now)
 	}
 	return noop(j, KindAttempt, n), nil
 }
@@ -117,6 +118,12 @@ func DecideUnknown(j Job, n int, reason string, now time.Time) (Transition, erro
 // closed is a no-op. An ambiguous failure is no failure: the attempt becomes
 // unknown.
 func DecideAttemptFailed(j Job, n int, f Failure, providerRequestID string, now time.Time) (Transition, error) {
+	return DecideCallFailed(j, n, f, Call{ProviderRequestID: providerRequestID}, now)
+}
+
+// DecideCallFailed is DecideAttemptFailed with what the call reported: its
+// request ID and the usage it was billed, recorded however it ended.
+func DecideCallFailed(j Job, n int, f Failure, c Call, now time.Time) (Transition, error) {
 	a, ok := j.Attempt(n)
 	if !ok {
 		return Transition{}, ErrAttemptNotFound
@@ -126,39 +133,83 @@ func DecideAttemptFailed(j Job, n int, f Failure, providerRequestID string, now 
 	}
 	if f.Class == ClassAmbiguous {
 		// The provider may still act.
-		return DecideUnknown(j, n, f.Message, now)
+		if a.State != AttemptRunning {
+			return DecideUnknown(j, n, f.Message, now)
+		}
+		return attemptTo(j, a, AttemptUnknown, change{failure: &f, call: c}, now)
 	}
-	return attemptTo(j, a, AttemptFailed, &f, providerRequestID, "", now)
+	return attemptTo(j, a, AttemptFailed, change{failure: &f, call: c}, now)
 }
 
-// Resolution is an out-of-band verdict on an unknown attempt.
+// Resolution is an operator's verdict on an unknown attempt: what the
+// provider did, as they found out.
 type Resolution struct {
 	Outcome AttemptState // succeeded, failed or cancelled
 	Result  json.RawMessage
 	Reason  string
+	// By is who resolved (the operator's subject).
+	By string
 }
 
-// DecideResolve settles an unknown attempt out of band. Repeating the same
-// resolution is a no-op; resolving an attempt that is not unknown is refused.
+// DecideResolve settles an unknown attempt out of band. Exactly one
+// resolution of an attempt applies:
+//   - succeeded completes the job with the result, by compare-and-swap like
+//     any answer, while the job is open;
+//   - failed and cancelled both end the attempt (cancelled: the call was
+//     cancelled at the provider); the job then goes on as after any failed
+//     attempt — the next provider, or its failure. Cancelling the job is its
+//     own request (DecideCancel).
+//
+// Repeating the applied resolution (same outcome, and for succeeded the same
+// result) is a no-op. Any other resolution — of an attempt resolved
+// otherwise, of one that ended on its own, or succeeded on a job that
+// already has an outcome (its result could not be kept) — is a
+// *ResolutionConflictError. An unknown attempt of a finished job may still
+// be resolved failed or cancelled, for the record; the job is unchanged.
 func DecideResolve(j Job, n int, r Resolution, now time.Time) (Transition, error) {
 	a, ok := j.Attempt(n)
 	if !ok {
 		return Transition{}, ErrAttemptNotFound
 	}
-	if a.State == r.Outcome && a.State != AttemptUnknown {
+	if resolvedAs(j, a, r) {
 		return noop(j, KindAttempt, n), nil
 	}
-	if a.State != AttemptUnknown {
-		return Transition{}, &TransitionError{Attempt: n, From: a.State, To: r.Outcome}
+	conflict := &ResolutionConflictError{Attempt: n, State: a.State, JobStatus: j.Status,
+		Resolved: a.Resolution != nil, HasResult: j.CompletedBy == n}
+	if a.State != AttemptUnknown || (r.Outcome == AttemptSucceeded && j.Status.Terminal()) {
+		return Transition{}, conflict
 	}
-	note := "resolved: " + r.Reason
+	c := change{note: "resolved: " + r.Reason, by: &Resolved{Outcome: r.Outcome, By: r.By, Reason: r.Reason, At: now.UTC()}}
 	switch r.Outcome {
 	case AttemptSucceeded:
-		return complete(j, a, r.Result, "", note, now)
+		t, err := complete(j, a, r.Result, c, now)
+		if _, lost := t.LostRace(); lost {
+			return Transition{}, conflict
+		}
+		return t, err
 	case AttemptFailed, AttemptCancelled:
-		return attemptTo(j, a, r.Outcome, &Failure{Class: ClassResolved, Message: r.Reason}, "", note, now)
+		c.failure = &Failure{Class: ClassResolved, Message: r.Reason}
+		return attemptTo(j, a, r.Outcome, c, now)
 	}
 	return Transition{}, &TransitionError{Attempt: n, From: a.State, To: r.Outcome}
+}
+
+// resolvedAs reports whether attempt a already carries resolution r: the same
+// outcome and, for succeeded, the same result (compared canonically, so key
+// order and number spelling do not matter).
+func resolvedAs(j Job, a Attempt, r Resolution) bool {
+	if a.Resolution == nil || a.Resolution.Outcome != r.Outcome || a.State != r.Outcome {
+		return false
+	}
+	if r.Outcome != AttemptSucceeded {
+		return true
+	}
+	if j.CompletedBy != a.Number {
+		return false
+	}
+	stored, err1 := Canonical(j.Result)
+	given, err2 := Canonical(r.Result)
+	return err1 == nil && err2 == nil && bytes.Equal(stored, given)
 }
 
 // DecideComplete decides what a finished attempt's result does. If the job is
@@ -166,15 +217,23 @@ func DecideResolve(j Job, n int, r Resolution, now time.Time) (Transition, error
 // compare-and-swap. Otherwise the result lost the race: it is discarded —
 // never merged, never appended — and the attempt becomes discarded.
 func DecideComplete(j Job, n int, result json.RawMessage, providerRequestID string, now time.Time) (Transition, error) {
+	return DecideCallCompleted(j, n, result, Call{ProviderRequestID: providerRequestID}, now)
+}
+
+// DecideCallCompleted is DecideComplete with what the call reported: its
+// request ID and the usage it was billed — recorded on the attempt whether
+// it wins or is discarded, since either way it was paid for.
+func DecideCallCompleted(j Job, n int, result json.RawMessage, c Call, now time.Time) (Transition, error) {
 	a, ok := j.Attempt(n)
 	if !ok {
 		return Transition{}, ErrAttemptNotFound
 	}
-	return complete(j, a, result, providerRequestID, "won", now)
+	c2 := change{call: c, note: "won"}
+	return complete(j, a, result, c2, now)
 }
 
-// complete is DecideComplete for attempt a; note is the winner's outcome.
-func complete(j Job, a Attempt, result json.RawMessage, providerRequestID, note string, now time.Time) (Transition, error) {
+// complete is DecideComplete for attempt a; c.note is the winner's outcome.
+func complete(j Job, a Attempt, result json.RawMessage, c change, now time.Time) (Transition, error) {
 	n := a.Number
 	if j.CompletedBy == n {
 		return noop(j, KindComplete, n), nil // this attempt already won: redelivery
@@ -187,11 +246,11 @@ func complete(j Job, a Attempt, result json.RawMessage, providerRequestID, note 
 			t.lostRace = lost
 			return t, nil
 		}
-		t, err := attemptTo(j, a, AttemptDiscarded, nil, providerRequestID, "lost_race", now)
+		t, err := attemptTo(j, a, AttemptDiscarded, change{call: c.call, note: "lost_race"}, now)
 		t.lostRace = lost
 		return t, err
 	}
-	won, err := moveAttempt(a, AttemptSucceeded, nil, providerRequestID, note, now)
+	won, err := moveAttempt(a, AttemptSucceeded, c, now)
 	if err != nil {
 		return Transition{}, err
 	}
@@ -246,17 +305,25 @@ func DecideCancel(j Job, now time.Time) (Transition, error) {
 }
 
 // attemptTo is the bookkeeping transition that moves attempt a to state to.
-func attemptTo(j Job, a Attempt, to AttemptState, f *Failure, providerRequestID, note string, now time.Time) (Transition, error) {
-	moved, err := moveAttempt(a, to, f, providerRequestID, note, now)
+func attemptTo(j Job, a Attempt, to AttemptState, c change, now time.Time) (Transition, error) {
+	moved, err := moveAttempt(a, to, c, now)
 	if err != nil {
 		return Transition{}, err
 	}
 	return bookkeeping(j, j.withAttempt(moved), KindAttempt, a.Number, now.UTC()), nil
 }
 
+// change is what a move records on the attempt beside its new state.
+type change struct {
+	failure *Failure
+	call    Call
+	note    string // Outcome
+	by      *Resolved
+}
+
 // moveAttempt moves an attempt to a new state through the transition table:
 // no decision changes an attempt's state any other way.
-func moveAttempt(a Attempt, to AttemptState, f *Failure, providerRequestID, note string, now time.Time) (Attempt, error) {
+func moveAttempt(a Attempt, to AttemptState, c change, now time.Time) (Attempt, error) {
 	if !CanTransition(a.State, to) {
 		return Attempt{}, &TransitionError{Attempt: a.Number, From: a.State, To: to}
 	}
@@ -269,14 +336,22 @@ func moveAttempt(a Attempt, to AttemptState, f *Failure, providerRequestID, note
 	if to.Terminal() {
 		a.FinishedAt = now
 	}
-	if f != nil {
-		a.Error = f
+	if c.failure != nil {
+		a.Error = c.failure
 	}
-	if providerRequestID != "" {
-		a.ProviderRequestID = providerRequestID
+	if c.call.ProviderRequestID != "" {
+		a.ProviderRequestID = c.call.ProviderRequestID
 	}
-	if note != "" {
-		a.Outcome = note
+	if c.call.Usage != nil {
+		u := *c.call.Usage
+		a.Usage = &u
+	}
+	if c.note != "" {
+		a.Outcome = c.note
+	}
+	if c.by != nil {
+		r := *c.by
+		a.Resolution = &r
 	}
 	return a, nil
 }

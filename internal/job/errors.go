@@ -91,3 +91,34 @@ func (e *InvalidError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.
 
 // Unwrap makes errors.Is(err, ErrInvalid) hold.
 func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// ResolutionConflictError refuses a resolution that cannot apply: the
+// attempt is not unknown (it ended, or another resolution applied), or a
+// succeeded resolution comes after the job has an outcome. It names what is
+// there — never the stored result itself.
+type ResolutionConflictError struct {
+	Attempt   int
+	State     AttemptState
+	JobStatus Status
+	// Resolved: an operator resolved the attempt; HasResult: its result is
+	// the job's.
+	Resolved, HasResult bool
+}
+
+func (e *ResolutionConflictError) Error() string {
+	switch {
+	case e.State == AttemptUnknown:
+		return fmt.Sprintf("attempt %d is unknown but the job already %s: a result can no longer be stored", e.Attempt, e.JobStatus)
+	case e.Resolved && e.HasResult:
+		return fmt.Sprintf("attempt %d was already resolved %s, with another result, which the job kept", e.Attempt, e.State)
+	case e.Resolved:
+		return fmt.Sprintf("attempt %d was already resolved %s", e.Attempt, e.State)
+	case e.HasResult:
+		return fmt.Sprintf("attempt %d already %s on its own, and its result is the job's", e.Attempt, e.State)
+	}
+	return fmt.Sprintf("attempt %d is %s, not unknown: only an unknown attempt can be resolved", e.Attempt, e.State)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidTransition) hold: a conflicting
+// resolution is a transition the attempt cannot take.
+func (e *ResolutionConflictError) Unwrap() error { return ErrInvalidTransition }

@@ -39,8 +39,36 @@ type Job struct {
 
 // Failure describes why a job or an attempt failed.
 type Failure struct {
-	Class   Class  `json:"class"`
+	Class Class `json:"class"`
+	// Message is the detail: for a provider's failure, its own error text,
+	// which is for operators (it may name accounts or endpoints).
 	Message string `json:"message"`
+	// ProviderStatus is the provider's HTTP status, 0 if none.
+	ProviderStatus int `json:"provider_status,omitempty"`
+}
+
+// Call is what a provider call reported beside its answer.
+type Call struct {
+	ProviderRequestID string
+	Usage             *Usage
+}
+
+// Usage is what one provider call cost, as the provider reported it, and how
+// long it took.
+type Usage struct {
+	// Model is the model that answered, as the provider names it.
+	Model        string
+	InputTokens  int
+	OutputTokens int
+	Latency      time.Duration
+}
+
+// Resolved records an operator's resolution of an attempt: who, when, why.
+type Resolved struct {
+	Outcome AttemptState
+	By      string
+	Reason  string
+	At      time.Time
 }
 
 // Class is a failure's kind: it decides what happens next (see Next).
@@ -83,6 +111,11 @@ type Attempt struct {
 	UnknownSince      time.Time // zero unless it became unknown
 	ProviderRequestID string
 	Error             *Failure
+	// Usage is what its provider call cost; nil when the provider was not
+	// called or reported nothing.
+	Usage *Usage
+	// Resolution is set when an operator resolved the attempt.
+	Resolution *Resolved
 	// Outcome records how the attempt ended beyond its state: "won",
 	// "lost_race", "resolved: <reason>".
 	Outcome string

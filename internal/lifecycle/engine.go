@@ -222,14 +222,14 @@ func (e *Engine) FailAttempt(ctx context.Context, id string, n int, f job.Failur
 	if err != nil {
 		return j, err
 	}
-	return e.FailAttemptOn(ctx, j, n, f, providerRequestID)
+	return e.FailAttemptOn(ctx, j, n, f, job.Call{ProviderRequestID: providerRequestID})
 }
 
-// FailAttemptOn is FailAttempt deciding on j.
-func (e *Engine) FailAttemptOn(ctx context.Context, j job.Job, n int, f job.Failure, providerRequestID string) (job.Job, error) {
+// FailAttemptOn is FailAttempt deciding on j, with what the call reported.
+func (e *Engine) FailAttemptOn(ctx context.Context, j job.Job, n int, f job.Failure, c job.Call) (job.Job, error) {
 	id := j.ID
 	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) {
-		return job.DecideAttemptFailed(j, n, f, providerRequestID, e.now())
+		return job.DecideCallFailed(j, n, f, c, e.now())
 	})
 	if err == nil && !t.Noop() {
 		a, _ := j.Attempt(n)
@@ -258,13 +258,13 @@ func (e *Engine) Complete(ctx context.Context, id string, n int, result json.Raw
 	if err != nil {
 		return Completion{}, err
 	}
-	return e.CompleteOn(ctx, j, n, result, providerRequestID)
+	return e.CompleteOn(ctx, j, n, result, job.Call{ProviderRequestID: providerRequestID})
 }
 
-// CompleteOn is Complete deciding on j.
-func (e *Engine) CompleteOn(ctx context.Context, j job.Job, n int, result json.RawMessage, providerRequestID string) (Completion, error) {
+// CompleteOn is Complete deciding on j, with what the call reported.
+func (e *Engine) CompleteOn(ctx context.Context, j job.Job, n int, result json.RawMessage, c job.Call) (Completion, error) {
 	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) {
-		return job.DecideComplete(j, n, result, providerRequestID, e.now())
+		return job.DecideCallCompleted(j, n, result, c, e.now())
 	})
 	if err != nil {
 		return Completion{Job: j}, err
@@ -322,11 +322,23 @@ func (e *Engine) Cancel(ctx context.Context, id string) (job.Job, error) {
 	return j, err
 }
 
-// Resolve settles an unknown attempt out of band.
+// Resolve settles an unknown attempt out of band (job.DecideResolve).
 func (e *Engine) Resolve(ctx context.Context, id string, n int, r job.Resolution) (job.Job, error) {
-	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideResolve(j, n, r, e.now()) })
+	j, err := e.store.Get(ctx, id)
+	if err != nil {
+		return j, err
+	}
+	return e.ResolveOn(ctx, j, n, r)
+}
+
+// ResolveOn is Resolve deciding on j. A resolution that lost to a
+// concurrent one is decided again on the job that won, and refused there.
+func (e *Engine) ResolveOn(ctx context.Context, j job.Job, n int, r job.Resolution) (job.Job, error) {
+	id := j.ID
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideResolve(j, n, r, e.now()) })
 	if err == nil && !t.Noop() {
-		e.log.InfoContext(ctx, "attempt_resolved", "job_id", id, "attempt", n, "outcome", string(r.Outcome), "reason", r.Reason)
+		e.log.InfoContext(ctx, "attempt_resolved", "job_id", id, "attempt", n, "outcome", string(r.Outcome),
+			"reason", r.Reason, "by", r.By)
 	}
 	return j, err
 }
@@ -334,6 +346,11 @@ func (e *Engine) Resolve(ctx context.Context, id string, n int, r job.Resolution
 // Attempts lists a job's attempts, oldest first.
 func (e *Engine) Attempts(ctx context.Context, j job.Job) ([]job.Attempt, error) {
 	return e.store.ListAttempts(ctx, j)
+}
+
+// ListOpen lists jobs without an outcome, every owner's, oldest first.
+func (e *Engine) ListOpen(ctx context.Context, q OpenQuery) (Page, error) {
+	return e.store.ListOpen(ctx, q)
 }
 
 // List lists an owner's jobs, newest first.

@@ -250,11 +250,11 @@ func (s *store) Get(ctx context.Context, id string) (job.Job, error) {
 	return j, err
 }
 
-func (s *store) ListOpen(ctx context.Context, cutoff time.Time, limit int) ([]job.Job, error) {
+func (s *store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.Page, error) {
 	if s.listOpenErr != nil {
-		return nil, s.listOpenErr
+		return lifecycle.Page{}, s.listOpenErr
 	}
-	return s.Store.ListOpen(ctx, cutoff, limit)
+	return s.Store.ListOpen(ctx, q)
 }
 
 // rig is one test's engine and tasks over their own store.

@@ -70,9 +70,19 @@ type Store interface {
 	ListAttempts(ctx context.Context, j job.Job) ([]job.Attempt, error)
 	// List returns one page of an owner's jobs, newest first.
 	List(ctx context.Context, q ListQuery) (Page, error)
-	// ListOpen returns jobs without an outcome created before cutoff,
-	// oldest first (eventually consistent: re-read before acting).
-	ListOpen(ctx context.Context, cutoff time.Time, limit int) ([]job.Job, error)
+	// ListOpen returns one page of the jobs without an outcome, oldest
+	// first (eventually consistent: re-read before acting). Next is set
+	// while more may follow; a page may hold fewer than Limit jobs (one
+	// that ended meanwhile is left out) and still have a Next.
+	ListOpen(ctx context.Context, q OpenQuery) (Page, error)
+}
+
+// OpenQuery selects jobs without an outcome.
+type OpenQuery struct {
+	// CreatedBefore leaves out jobs created at or after it.
+	CreatedBefore time.Time
+	Limit         int    // at least 1
+	Cursor        string // a Page.Next of the same query; empty for the oldest
 }
 
 // Certifications tells whether a provider holds a passing certification for

@@ -268,44 +268,57 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 		}
 		if !ok {
 			return w.fail(ctx, j, a, job.Failure{Class: job.ClassUncertified,
-				Message: fmt.Sprintf("provider %s holds no certification for contract %s", a.Provider, jt.ContractVersion())}, "")
+				Message: fmt.Sprintf("provider %s holds no certification for contract %s", a.Provider, jt.ContractVersion())}, job.Call{})
 		}
 	}
 	p, ok := w.cfg.Providers.Get(a.Provider)
 	if !ok {
-		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "provider " + a.Provider + " is not configured"}, "")
+		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "provider " + a.Provider + " is not configured"}, job.Call{})
 	}
 	req, err := jt.Request(j.Input)
 	if err != nil {
-		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "render prompt: " + err.Error()}, "")
+		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "render prompt: " + err.Error()}, job.Call{})
 	}
 	req.JobID, req.Attempt, req.IdempotencyKey, req.JobType = j.ID, a.Number, a.IdempotencyKey(), j.Type
 	callCtx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
 	defer cancel()
 	start := w.now()
 	resp, err := p.Call(callCtx, req)
+	latency := w.now().Sub(start)
 	w.log.InfoContext(ctx, "provider_called", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
-		"latency_ms", w.now().Sub(start).Milliseconds(), "ok", err == nil)
+		"latency_ms", latency.Milliseconds(), "ok", err == nil)
 	if err != nil {
 		var ce *provider.CallError
-		reqID := ""
+		f := job.Failure{Class: failureClass(provider.Classify(err)), Message: err.Error()}
+		c := job.Call{Usage: &job.Usage{Latency: latency}}
 		if errors.As(err, &ce) {
-			reqID = ce.ProviderRequestID
+			c.ProviderRequestID, f.ProviderStatus = ce.ProviderRequestID, ce.Status
 		}
-		return w.fail(ctx, j, a, job.Failure{Class: failureClass(provider.Classify(err)), Message: err.Error()}, reqID)
+		return w.fail(ctx, j, a, f, c)
 	}
+	// The call is paid for however its answer fares.
+	c := job.Call{ProviderRequestID: resp.ProviderRequestID, Usage: usageOf(resp, latency)}
 	if err := jt.CheckOutput(resp.Output); err != nil {
-		return w.fail(ctx, j, a, job.Failure{Class: job.ClassContractViolation, Message: err.Error()}, resp.ProviderRequestID)
+		return w.fail(ctx, j, a, job.Failure{Class: job.ClassContractViolation, Message: err.Error()}, c)
 	}
-	c, err := w.cfg.Engine.CompleteOn(ctx, j, a.Number, resp.Output, resp.ProviderRequestID)
+	done, err := w.cfg.Engine.CompleteOn(ctx, j, a.Number, resp.Output, c)
 	var tooLarge *TooLargeError
 	if errors.As(err, &tooLarge) {
 		// The answer cannot be kept with its job: it breaks the contract
 		// as surely as a wrong shape would (fall back if a provider is left).
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassContractViolation,
-			Message: fmt.Sprintf("the result (%d bytes) is too large to store with its job: %v", len(resp.Output), tooLarge)}, resp.ProviderRequestID)
+			Message: fmt.Sprintf("the result (%d bytes) is too large to store with its job: %v", len(resp.Output), tooLarge)}, c)
 	}
-	return c.Job, err
+	return done.Job, err
+}
+
+// usageOf is what a response says the call cost.
+func usageOf(resp provider.Response, latency time.Duration) *job.Usage {
+	u := &job.Usage{Model: resp.Model, Latency: latency}
+	if resp.Usage != nil {
+		u.InputTokens, u.OutputTokens = resp.Usage.InputTokens, resp.Usage.OutputTokens
+	}
+	return u
 }
 
 // failureClass is the job's reading of a provider's failure class. An
@@ -324,6 +337,6 @@ func failureClass(c provider.Class) job.Class {
 }
 
 // fail records the attempt's failure (an ambiguous one makes it unknown).
-func (w *Tasks) fail(ctx context.Context, j job.Job, a job.Attempt, f job.Failure, reqID string) (job.Job, error) {
-	return w.cfg.Engine.FailAttemptOn(ctx, j, a.Number, f, reqID)
+func (w *Tasks) fail(ctx context.Context, j job.Job, a job.Attempt, f job.Failure, c job.Call) (job.Job, error) {
+	return w.cfg.Engine.FailAttemptOn(ctx, j, a.Number, f, c)
 }

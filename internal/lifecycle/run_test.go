@@ -27,7 +27,9 @@ func TestRun(t *testing.T) {
 		p := r.prov[primary]
 		p.answer = func(ctx context.Context, req provider.Request) (provider.Response, error) {
 			_, deadline = ctx.Deadline()
-			return provider.Response{Output: good(primary), ProviderRequestID: "req-ok"}, nil
+			r.clock.Advance(1500 * time.Millisecond)
+			return provider.Response{Output: good(primary), ProviderRequestID: "req-ok", Model: "sim-model-2026-01",
+				Usage: &provider.Usage{InputTokens: 120, OutputTokens: 34}}, nil
 		}
 		res, err := r.run(t, j.ID)
 		if err != nil {
@@ -48,6 +50,9 @@ func TestRun(t *testing.T) {
 		if got.Status != job.StatusSucceeded || got.CompletedBy != 1 || string(got.Result) != string(good(primary)) ||
 			a.ProviderRequestID != "req-ok" || a.Outcome != "won" {
 			t.Fatalf("job = %+v", got)
+		}
+		if want := (job.Usage{Model: "sim-model-2026-01", InputTokens: 120, OutputTokens: 34, Latency: 1500 * time.Millisecond}); a.Usage == nil || *a.Usage != want {
+			t.Fatalf("usage %+v, want %+v", a.Usage, want)
 		}
 		// Two writes: the attempt started and claimed together, then the
 		// outcome.
@@ -572,7 +577,7 @@ func TestRunHedges(t *testing.T) {
 		r.prov[fallback].answer = func(context.Context, provider.Request) (provider.Response, error) {
 			close(hedgeCalled)
 			<-won
-			return provider.Response{Output: good(fallback)}, nil
+			return provider.Response{Output: good(fallback), Model: "fallback-model", Usage: &provider.Usage{InputTokens: 7, OutputTokens: 9}}, nil
 		}
 		out := r.runAsync(ctx, r.runInput(t, j.ID))
 		r.timers.fire(t, hedgeAfter)
@@ -583,6 +588,10 @@ func TestRunHedges(t *testing.T) {
 		got := r.get(t, j.ID)
 		if got.CompletedBy != 1 || attemptOf(t, got, 2).State != job.AttemptDiscarded {
 			t.Fatalf("job %+v", got)
+		}
+		// The losing hedge was paid for: its usage stays on its attempt.
+		if u := attemptOf(t, got, 2).Usage; u == nil || u.Model != "fallback-model" || u.InputTokens != 7 || u.OutputTokens != 9 {
+			t.Fatalf("the discarded hedge's usage: %+v", u)
 		}
 		sameEvents(t, r.events, "started 1 sim-primary", "started 2 sim-fallback", "race_lost 2 to 1", "discarded 2")
 	})

@@ -81,10 +81,11 @@ type SweepReport struct {
 func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	now := w.cfg.NowFunc()
 	log := w.cfg.Logger
-	jobs, err := w.cfg.Store.ListOpen(ctx, now.Add(-w.cfg.Grace), w.cfg.Limit)
+	page, err := w.cfg.Store.ListOpen(ctx, OpenQuery{CreatedBefore: now.Add(-w.cfg.Grace), Limit: w.cfg.Limit})
 	if err != nil {
 		return SweepReport{}, err
 	}
+	jobs := page.Jobs
 	var rep SweepReport
 	var oldest time.Duration
 	var errs []error

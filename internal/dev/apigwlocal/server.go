@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
@@ -37,10 +38,14 @@ type LocalSettings struct {
 	JWTSecret string
 	// CORSOrigins may call the API from a browser (see NewCORS).
 	CORSOrigins []string
+	// Admin is which claim makes an operator, as deployed
+	// (deploy.EnvAdminClaim, deploy.EnvAdminValue); zero is the default.
+	Admin apigw.AdminRule
 }
 
-// LocalSettingsFromEnv reads ONEJOB_ADDR, ONEJOB_LOCAL_JWT_SECRET and
-// ONEJOB_CORS_ORIGINS, applying their defaults.
+// LocalSettingsFromEnv reads ONEJOB_ADDR, ONEJOB_LOCAL_JWT_SECRET,
+// ONEJOB_CORS_ORIGINS and the admin claim (ONEJOB_ADMIN_CLAIM,
+// ONEJOB_ADMIN_VALUE), applying their defaults.
 func LocalSettingsFromEnv(getenv func(string) string) LocalSettings {
 	s := LocalSettings{Addr: getenv(EnvLocalAddr), JWTSecret: getenv(EnvLocalSecret)}
 	if s.Addr == "" {
@@ -56,6 +61,10 @@ func LocalSettingsFromEnv(getenv func(string) string) LocalSettings {
 	}
 	if len(s.CORSOrigins) == 0 {
 		s.CORSOrigins = DefaultCORSOrigins()
+	}
+	s.Admin = apigw.AdminRule{Claim: getenv(deploy.EnvAdminClaim), Value: getenv(deploy.EnvAdminValue)}
+	if s.Admin == (apigw.AdminRule{}) {
+		s.Admin = apigw.DefaultAdminRule()
 	}
 	return s
 }

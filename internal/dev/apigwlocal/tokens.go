@@ -111,6 +111,10 @@ type Grant struct {
 	Subject string
 	// Scopes become the space-separated "scope" claim (RFC 8693 §4.2).
 	Scopes []string
+	// Claims are further claims as an identity provider would send them
+	// ("scp" or "cognito:groups" as arrays, say); registered claims
+	// (sub, iat, exp, iss, aud) and scope cannot be set here.
+	Claims map[string]any
 	TTL    time.Duration
 }
 
@@ -133,6 +137,13 @@ func (t *Tokens) Mint(g Grant) (string, error) {
 	}
 	if t.aud != "" {
 		claims["aud"] = t.aud
+	}
+	for k, v := range g.Claims {
+		switch k {
+		case "sub", "iat", "exp", "nbf", "iss", "aud", "scope":
+			return "", fmt.Errorf("apigwlocal: claim %q is set by the grant itself", k)
+		}
+		claims[k] = v
 	}
 	var scopes []string
 	for _, s := range g.Scopes {
@@ -230,3 +241,15 @@ const (
 	EnvLocalSecret     = "ONEJOB_LOCAL_JWT_SECRET"
 	DefaultLocalSecret = "onejob-local-secret"
 )
+
+// OperatorGrant is a grant that rule makes an operator: the scope claim, or
+// the rule's claim as an array, as identity providers send groups and scp.
+func OperatorGrant(rule apigw.AdminRule, subject string, ttl time.Duration) Grant {
+	g := Grant{Subject: subject, TTL: ttl}
+	if rule.Claim == "scope" {
+		g.Scopes = []string{rule.Value}
+	} else {
+		g.Claims = map[string]any{rule.Claim: []string{rule.Value}}
+	}
+	return g
+}

@@ -282,26 +282,37 @@ func (s *Store) List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page
 	return page, nil
 }
 
-// ListOpen returns jobs without an outcome created before cutoff, oldest
-// first, at most limit of them (at least one, as dynamo's loop does).
-func (s *Store) ListOpen(ctx context.Context, cutoff time.Time, limit int) ([]job.Job, error) {
+// ListOpen returns a page of jobs without an outcome created before the
+// query's bound, oldest first; the cursor is the last job's sort key.
+func (s *Store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.Page, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return lifecycle.Page{}, err
 	}
-	below := cutoff.UTC().Format(sortTime)
+	after := ""
+	if q.Cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		if err != nil || len(raw) == 0 {
+			return lifecycle.Page{}, lifecycle.ErrInvalidCursor
+		}
+		after = string(raw)
+	}
+	below := q.CreatedBefore.UTC().Format(sortTime)
 	s.mu.Lock()
 	var open []job.Job
 	for _, r := range s.jobs {
-		if r.open && ownerSort(r.job) < below {
+		if k := ownerSort(r.job); r.open && k < below && k > after {
 			open = append(open, clone(r.job))
 		}
 	}
 	s.mu.Unlock()
 	slices.SortFunc(open, func(a, b job.Job) int { return strings.Compare(ownerSort(a), ownerSort(b)) })
-	if len(open) > max(limit, 1) {
-		open = open[:max(limit, 1)]
+	var page lifecycle.Page
+	if limit := max(q.Limit, 1); len(open) > limit {
+		open = open[:limit]
+		page.Next = base64.RawURLEncoding.EncodeToString([]byte(ownerSort(open[limit-1])))
 	}
-	return open, nil
+	page.Jobs = open
+	return page, nil
 }
 
 func contractKey(jobType, version string) string { return jobType + "#" + version }
@@ -400,6 +411,17 @@ func clone(j job.Job) job.Job {
 
 func cloneAttempt(a job.Attempt) job.Attempt {
 	a.Error = cloneFailure(a.Error)
+	if a.Usage != nil {
+		// Stored in whole milliseconds, as DynamoDB's item holds it.
+		u := *a.Usage
+		u.Latency = u.Latency.Truncate(time.Millisecond)
+		a.Usage = &u
+	}
+	if a.Resolution != nil {
+		r := *a.Resolution
+		r.At = r.At.UTC()
+		a.Resolution = &r
+	}
 	a.StartedAt, a.UpdatedAt = a.StartedAt.UTC(), a.UpdatedAt.UTC()
 	a.FinishedAt, a.UnknownSince = a.FinishedAt.UTC(), a.UnknownSince.UTC()
 	return a

@@ -180,6 +180,9 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("this is not JSON {"))
 	default:
-		writeJSON(w, http.StatusOK, map[string]any{"output": demoOutput(name, in.Prompt), "model": "sim"})
+		out := demoOutput(name, in.Prompt)
+		// Usage as a model-backed webhook may report it: words for tokens.
+		writeJSON(w, http.StatusOK, map[string]any{"output": out, "model": "sim",
+			"usage": map[string]int{"input_tokens": len(strings.Fields(in.Prompt)), "output_tokens": len(strings.Fields(out["text"]))}})
 	}
 }

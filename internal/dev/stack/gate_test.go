@@ -21,9 +21,13 @@ func TestFailoverNeedsCertification(t *testing.T) {
 
 	before := c.submit("demo", "gate-before", failing)
 	before = c.await(before.ID, 20*time.Second, "an outcome", terminal)
-	if before.Status != "failed" || states(before) != "1:sim-primary:failed" ||
-		!strings.Contains(string(before.Error), "uncertified") || !strings.Contains(string(before.Error), sim.DemoFallback) {
+	if before.Status != "failed" || states(before) != "1:sim-primary:failed" || !strings.Contains(string(before.Error), `"class":"uncertified"`) {
 		t.Fatalf("uncertified fallback: %+v (%s) error=%s", before, states(before), before.Error)
+	}
+	// The detail, which names the provider, is an operator's to read.
+	ops := newClient(t, s, "gate-operator", "jobs:admin")
+	if seen := ops.get(before.ID); !strings.Contains(string(seen.Error), sim.DemoFallback) {
+		t.Fatalf("the operator's view does not name the uncertified provider: %s", seen.Error)
 	}
 	if slices.ContainsFunc(s.Sim.IdempotencyKeys(sim.DemoFallback), func(k string) bool { return strings.HasPrefix(k, before.ID) }) {
 		t.Fatal("the uncertified fallback was called")

@@ -54,6 +54,8 @@ type Config struct {
 	// APIAddr is where the HTTP API listens; "127.0.0.1:0" picks a port.
 	APIAddr   string
 	JWTSecret string
+	// Admin is which claim makes an operator; zero is the default.
+	Admin apigw.AdminRule
 	// DynamoEndpoint reuses a running dynalite; empty starts one.
 	DynamoEndpoint string
 	// DynamoPath keeps the started dynalite's data on disk.
@@ -393,7 +395,8 @@ func (s *Stack) Certify(ctx context.Context, jobType, providerName string) error
 // apiHandler is the HTTP API exactly as deployed (API Gateway event in,
 // Lambda response out), behind the local JWT authorizer.
 func (s *Stack) apiHandler(cfg Config) (http.Handler, error) {
-	h, err := apigw.New(apigw.Config{Jobs: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: s.Starter, Logger: cfg.Logger})
+	h, err := apigw.New(apigw.Config{Jobs: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: s.Starter, Logger: cfg.Logger,
+		Admin: cfg.Admin})
 	if err != nil {
 		return nil, err
 	}

@@ -531,12 +531,12 @@ func crashSnapshot(ctx context.Context, t *testing.T, root, data string, ids []s
 		}
 		d.jobs[id] = j
 	}
-	open, err := st.ListOpen(ctx, time.Now().Add(time.Hour), 100000)
+	open, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: time.Now().Add(time.Hour), Limit: 100000})
 	if err != nil {
 		t.Fatalf("read by_open: %v", err)
 	}
 	inOpen := map[string]bool{}
-	for _, j := range open {
+	for _, j := range open.Jobs {
 		inOpen[j.ID] = true
 	}
 	for id, j := range d.jobs {

@@ -377,6 +377,11 @@ func Run(t *testing.T, h Harness) {
 			t.Errorf("simulator saw %d calls, want 0", n)
 		}
 	})
+
+	t.Run("UsageOnEveryAttempt", func(t *testing.T) {
+		t.Parallel()
+		usageOnEveryAttempt(t, h)
+	})
 }
 
 // refusingURL returns a loopback URL whose port is bound but not listening,

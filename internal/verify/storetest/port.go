@@ -221,8 +221,8 @@ var applyTests = []test{
 					t.Fatalf("after %s: %+v", tc.name, got)
 				}
 				sameJob(t, "stored job", get(t, st, j.ID), got)
-				if open, err := st.ListOpen(context.Background(), at(100), 100); err != nil || len(open) != 0 {
-					t.Fatalf("a job with an outcome is still open: %v err=%v", ids(open), err)
+				if open, err := st.ListOpen(context.Background(), lifecycle.OpenQuery{CreatedBefore: at(100), Limit: 100}); err != nil || len(open.Jobs) != 0 {
+					t.Fatalf("a job with an outcome is still open: %v err=%v", ids(open.Jobs), err)
 				}
 			})
 		}
@@ -287,6 +287,18 @@ var listAttemptsTests = []test{
 		j := createAt(t, st, "a", "k", at(0))
 		if got, err := st.ListAttempts(context.Background(), j); err != nil || len(got) != 0 {
 			t.Fatalf("attempts of a new job = %+v err=%v", got, err)
+		}
+	}},
+	{"UsageAndFailureDetailRoundTrip", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		j := running(t, st, createAt(t, st, "a", "k", at(0)), "sim-primary", at(1))
+		use := &job.Usage{Model: "gpt-4o-2024-08-06", InputTokens: 1234, OutputTokens: 56, Latency: 1500 * time.Millisecond}
+		j = on(t, st).apply(job.DecideCallFailed(j, 1, job.Failure{Class: job.ClassRetryable, Message: "status 503: upstream", ProviderStatus: 503},
+			job.Call{ProviderRequestID: "req-1", Usage: use}, at(2)))
+		for name, a := range map[string]job.Attempt{"job item": attempt(t, get(t, st, j.ID), 1), "ledger": listed(t, st, j)[0]} {
+			if a.Usage == nil || *a.Usage != *use || a.Error == nil || a.Error.ProviderStatus != 503 || a.ProviderRequestID != "req-1" {
+				t.Fatalf("%s: attempt %+v usage %+v error %+v", name, a, a.Usage, a.Error)
+			}
 		}
 	}},
 	{"TheJobIsTheAuthority", func(t *testing.T, fresh func(*testing.T) Store) {
@@ -476,17 +488,28 @@ var listOpenTests = []test{
 		late := createAt(t, st, "a", "late", at(6))
 		createAt(t, st, "a", "at-cutoff", at(10))
 
-		open, err := st.ListOpen(ctx, at(10), 100)
+		open, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameIDs(t, "open before the cutoff", ids(open), []string{pending.ID, started.ID, unknown.ID, late.ID})
-		sameJob(t, "an open job as listed", open[2], unknown)
-		if open, err = st.ListOpen(ctx, at(10), 2); err != nil || !slices.Equal(ids(open), []string{pending.ID, started.ID}) {
-			t.Fatalf("limit 2: %v err=%v", ids(open), err)
+		sameIDs(t, "open before the cutoff", ids(open.Jobs), []string{pending.ID, started.ID, unknown.ID, late.ID})
+		sameJob(t, "an open job as listed", open.Jobs[2], unknown)
+		if open.Next != "" {
+			t.Fatalf("a cursor after the last page: %q", open.Next)
 		}
-		if open, err = st.ListOpen(ctx, at(0), 100); err != nil || len(open) != 0 {
-			t.Fatalf("cutoff at the oldest job's creation: %v err=%v, want none", ids(open), err)
+		first, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 2})
+		if err != nil || !slices.Equal(ids(first.Jobs), []string{pending.ID, started.ID}) || first.Next == "" {
+			t.Fatalf("limit 2: %v next=%q err=%v", ids(first.Jobs), first.Next, err)
+		}
+		second, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 2, Cursor: first.Next})
+		if err != nil || !slices.Equal(ids(second.Jobs), []string{unknown.ID, late.ID}) || second.Next != "" {
+			t.Fatalf("the second page: %v next=%q err=%v", ids(second.Jobs), second.Next, err)
+		}
+		if _, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 2, Cursor: "!!"}); !errors.Is(err, lifecycle.ErrInvalidCursor) {
+			t.Fatalf("a forged cursor: %v", err)
+		}
+		if open, err = st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(0), Limit: 100}); err != nil || len(open.Jobs) != 0 {
+			t.Fatalf("cutoff at the oldest job's creation: %v err=%v, want none", ids(open.Jobs), err)
 		}
 	}},
 }

@@ -30,6 +30,8 @@ var ruleTests = []test{
 	{"AttemptBookkeepingDoesNotMoveVersion", testAttemptBookkeepingDoesNotMoveVersion},
 	{"Cancel", testCancel},
 	{"ListNewestFirstWithCursor", testListNewestFirstWithCursor},
+	{"OneResolutionApplies", testOneResolutionApplies},
+	{"ResolvingAFinishedJobsAttempt", testResolvingAFinishedJobsAttempt},
 }
 
 // env is one test's engine on its own store.
@@ -472,5 +474,130 @@ func testListNewestFirstWithCursor(t *testing.T, fresh func(*testing.T) Store) {
 	}
 	if _, err := e.eng.List(ctx, lifecycle.ListQuery{Owner: "lister", Cursor: "not-a-cursor"}); !errors.Is(err, lifecycle.ErrInvalidCursor) {
 		t.Fatalf("bad cursor: %v", err)
+	}
+}
+
+// unknownJob creates a job whose attempt 1 is unknown.
+func (e *env) unknownJob(t *testing.T, key string) job.Job {
+	t.Helper()
+	ctx := context.Background()
+	j := e.create(t, request("a", key, `{"prompt":"x"}`))
+	e.running(t, j.ID, "sim-primary")
+	j, err := e.eng.MarkUnknown(ctx, j.ID, 1, "timeout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// testOneResolutionApplies: operators racing to resolve one unknown attempt
+// with different results — exactly one resolution applies and its result is
+// the one stored; every other is refused, and says so; repeating the applied
+// one changes nothing; a completed attempt refuses another result.
+func testOneResolutionApplies(t *testing.T, fresh func(*testing.T) Store) {
+	ctx := context.Background()
+	e := newEnv(t, fresh, nil)
+	const rounds, operators = 20, 16
+	for round := range rounds {
+		j := e.unknownJob(t, fmt.Sprintf("round-%d", round))
+		var wg sync.WaitGroup
+		applied := make([]bool, operators)
+		start := make(chan struct{})
+		for i := range operators {
+			wg.Go(func() {
+				<-start
+				_, err := e.eng.Resolve(ctx, j.ID, 1, job.Resolution{Outcome: job.AttemptSucceeded, By: fmt.Sprintf("op-%d", i),
+					Reason: "seen in the provider's console", Result: json.RawMessage(fmt.Sprintf(`{"text":"by op-%d"}`, i))})
+				var conflict *job.ResolutionConflictError
+				switch {
+				case err == nil:
+					applied[i] = true
+				case errors.As(err, &conflict):
+					if conflict.State != job.AttemptSucceeded || !conflict.Resolved || !conflict.HasResult {
+						t.Errorf("round %d op-%d: conflict %+v", round, i, conflict)
+					}
+				default:
+					t.Errorf("round %d op-%d: %v", round, i, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, ok := range applied {
+			if ok {
+				if winner >= 0 {
+					t.Fatalf("round %d: op-%d and op-%d were both told their resolution applied", round, winner, i)
+				}
+				winner = i
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no resolution applied", round)
+		}
+		final, _ := e.eng.Get(ctx, j.ID)
+		a, _ := final.Attempt(1)
+		if string(final.Result) != fmt.Sprintf(`{"text":"by op-%d"}`, winner) || final.CompletedBy != 1 || final.Version != 1 ||
+			a.Resolution == nil || a.Resolution.By != fmt.Sprintf("op-%d", winner) || a.Resolution.Outcome != job.AttemptSucceeded {
+			t.Fatalf("round %d: op-%d applied, but the job holds %s (resolution %+v)", round, winner, final.Result, a.Resolution)
+		}
+		// The same resolution again, keys reordered: a no-op.
+		again, err := e.eng.Resolve(ctx, j.ID, 1, job.Resolution{Outcome: job.AttemptSucceeded, By: "someone-else", Reason: "again",
+			Result: json.RawMessage(fmt.Sprintf(` { "text" : "by op-%d" } `, winner))})
+		if err != nil || again.Revision != final.Revision {
+			t.Fatalf("round %d: the applied resolution repeated: revision %d→%d, %v", round, final.Revision, again.Revision, err)
+		}
+		var conflict *job.ResolutionConflictError
+		if _, err := e.eng.Resolve(ctx, j.ID, 1, job.Resolution{Outcome: job.AttemptFailed, By: "op-x", Reason: "no"}); !errors.As(err, &conflict) {
+			t.Fatalf("round %d: failed after succeeded: %v", round, err)
+		}
+	}
+
+	// An attempt that completed on its own refuses a resolution with
+	// another result.
+	j := e.unknownJob(t, "completed")
+	if _, err := e.eng.Complete(ctx, j.ID, 1, json.RawMessage(`{"text":"late answer"}`), "req-1"); err != nil {
+		t.Fatal(err)
+	}
+	var conflict *job.ResolutionConflictError
+	_, err := e.eng.Resolve(ctx, j.ID, 1, job.Resolution{Outcome: job.AttemptSucceeded, By: "op", Reason: "r",
+		Result: json.RawMessage(`{"text":"other"}`)})
+	if !errors.As(err, &conflict) || conflict.Resolved || !conflict.HasResult {
+		t.Fatalf("resolving a completed attempt: %v", err)
+	}
+	if final, _ := e.eng.Get(ctx, j.ID); string(final.Result) != `{"text":"late answer"}` {
+		t.Fatalf("the job's result became %s", final.Result)
+	}
+}
+
+// testResolvingAFinishedJobsAttempt: a cancelled job's unknown attempt can
+// still be resolved failed or cancelled, for the record, without moving the
+// job; succeeded is refused, since the result could not be kept.
+func testResolvingAFinishedJobsAttempt(t *testing.T, fresh func(*testing.T) Store) {
+	ctx := context.Background()
+	e := newEnv(t, fresh, nil)
+	for _, outcome := range []job.AttemptState{job.AttemptFailed, job.AttemptCancelled} {
+		j := e.unknownJob(t, "finished-"+string(outcome))
+		if _, err := e.eng.Cancel(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		var conflict *job.ResolutionConflictError
+		if _, err := e.eng.Resolve(ctx, j.ID, 1, job.Resolution{Outcome: job.AttemptSucceeded, By: "op", Reason: "r",
+			Result: json.RawMessage(`{"text":"x"}`)}); !errors.As(err, &conflict) || conflict.JobStatus != job.StatusCancelled {
+			t.Fatalf("succeeded on a cancelled job: %v", err)
+		}
+		got, err := e.eng.Resolve(ctx, j.ID, 1, job.Resolution{Outcome: outcome, By: "op", Reason: "provider has no record"})
+		if err != nil {
+			t.Fatalf("%s on a cancelled job: %v", outcome, err)
+		}
+		a, _ := got.Attempt(1)
+		if got.Status != job.StatusCancelled || a.State != outcome || a.Resolution == nil || a.Resolution.By != "op" ||
+			a.Resolution.Reason != "provider has no record" || a.Resolution.At.IsZero() {
+			t.Fatalf("after resolving %s: job %s, attempt %+v / %+v", outcome, got.Status, a, a.Resolution)
+		}
+		attempts, err := e.eng.Attempts(ctx, got)
+		if err != nil || len(attempts) != 1 || attempts[0].Resolution == nil || attempts[0].Resolution.By != "op" {
+			t.Fatalf("the attempts list lacks the resolution: %+v %v", attempts, err)
+		}
 	}
 }

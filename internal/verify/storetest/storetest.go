@@ -247,3 +247,13 @@ func isKeyReused(err error, id string) bool {
 	var reused *job.KeyReusedError
 	return errors.As(err, &reused) && reused.JobID == id && errors.Is(err, job.ErrIdempotencyKeyReused)
 }
+
+// listed is the job's attempts as ListAttempts gives them.
+func listed(t *testing.T, st Store, j job.Job) []job.Attempt {
+	t.Helper()
+	out, err := st.ListAttempts(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,293 @@
+package apigw_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/jobtype"
+)
+
+// unknownJob creates owner's job and leaves its attempt 1 unknown.
+func (e *env) unknownJob(t *testing.T, owner, key string) string {
+	t.Helper()
+	ctx := context.Background()
+	id := e.mustCreate(t, owner, key, demoBody)
+	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.eng.MarkRunning(ctx, id, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.eng.MarkUnknown(ctx, id, 1, "provider timeout"); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (e *env) resolve(t *testing.T, tok, id string, n int, body string) result {
+	t.Helper()
+	return e.do(t, call{method: http.MethodPost, path: fmt.Sprintf("/v1/jobs/%s/attempts/%d/resolve", id, n), token: tok,
+		headers: map[string]string{"Content-Type": "application/json"}, body: []byte(body)})
+}
+
+// TestConcurrentResolutions: operators racing to resolve one unknown attempt
+// with different results — exactly one is told 200, and its result is the
+// one stored; the others are told 409 and why; 20 rounds.
+func TestConcurrentResolutions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	admin := e.token(t, "operator", apigw.AdminScope)
+	const rounds, operators = 20, 16
+	for round := range rounds {
+		id := e.unknownJob(t, "owner-1", fmt.Sprintf("k-%d", round))
+		results := make([]result, operators)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range operators {
+			wg.Go(func() {
+				<-start
+				results[i] = e.resolve(t, admin, id, 1,
+					fmt.Sprintf(`{"outcome":"succeeded","result":{"text":"by operator %d"},"reason":"seen in the provider's console"}`, i))
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner, conflicts := -1, 0
+		for i, r := range results {
+			switch r.status {
+			case http.StatusOK:
+				if winner >= 0 {
+					t.Fatalf("round %d: operators %d and %d were both told 200", round, winner, i)
+				}
+				winner = i
+			case http.StatusConflict:
+				p := wantProblem(t, r, http.StatusConflict, apigw.CodeResolutionConflict)
+				if p["attempt_state"] != "succeeded" || strings.Contains(string(r.body), "by operator") {
+					t.Fatalf("round %d: conflict %s", round, r.body)
+				}
+				conflicts++
+			default:
+				t.Fatalf("round %d: %d %s", round, r.status, r.body)
+			}
+		}
+		if winner < 0 || conflicts != operators-1 {
+			t.Fatalf("round %d: winner %d, %d conflicts", round, winner, conflicts)
+		}
+		j, err := e.eng.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf(`{"text":"by operator %d"}`, winner); string(j.Result) != want {
+			t.Fatalf("round %d: operator %d was told 200, the job holds %s", round, winner, j.Result)
+		}
+	}
+}
+
+// TestResolutionResultMeetsTheContract: a succeeded resolution's result is
+// checked against the job type's output contract (the real catalog) and
+// refused whole, with the violations, when it fails.
+func TestResolutionResultMeetsTheContract(t *testing.T) {
+	t.Parallel()
+	cat, err := jobtype.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *apigw.Config, _ *dynamo.Config) { c.Catalog = apigw.JobTypes{Catalog: cat} })
+	admin := e.token(t, "operator", apigw.AdminScope)
+	id := e.unknownJob(t, "owner-1", "k")
+	before, _ := e.eng.Get(context.Background(), id)
+	tests := []struct {
+		name, result string
+		pointer      string
+	}{
+		{"UnknownMember", `{"foo":1}`, "/result"},
+		{"WrongType", `{"text":1,"provider":"sim-primary"}`, "/result/text"},
+		{"FailsACheck", `{"text":"no name here","provider":"sim-primary"}`, "/result"},
+	}
+	for _, tc := range tests {
+		r := e.resolve(t, admin, id, 1, `{"outcome":"succeeded","reason":"r","result":`+tc.result+`}`)
+		p := wantProblem(t, r, http.StatusUnprocessableEntity, apigw.CodeResultViolatesContract)
+		errs, _ := p["errors"].([]any)
+		found := false
+		for _, fe := range errs {
+			if ptr, _ := fe.(map[string]any)["pointer"].(string); strings.HasPrefix(ptr, tc.pointer) {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no violation under %s: %s", tc.name, tc.pointer, r.body)
+		}
+	}
+	if after, _ := e.eng.Get(context.Background(), id); after.Revision != before.Revision {
+		t.Fatalf("a refused resolution was written: revision %d→%d", before.Revision, after.Revision)
+	}
+	r := e.resolve(t, admin, id, 1, `{"outcome":"succeeded","reason":"r","result":{"text":"answer from sim-primary","provider":"sim-primary"}}`)
+	if b := r.jobBody(t); r.status != http.StatusOK || b["status"] != "succeeded" {
+		t.Fatalf("a valid result: %d %s", r.status, r.body)
+	}
+}
+
+// TestResolutionRecord: the attempts list shows the resolution — who, when
+// and why to operators, what and when to the owner.
+func TestResolutionRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	admin, owner := e.token(t, "ops-anna", apigw.AdminScope), e.token(t, "owner-1")
+	id := e.unknownJob(t, "owner-1", "k")
+	if r := e.resolve(t, admin, id, 1, `{"outcome":"failed","reason":"ticket 42: never processed"}`); r.status != http.StatusOK {
+		t.Fatalf("resolve: %d %s", r.status, r.body)
+	}
+	type res struct {
+		Outcome, At, By, Reason string
+	}
+	read := func(tok string) res {
+		r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + id + "/attempts", token: tok})
+		var body struct {
+			Attempts []struct {
+				Resolution *res `json:"resolution"`
+			} `json:"attempts"`
+		}
+		if err := json.Unmarshal(r.body, &body); err != nil || len(body.Attempts) != 1 || body.Attempts[0].Resolution == nil {
+			t.Fatalf("%v %s", err, r.body)
+		}
+		return *body.Attempts[0].Resolution
+	}
+	if got := read(admin); got.Outcome != "failed" || got.By != "ops-anna" || got.Reason != "ticket 42: never processed" || got.At == "" {
+		t.Fatalf("operator's view of the resolution: %+v", got)
+	}
+	if got := read(owner); got.Outcome != "failed" || got.At == "" || got.By != "" || got.Reason != "" {
+		t.Fatalf("owner's view of the resolution: %+v", got)
+	}
+}
+
+// TestAdminClaims: which claim makes an operator is the deployment's choice;
+// tokens of each identity provider's shape grant it or not, and look-alike
+// values never do.
+func TestAdminClaims(t *testing.T) {
+	t.Parallel()
+	rules := map[string]apigw.AdminRule{
+		"Scope":   {Claim: "scope", Value: "jobs:admin"},
+		"Scp":     {Claim: "scp", Value: "jobs:admin"},
+		"Cognito": {Claim: "cognito:groups", Value: "onejob-operators"},
+	}
+	tests := []struct {
+		name   string
+		rule   string
+		grant  apigwlocal.Grant
+		admits bool
+	}{
+		{"ScopeString", "Scope", apigwlocal.Grant{Scopes: []string{"openid jobs:admin"}}, true},
+		{"ScopeLookAlike", "Scope", apigwlocal.Grant{Scopes: []string{"jobs:admin2 xjobs:admin JOBS:ADMIN"}}, false},
+		{"ScopeInAnotherClaim", "Scope", apigwlocal.Grant{Claims: map[string]any{"scp": []string{"jobs:admin"}}}, false},
+		{"ScpArray", "Scp", apigwlocal.Grant{Claims: map[string]any{"scp": []string{"openid", "jobs:admin"}}}, true},
+		{"ScpString", "Scp", apigwlocal.Grant{Claims: map[string]any{"scp": "jobs:admin"}}, true},
+		{"ScpLookAlike", "Scp", apigwlocal.Grant{Claims: map[string]any{"scp": []string{"jobs:admin:read", "[jobs:admin]x"}}}, false},
+		{"ScpButScopeGiven", "Scp", apigwlocal.Grant{Scopes: []string{"jobs:admin"}}, false},
+		{"CognitoGroup", "Cognito", apigwlocal.Grant{Claims: map[string]any{"cognito:groups": []string{"staff", "onejob-operators"}}}, true},
+		{"CognitoOtherGroup", "Cognito", apigwlocal.Grant{Claims: map[string]any{"cognito:groups": []string{"onejob-operators-readonly"}}}, false},
+		{"CognitoNoGroups", "Cognito", apigwlocal.Grant{}, false},
+	}
+	envs := map[string]*env{}
+	for name, rule := range rules {
+		envs[name] = newEnv(t, func(c *apigw.Config, _ *dynamo.Config) { c.Admin = rule })
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := envs[tc.rule]
+			tc.grant.Subject, tc.grant.TTL = "someone", time.Hour
+			tok, err := e.tokens.Mint(tc.grant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := e.do(t, call{method: http.MethodGet, path: "/v1/admin/jobs", token: tok})
+			if admitted := r.status == http.StatusOK; admitted != tc.admits {
+				t.Fatalf("admitted = %v, want %v: %d %s", admitted, tc.admits, r.status, r.body)
+			}
+			if !tc.admits {
+				wantProblem(t, r, http.StatusForbidden, apigw.CodeForbidden)
+			}
+		})
+	}
+	for _, bad := range []apigw.AdminRule{{Claim: "scope"}, {Claim: "sub", Value: "x"}, {Claim: "groups", Value: "a b"}, {Claim: "groups", Value: "[a]"}} {
+		if _, err := apigw.New(apigw.Config{Jobs: envs["Scope"].eng, Catalog: fakeCatalog{}, Admin: bad}); err == nil {
+			t.Errorf("admin rule %+v accepted", bad)
+		}
+	}
+}
+
+// TestOperatorListing: operators list every owner's open jobs oldest first,
+// by status, a page at a time, and read any job; owners may not list.
+func TestOperatorListing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	admin, owner := e.token(t, "operator", apigw.AdminScope), e.token(t, "owner-2")
+	var unknown []string
+	for i := range 5 {
+		unknown = append(unknown, e.unknownJob(t, fmt.Sprintf("owner-%d", i%2+1), fmt.Sprintf("u-%d", i)))
+	}
+	pending := e.mustCreate(t, "owner-3", "p", demoBody)
+	done := e.mustCreate(t, "owner-3", "d", demoBody)
+	if _, err := e.eng.Cancel(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	list := func(tok, query string) (result, []string, string) {
+		r := e.do(t, call{method: http.MethodGet, path: "/v1/admin/jobs" + query, token: tok})
+		var body struct {
+			Jobs []struct {
+				ID, Owner, Status string
+			} `json:"jobs"`
+			Next string `json:"next_cursor"`
+		}
+		_ = json.Unmarshal(r.body, &body)
+		var ids []string
+		for _, j := range body.Jobs {
+			if j.Owner == "" {
+				t.Fatalf("a listed job without its owner: %s", r.body)
+			}
+			ids = append(ids, j.ID)
+		}
+		return r, ids, body.Next
+	}
+	r, all, _ := list(admin, "")
+	if r.status != http.StatusOK || !slices.Equal(all, append(slices.Clone(unknown), pending)) {
+		t.Fatalf("all open jobs: %d %v, want %v then %s", r.status, all, unknown, pending)
+	}
+	var paged []string
+	cursor := ""
+	for range 10 {
+		q := "?status=unknown&limit=2"
+		if cursor != "" {
+			q += "&cursor=" + cursor
+		}
+		_, ids, next := list(admin, q)
+		paged = append(paged, ids...)
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	if !slices.Equal(paged, unknown) {
+		t.Fatalf("unknown jobs page by page: %v, want %v", paged, unknown)
+	}
+	r, _, _ = list(admin, "?status=succeeded")
+	wantProblem(t, r, http.StatusUnprocessableEntity, apigw.CodeValidationFailed)
+	r, _, _ = list(owner, "")
+	wantProblem(t, r, http.StatusForbidden, apigw.CodeForbidden)
+	if r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + pending, token: admin}); r.status != http.StatusOK {
+		t.Fatalf("an operator reading another owner's job: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, call{method: http.MethodPost, path: "/v1/jobs/" + pending + "/cancel", token: admin}); r.status != http.StatusOK {
+		t.Fatalf("an operator cancelling another owner's job: %d %s", r.status, r.body)
+	}
+}
