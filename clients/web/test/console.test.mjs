@@ -170,6 +170,8 @@ test("a hedged job: two lanes, the hedge badged, the winner highlighted, the los
   assert.equal(await page.getAttribute('#lanes li[data-winner="true"]', "data-attempt"), "2");
   assert.match(await page.textContent('#job-fields [data-field="completed by"]'), /attempt 2 \(sim-fallback\)/);
   assert.match(await page.textContent('#attempts tr[data-attempt="1"]'), /lost_race/);
+  // Over, so no longer listed as open.
+  await page.locator(`#open tr[data-job-id="${job.id}"]`).waitFor({ state: "detached" });
   console.log("screenshot:", await screenshot(page, "console-hedge"));
   assert.deepEqual(errors, []);
   assert.deepEqual(await violations(), []);

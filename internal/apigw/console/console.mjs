@@ -393,6 +393,7 @@ export function boot(doc, win) {
     /** @type {ReturnType<typeof setInterval> | null} */
     ticker: null,
     listing: false,
+    relist: false,
     /** Set when the API has no admin listing: the token owner's own jobs are listed instead. */
     ownListing: false,
   };
@@ -537,7 +538,12 @@ export function boot(doc, win) {
    * @param {{more?: string}} [o]
    */
   async function refreshQueues(o = {}) {
-    if (!state.token || state.listing) {
+    if (!state.token) {
+      return;
+    }
+    if (state.listing) {
+      // Asked again while listing (a job changed meanwhile): list once more after.
+      state.relist = state.relist || !o.more;
       return;
     }
     state.listing = true;
@@ -575,6 +581,10 @@ export function boot(doc, win) {
       showProblem(err, "Listing open jobs");
     } finally {
       state.listing = false;
+    }
+    if (state.relist) {
+      state.relist = false;
+      await refreshQueues();
     }
   }
 
@@ -722,9 +732,8 @@ export function boot(doc, win) {
         if (signal.aborted) {
           return;
         }
-        if (r.body.status !== open.job.status) {
-          void refreshQueues();
-        }
+        // What the lists show of it changed too.
+        void refreshQueues();
         open.job = r.body;
         open.etag = r.etag;
         open.attempts = list.body.attempts ?? [];
