@@ -16,7 +16,11 @@ import (
 
 var harness ddbtest.Harness
 
-func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
+func TestMain(m *testing.M) {
+	code := harness.Run(m)
+	apiStack.close()
+	os.Exit(code)
+}
 
 // startSim serves an OpenAI-compatible simulator in the given mode.
 func startSim(t *testing.T, mode sim.Mode) string {

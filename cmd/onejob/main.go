@@ -17,8 +17,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()
+	var code exitCode
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &code):
+		os.Exit(int(code)) // the command has said why
 	default:
 		fmt.Fprintln(os.Stderr, "onejob:", err)
 		os.Exit(1)
@@ -33,6 +36,7 @@ func run(ctx context.Context, args []string) error {
 		"run":      runCommand,
 		"invoke":   invokeCommand,
 		"contract": contractCommand,
+		"jobs":     jobsCommand,
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(os.Stderr, usage(commands))
@@ -54,5 +58,12 @@ func usage(commands map[string]func(context.Context, []string) error) string {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	return "usage: onejob <command> [flags]\ncommands: " + strings.Join(names, ", ") + "\n'onejob <command> -h' describes a command's flags"
+	return "usage: onejob <command> [flags]\ncommands: " + strings.Join(names, ", ") + "\n" +
+		"  jobs submit|get|list|attempts|watch|cancel|resolve: the HTTP API ($" + envAPIURL + ", $" + envToken + ")\n" +
+		"'onejob <command> -h' describes a command's flags"
 }
+
+// exitCode ends the process with a status once the command has printed why.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }

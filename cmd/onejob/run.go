@@ -19,6 +19,7 @@ import (
 // runCommand starts the whole system on this machine until Ctrl-C:
 //
 //	onejob run [--data .local/dynalite] [--duplicate-delivery] [--log FILE] [--sweep-interval 10s] [--overdue-grace 0]
+//	           [--idle-timeout 30s] [--keep-executions 1000]
 func runCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	data := fs.String("data", "", "keep DynamoDB data on disk in this folder (default: in memory)")
@@ -27,6 +28,8 @@ func runCommand(ctx context.Context, args []string) error {
 	// Crash drills restart stranded executions sooner than the default.
 	sweep := fs.Duration("sweep-interval", 10*time.Second, "how often the sweeper restarts executions of open jobs (0 disables it)")
 	overdue := fs.Duration("overdue-grace", 0, "how long past its timeout a running attempt nobody watches may stay running before it is declared unknown (0: the worker's default)")
+	idle := fs.Duration("idle-timeout", stack.DefaultIdleTimeout, "how long the local servers keep an idle connection open")
+	keep := fs.Int("keep-executions", 0, "closed executions the local Step Functions server keeps whole, history included (0: its default, 1000)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,6 +59,7 @@ func runCommand(ctx context.Context, args []string) error {
 	s, err := stack.Start(startCtx, stack.Config{
 		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue,
+		IdleTimeout: *idle, KeepClosedExecutions: *keep,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
 	})
 	if err != nil {
@@ -92,6 +96,12 @@ Watch it (replace JOB_ID with the "id" printed above):
 
   curl -s %s/v1/jobs/JOB_ID -H "Authorization: Bearer $TOKEN"
 
+Or with the CLI (onejob jobs -h lists its commands):
+
+  export ONEJOB_API_URL=%s ONEJOB_TOKEN=$TOKEN
+  go run ./cmd/onejob jobs submit --type demo --input '{"prompt":"hello onejob"}'
+  go run ./cmd/onejob jobs watch JOB_ID
+
 Script the providers through the input, e.g. a failing primary that falls back:
   -d '{"type":"demo","input":{"prompt":"hi","simulate":{"sim-primary":{"outcome":"error"}}}}'
 or a timeout that leaves attempt 1 unknown until an operator resolves it:
@@ -102,7 +112,7 @@ or a timeout that leaves attempt 1 unknown until an operator resolves it:
 %s
 %s
 Ctrl-C stops everything.
-`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), "onejob-local", user, s.APIURL, s.APIURL, s.APIURL, admin,
+`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), "onejob-local", user, s.APIURL, s.APIURL, s.APIURL, s.APIURL, admin,
 		consoleText(s.APIURL, admin), pagesText(s, user))
 	<-ctx.Done()
 	fmt.Println("\nstopping…")

@@ -3,12 +3,10 @@ package dynamo
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -23,8 +21,7 @@ import (
 const batchGetMax = 100
 
 // ListOpen returns a page of jobs without an outcome, oldest first: the
-// oldest keys of each by_open shard after the cursor (queried side by side),
-// merged, then the jobs themselves in batches. The index is eventually
+// oldest keys of each by_open shard after the cursor, merged, then the jobs themselves in batches. The index is eventually
 // consistent, so a job that ended meanwhile is left out here, and callers
 // still re-read a job before acting on it. The cursor is the sort key of the
 // page's last entry.
@@ -38,18 +35,17 @@ func (s *Store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.
 		}
 		after = string(raw)
 	}
-	shards := make([][]openKey, OpenShards)
-	errs := make([]error, OpenShards)
-	var wg sync.WaitGroup
+	// The shards one after the other: a few milliseconds each, on one
+	// pooled connection (side by side, a sweep would open one per shard).
+	var keys []openKey
 	for i := range OpenShards {
 		// One more than the page: whether another page follows.
-		wg.Go(func() { shards[i], errs[i] = s.openKeys(ctx, "open#"+strconv.Itoa(i), after, q.CreatedBefore, limit+1) })
+		shard, err := s.openKeys(ctx, "open#"+strconv.Itoa(i), after, q.CreatedBefore, limit+1)
+		if err != nil {
+			return lifecycle.Page{}, err
+		}
+		keys = append(keys, shard...)
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return lifecycle.Page{}, err
-	}
-	keys := slices.Concat(shards...)
 	slices.SortFunc(keys, func(a, b openKey) int { return strings.Compare(a.sort, b.sort) })
 	var page lifecycle.Page
 	if len(keys) > limit {

@@ -339,6 +339,11 @@ func moveAttempt(a Attempt, to AttemptState, c change, now time.Time) (Attempt, 
 	if c.failure != nil {
 		a.Error = c.failure
 	}
+	if to == AttemptSucceeded {
+		// An unknown attempt that answered late, or was resolved, failed
+		// at nothing: the ambiguity it carried is settled.
+		a.Error = nil
+	}
 	if c.call.ProviderRequestID != "" {
 		a.ProviderRequestID = c.call.ProviderRequestID
 	}

@@ -259,6 +259,9 @@ func TestResolveOnlyUnknown(t *testing.T) {
 	if err != nil || tr.Kind() != job.KindComplete || tr.After().Status != job.StatusSucceeded || tr.After().CompletedBy != 1 {
 		t.Fatalf("resolve succeeded: kind=%s after=%+v err=%v", tr.Kind(), tr.After(), err)
 	}
+	if a, _ := tr.After().Attempt(1); a.Error != nil || a.Resolution == nil || a.Resolution.Outcome != job.AttemptSucceeded {
+		t.Fatalf("a resolved success keeps its timeout's error %+v / resolution %+v", a.Error, a.Resolution)
+	}
 }
 
 func TestOverdue(t *testing.T) {

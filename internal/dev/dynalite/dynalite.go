@@ -1,6 +1,8 @@
 // Package dynalite starts and stops a local dynalite server (an open-source
 // implementation of the DynamoDB HTTP API) from the project's pinned
-// node_modules, on a free loopback port.
+// node_modules, on a free loopback port. It runs through server.cjs (next to
+// this file), which fixes dynalite's leak of every iterator a Query or Scan
+// stops early.
 package dynalite
 
 import (
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -44,6 +47,9 @@ type Server struct {
 // Endpoint is the server's base URL.
 func (s *Server) Endpoint() string { return s.endpoint }
 
+// PID is the node process's id.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
 // Start launches dynalite and waits until it answers.
 func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.Root == "" {
@@ -53,10 +59,10 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 		o.Root = root
 	}
-	cli := filepath.Join(o.Root, "node_modules", "dynalite", "cli.js")
-	if _, err := os.Stat(cli); err != nil {
+	if _, err := os.Stat(filepath.Join(o.Root, "node_modules", "dynalite", "cli.js")); err != nil {
 		return nil, fmt.Errorf("dynalite not installed (run `make tools` or `npm ci`): %w", err)
 	}
+	script := filepath.Join(o.Root, "internal", "dev", "dynalite", "server.cjs")
 	node, err := exec.LookPath("node")
 	if err != nil {
 		return nil, fmt.Errorf("node not found: %w", err)
@@ -66,7 +72,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	args := []string{cli, "--host", "127.0.0.1", "--port", strconv.Itoa(o.Port),
+	args := []string{script, "--host", "127.0.0.1", "--port", strconv.Itoa(o.Port),
 		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}
 	if o.Path != "" {
 		args = append(args, "--path", o.Path)
@@ -121,6 +127,16 @@ func (s *Server) Kill() error {
 	return nil
 }
 
+// Client connection pool: at most MaxConns connections, all kept when idle
+// (more concurrent requests wait for one; dynalite serves them on one
+// thread anyway). dynalite is a Node.js server with Node's default
+// keep-alive timeout (5 s): the client closes an idle connection first, so
+// it never sends a request on one the server is closing.
+const (
+	MaxConns        = 16
+	idleConnTimeout = 4 * time.Second
+)
+
 // NewClient returns a DynamoDB client for a local endpoint. It builds the
 // client directly (not through config.LoadDefaultConfig) so a custom CA
 // bundle in the environment cannot break it.
@@ -129,5 +145,11 @@ func NewClient(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Cli
 		Region:       testenv.Region,
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
+		HTTPClient: awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxConnsPerHost = MaxConns
+			tr.MaxIdleConns = MaxConns
+			tr.MaxIdleConnsPerHost = MaxConns
+			tr.IdleConnTimeout = idleConnTimeout
+		}),
 	}, optFns...)
 }

@@ -477,7 +477,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		Handler:  h,
-		srv:      &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		srv:      &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: IdleTimeout},
 		endpoint: "http://" + ln.Addr().String(),
 		done:     make(chan error, 1),
 	}
@@ -485,6 +485,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	h.log.Info("locallambda_started", "endpoint", s.endpoint, "functions", len(h.functions))
 	return s, nil
 }
+
+// IdleTimeout closes a connection to a Server idle that long. A caller that
+// keeps every connection it ever opened (an SDK client per invocation, each
+// with its own keep-alive agent) cannot pile them up.
+const IdleTimeout = 30 * time.Second
 
 // Endpoint is the base URL, e.g. for AWS_ENDPOINT_URL_LAMBDA.
 func (s *Server) Endpoint() string { return s.endpoint }

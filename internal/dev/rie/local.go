@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -174,6 +175,9 @@ type Result struct {
 	Wall time.Duration
 	// Logs is everything RIE and the function printed.
 	Logs string
+	// Connections is how many connections the function opened to
+	// DynamoDB and the other AWS endpoints over all its invocations.
+	Connections int
 }
 
 // Invoke seeds fresh tables for the event, runs fn's bootstrap under a new
@@ -191,6 +195,21 @@ func (l *Local) Invoke(ctx context.Context, fn string, event []byte) (*Result, e
 // InvokeIn is Invoke with the seeded state chosen by the caller, e.g.
 // ScenarioEmpty to see how a function handles a job that does not exist.
 func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenario, jobID string) (*Result, error) {
+	return l.invoke(ctx, fn, event, sc, jobID, 1)
+}
+
+// InvokeWarm is Invoke sending the event times times to one RIE: the first
+// invocation is cold, the others reuse the sandbox, as Lambda does. The
+// result is the last invocation's; its Connections count all of them.
+func (l *Local) InvokeWarm(ctx context.Context, fn string, event []byte, times int) (*Result, error) {
+	sc, jobID, err := ScenarioFor(fn, event)
+	if err != nil {
+		return nil, err
+	}
+	return l.invoke(ctx, fn, event, sc, jobID, times)
+}
+
+func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario, jobID string, times int) (*Result, error) {
 	spec, ok := deploy.Lookup(fn)
 	if !ok {
 		return nil, fmt.Errorf("unknown function %q", fn)
@@ -225,12 +244,12 @@ func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenar
 	}
 	proxy := httputil.NewSingleHostReverseProxy(dynURL)
 	proxy.Transport = &http.Transport{Proxy: nil}
-	dynamo, closeDynamo, err := serve(rec.dynamo(proxy))
+	dynamo, closeDynamo, err := serve(rec.dynamo(proxy), rec.connected)
 	if err != nil {
 		return nil, err
 	}
 	defer closeDynamo()
-	stub, closeStub, err := serve(http.HandlerFunc(rec.aws))
+	stub, closeStub, err := serve(http.HandlerFunc(rec.aws), rec.connected)
 	if err != nil {
 		return nil, err
 	}
@@ -273,14 +292,19 @@ func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenar
 		env[deploy.EnvProviders] = l.providers
 	}
 
-	ictx, cancel := context.WithTimeout(ctx, spec.Timeout+15*time.Second)
+	ictx, cancel := context.WithTimeout(ctx, time.Duration(times)*spec.Timeout+15*time.Second)
 	defer cancel()
 	start := time.Now()
 	em, err := StartEmulator(ictx, EmulatorConfig{RIE: l.cfg.RIE, Bootstrap: bootstrap, Env: env, Output: l.cfg.Output})
 	if err != nil {
 		return nil, err
 	}
-	resp, err := em.Invoke(ictx, event)
+	var resp Response
+	for range times {
+		if resp, err = em.Invoke(ictx, event); err != nil {
+			break
+		}
+	}
 	wall := time.Since(start)
 	_ = em.Close()
 	logs := em.Output()
@@ -289,26 +313,35 @@ func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenar
 	}
 	report, _ := ParseReport(logs)
 	return &Result{Function: fn, Scenario: sc, Job: seeded, Response: resp, Calls: rec.take(),
-		Report: report, Wall: wall, Logs: logs}, nil
+		Report: report, Wall: wall, Logs: logs, Connections: int(rec.conns.Load())}, nil
 }
 
-// serve runs h on a free loopback port until the returned func is called.
-func serve(h http.Handler) (string, func(), error) {
+// serve runs h on a free loopback port until the returned func is called;
+// onConnect is called for every connection accepted.
+func serve(h http.Handler, onConnect func()) (string, func(), error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			onConnect()
+		}
+	}}
 	go func() { _ = srv.Serve(l) }()
 	return "http://" + l.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
-// recorder notes every AWS call of one invocation.
+// recorder notes every AWS call of one invocation, and the connections
+// they came on.
 type recorder struct {
 	prefix string // of this invocation's physical table names
 	mu     sync.Mutex
 	calls  []Call
+	conns  atomic.Int64
 }
+
+func (r *recorder) connected() { r.conns.Add(1) }
 
 func (r *recorder) add(c Call) {
 	r.mu.Lock()

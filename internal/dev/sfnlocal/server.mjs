@@ -8,11 +8,28 @@
 //     --subst StartAttemptFunctionArn=arn:aws:lambda:... [--subst K=V ...] \
 //     --state-machine-arn arn:aws:states:us-east-1:000000000000:stateMachine:onejob \
 //     [--lambda-endpoint http://127.0.0.1:PORT] [--region us-east-1] \
-//     [--retry-pause-ms N] [--exit-on-stdin-close]
+//     [--retry-pause-ms N] [--exit-on-stdin-close] [--idle-timeout-ms N] \
+//     [--lambda-max-sockets N] [--keep-closed N] [--keep-closed-names N]
 //
 // Prints "READY <port>" on stdout once listening. Logs JSON lines on stderr.
 // Task states reach Lambda through the library's own AWS SDK client, which
 // honours AWS_ENDPOINT_URL_LAMBDA, so handlers see real Invoke API requests.
+// The library built a new client (and with it a new keep-alive agent, so a
+// new connection left open) for every task; it is patched to use one client
+// for the process, on one agent of at most --lambda-max-sockets (default 128)
+// connections, of which it keeps at most 8 idle. The agent closes no idle
+// connection itself: the Lambda endpoint's idle timeout does.
+//
+// Connections to this server are closed after --idle-timeout-ms (default
+// 30000) idle; a request's headers must arrive within 10 s, the whole
+// request within 60 s.
+//
+// Memory is bounded: closed executions are kept whole (history, input,
+// output) up to --keep-closed (default 1000), oldest dropped first. A dropped
+// execution is gone as one past AWS's retention period is (Describe, history
+// and listings no longer know it), except that StartExecution still refuses
+// its name, as AWS does for 90 days: the names of the last
+// --keep-closed-names (default 100000) dropped executions are kept.
 //
 // Operations (X-Amz-Target: AWSStepFunctions.<Op>): StartExecution,
 // DescribeExecution, StopExecution, GetExecutionHistory, ListExecutions.
@@ -22,7 +39,8 @@
 // is ExecutionAlreadyExists. Inputs are compared as strings; a missing input
 // is "{}".
 //
-// Not AWS: GET /health; GET /executions/<name>/transitions and the extra
+// Not AWS: GET /health (with the numbers of executions kept, running and
+// dropped by name only); GET /executions/<name>/transitions and the extra
 // "stateTransitions" field of DescribeExecution (billed transitions: states
 // entered plus retries); POST /control/throttle {"share","first","seed"},
 // which refuses StartExecution calls with ThrottlingException as AWS does
@@ -66,6 +84,10 @@ function parseArgs(argv) {
     lambdaEndpoint: '',
     retryPauseMs: -1,
     exitOnStdinClose: false,
+    idleTimeoutMs: 30000,
+    lambdaMaxSockets: 128,
+    keepClosed: 1000,
+    keepClosedNames: 100000,
   };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
@@ -89,11 +111,19 @@ function parseArgs(argv) {
       case '--lambda-endpoint': opts.lambdaEndpoint = next(); break;
       case '--retry-pause-ms': opts.retryPauseMs = Number(next()); break;
       case '--exit-on-stdin-close': opts.exitOnStdinClose = true; break;
+      case '--idle-timeout-ms': opts.idleTimeoutMs = Number(next()); break;
+      case '--lambda-max-sockets': opts.lambdaMaxSockets = Number(next()); break;
+      case '--keep-closed': opts.keepClosed = Number(next()); break;
+      case '--keep-closed-names': opts.keepClosedNames = Number(next()); break;
       default: throw new Error(`unknown argument ${arg}`);
     }
   }
   if (!opts.definition) throw new Error('--definition is required');
   if (!Number.isInteger(opts.port) || opts.port < 0) throw new Error('--port must be an integer >= 0');
+  for (const [flag, v] of [['--idle-timeout-ms', opts.idleTimeoutMs], ['--lambda-max-sockets', opts.lambdaMaxSockets],
+    ['--keep-closed', opts.keepClosed], ['--keep-closed-names', opts.keepClosedNames]]) {
+    if (!Number.isInteger(v) || v < 1) throw new Error(`${flag} must be a positive integer`);
+  }
   return opts;
 }
 
@@ -198,6 +228,33 @@ const libraryPatches = [
     replace: 'var DEFAULT_TIMEOUT_SECONDS = 2147483;',
   },
   {
+    // One Lambda client for the process instead of one per task invocation:
+    // each client had its own keep-alive agent, so every task left a
+    // connection open to the Lambda endpoint (and the client in memory).
+    find: 'var LambdaClient = class {',
+    replace: 'var lambdaClients = new Map();\n' +
+      'function sharedLambdaClient(config) {\n' +
+      '  let client = lambdaClients.get(config);\n' +
+      '  if (!client) {\n' +
+      '    client = new LambdaClient(config);\n' +
+      '    lambdaClients.set(config, client);\n' +
+      '  }\n' +
+      '  return client;\n' +
+      '}\n' +
+      'var LambdaClient = class {',
+  },
+  {
+    find: '      new LambdaClient(options.awsConfig).invokeFunction(state.Resource, input)',
+    replace: '      sharedLambdaClient(options.awsConfig).invokeFunction(state.Resource, input)',
+  },
+  {
+    // ...on the agent awsConfig.requestHandler brings (the library passed
+    // only region and credentials on).
+    find: '        this.client = new AWSLambdaClient({ region: config.region, credentials: config.credentials.accessKeys });',
+    replace: '        this.client = new AWSLambdaClient({ region: config.region, credentials: config.credentials.accessKeys, ' +
+      'requestHandler: config.requestHandler });',
+  },
+  {
     // An abort cuts the retry pause short; without this the state then ran
     // once more, invoking its Lambda after StopExecution.
     find: '        await sleep(waitTimeBeforeRetry, options.abortSignal);',
@@ -240,6 +297,19 @@ const stateMachine = new StateMachine(definition, {
   validationOptions: { checkArn: true, checkPaths: true },
   awsConfig: {
     region: opts.region,
+    // The SDK's NodeHttpHandler options (its shorthand form): keep-alive
+    // connections, at most lambdaMaxSockets at once (more invocations wait
+    // for one), at most 8 kept idle, reused most recent first so that a
+    // burst's extra connections fall idle and the endpoint closes them.
+    requestHandler: {
+      httpAgent: new http.Agent({
+        keepAlive: true,
+        maxSockets: opts.lambdaMaxSockets,
+        maxFreeSockets: Math.min(opts.lambdaMaxSockets, 8),
+        scheduling: 'lifo',
+      }),
+      connectionTimeout: 5000,
+    },
     credentials: {
       accessKeys: {
         accessKeyId: process.env.AWS_ACCESS_KEY_ID || 'local',
@@ -262,8 +332,14 @@ if (opts.retryPauseMs >= 0) {
   }
 }
 
-/** @type {Map<string, any>} executions by name */
+/** @type {Map<string, any>} executions by name: running, and the last keepClosed closed */
 const executions = new Map();
+// Names of the closed executions kept whole, oldest first.
+const closedKept = new Set();
+// Names of dropped executions, oldest first: StartExecution refuses them.
+const droppedNames = new Set();
+// Executions not yet closed, for GET /health (drills pace themselves by it).
+let runningCount = 0;
 
 const epochSeconds = (ms) => ms / 1000;
 const toJSONString = (v) => (v === undefined ? undefined : JSON.stringify(v));
@@ -398,6 +474,15 @@ function closeExecution(exec, status, fields) {
   if (exec.status !== 'RUNNING') return; // StopExecution already closed it
   Object.assign(exec, fields, { status, stopDate: Date.now() });
   exec.handle = null;
+  runningCount--;
+  closedKept.add(exec.name);
+  while (closedKept.size > opts.keepClosed) {
+    const oldest = closedKept.values().next().value;
+    closedKept.delete(oldest);
+    executions.delete(oldest);
+    droppedNames.add(oldest);
+  }
+  while (droppedNames.size > opts.keepClosedNames) droppedNames.delete(droppedNames.values().next().value);
   log('INFO', 'execution_closed', {
     name: exec.name,
     status,
@@ -433,6 +518,9 @@ function startExecution(req) {
     }
     throw new APIError('ExecutionAlreadyExists', `Execution Already Exists: '${existing.executionArn}'`);
   }
+  if (droppedNames.has(name)) {
+    throw new APIError('ExecutionAlreadyExists', `Execution Already Exists: '${executionArnFor(name)}'`);
+  }
 
   const exec = {
     name,
@@ -451,6 +539,7 @@ function startExecution(req) {
     handle: null,
   };
   executions.set(name, exec);
+  runningCount++;
   addEvent(exec, 'ExecutionStarted', {
     executionStartedEventDetails: {
       input,
@@ -602,7 +691,10 @@ function sendError(res, err) {
 function handle(req, res, body) {
   const url = new URL(req.url, 'http://localhost');
   if (req.method === 'GET' && url.pathname === '/health') {
-    return send(res, 200, { status: 'ok', executions: executions.size, throttledStarts: throttle.throttled }, 'application/json');
+    return send(res, 200, {
+      status: 'ok', executions: executions.size, running: runningCount, dropped_names: droppedNames.size,
+      throttledStarts: throttle.throttled,
+    }, 'application/json');
   }
   if (req.method === 'POST' && url.pathname === '/control/throttle') {
     return send(res, 200, setThrottle(body.length ? JSON.parse(body) : {}), 'application/json');
@@ -633,7 +725,14 @@ function handle(req, res, body) {
   return send(res, 200, op(parsed));
 }
 
-const server = http.createServer((req, res) => {
+const server = http.createServer({
+  // A request's headers within 10 s and all of it within 60 s (Node's
+  // defaults are 60 s and 5 min); an idle connection closes after
+  // idleTimeoutMs.
+  headersTimeout: 10_000,
+  requestTimeout: 60_000,
+  keepAliveTimeout: opts.idleTimeoutMs,
+}, (req, res) => {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {

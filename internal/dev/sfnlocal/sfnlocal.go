@@ -78,7 +78,19 @@ type Config struct {
 	RetryPause time.Duration
 	// StartTimeout bounds the wait for READY; default 10 s.
 	StartTimeout time.Duration
-	Logger       *slog.Logger
+	// IdleTimeout closes a connection to the server idle that long;
+	// default 30 s.
+	IdleTimeout time.Duration
+	// LambdaMaxSockets bounds the connections to LambdaEndpoint (more
+	// concurrent invocations wait for one); default 128.
+	LambdaMaxSockets int
+	// KeepClosed is how many closed executions are kept whole (history,
+	// input, output), default 1000; KeepClosedNames how many older ones are
+	// still remembered by name, so StartExecution refuses the name as AWS
+	// does, default 100000. See server.mjs.
+	KeepClosed      int
+	KeepClosedNames int
+	Logger          *slog.Logger
 }
 
 // Server is a running local Step Functions endpoint.
@@ -165,6 +177,17 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.RetryPause > 0 {
 		args = append(args, "--retry-pause-ms", strconv.FormatInt(cfg.RetryPause.Milliseconds(), 10))
+	}
+	if cfg.IdleTimeout > 0 {
+		args = append(args, "--idle-timeout-ms", strconv.FormatInt(max(cfg.IdleTimeout.Milliseconds(), 1), 10))
+	}
+	for _, f := range []struct {
+		flag string
+		n    int
+	}{{"--lambda-max-sockets", cfg.LambdaMaxSockets}, {"--keep-closed", cfg.KeepClosed}, {"--keep-closed-names", cfg.KeepClosedNames}} {
+		if f.n > 0 {
+			args = append(args, f.flag, strconv.Itoa(f.n))
+		}
 	}
 
 	cmd := exec.Command(nodeBin, args...)
@@ -322,6 +345,9 @@ func (t *lineTail) String() string {
 
 // Endpoint is the base URL for sfn.Options.BaseEndpoint.
 func (s *Server) Endpoint() string { return s.endpoint }
+
+// PID is the node process's id.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
 
 // StateMachineARN is the ARN StartExecution accepts.
 func (s *Server) StateMachineARN() string { return s.arn }

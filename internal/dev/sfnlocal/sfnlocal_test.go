@@ -177,6 +177,8 @@ type stackOptions struct {
 	duplicate bool
 	// realRetryPauses keeps the definition's IntervalSeconds instead of 10 ms.
 	realRetryPauses bool
+	// keepClosed and keepClosedNames bound the server's memory (0: defaults).
+	keepClosed, keepClosedNames int
 }
 
 // startTestStack serves the test definition with Decide and Work handlers.
@@ -196,7 +198,9 @@ func startTestStack(ctx context.Context, opt stackOptions) (*stack, error) {
 			"DecideFunctionArn": fnARN(decideFn),
 			"WorkFunctionArn":   fnARN(workFn),
 		},
-		RetryPause: retryPause(opt.realRetryPauses),
+		RetryPause:      retryPause(opt.realRetryPauses),
+		KeepClosed:      opt.keepClosed,
+		KeepClosedNames: opt.keepClosedNames,
 	}, w)
 }
 

@@ -42,7 +42,8 @@ type DemoInput struct {
 	Simulate map[string]DemoScript `json:"simulate,omitempty"`
 }
 
-// DemoStats is what the simulator saw for one provider.
+// DemoStats is what the simulator saw for one provider: every call
+// counted, the idempotency keys of the last MaxCalls.
 type DemoStats struct {
 	Calls           int      `json:"calls"`
 	IdempotencyKeys []string `json:"idempotency_keys"`
@@ -94,12 +95,13 @@ func (d *DemoSimulator) Calls(providerName string) int {
 	return 0
 }
 
-// IdempotencyKeys returns the Idempotency-Key headers the provider received.
+// IdempotencyKeys returns the Idempotency-Key headers the provider received
+// (the last MaxCalls).
 func (d *DemoSimulator) IdempotencyKeys(providerName string) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if st, ok := d.stats[providerName]; ok {
-		return slices.Clone(st.IdempotencyKeys)
+		return slices.Clone(latest(st.IdempotencyKeys))
 	}
 	return nil
 }
@@ -110,7 +112,7 @@ func (d *DemoSimulator) Stats() map[string]DemoStats {
 	defer d.mu.Unlock()
 	out := make(map[string]DemoStats, len(d.stats))
 	for name, st := range d.stats {
-		out[name] = DemoStats{Calls: st.Calls, IdempotencyKeys: slices.Clone(st.IdempotencyKeys)}
+		out[name] = DemoStats{Calls: st.Calls, IdempotencyKeys: slices.Clone(latest(st.IdempotencyKeys))}
 	}
 	return out
 }
@@ -131,7 +133,7 @@ func (d *DemoSimulator) record(name, key string) string {
 		d.stats[name] = st
 	}
 	st.Calls++
-	st.IdempotencyKeys = append(st.IdempotencyKeys, key)
+	st.IdempotencyKeys = remember(st.IdempotencyKeys, key)
 	d.seq++
 	return fmt.Sprintf("sim-%s-%d", name, d.seq)
 }

@@ -139,19 +139,26 @@ func (s *Simulator) SetMode(m Mode) {
 	s.opts.Mode = m
 }
 
-// Calls returns a copy of every received call, in arrival order.
+// MaxCalls is how many of the latest calls a simulator remembers, so a
+// long-running local stack does not grow with every request.
+const MaxCalls = 10000
+
+// Calls returns a copy of the received calls (the last MaxCalls), in
+// arrival order.
 func (s *Simulator) Calls() []Call {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.calls)
+	return slices.Clone(latest(s.calls))
 }
 
-// IdempotencyKeys returns the received idempotency keys in arrival order.
+// IdempotencyKeys returns the received idempotency keys (of the last
+// MaxCalls calls) in arrival order.
 func (s *Simulator) IdempotencyKeys() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.calls))
-	for _, c := range s.calls {
+	calls := latest(s.calls)
+	keys := make([]string, 0, len(calls))
+	for _, c := range calls {
 		keys = append(keys, c.IdempotencyKey)
 	}
 	return keys
@@ -163,8 +170,23 @@ func (s *Simulator) record(c *Call) Options {
 	defer s.mu.Unlock()
 	s.seq++
 	c.RequestID = fmt.Sprintf("sim-req-%d", s.seq)
-	s.calls = append(s.calls, *c)
+	s.calls = remember(s.calls, *c)
 	return s.opts
+}
+
+// remember appends v, dropping all but the last MaxCalls entries once
+// there are twice as many (so each append costs O(1) amortized).
+func remember[T any](records []T, v T) []T {
+	records = append(records, v)
+	if len(records) >= 2*MaxCalls {
+		records = slices.Clone(latest(records))
+	}
+	return records
+}
+
+// latest is the last MaxCalls records.
+func latest[T any](records []T) []T {
+	return records[max(0, len(records)-MaxCalls):]
 }
 
 // output computes the structured output for the output-producing modes.
@@ -230,7 +252,9 @@ func Start(h http.Handler) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: listen: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	// Idle connections close after 30 s: the local stack's provider client
+	// lets them go sooner, a client that never does cannot pile them up.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return &Server{url: "http://" + ln.Addr().String(), srv: srv}, nil
 }

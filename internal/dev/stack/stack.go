@@ -14,11 +14,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
@@ -77,6 +79,14 @@ type Config struct {
 	// CertifyDemo runs the demo job types' contract tests against the
 	// simulated fallback at start, so demo jobs may fail over.
 	CertifyDemo bool
+	// IdleTimeout closes a connection to the HTTP API, the Lambda endpoint
+	// or the Step Functions server after it has been idle that long
+	// (default DefaultIdleTimeout). The Step Functions server's Lambda
+	// client relies on it to shed the connections a burst opened.
+	IdleTimeout time.Duration
+	// KeepClosedExecutions is how many closed executions the Step Functions
+	// server keeps whole (default: sfnlocal's, 1000).
+	KeepClosedExecutions int
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// MetricsOut receives EMF metric lines; nil keeps counts in memory only.
@@ -112,6 +122,9 @@ func (c *Config) defaults() error {
 	if c.SweepGrace <= 0 {
 		c.SweepGrace = 5 * time.Second
 	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -124,6 +137,10 @@ func (c *Config) defaults() error {
 	}
 	return nil
 }
+
+// DefaultIdleTimeout is how long the local servers keep an idle
+// connection open.
+const DefaultIdleTimeout = 30 * time.Second
 
 // DefaultJWTSecret signs local tokens unless ONEJOB_LOCAL_JWT_SECRET is set.
 const DefaultJWTSecret = apigwlocal.DefaultLocalSecret
@@ -151,6 +168,11 @@ type Stack struct {
 	// Pages are the local pages served beside the API (clients/web/<name>
 	// at APIURL/<name>/), by name.
 	Pages []string
+	// LambdaURL is the local Lambda Invoke endpoint, SimURL the demo
+	// providers' simulator, DynamoEndpoint the DynamoDB endpoint.
+	LambdaURL      string
+	SimURL         string
+	DynamoEndpoint string
 
 	closers []func() error
 	stop    context.CancelFunc
@@ -180,6 +202,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		s.closers = append(s.closers, s.Dynalite.Close)
 		endpoint = s.Dynalite.Endpoint()
 	}
+	s.DynamoEndpoint = endpoint
 	s.DB = dynalite.NewClient(endpoint)
 	s.Tables = dynamo.NamesWithPrefix(cfg.TablePrefix)
 	if err := dynamo.CreateTables(ctx, s.DB, s.Tables); err != nil {
@@ -203,7 +226,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, simServer.Close)
-	s.Providers, err = adapters.NewRegistry(ctx, sim.DemoConfig(simServer.URL()), nil, adapters.Options{Logger: log})
+	s.SimURL = simServer.URL()
+	// One client for every provider call, its idle connections kept for
+	// reuse (http.DefaultClient keeps two per host, so concurrent calls
+	// dialled anew each time) and closed before the simulator would.
+	providerHTTP := &http.Client{Transport: pooled(http.DefaultTransport.(*http.Transport).Clone(), 0, providerIdleConns, cfg.IdleTimeout/2)}
+	s.Providers, err = adapters.NewRegistry(ctx, sim.DemoConfig(simServer.URL()), nil,
+		adapters.Options{Logger: log, HTTPClient: providerHTTP})
 	if err != nil {
 		return nil, err
 	}
@@ -231,10 +260,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	lambdaURL, closeLambda, err := serve(s.Lambda, "127.0.0.1:0")
+	lambdaURL, closeLambda, err := serve(s.Lambda, "127.0.0.1:0", cfg.IdleTimeout)
 	if err != nil {
 		return nil, err
 	}
+	s.LambdaURL = lambdaURL
 	s.closers = append(s.closers, func() error {
 		err := closeLambda()
 		wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -249,23 +279,31 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		subst[key] = lambdalocal.FunctionARN(region, accountID, fn)
 	}
 	s.SFN, err = sfnlocal.Start(ctx, sfnlocal.Config{
-		RepoRoot:        cfg.Root,
-		DefinitionPath:  filepath.Join(cfg.Root, "statemachine", "onejob.asl.json"),
-		Substitutions:   subst,
-		LambdaEndpoint:  lambdaURL,
-		StateMachineARN: fmt.Sprintf("arn:aws:states:%s:%s:stateMachine:onejob-local", region, accountID),
-		Logger:          log,
+		RepoRoot:         cfg.Root,
+		DefinitionPath:   filepath.Join(cfg.Root, "statemachine", "onejob.asl.json"),
+		Substitutions:    subst,
+		LambdaEndpoint:   lambdaURL,
+		StateMachineARN:  fmt.Sprintf("arn:aws:states:%s:%s:stateMachine:onejob-local", region, accountID),
+		IdleTimeout:      cfg.IdleTimeout,
+		LambdaMaxSockets: lambdaConns,
+		KeepClosed:       cfg.KeepClosedExecutions,
+		Logger:           log,
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.SFN.Close)
+	// The API's starts, the sweeper's and the stack's own calls share one
+	// pool, which lets an idle connection go before the server would close
+	// it; each starter retries as it does in AWS.
+	sfnHTTP := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		pooled(tr, sfnConns, sfnIdleConns, cfg.IdleTimeout/2)
+	})
 	sfnClient := func(retryer aws.Retryer) *sfn.Client {
 		return sfn.New(sfn.Options{Region: region, BaseEndpoint: aws.String(s.SFN.Endpoint()),
-			Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""), Retryer: retryer})
+			Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""), HTTPClient: sfnHTTP, Retryer: retryer})
 	}
 	s.SFNClient = sfnClient(nil)
-	// The API's and the sweeper's starters, each with its retry as in AWS.
 	runTimeouts := lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog})
 	s.Starter, err = stepfn.NewStarter(stepfn.StarterConfig{Client: sfnClient(stepfn.APIRetryer()), StateMachineARN: s.SFN.StateMachineARN(),
 		RunTimeoutFunc: runTimeouts, Timeout: stepfn.APIStartTimeout, Logger: log})
@@ -290,7 +328,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	apiURL, closeAPI, err := serve(apiHandler, cfg.APIAddr)
+	apiURL, closeAPI, err := serve(apiHandler, cfg.APIAddr, cfg.IdleTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -315,16 +353,50 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			}
 		})
 	}
+	// Tools that run the stack as a process (the soak drill) wait for
+	// this line and read the endpoints from it.
+	log.Info("local_stack_started", "api_url", s.APIURL, "sfn_endpoint", s.SFN.Endpoint(), "lambda_endpoint", s.LambdaURL,
+		"sim_url", s.SimURL, "dynamodb_endpoint", s.DynamoEndpoint, "pid", os.Getpid())
 	return s, nil
 }
 
-// serve runs h on addr until the returned close function is called.
-func serve(h http.Handler, addr string) (string, func() error, error) {
+// Connection bounds between the local parts.
+const (
+	// lambdaConns: the Step Functions server's connections to the Lambda
+	// endpoint, so at most this many task invocations run at once (it
+	// keeps at most 8 of them idle).
+	lambdaConns = 128
+	// sfnConns: the API's and the sweeper's connections to the Step
+	// Functions server, sfnIdleConns of them kept idle.
+	sfnConns     = 32
+	sfnIdleConns = 16
+	// providerIdleConns: idle connections kept per provider; calls are
+	// not bounded (a provider call waiting for a connection would spend
+	// its attempt's time).
+	providerIdleConns = 8
+)
+
+// pooled bounds a client transport to a loopback server: at most maxConns
+// connections (0: unbounded), of which maxIdle are kept for reuse until
+// idle for idleTimeout.
+func pooled(tr *http.Transport, maxConns, maxIdle int, idleTimeout time.Duration) *http.Transport {
+	tr.MaxConnsPerHost = maxConns
+	tr.MaxIdleConns = maxIdle
+	tr.MaxIdleConnsPerHost = maxIdle
+	tr.IdleConnTimeout = idleTimeout
+	return tr
+}
+
+// serve runs h on addr until the returned close function is called. An
+// idle connection is closed after idle; a request's headers must arrive
+// within 10 s and its body within a minute. There is no write timeout:
+// handlers bound their own time (API Gateway's 30 s, a function's timeout).
+func serve(h http.Handler, addr string, idle time.Duration) (string, func() error, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: idle}
 	go func() { _ = srv.Serve(l) }()
 	return "http://" + l.Addr().String(), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

@@ -125,7 +125,7 @@ func TestCrashRecovery(t *testing.T) {
 	if err := user.waitReady(ctx, run1); err != nil {
 		t.Fatalf("run 1: %v\n%s", err, tail(run1.log+".stdout"))
 	}
-	tree, err := descendants(run1.cmd.Process.Pid)
+	tree, err := testenv.Descendants(run1.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestCrashRecovery(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for _, p := range tree {
 		for {
-			cur, ok := alive(p.PID)
+			cur, ok := testenv.Alive(p.PID)
 			if !ok {
 				break
 			}

@@ -19,16 +19,15 @@ import (
 
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
 // buildOnejob builds cmd/onejob the way `make run` does, into dir.
 func buildOnejob(ctx context.Context, t *testing.T, root, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "onejob")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/onejob")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/onejob: %v\n%s", err, out)
+	if err := testenv.GoBuild(ctx, root, "./cmd/onejob", bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
