@@ -7,6 +7,9 @@
 //     the same concurrency (API with and without the execution Starter);
 //   - 1,000 concurrent creates sharing one Idempotency-Key, as a ratio to
 //     1,000 concurrent creates with distinct keys;
+//   - creates with worst-case bodies (long numbers, huge exponents, deep
+//     nesting, many members, long strings and escapes, up to the 256 KiB
+//     limit and past it), as ratios to a plain create padded to 256 KiB;
 //   - DynamoDB requests and units, Step Functions state transitions and
 //     Lambda invocations and billed time per job for the happy path, one
 //     fallback, a hedge and an unknown attempt resolved by an operator, and
@@ -72,6 +75,7 @@ type report struct {
 	Prices             map[string]price `json:"prices_us_east_1"`
 	CostPerMillionJobs []costRow        `json:"cost_per_million_jobs_usd"`
 	WaitVsPoll         []waitRow        `json:"wait_vs_poll"`
+	Bodies             []bodyRow        `json:"worst_case_bodies"`
 	Functions          []functionRow    `json:"functions"`
 }
 
@@ -153,9 +157,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	slog.Info("phase 1/4: API throughput and idempotency storm")
+	slog.Info("phase 1/4: API throughput, idempotency storm, worst-case bodies")
 	if rep.Throughput, rep.Storms, err = measureThroughput(ctx, o, dyn.Endpoint(), stackLog); err != nil {
 		return fmt.Errorf("throughput: %w", err)
+	}
+	if rep.Bodies, err = measureBodies(ctx, o, dyn.Endpoint(), stackLog); err != nil {
+		return fmt.Errorf("bodies: %w", err)
 	}
 	slog.Info("phase 2/4: per-job requests, transitions and cost; waiting vs polling")
 	perJobs, waits, cost, closeCost, err := measurePerJob(ctx, o, dyn.Endpoint(), stackLog)
@@ -214,6 +221,9 @@ func checkReport(rep report) error {
 			errs = append(errs, fmt.Errorf("throughput c=%d starter=%s: %d API errors (%s), %d PutItem errors (%s)",
 				t.Concurrency, t.Starter, t.API.Errors, t.API.FirstError, t.Raw.Errors, t.Raw.FirstError))
 		}
+	}
+	if err := checkBodies(rep.Bodies); err != nil {
+		errs = append(errs, err)
 	}
 	if rep.Throttling != nil {
 		if err := rep.Throttling.check(); err != nil {

@@ -38,6 +38,20 @@ func printReport(w io.Writer, r report) {
 	}
 	tw.Flush()
 
+	if len(r.Bodies) > 0 {
+		section(w, "Worst-case create bodies vs a plain create padded to 256 KiB (sequential, alternating rounds)")
+		tw = table(w)
+		fmt.Fprintln(tw, "body\tbytes\tanswered\tmean ms\t×plain\tjobs written\t")
+		for _, b := range r.Bodies {
+			answered := fmt.Sprint(b.Status)
+			if b.Code != "" {
+				answered += " " + b.Code
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%d\t\n", b.Body, b.Bytes, answered, b.Millis, b.Ratio, b.Written)
+		}
+		tw.Flush()
+	}
+
 	section(w, "Per job (averages): DynamoDB, Step Functions, Lambda, API Gateway")
 	tw = table(w)
 	fmt.Fprintln(tw, "scenario\tjobs\tDDB requests\tby operation\tRRU\tWRU\t+index WRU\tcond. failed\ttransitions\tLambda invocations\tLambda billed ms\tAPI requests\t")

@@ -143,7 +143,7 @@ func TestValidateInput(t *testing.T) {
 		{"Empty", "ticket-triage", ``, []jobtype.FieldError{{Message: "input is not valid JSON: empty document"}}},
 		{"ValidDemo", "demo", `{"prompt":"p","simulate":{"sim-primary":{"latency_ms":10,"outcome":"timeout"}}}`, nil},
 		{"DemoBadOutcome", "demo", `{"prompt":"p","simulate":{"sim-primary":{"outcome":"explode"}}}`, []jobtype.FieldError{
-			{Pointer: "/simulate/sim-primary/outcome", Message: "value must be one of 'ok', 'error', 'timeout', 'malformed'"},
+			{Pointer: "/simulate/sim-primary/outcome", Message: "value must be one of 'ok', 'error', 'timeout', 'malformed', 'oversized'"},
 		}},
 		{"DemoNegativeLatency", "demo", `{"prompt":"p","simulate":{"sim-fallback":{"latency_ms":-1}}}`, []jobtype.FieldError{
 			{Pointer: "/simulate/sim-fallback/latency_ms", Message: "minimum: got -1, want 0"},
@@ -275,8 +275,8 @@ func TestUnknownKeysRejectedWithoutAdditionalPropertiesFalse(t *testing.T) {
 // changed a contract (schemas, checks, prompts): every provider must be
 // re-certified for it. Update the value deliberately.
 var goldenContractVersions = map[string]string{
-	"demo":          "ea834de7cae7465d",
-	"demo-hedge":    "ea834de7cae7465d",
+	"demo":          "a22485d451ee513f",
+	"demo-hedge":    "a22485d451ee513f",
 	"ticket-triage": "f91e2bbe9f7b08f4",
 }
 

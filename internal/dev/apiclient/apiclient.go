@@ -43,13 +43,28 @@ func (c *Client) Base() string { return c.base }
 // Do sends one request — JSON body and Idempotency-Key when given — and
 // returns the status and body; err is a transport error (no HTTP answer).
 func (c *Client) Do(ctx context.Context, method, path, key string, body any) (int, http.Header, []byte, error) {
-	var rd io.Reader
+	var raw []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return 0, nil, nil, err
 		}
-		rd = bytes.NewReader(b)
+		raw = b
+	}
+	return c.send(ctx, method, path, key, raw)
+}
+
+// DoRaw sends body exactly as given, as application/json, whether or not it
+// is JSON at all; it answers the status and body.
+func (c *Client) DoRaw(ctx context.Context, method, path, key string, body []byte) (int, []byte, error) {
+	code, _, out, err := c.send(ctx, method, path, key, body)
+	return code, out, err
+}
+
+func (c *Client) send(ctx context.Context, method, path, key string, body []byte) (int, http.Header, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {

@@ -25,7 +25,13 @@ const (
 	OutcomeError     = "error"
 	OutcomeTimeout   = "timeout"
 	OutcomeMalformed = "malformed"
+	// OutcomeOversized answers a valid result of OversizedBytes: more than a
+	// job item can hold.
+	OutcomeOversized = "oversized"
 )
+
+// OversizedBytes is the size of an oversized demo answer's text.
+const OversizedBytes = 1 << 20
 
 // MaxDemoLatency caps a scripted latency so a typo cannot park a handler.
 const MaxDemoLatency = time.Minute
@@ -177,6 +183,10 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch script.Outcome {
 	case OutcomeError:
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "simulated outage of " + name})
+	case OutcomeOversized:
+		out := demoOutput(name, in.Prompt)
+		out["text"] += " " + strings.Repeat("x", OversizedBytes)
+		writeJSON(w, http.StatusOK, map[string]any{"output": out, "model": "sim"})
 	case OutcomeMalformed:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)

@@ -97,10 +97,11 @@ func (c *client) do(method, path, key string, body any) (int, http.Header, []byt
 }
 
 type attemptView struct {
-	Number   int    `json:"number"`
-	Provider string `json:"provider"`
-	State    string `json:"state"`
-	Hedge    bool   `json:"hedge"`
+	Number   int             `json:"number"`
+	Provider string          `json:"provider"`
+	State    string          `json:"state"`
+	Hedge    bool            `json:"hedge"`
+	Error    json.RawMessage `json:"error"`
 }
 
 type jobView struct {
@@ -182,6 +183,19 @@ func (c *client) await(id string, timeout time.Duration, what string, cond func(
 			c.t.Fatalf("job %s: %s not reached within %s; last: %+v", id, what, timeout, j)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// awaitLogs waits until the stack has logged line at least n times; the
+// timeout only bounds a failure.
+func awaitLogs(t *testing.T, s *stack.Stack, line string, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for strings.Count(logsOf(s), line) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q logged %d times within %s, want %d", line, strings.Count(logsOf(s), line), timeout, n)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -69,19 +69,17 @@ func TestTimeoutBlocksUntilResolved(t *testing.T) {
 	c := newClient(t, s, "timeout")
 	admin := newClient(t, s, "operator", "jobs:admin")
 	// Attempt 1 answers after 9 s, long after its 2 s timeout.
-	submitted := time.Now()
 	j := c.submit("demo", "to-1", script{sim.DemoPrimary: {"outcome": "ok", "latency_ms": 9000}})
 	j = c.await(j.ID, 10*time.Second, "status unknown", func(j jobView) bool { return j.Status == "unknown" })
 	if states(j) != "1:sim-primary:unknown" {
 		t.Fatalf("after timeout: %s", states(j))
 	}
-	// Blocked: no attempt 2 for at least 5 s although a fallback exists.
-	blockedUntil := time.Now().Add(5 * time.Second)
-	for time.Now().Before(blockedUntil) {
-		if got := c.get(j.ID); len(got.Attempts) != 1 || got.Status != "unknown" {
-			t.Fatalf("new attempt while unknown: %s (%s)", got.Status, states(got))
-		}
-		time.Sleep(250 * time.Millisecond)
+	// Blocked: no attempt 2 through three rounds of the execution deciding
+	// again (Run, Hold, Wait), although a fallback exists.
+	blocked := `"msg":"attempt_blocked","job_id":"` + j.ID + `"`
+	awaitLogs(t, s, blocked, 3, 30*time.Second)
+	if got := c.get(j.ID); len(got.Attempts) != 1 || got.Status != "unknown" {
+		t.Fatalf("new attempt while unknown: %s (%s)", got.Status, states(got))
 	}
 	if slices.Contains(s.Sim.IdempotencyKeys(sim.DemoFallback), j.ID+"/2") {
 		t.Fatal("fallback was called while attempt 1 was unknown")
@@ -96,11 +94,8 @@ func TestTimeoutBlocksUntilResolved(t *testing.T) {
 		t.Fatalf("after resolve: %+v (%s)", j, states(j))
 	}
 	// Attempt 1's late answer arrives at ~9 s and must be discarded.
-	time.Sleep(time.Until(submitted.Add(10 * time.Second)))
+	awaitLogs(t, s, `"msg":"late_result_discarded","job_id":"`+j.ID+`","attempt":1`, 1, 30*time.Second)
 	final := c.get(j.ID)
-	if !strings.Contains(logsOf(s), `"msg":"late_result_discarded","job_id":"`+j.ID+`","attempt":1`) {
-		t.Fatal("attempt 1's late answer was not seen and discarded")
-	}
 	if final.Version != j.Version || final.CompletedBy != 2 || final.resultProvider() != sim.DemoFallback ||
 		states(final) != "1:sim-primary:failed,2:sim-fallback:succeeded" {
 		t.Fatalf("late result changed the job: %+v (%s)", final, states(final))
@@ -299,5 +294,37 @@ func TestObservability(t *testing.T) {
 		if s.Metrics.Get(name) < 1 {
 			t.Fatalf("counter %s = %v", name, s.Metrics.Get(name))
 		}
+	}
+}
+
+// TestOversizedResultFallsBack: a provider result the job item cannot hold
+// (1 MiB; DynamoDB's items stop at 400 KB) fails its attempt as a contract
+// violation and the job falls back — it never becomes unknown, and the
+// provider is called once.
+func TestOversizedResultFallsBack(t *testing.T) {
+	t.Parallel()
+	s := defaultStack(t)
+	c := newClient(t, s, "oversized")
+	ops := newClient(t, s, "oversized-operator", "jobs:admin")
+	j := c.submit("demo", "big-1", script{sim.DemoPrimary: {"outcome": sim.OutcomeOversized}})
+	j = c.await(j.ID, 30*time.Second, "an outcome", terminal)
+	if j.Status != "succeeded" || states(j) != "1:sim-primary:failed,2:sim-fallback:succeeded" || j.resultProvider() != sim.DemoFallback {
+		t.Fatalf("job = %+v (%s)", j, states(j))
+	}
+	a := ops.attempts(j.ID)[0]
+	if !strings.Contains(string(a.Error), `"class":"contract_violation"`) || !strings.Contains(string(a.Error), "too large to store") {
+		t.Fatalf("attempt 1's error: %s", a.Error)
+	}
+	calls := 0
+	for _, k := range s.Sim.IdempotencyKeys(sim.DemoPrimary) {
+		if k == j.ID+"/1" {
+			calls++
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("the primary was called %d times for attempt 1, want 1", calls)
+	}
+	if strings.Contains(logsOf(s), `"msg":"attempt_unknown","job_id":"`+j.ID+`"`) {
+		t.Fatal("the oversized result made an attempt unknown")
 	}
 }
