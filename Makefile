@@ -73,9 +73,17 @@ client-schema: tools
 chromium:
 	@bash clients/harness/ensure-chromium.sh
 
+# The operator console (internal/apigw/console) is served as it is, embedded
+# in the api function: one ES module of plain JS with JSDoc types, which tsc
+# checks strictly without emitting anything. Its tests are
+# clients/web/test/console*.test.mjs.
+.PHONY: console-check
+console-check: tools
+	$(TSC) -p internal/apigw/console
+
 CLIENT_TESTS := $(sort $(wildcard clients/*/test/*.test.mjs))
 
-test-clients: client chromium
+test-clients: client chromium console-check
 	$(GO) build -o bin/onejob ./cmd/onejob
 	node --test --test-concurrency=1 $(CLIENT_TESTS)
 

@@ -49,7 +49,9 @@ export async function startStack(name) {
       const api = /HTTP API\s+(http:\/\/\S+)/.exec(out);
       if (api && out.includes("Ctrl-C stops everything")) {
         child.stdout.off("data", onData);
-        resolve({ apiUrl: api[1] });
+        // The operator console's link, as printed: the admin token in its fragment.
+        const consoleLink = /^\s+console\s+(http:\/\/\S+\/console#token=\S+)$/m.exec(out);
+        resolve({ apiUrl: api[1], consoleUrl: consoleLink?.[1] ?? "" });
       }
     };
     child.stdout.on("data", onData);

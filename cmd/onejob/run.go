@@ -110,12 +110,20 @@ or a timeout that leaves attempt 1 unknown until an operator resolves it:
     -H "Content-Type: application/json" -d '{"outcome":"failed","reason":"checked with the provider"}'
 
 %s
+%s
 Ctrl-C stops everything.
 `, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), "onejob-local", user, s.APIURL, s.APIURL, s.APIURL, s.APIURL, admin,
-		pagesText(s, user))
+		consoleText(s.APIURL, admin), pagesText(s, user))
 	<-ctx.Done()
 	fmt.Println("\nstopping…")
 	return nil
+}
+
+// consoleText is the link to the operator console, which the API itself
+// serves (as it does in AWS), with the operator's token in the fragment:
+// never sent to a server, and taken out of the address bar by the page.
+func consoleText(apiURL, admin string) string {
+	return fmt.Sprintf("Operator console (served by the API at /console; admin token for operator, valid 24 h):\n\n  console  %s/console#token=%s\n", apiURL, admin)
 }
 
 // pagesText lists the local pages (clients/web) with links that carry the

@@ -339,11 +339,17 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function) awsapiga
 		CorsPreflight:     corsPreflight(cfg),
 	})
 	for _, r := range apigw.Routes() {
+		var authorizer awsapigatewayv2.IHttpRouteAuthorizer = auth
+		if r.Public {
+			// The console's files: they hold no data, and a browser
+			// opening the page sends no token.
+			authorizer = awsapigatewayv2.NewHttpNoneAuthorizer()
+		}
 		httpAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
 			Integration: integration,
-			Authorizer:  auth,
+			Authorizer:  authorizer,
 		})
 	}
 	return httpAPI

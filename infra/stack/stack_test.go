@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,6 +134,13 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 			"JwtConfiguration": map[string]any{"Issuer": cfg.JWTIssuer, "Audience": toAny(cfg.JWTAudience)},
 		})
 	})
+	for _, key := range []string{"GET /console", "GET /console/{file}"} {
+		expect("the console's route "+key+" without an authorizer", func() {
+			tmpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Route"), map[string]any{
+				"RouteKey": key, "AuthorizationType": "NONE", "AuthorizerId": assertions.Match_Absent(),
+			})
+		})
+	}
 	expect("CORS preflight for the environment's origins", func() {
 		tmpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Api"), map[string]any{
 			"CorsConfiguration": map[string]any{
@@ -397,12 +405,30 @@ func checkHTTPAPI(t *testing.T, s *synthesized) {
 			t.Errorf("integration %v", p)
 		}
 	}
-	var routes []string
+	// Only the console's files are public; every other route, and any
+	// route added later, is behind the JWT authorizer.
+	public := map[string]bool{}
+	for _, r := range apigw.Routes() {
+		if r.Public {
+			public[r.Key()] = true
+		}
+	}
+	if want := map[string]bool{"GET /console": true, "GET /console/{file}": true}; !maps.Equal(public, want) {
+		t.Errorf("public routes %v, want %v", public, want)
+	}
+	var routes, publicDeployed []string
 	for id, r := range resources(s, "AWS::ApiGatewayV2::Route") {
 		p := props(r)
-		routes = append(routes, p["RouteKey"].(string))
-		if p["AuthorizationType"] != "JWT" || s.sym(p["AuthorizerId"]) != "ref:"+authID {
-			t.Errorf("route %s (%s) not behind the JWT authorizer: %v %v", p["RouteKey"], id, p["AuthorizationType"], p["AuthorizerId"])
+		key := p["RouteKey"].(string)
+		routes = append(routes, key)
+		switch {
+		case public[key]:
+			publicDeployed = append(publicDeployed, key)
+			if p["AuthorizationType"] != "NONE" || p["AuthorizerId"] != nil {
+				t.Errorf("public route %s (%s) has an authorizer: %v %v", key, id, p["AuthorizationType"], p["AuthorizerId"])
+			}
+		case p["AuthorizationType"] != "JWT" || s.sym(p["AuthorizerId"]) != "ref:"+authID:
+			t.Errorf("route %s (%s) not behind the JWT authorizer: %v %v", key, id, p["AuthorizationType"], p["AuthorizerId"])
 		}
 		target := s.sym(p["Target"])
 		found := false
@@ -421,6 +447,9 @@ func checkHTTPAPI(t *testing.T, s *synthesized) {
 	sort.Strings(want)
 	if !slices.Equal(routes, want) {
 		t.Errorf("routes %v, want %v", routes, want)
+	}
+	if len(publicDeployed) != len(public) {
+		t.Errorf("public routes deployed %v, want %v", publicDeployed, public)
 	}
 }
 

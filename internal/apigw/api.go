@@ -59,7 +59,9 @@ type Handler struct {
 	maxResponse int
 	pacer       Pacer
 	waitPoll    time.Duration
-	admin       AdminRule
+	// console holds the console's files by name, with their ETags.
+	console map[string]consoleFile
+	admin   AdminRule
 }
 
 // New validates the configuration.
@@ -100,6 +102,11 @@ func New(c Config) (*Handler, error) {
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
 		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin}
 	h.routes = routes()
+	files, err := consoleFiles()
+	if err != nil {
+		return nil, err
+	}
+	h.console = files
 	return h, nil
 }
 
@@ -153,10 +160,14 @@ func (h *Handler) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 }
 
 func (h *Handler) serve(ctx context.Context, r *request) (reply, error) {
-	if err := r.authenticate(h.admin); err != nil {
-		return reply{}, err
-	}
 	rt, params, err := h.match(r.ev)
+	// A public route is served to anyone; for every other request, even one
+	// that matches no route, who is asking is settled first.
+	if err != nil || !rt.Public {
+		if err := r.authenticate(h.admin); err != nil {
+			return reply{}, err
+		}
+	}
 	if err != nil {
 		return reply{}, err
 	}

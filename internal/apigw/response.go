@@ -13,6 +13,13 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 )
 
+// document is a body sent as it is, with its own media type (the console's
+// files), rather than encoded as JSON.
+type document struct {
+	contentType string
+	data        []byte
+}
+
 func encode(rep reply) (events.APIGatewayV2HTTPResponse, error) {
 	if rep.status == http.StatusNotModified {
 		// No body, so no Content-Type (RFC 9110 §15.4.5).
@@ -21,6 +28,13 @@ func encode(rep reply) (events.APIGatewayV2HTTPResponse, error) {
 			headers[k] = v
 		}
 		return events.APIGatewayV2HTTPResponse{StatusCode: rep.status, Headers: headers}, nil
+	}
+	if d, ok := rep.body.(document); ok {
+		headers := map[string]string{"Content-Type": d.contentType}
+		for k, v := range rep.headers {
+			headers[k] = v
+		}
+		return events.APIGatewayV2HTTPResponse{StatusCode: rep.status, Headers: headers, Body: string(d.data)}, nil
 	}
 	b, err := marshal(rep.body)
 	if err != nil {

@@ -10,9 +10,13 @@ import (
 )
 
 // Route is one route of the HTTP API, in API Gateway's syntax
-// ("GET /v1/jobs/{id}"). Every route needs a valid JWT.
+// ("GET /v1/jobs/{id}"). Every route needs a valid JWT unless it is Public:
+// a public route has no authorizer (infra/ deploys it without one, the
+// local server checks no token for it) and its handler reads no claims.
+// Only pages that hold no data are public (the operator console).
 type Route struct {
 	Method, Path string
+	Public       bool
 }
 
 // Key is the route key API Gateway names the route by.
@@ -29,13 +33,17 @@ type route struct {
 // them.
 func routes() []route {
 	return []route{
-		{Route{http.MethodPost, "/v1/jobs"}, (*Handler).createJob},
-		{Route{http.MethodGet, "/v1/jobs"}, (*Handler).listJobs},
-		{Route{http.MethodGet, "/v1/jobs/{id}"}, (*Handler).getJob},
-		{Route{http.MethodGet, "/v1/jobs/{id}/attempts"}, (*Handler).listAttempts},
-		{Route{http.MethodPost, "/v1/jobs/{id}/cancel"}, (*Handler).cancelJob},
-		{Route{http.MethodPost, "/v1/jobs/{id}/attempts/{n}/resolve"}, (*Handler).resolveAttempt},
-		{Route{http.MethodGet, "/v1/admin/jobs"}, (*Handler).listOpenJobs},
+		{Route{http.MethodPost, "/v1/jobs", false}, (*Handler).createJob},
+		{Route{http.MethodGet, "/v1/jobs", false}, (*Handler).listJobs},
+		{Route{http.MethodGet, "/v1/jobs/{id}", false}, (*Handler).getJob},
+		{Route{http.MethodGet, "/v1/jobs/{id}/attempts", false}, (*Handler).listAttempts},
+		{Route{http.MethodPost, "/v1/jobs/{id}/cancel", false}, (*Handler).cancelJob},
+		{Route{http.MethodPost, "/v1/jobs/{id}/attempts/{n}/resolve", false}, (*Handler).resolveAttempt},
+		{Route{http.MethodGet, "/v1/admin/jobs", false}, (*Handler).listOpenJobs},
+		// The operator console: static files that call the routes above
+		// with the operator's token.
+		{Route{http.MethodGet, "/console", true}, (*Handler).consolePage},
+		{Route{http.MethodGet, "/console/{file}", true}, (*Handler).consoleFile},
 	}
 }
 

@@ -104,6 +104,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/jobs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every owner's jobs without an outcome, oldest first (operators only).
+         * @description What an operator needs to find the blocked jobs (`status=unknown`).
+         *     The status filter applies after the read, so a page may hold fewer
+         *     than `limit` jobs and still carry a `next_cursor`.
+         */
+        get: operations["listOpenJobs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{id}/attempts/{n}/resolve": {
         parameters: {
             query?: never;
@@ -119,11 +141,74 @@ export interface paths {
         put?: never;
         /**
          * Settle an unknown attempt out of band (operators only).
-         * @description Needs the `jobs:admin` scope; operators may resolve any owner's job.
-         *     Only an attempt in `unknown` can be resolved; repeating the same
-         *     resolution is a no-op answering 200.
+         * @description Operators only: the deployment's admin claim (by default the `scope`
+         *     claim holding `jobs:admin`; see `ONEJOB_ADMIN_CLAIM`). Operators may
+         *     resolve any owner's job. Exactly one resolution of an attempt
+         *     applies:
+         *
+         *     - `succeeded` completes the job with `result`, which must pass the
+         *       job type's output contract (else 422 result-violates-contract,
+         *       nothing written), by compare-and-swap like any answer;
+         *     - `failed` and `cancelled` (the call was cancelled at the provider)
+         *       end the attempt, and the job goes on as after any failed attempt:
+         *       the next provider, or its failure. To stop the job, cancel it.
+         *
+         *     Repeating the applied resolution (same outcome and, for succeeded,
+         *     the same result) is a no-op answering 200. Any other resolution of
+         *     the attempt, of one that is not `unknown`, or `succeeded` on a job
+         *     that already has an outcome, is 409 resolution-conflict naming the
+         *     attempt's state (`attempt_state`) and whether a result was kept —
+         *     never the result. An unknown attempt of a finished job may still be
+         *     resolved `failed` or `cancelled`, for the record. The attempt keeps
+         *     who resolved it (the token's `sub`), when and why.
          */
         post: operations["resolveAttempt"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The operator console, a page for people (no token needed).
+         * @description The page holds no data: it calls the operations above with the
+         *     operator's token, pasted into it or carried in the URL's fragment
+         *     (`/console#token=…`, read and then removed from the address bar). It
+         *     is same-origin with the API and sends a Content-Security-Policy that
+         *     allows only its own files and calls to this origin, no inline script
+         *     and no framing. Clients revalidate it every time (`no-cache`) with
+         *     its ETag.
+         */
+        get: operations["getConsole"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A file the page loads (console.mjs, console.css, icon.svg). */
+                file: string;
+            };
+            cookie?: never;
+        };
+        /** The console's script and stylesheet (no token needed). */
+        get: operations["getConsoleFile"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -169,7 +254,35 @@ export interface components {
              * @example resolved
              */
             class: string;
+            /** @description A short, fixed message for the class. */
             message: string;
+            /** @description Operators only. The detail, for a provider's failure its own error text. */
+            provider_message?: string;
+            /** @description Operators only. The provider's HTTP status. */
+            provider_status?: number;
+        };
+        /** @description What one provider call cost, from the provider's own usage fields, and how long it took. */
+        Usage: {
+            /** @description The model that answered. */
+            model?: string;
+            input_tokens: number;
+            output_tokens: number;
+            latency_ms: number;
+        };
+        /** @description The sum over the job's attempts that called a provider — discarded and losing ones too, since each was paid for. */
+        JobUsage: {
+            input_tokens: number;
+            output_tokens: number;
+            latency_ms: number;
+            attempts: number;
+        };
+        Resolution: {
+            outcome: components["schemas"]["AttemptState"];
+            at: components["schemas"]["Timestamp"];
+            /** @description Operators only. The resolving operator's subject. */
+            by?: string;
+            /** @description Operators only. */
+            reason?: string;
         };
         AttemptSummary: {
             number: number;
@@ -188,13 +301,18 @@ export interface components {
             error?: components["schemas"]["Failure"];
             /** @description Started alongside a silent attempt rather than after a failed one. */
             hedge: boolean;
+            /** @description Operators only. */
             provider_request_id?: string;
-            /** @description How the attempt ended beyond its state, e.g. "won", "lost_race", "resolved: <reason>". */
+            /** @description How the attempt ended beyond its state: "won", "lost_race", "resolved" ("resolved: <reason>" for operators). */
             outcome?: string;
             unknown_since?: components["schemas"]["Timestamp"];
+            usage?: components["schemas"]["Usage"];
+            resolution?: components["schemas"]["Resolution"];
         };
         Job: {
             id: string;
+            /** @description Operators only. */
+            owner?: string;
             type: string;
             status: components["schemas"]["JobStatus"];
             input: {
@@ -206,6 +324,7 @@ export interface components {
             /** @description Moves only when the outcome is written. */
             version: number;
             attempts: components["schemas"]["AttemptSummary"][];
+            usage?: components["schemas"]["JobUsage"];
             /** @description The winning attempt's result; present once the job succeeded. */
             result?: unknown;
             /** @description The number of the attempt whose result won. */
@@ -238,6 +357,7 @@ export interface components {
             request_id: string;
             /** @description For idempotency-key-reused, the job the key names. */
             job_id?: string;
+            attempt_state?: components["schemas"]["AttemptState"];
             errors?: components["schemas"]["FieldError"][];
         };
     };
@@ -307,8 +427,8 @@ export interface components {
             };
         };
         /**
-         * @description idempotency-key-reused (with `job_id`), or conflict — the job already
-         *     succeeded or failed, or the attempt is not unknown.
+         * @description idempotency-key-reused (with `job_id`), conflict — the job already
+         *     succeeded or failed —, or resolution-conflict (with `attempt_state`).
          */
         Conflict: {
             headers: {
@@ -319,7 +439,7 @@ export interface components {
                     /** @constant */
                     status?: 409;
                     /** @enum {unknown} */
-                    type?: "https://onejob.dev/problems/idempotency-key-reused" | "https://onejob.dev/problems/conflict";
+                    type?: "https://onejob.dev/problems/idempotency-key-reused" | "https://onejob.dev/problems/conflict" | "https://onejob.dev/problems/resolution-conflict";
                 };
             };
         };
@@ -351,7 +471,7 @@ export interface components {
                 };
             };
         };
-        /** @description validation-failed (with `errors`) or unknown-job-type. */
+        /** @description validation-failed (with `errors`), unknown-job-type, or result-violates-contract (with `errors`, pointers into the request body's `result`). */
         Unprocessable: {
             headers: {
                 [name: string]: unknown;
@@ -361,7 +481,7 @@ export interface components {
                     /** @constant */
                     status?: 422;
                     /** @enum {unknown} */
-                    type?: "https://onejob.dev/problems/validation-failed" | "https://onejob.dev/problems/unknown-job-type";
+                    type?: "https://onejob.dev/problems/validation-failed" | "https://onejob.dev/problems/unknown-job-type" | "https://onejob.dev/problems/result-violates-contract";
                 };
             };
         };
@@ -396,6 +516,8 @@ export interface components {
         };
     };
     parameters: {
+        /** @description The `ETag` of the copy the browser holds; it answers 304 while the file is unchanged. */
+        IfNoneMatchFile: string;
         JobID: string;
         /** @description Names the intent; 1–255 visible ASCII characters, scoped to the caller. */
         IdempotencyKey: string;
@@ -408,6 +530,15 @@ export interface components {
         PollAfter: string;
         /** @description The wait applied (RFC 7240), present when the request asked for one with If-None-Match. */
         PreferenceApplied: string;
+        /** @description The console's files are revalidated with their ETag on every use. */
+        Revalidate: "no-cache";
+        /**
+         * @description Only the console's own files and calls to this origin; no inline
+         *     script or style, no plugins, no framing (frame-ancestors 'none').
+         */
+        ConsolePolicy: string;
+        /** @description Browsers take the declared Content-Type as it is. */
+        NoSniff: "nosniff";
     };
     pathItems: never;
 }
@@ -589,6 +720,36 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    listOpenJobs: {
+        parameters: {
+            query?: {
+                status?: "pending" | "running" | "unknown";
+                limit?: number;
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of jobs, oldest first, each with its owner. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     resolveAttempt: {
         parameters: {
             query?: never;
@@ -625,6 +786,82 @@ export interface operations {
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    getConsole: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The `ETag` of the copy the browser holds; it answers 304 while the file is unchanged. */
+                "If-None-Match"?: components["parameters"]["IfNoneMatchFile"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["Revalidate"];
+                    "Content-Security-Policy": components["headers"]["ConsolePolicy"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Not modified. */
+            304: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    getConsoleFile: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The `ETag` of the copy the browser holds; it answers 304 while the file is unchanged. */
+                "If-None-Match"?: components["parameters"]["IfNoneMatchFile"];
+            };
+            path: {
+                /** @description A file the page loads (console.mjs, console.css, icon.svg). */
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["Revalidate"];
+                    "Content-Security-Policy": components["headers"]["ConsolePolicy"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/javascript": unknown;
+                    "text/css": unknown;
+                    "image/svg+xml": unknown;
+                };
+            };
+            /** @description Not modified. */
+            304: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: components["responses"]["NotFound"];
         };
     };
 }

@@ -103,7 +103,8 @@ func TestMounts(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []Mount{{Prefix: "/v1/", Dir: root}, {Prefix: "demo", Dir: root}, {Prefix: "/demo/"}} {
+	// A mount may not shadow the API: /console/ is the console's route.
+	for _, bad := range []Mount{{Prefix: "/v1/", Dir: root}, {Prefix: "demo", Dir: root}, {Prefix: "/demo/"}, {Prefix: "/console/", Dir: root}} {
 		if _, err := newFiles([]Mount{bad}); err == nil {
 			t.Errorf("mount %+v accepted", bad)
 		}

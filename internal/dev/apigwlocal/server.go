@@ -88,7 +88,8 @@ type ServerConfig struct {
 // answers CORS preflights, runs the JWT authorizer (a 401 problem before
 // the handler is called), builds the payload 2.0 event API Gateway would
 // send, calls the same Handler, and writes its response with the CORS
-// headers API Gateway would add. GET /openapi.yaml serves the document, and
+// headers API Gateway would add. Public routes (the console) skip the
+// authorizer, as they have none in AWS. GET /openapi.yaml serves the document, and
 // the mounts serve local pages.
 //
 // Requests matching none of the routes reach the handler under the
@@ -101,6 +102,8 @@ type Server struct {
 	log    *slog.Logger
 	cors   *CORS
 	files  *files
+	// public are the keys of the routes served without a token.
+	public map[string]bool
 }
 
 // NewServer validates the configuration.
@@ -125,7 +128,13 @@ func NewServer(c ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{h: c.Handler, tokens: c.Tokens, now: c.Clock, log: c.Logger, cors: cors, files: f}, nil
+	public := map[string]bool{}
+	for _, rt := range apigw.Routes() {
+		if rt.Public {
+			public[rt.Key()] = true
+		}
+	}
+	return &Server{h: c.Handler, tokens: c.Tokens, now: c.Clock, log: c.Logger, cors: cors, files: f, public: public}, nil
 }
 
 // ServeHTTP answers one request as API Gateway and the Lambda would.
@@ -145,13 +154,19 @@ func (l *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	now := l.now()
 	requestID := apigw.NewRequestID()
-	claims, err := l.tokens.Verify(r.Header.Get("Authorization"))
-	if err != nil {
-		resp := l.h.Problem(requestID, r.URL.EscapedPath(), err)
-		l.log.InfoContext(r.Context(), "request", "request_id", requestID, "method", r.Method,
-			"status", resp.StatusCode, "error", err.Error())
-		l.write(w, requestID, resp)
-		return
+	// A public route has no authorizer: API Gateway passes its requests on
+	// without claims, whatever Authorization they carry.
+	var claims Claims
+	if routeKey, _ := l.h.RouteFor(r.Method, r.URL.EscapedPath()); !l.public[routeKey] {
+		var err error
+		claims, err = l.tokens.Verify(r.Header.Get("Authorization"))
+		if err != nil {
+			resp := l.h.Problem(requestID, r.URL.EscapedPath(), err)
+			l.log.InfoContext(r.Context(), "request", "request_id", requestID, "method", r.Method,
+				"status", resp.StatusCode, "error", err.Error())
+			l.write(w, requestID, resp)
+			return
+		}
 	}
 	// One byte past the limit is enough for the handler to answer 413; the
 	// rest is never read.
@@ -246,13 +261,15 @@ func (l *Server) event(r *http.Request, body []byte, claims Claims, requestID st
 				SourceIP:  sourceIP,
 				UserAgent: r.UserAgent(),
 			},
-			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{
-					Claims: claims,
-					Scopes: apigw.Scopes(claims["scope"]),
-				},
-			},
 		},
+	}
+	if claims != nil {
+		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{
+				Claims: claims,
+				Scopes: apigw.Scopes(claims["scope"]),
+			},
+		}
 	}
 	if len(body) > 0 {
 		if utf8.Valid(body) {

@@ -120,6 +120,28 @@ func TestLocalEventBinaryBodyAndDefaultRoute(t *testing.T) {
 	}
 }
 
+// TestLocalPublicRoutes: a public route is served without a token and its
+// event carries no authorizer, as API Gateway sends it for a route without
+// one; the routes beside it still answer 401 without a token.
+func TestLocalPublicRoutes(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t)
+	ev := l.event(httptest.NewRequest(http.MethodGet, "/console", nil), nil, nil, "req-3", time.Now())
+	if ev.RouteKey != "GET /console" || ev.RequestContext.Authorizer != nil {
+		t.Fatalf("route %q authorizer %+v", ev.RouteKey, ev.RequestContext.Authorizer)
+	}
+	for _, tc := range []struct {
+		path string
+		want int
+	}{{"/console", http.StatusOK}, {"/console/console.mjs", http.StatusOK}, {"/v1/jobs", http.StatusUnauthorized}} {
+		w := httptest.NewRecorder()
+		l.ServeHTTP(w, httptest.NewRequest(http.MethodGet, tc.path, nil))
+		if w.Code != tc.want {
+			t.Errorf("GET %s: %d, want %d: %s", tc.path, w.Code, tc.want, w.Body)
+		}
+	}
+}
+
 // TestLocalEventHasFixtureFields compares the members of a local event with
 // those of the SAM fixtures, so the two cannot drift apart silently.
 func TestLocalEventHasFixtureFields(t *testing.T) {

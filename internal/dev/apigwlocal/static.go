@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/onejob/onejob/internal/apigw"
 )
 
 // Mount serves the files of a folder under a path prefix: the local pages
@@ -23,12 +25,23 @@ func validMount(m Mount) error {
 	switch {
 	case !strings.HasPrefix(m.Prefix, "/") || !strings.HasSuffix(m.Prefix, "/") || len(m.Prefix) < 3:
 		return errors.New("apigwlocal: a mount prefix looks like /name/")
-	case strings.HasPrefix(m.Prefix, "/v1/") || m.Prefix == "/openapi.yaml/":
+	case strings.HasPrefix(m.Prefix, "/v1/") || hidesRoute(m.Prefix) || m.Prefix == "/openapi.yaml/":
 		return errors.New("apigwlocal: mount " + m.Prefix + " would hide API paths")
 	case m.Dir == "":
 		return errors.New("apigwlocal: mount " + m.Prefix + " has no folder")
 	}
 	return nil
+}
+
+// hidesRoute reports whether a mount at prefix would answer paths of one
+// of the API's routes (its own path, or paths below it).
+func hidesRoute(prefix string) bool {
+	for _, rt := range apigw.Routes() {
+		if strings.HasPrefix(rt.Path+"/", prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // files serves GET and HEAD under the mounts, without directory listings

@@ -27,6 +27,8 @@ type expectation struct {
 	output map[string]any
 	// starts is the number of StartExecution calls.
 	starts int
+	// page is the Content-Type of an API answer that is a page, not JSON.
+	page string
 }
 
 // expected covers every file in events/; a new event without an entry
@@ -43,6 +45,7 @@ var expected = map[string]expectation{
 	"api-cancel-job.json":                {status: 200},
 	"api-resolve-attempt-forbidden.json": {status: 403},
 	"api-resolve-attempt.json":           {status: 200},
+	"api-get-console.json":               {status: 200, page: "text/html; charset=utf-8"},
 	"run.json":                           {output: map[string]any{"status": "succeeded"}},
 	"hold.json":                          {output: map[string]any{"wait_seconds": 60.0}},
 	"sweeper.json":                       {output: map[string]any{"open": 1.0, "pending": 1.0, "started": 1.0}, starts: 1},
@@ -173,6 +176,15 @@ func checkAPI(t *testing.T, event []byte, res *Result, want expectation) {
 	}
 	if resp.StatusCode != want.status {
 		t.Fatalf("statusCode %d, want %d: %s", resp.StatusCode, want.status, resp.Body)
+	}
+	if want.page != "" {
+		// The operator console, embedded in the function and served to a
+		// request without claims (its route has no authorizer).
+		if ct := resp.Headers["Content-Type"]; ct != want.page || resp.Headers["Content-Security-Policy"] == "" ||
+			!strings.Contains(resp.Body, `src="console/console.mjs"`) {
+			t.Errorf("page: Content-Type %q, headers %v, body %.200s", ct, resp.Headers, resp.Body)
+		}
+		return
 	}
 	var body map[string]any
 	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {

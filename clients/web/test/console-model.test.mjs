@@ -1,0 +1,91 @@
+// The console's pure functions (internal/apigw/console/console.mjs) under
+// Node: the timeline's layout, attempt roles, usage sums, problem display,
+// the fragment and the token's claims. The page itself is tested in
+// Chromium (console.test.mjs).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  attemptRoles, decodeClaims, formatDuration, layoutTimeline, oldestFirst, problemFields, problemFrom, readFragment, sumUsage,
+} from "../../../internal/apigw/console/console.mjs";
+
+const at = (ms) => new Date(Date.UTC(2026, 0, 2, 3, 4, 5) + ms).toISOString();
+const job = (over = {}) => ({ id: "job_a", type: "demo", status: "running", created_at: at(0), ...over });
+
+test("a hedged race: the hedge starts later, finishes first and wins; the primary is discarded", () => {
+  const attempts = [
+    { number: 1, provider: "sim-primary", state: "discarded", started_at: at(0), finished_at: at(1500), hedge: false },
+    { number: 2, provider: "sim-fallback", state: "succeeded", started_at: at(500), finished_at: at(600), hedge: true },
+  ];
+  const tl = layoutTimeline(job({ status: "succeeded", completed_by: 2 }), attempts, Date.parse(at(99_999)));
+  const [p, h] = tl.lanes;
+  assert.deepEqual([p.role, p.winner, p.open, h.role, h.winner, h.hedge], ["first", false, false, "hedge", true, true]);
+  assert.equal(p.left, 0);
+  assert.equal(p.width, 100);
+  assert.ok(Math.abs(h.left - 100 / 3) < 1e-9 && Math.abs(h.width - 100 / 15) < 1e-9, JSON.stringify(h));
+  assert.equal(tl.end - tl.start, 1500, "the span ends with the last attempt, not now");
+  assert.ok(tl.ticks.length >= 2 && tl.ticks.length <= 9 && tl.ticks[0].label === "0");
+});
+
+test("an open attempt runs to now; its unknown stretch is marked from unknown_since", () => {
+  const attempts = [{ number: 1, provider: "p", state: "unknown", started_at: at(1000), unknown_since: at(3000) }];
+  const tl = layoutTimeline(job({ status: "unknown" }), attempts, Date.parse(at(5000)));
+  const [l] = tl.lanes;
+  assert.equal(tl.start, Date.parse(at(0)), "from the job's creation: its wait before the first start shows");
+  assert.equal(l.open, true);
+  assert.equal(l.left, 20);
+  assert.equal(l.width, 80);
+  assert.equal(l.unknownFrom, 50, "the last half of the bar was unknown");
+  assert.equal(l.durationMs, 4000);
+});
+
+test("attempt roles: fallbacks to the next provider, retries of the same one, hedges", () => {
+  const a = (number, provider, hedge = false) => ({ number, provider, hedge, state: "failed", started_at: at(number) });
+  assert.deepEqual(attemptRoles([a(1, "x"), a(2, "y", true), a(3, "y"), a(4, "y"), a(5, "z")]), ["first", "hedge", "fallback", "retry", "fallback"]);
+  assert.deepEqual(attemptRoles([]), []);
+});
+
+test("usage: the job's own sum when it has one, else the attempts' summed, else none", () => {
+  const attempts = [
+    { number: 1, usage: { model: "m", input_tokens: 10, output_tokens: 2, latency_ms: 100 } },
+    { number: 2, usage: { model: "m", input_tokens: 5, output_tokens: 1, latency_ms: 50 } },
+    { number: 3 },
+  ];
+  assert.deepEqual(sumUsage(job(), attempts), { input_tokens: 15, output_tokens: 3, latency_ms: 150, attempts: 2, source: "attempts" });
+  assert.deepEqual(sumUsage(job({ usage: { input_tokens: 1, output_tokens: 2, latency_ms: 3, attempts: 3 } }), attempts),
+    { input_tokens: 1, output_tokens: 2, latency_ms: 3, attempts: 3, source: "job" });
+  assert.equal(sumUsage(job(), [{ number: 1 }]).source, "none");
+});
+
+test("problems: RFC 9457 documents with their extension members, the gateway's own answers, plain text", () => {
+  const p = problemFrom(409, "application/problem+json", JSON.stringify({
+    type: "https://onejob.dev/problems/resolution-conflict", title: "Resolution conflict", status: 409,
+    detail: "attempt 1 is succeeded", request_id: "r1", attempt_state: "succeeded", errors: [{ pointer: "/outcome", detail: "x" }],
+  }));
+  assert.equal(p.title, "Resolution conflict");
+  assert.deepEqual(problemFields(p), [
+    ["type", "https://onejob.dev/problems/resolution-conflict"], ["detail", "attempt 1 is succeeded"], ["request_id", "r1"],
+    ["attempt_state", "succeeded"],
+  ]);
+  assert.deepEqual(problemFrom(401, "application/json", '{"message":"Unauthorized"}').title, "Unauthorized");
+  assert.deepEqual(problemFrom(502, "text/html", "<h1>Bad gateway</h1>"), { status: 502, title: "HTTP 502", detail: "<h1>Bad gateway</h1>" });
+});
+
+test("the fragment gives up its token and job, keeping the rest", () => {
+  assert.deepEqual(readFragment("#token=abc.def&job=job_x&view=1"), { token: "abc.def", job: "job_x", rest: "view=1" });
+  assert.deepEqual(readFragment(""), { token: "", job: "", rest: "" });
+});
+
+test("claims are read for display, never trusted", () => {
+  const enc = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+  const token = `${enc({ alg: "HS256" })}.${enc({ sub: "operator", scope: "openid jobs:admin", exp: 1767225600 })}.sig`;
+  assert.deepEqual(decodeClaims(token), { sub: "operator", scopes: ["openid", "jobs:admin"], exp: 1767225600 });
+  assert.equal(decodeClaims("not-a-jwt"), null);
+  assert.equal(decodeClaims("a.!!!.c"), null);
+});
+
+test("durations and ordering", () => {
+  assert.deepEqual([850, 1500, 42_000, 200_000, 7_500_000].map(formatDuration), ["850 ms", "1.5 s", "42 s", "3 min 20 s", "2 h 5 min"]);
+  const jobs = [job({ id: "b", created_at: at(2) }), job({ id: "a", created_at: at(1) }), job({ id: "b", created_at: at(2) })];
+  assert.deepEqual(oldestFirst(jobs).map((j) => j.id), ["a", "b"]);
+});
