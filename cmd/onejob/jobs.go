@@ -59,7 +59,7 @@ func jobsSubcommands() []jobsSubcommand {
 		{"attempts", "ID", "a job's attempts, with their usage and resolutions", jobsAttempts, 1},
 		{"watch", "ID", "follow a job, one line per change, until it ends: exit 0 succeeded, 1 failed, 2 cancelled, 3 otherwise",
 			jobsWatch, exitWatchStopped},
-		{"cancel", "ID", "cancel a job", jobsCancel, 1},
+		{"cancel", "ID [--reason TEXT]", "cancel a job; the job keeps who cancelled it and why", jobsCancel, 1},
 		{"resolve", "ID N --outcome succeeded|failed|cancelled --reason TEXT [--result @file.json|JSON]",
 			"settle unknown attempt N of a job (jobs:admin)", jobsResolve, 1},
 	}
@@ -457,11 +457,18 @@ func (c *jobsCmd) getAttempts(ctx context.Context, id string) (attemptsBody, []b
 }
 
 func jobsCancel(ctx context.Context, c *jobsCmd, args []string) error {
+	reason := c.fs.String("reason", "", "why the job is cancelled")
 	pos, err := c.parse(args, "ID")
 	if err != nil {
 		return err
 	}
-	return c.postJob(ctx, jobPath(pos[0], "cancel"), nil, "")
+	var body []byte
+	if *reason != "" {
+		if body, err = json.Marshal(map[string]string{"reason": *reason}); err != nil {
+			return err
+		}
+	}
+	return c.postJob(ctx, jobPath(pos[0], "cancel"), body, "")
 }
 
 func jobsResolve(ctx context.Context, c *jobsCmd, args []string) error {

@@ -264,6 +264,14 @@ func TestJobsReadListCancel(t *testing.T) {
 			{name: "Twice", script: `{"sim-primary":{"latency_ms":1500}}`, twice: true, stdout: "  cancelled  "},
 			{name: "Succeeded", code: 1, stderr: "error 409 conflict: the job already succeeded\n"},
 		}
+		t.Run("WithAReason", func(t *testing.T) {
+			t.Parallel()
+			target := c.submit(t, `{"sim-primary":{"latency_ms":1500}}`)
+			c.must(t, "cancel", target, "--reason", "ordered twice")
+			if got := c.must(t, "get", target, "--json").stdout; !strings.Contains(got, `"reason":"ordered twice"`) {
+				t.Fatalf("the job does not keep the reason: %s", got)
+			}
+		})
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()

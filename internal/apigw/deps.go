@@ -48,7 +48,7 @@ type Jobs interface {
 	Get(ctx context.Context, id string) (job.Job, error)
 	Attempts(ctx context.Context, j job.Job) ([]job.Attempt, error)
 	List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page, error)
-	Cancel(ctx context.Context, id string) (job.Job, error)
+	CancelBy(ctx context.Context, id string, c job.Cancellation) (job.Job, error)
 	ResolveOn(ctx context.Context, j job.Job, n int, r job.Resolution) (job.Job, error)
 	ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.Page, error)
 }

@@ -291,3 +291,60 @@ func TestOperatorListing(t *testing.T) {
 		t.Fatalf("an operator cancelling another owner's job: %d %s", r.status, r.body)
 	}
 }
+
+// TestCancellationRecord: a cancel may say why; the job keeps who, when and
+// why. An owner reads who and why only of their own cancel; operators
+// always. A body that is not a {"reason"} object is refused.
+func TestCancellationRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner, admin := e.token(t, "owner-1"), e.token(t, "ops-bo", apigw.AdminScope)
+	cancel := func(tok, id, body string) result {
+		c := call{method: http.MethodPost, path: "/v1/jobs/" + id + "/cancel", token: tok}
+		if body != "" {
+			c.headers, c.body = map[string]string{"Content-Type": "application/json"}, []byte(body)
+		}
+		return e.do(t, c)
+	}
+	type view struct {
+		Cancellation *struct{ At, By, Reason string } `json:"cancellation"`
+	}
+	read := func(tok, id string) view {
+		var v view
+		if err := json.Unmarshal(e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + id, token: tok}).body, &v); err != nil || v.Cancellation == nil {
+			t.Fatalf("no cancellation: %v", err)
+		}
+		return v
+	}
+
+	mine := e.mustCreate(t, "owner-1", "mine", demoBody)
+	if r := cancel(owner, mine, `{"reason":"ordered twice"}`); r.status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	if c := read(owner, mine).Cancellation; c.By != "owner-1" || c.Reason != "ordered twice" || c.At == "" {
+		t.Fatalf("the owner's own cancel: %+v", c)
+	}
+
+	theirs := e.mustCreate(t, "owner-1", "theirs", demoBody)
+	if r := cancel(admin, theirs, `{"reason":"provider account suspended"}`); r.status != http.StatusOK {
+		t.Fatalf("operator's cancel: %d %s", r.status, r.body)
+	}
+	if c := read(owner, theirs).Cancellation; c.By != "" || c.Reason != "" || c.At == "" {
+		t.Fatalf("the owner sees an operator's cancel as %+v", c)
+	}
+	if c := read(admin, theirs).Cancellation; c.By != "ops-bo" || c.Reason != "provider account suspended" {
+		t.Fatalf("the operator's view: %+v", c)
+	}
+
+	plain := e.mustCreate(t, "owner-1", "plain", demoBody)
+	if r := cancel(owner, plain, ""); r.status != http.StatusOK {
+		t.Fatalf("a cancel without a body: %d %s", r.status, r.body)
+	}
+	other := e.mustCreate(t, "owner-1", "other", demoBody)
+	wantProblem(t, cancel(owner, other, `{"why":"x"}`), http.StatusUnprocessableEntity, apigw.CodeValidationFailed)
+	wantProblem(t, cancel(owner, other, `{"reason":""}`), http.StatusUnprocessableEntity, apigw.CodeValidationFailed)
+	wantProblem(t, cancel(owner, other, `{"reason":`), http.StatusBadRequest, apigw.CodeMalformedJSON)
+	if j, _ := e.eng.Get(context.Background(), other); j.Status == "cancelled" {
+		t.Fatal("a refused cancel was written")
+	}
+}

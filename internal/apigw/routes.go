@@ -1,6 +1,7 @@
 package apigw
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,11 +136,15 @@ func (h *Handler) listAttempts(ctx context.Context, r *request) (reply, error) {
 }
 
 func (h *Handler) cancelJob(ctx context.Context, r *request) (reply, error) {
+	c, err := decodeCancel(r)
+	if err != nil {
+		return reply{}, err
+	}
 	j, err := h.ownJob(ctx, r)
 	if err != nil {
 		return reply{}, err
 	}
-	j, err = h.jobs.Cancel(ctx, j.ID)
+	j, err = h.jobs.CancelBy(ctx, j.ID, c)
 	if err != nil {
 		return reply{jobID: j.ID}, err
 	}
@@ -301,6 +306,37 @@ func openStatusList() string {
 		}
 	}
 	return strings.Join(names, ", ")
+}
+
+// decodeCancel reads a cancel's optional body, {"reason"?}; the caller is
+// who cancels.
+func decodeCancel(r *request) (job.Cancellation, error) {
+	c := job.Cancellation{By: r.owner}
+	body, err := rawBody(r.ev)
+	if err != nil || len(bytes.TrimSpace(body)) == 0 {
+		return c, err
+	}
+	if err := requireJSON(r.headers["content-type"]); err != nil {
+		return c, err
+	}
+	if err := checkJSON(body); err != nil {
+		return c, err
+	}
+	m, errs := members(body, "reason")
+	if m == nil {
+		return c, invalid(errs...)
+	}
+	if _, given := m["reason"]; given {
+		reason, fe := stringMember(m, "reason", maxReasonBytes)
+		if fe != nil {
+			errs = append(errs, *fe)
+		}
+		c.Reason = reason
+	}
+	if len(errs) > 0 {
+		return c, invalid(errs...)
+	}
+	return c, nil
 }
 
 func decodeResolution(body []byte) (job.Resolution, error) {

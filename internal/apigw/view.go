@@ -70,20 +70,29 @@ type attemptView struct {
 }
 
 type jobBody struct {
-	ID          string               `json:"id"`
-	Owner       string               `json:"owner,omitempty"` // operators only
-	Type        string               `json:"type"`
-	Status      string               `json:"status"`
-	Input       json.RawMessage      `json:"input"`
-	Providers   []string             `json:"providers"`
-	CreatedAt   string               `json:"created_at"`
-	UpdatedAt   string               `json:"updated_at"`
-	Version     int64                `json:"version"`
-	Attempts    []attemptSummaryView `json:"attempts"`
-	Usage       *jobUsageView        `json:"usage,omitempty"`
-	Result      json.RawMessage      `json:"result,omitempty"`
-	CompletedBy int                  `json:"completed_by,omitempty"`
-	Error       *failureView         `json:"error,omitempty"`
+	ID           string               `json:"id"`
+	Owner        string               `json:"owner,omitempty"` // operators only
+	Type         string               `json:"type"`
+	Status       string               `json:"status"`
+	Input        json.RawMessage      `json:"input"`
+	Providers    []string             `json:"providers"`
+	CreatedAt    string               `json:"created_at"`
+	UpdatedAt    string               `json:"updated_at"`
+	Version      int64                `json:"version"`
+	Attempts     []attemptSummaryView `json:"attempts"`
+	Usage        *jobUsageView        `json:"usage,omitempty"`
+	Result       json.RawMessage      `json:"result,omitempty"`
+	CompletedBy  int                  `json:"completed_by,omitempty"`
+	Error        *failureView         `json:"error,omitempty"`
+	Cancellation *cancellationView    `json:"cancellation,omitempty"`
+}
+
+type cancellationView struct {
+	At string `json:"at"`
+	// By is the canceller's subject: to its owner, only when they
+	// cancelled it themselves; to operators, always.
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 type attemptsBody struct {
@@ -164,6 +173,12 @@ func (v viewer) job(j job.Job) jobBody {
 	}
 	if v.admin {
 		out.Owner = j.Owner
+	}
+	if c := j.Cancellation; c != nil {
+		out.Cancellation = &cancellationView{At: timeView(c.At)}
+		if v.admin || c.By == j.Owner {
+			out.Cancellation.By, out.Cancellation.Reason = c.By, c.Reason
+		}
 	}
 	if len(j.Result) > 0 {
 		out.Result = j.Result

@@ -195,6 +195,13 @@ func outcomeFields(before, after job.Job) part {
 			},
 		})
 	}
+	if after.Cancellation != nil {
+		p.set = append(p.set, "#cancellation = :cancellation")
+		p.uses = append(p.uses, refs{
+			names:  nameMap("#cancellation", aCancellation),
+			values: map[string]types.AttributeValue{":cancellation": encodeCancellation(*after.Cancellation)},
+		})
+	}
 	switch {
 	case after.Error != nil:
 		p.set = append(p.set, "#error = :error")

@@ -132,7 +132,7 @@ func wantSent() map[job.Kind]sent {
 				" REMOVE #open",
 		},
 		job.KindFail:   {cond: "#version = :read AND attribute_not_exists(#completed)", update: stamp + ", #version = :version, #error = :error REMOVE #open"},
-		job.KindCancel: {cond: "#version = :read AND attribute_not_exists(#completed)", update: stamp + ", #version = :version REMOVE #open"},
+		job.KindCancel: {cond: "#version = :read AND attribute_not_exists(#completed)", update: stamp + ", #version = :version, #cancellation = :cancellation REMOVE #open"},
 		kindLedger:     {cond: "attribute_not_exists(#job) OR #revision < :rev"},
 	}
 }
@@ -240,9 +240,10 @@ func TestApplySendsNamedClauses(t *testing.T) {
 		tr:   f.cancel,
 		want: write{
 			sent:  wantSent()[job.KindCancel],
-			names: outcomeNames,
+			names: with(outcomeNames, map[string]string{"#cancellation": "cancellation"}),
 			values: map[string]string{
 				":status": `"cancelled"`, ":updated": rt1, ":one": "1", ":token": `"TOKEN"`, ":read": "0", ":version": "1",
+				":cancellation": `{at: ` + rt1 + `, by: "", reason: ""}`,
 			},
 		},
 	}}

@@ -50,6 +50,7 @@ const (
 	aOutTokens    = "output_tokens"
 	aLatencyMS    = "latency_ms"
 	aResolution   = "resolution"
+	aCancellation = "cancellation"
 	aBy           = "by"
 	aReason       = "reason"
 	aAt           = "at"
@@ -123,7 +124,14 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	if j.Error != nil {
 		item[aError] = encodeFailure(*j.Error)
 	}
+	if j.Cancellation != nil {
+		item[aCancellation] = encodeCancellation(*j.Cancellation)
+	}
 	return item
+}
+
+func encodeCancellation(c job.Cancellation) types.AttributeValue {
+	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{aBy: avS(c.By), aReason: avS(c.Reason), aAt: avT(c.At)}}
 }
 
 func encodeFailure(f job.Failure) types.AttributeValue {
@@ -274,6 +282,19 @@ func (d *decoder) usage(name string) *job.Usage {
 	return u
 }
 
+func (d *decoder) cancellation(name string) *job.Cancellation {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil
+	}
+	sub := decoder{m: v.Value}
+	c := &job.Cancellation{By: sub.str(aBy, false), Reason: sub.str(aReason, false), At: sub.time(aAt, true)}
+	if sub.err != nil && d.err == nil {
+		d.err = sub.err
+	}
+	return c
+}
+
 func (d *decoder) resolved(name string) *job.Resolved {
 	v, ok := d.m[name].(*types.AttributeValueMemberM)
 	if !ok {
@@ -303,6 +324,7 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 		AttemptCount:   int(d.num(aAttemptCount, true)),
 		CompletedBy:    int(d.num(aCompletedBy, false)),
 		Error:          d.failure(aError),
+		Cancellation:   d.cancellation(aCancellation),
 		CreatedAt:      d.time(aCreatedAt, true),
 		UpdatedAt:      d.time(aUpdatedAt, true),
 		WriteToken:     d.str(aWriteToken, false),

@@ -293,6 +293,12 @@ func DecideFail(j Job, f Failure, now time.Time) (Transition, error) {
 // (DecideRunning), a running one loses the race when it answers, and an
 // unknown one still needs resolving.
 func DecideCancel(j Job, now time.Time) (Transition, error) {
+	return DecideCancelBy(j, Cancellation{}, now)
+}
+
+// DecideCancelBy is DecideCancel recording who cancelled and why (c.At is
+// set to now). Cancelling a cancelled job again keeps the first record.
+func DecideCancelBy(j Job, c Cancellation, now time.Time) (Transition, error) {
 	if j.Status == StatusCancelled {
 		return noop(j, KindCancel, 0), nil
 	}
@@ -301,6 +307,8 @@ func DecideCancel(j Job, now time.Time) (Transition, error) {
 	}
 	after := j
 	after.Status = StatusCancelled
+	c.At = now.UTC()
+	after.Cancellation = &c
 	return outcome(j, after, KindCancel, 0, now.UTC()), nil
 }
 

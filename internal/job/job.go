@@ -29,8 +29,10 @@ type Job struct {
 	CompletedBy int // the winning attempt's number; 0 while none won
 	Result      json.RawMessage
 	Error       *Failure
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// Cancellation says who cancelled the job and why, once cancelled.
+	Cancellation *Cancellation
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 	// WriteToken names the store call that last wrote the job item. A call
 	// whose write was applied but whose reply was lost (and whose retry then
 	// failed its condition) recognises its own write by it.
@@ -61,6 +63,14 @@ type Usage struct {
 	InputTokens  int
 	OutputTokens int
 	Latency      time.Duration
+}
+
+// Cancellation records who cancelled a job, when and why (By and Reason may
+// be empty: a cancel need not say).
+type Cancellation struct {
+	By     string
+	Reason string
+	At     time.Time
 }
 
 // Resolved records an operator's resolution of an attempt: who, when, why.

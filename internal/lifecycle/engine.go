@@ -315,9 +315,14 @@ func (e *Engine) FailOn(ctx context.Context, j job.Job, f job.Failure) (job.Job,
 
 // Cancel cancels a job without an outcome; cancelling twice is a no-op.
 func (e *Engine) Cancel(ctx context.Context, id string) (job.Job, error) {
-	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideCancel(j, e.now()) })
+	return e.CancelBy(ctx, id, job.Cancellation{})
+}
+
+// CancelBy is Cancel recording who cancelled and why.
+func (e *Engine) CancelBy(ctx context.Context, id string, c job.Cancellation) (job.Job, error) {
+	t, j, err := e.run(ctx, id, func(j job.Job) (job.Transition, error) { return job.DecideCancelBy(j, c, e.now()) })
 	if err == nil && !t.Noop() {
-		e.log.InfoContext(ctx, "job_cancelled", "job_id", id)
+		e.log.InfoContext(ctx, "job_cancelled", "job_id", id, "by", c.By, "reason", c.Reason)
 	}
 	return j, err
 }

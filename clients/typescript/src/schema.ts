@@ -95,7 +95,10 @@ export interface paths {
         put?: never;
         /**
          * Cancel the job; cancelling a cancelled job is a no-op.
-         * @description A request body, if any, is ignored.
+         * @description The body may be empty, or `{"reason"}`: the job keeps who cancelled
+         *     it (the token's `sub`), when and why (`cancellation`). An owner sees
+         *     who and why only when they cancelled it themselves; operators
+         *     always. Operators may cancel any owner's job.
          */
         post: operations["cancelJob"];
         delete?: never;
@@ -330,6 +333,11 @@ export interface components {
             /** @description The number of the attempt whose result won. */
             completed_by?: number;
             error?: components["schemas"]["Failure"];
+            cancellation?: {
+                at: components["schemas"]["Timestamp"];
+                by?: string;
+                reason?: string;
+            };
         };
         AttemptList: {
             job_id: string;
@@ -702,7 +710,13 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": {
+                    reason?: string;
+                };
+            };
+        };
         responses: {
             /** @description The cancelled job. */
             200: {
@@ -713,9 +727,13 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

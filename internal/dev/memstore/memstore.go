@@ -157,6 +157,11 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 		} else if before.Error != nil {
 			cur.Error = nil
 		}
+		if after.Cancellation != nil {
+			c := *after.Cancellation
+			c.At = c.At.UTC()
+			cur.Cancellation = &c
+		}
 		r.open = false
 	}
 	applied := clone(*cur)

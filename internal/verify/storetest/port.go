@@ -289,6 +289,15 @@ var listAttemptsTests = []test{
 			t.Fatalf("attempts of a new job = %+v err=%v", got, err)
 		}
 	}},
+	{"CancellationRoundTrip", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		j := createAt(t, st, "a", "k", at(0))
+		got := on(t, st).apply(job.DecideCancelBy(j, job.Cancellation{By: "ops-1", Reason: "duplicate order"}, at(3)))
+		if c := got.Cancellation; c == nil || c.By != "ops-1" || c.Reason != "duplicate order" || !c.At.Equal(at(3)) {
+			t.Fatalf("cancellation %+v", got.Cancellation)
+		}
+		sameJob(t, "stored job", get(t, st, j.ID), got)
+	}},
 	{"UsageAndFailureDetailRoundTrip", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		j := running(t, st, createAt(t, st, "a", "k", at(0)), "sim-primary", at(1))
