@@ -30,8 +30,9 @@ const (
 	OutcomeOversized = "oversized"
 )
 
-// OversizedBytes is the size of an oversized demo answer's text.
-const OversizedBytes = 1 << 20
+// OversizedBytes is the size of an oversized demo answer's text: past
+// DynamoDB's 400 KB item, by a margin.
+const OversizedBytes = 450 << 10
 
 // MaxDemoLatency caps a scripted latency so a typo cannot park a handler.
 const MaxDemoLatency = time.Minute

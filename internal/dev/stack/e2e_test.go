@@ -298,9 +298,9 @@ func TestObservability(t *testing.T) {
 }
 
 // TestOversizedResultFallsBack: a provider result the job item cannot hold
-// (1 MiB; DynamoDB's items stop at 400 KB) fails its attempt as a contract
-// violation and the job falls back — it never becomes unknown, and the
-// provider is called once.
+// (450 KiB; DynamoDB's items stop at 400 KB) fails its attempt as a
+// contract violation and the job falls back — never unknown for a store
+// fault, never a retry loop: the provider is called once.
 func TestOversizedResultFallsBack(t *testing.T) {
 	t.Parallel()
 	s := defaultStack(t)
@@ -324,7 +324,16 @@ func TestOversizedResultFallsBack(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("the primary was called %d times for attempt 1, want 1", calls)
 	}
-	if strings.Contains(logsOf(s), `"msg":"attempt_unknown","job_id":"`+j.ID+`"`) {
-		t.Fatal("the oversized result made an attempt unknown")
+	// On a loaded machine the run may outlive its 2 s timeout while it
+	// reads and checks the answer: then the attempt is unknown, by the rule,
+	// until that answer's failure settles it. Nothing else may make it so.
+	for _, line := range strings.Split(logsOf(s), "\n") {
+		switch {
+		case !strings.Contains(line, `"job_id":"`+j.ID+`"`):
+		case strings.Contains(line, `"msg":"attempt_unknown"`) && !strings.Contains(line, "no answer within the run's timeout"):
+			t.Fatalf("the oversized result made an attempt unknown: %s", line)
+		case strings.Contains(line, "StoreUnavailable"), strings.Contains(line, "StoreRefused"):
+			t.Fatalf("the oversized result looked like a store fault: %s", line)
+		}
 	}
 }
