@@ -43,11 +43,14 @@ func RIEPath(root string) string {
 }
 
 // EnsureRIE returns the cached emulator, building it first if needed
-// (about 10–45 s, once per version). Concurrent callers may both build; the
-// rename makes either result the cache, never a half-written file.
+// (about 10–45 s, once per version). Callers in any process (parallel
+// tests of several packages, `onejob invoke`, the bench) take an exclusive
+// lock on the cache entry, so one builds and the others wait and reuse it;
+// the build goes to a file of its own and is renamed into place, so the
+// cache never holds a half-written binary.
 func EnsureRIE(ctx context.Context, root string, progress io.Writer) (string, error) {
 	bin := RIEPath(root)
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+	if cached(bin) {
 		return bin, nil
 	}
 	if progress == nil {
@@ -56,24 +59,37 @@ func EnsureRIE(ctx context.Context, root string, progress io.Writer) (string, er
 	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
 		return "", err
 	}
+	unlock, err := lockFile(bin + ".lock")
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if cached(bin) {
+		return bin, nil
+	}
 	mod, err := os.MkdirTemp("", "onejob-rie-module-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(mod)
+	out, err := os.CreateTemp(filepath.Dir(bin), "aws-lambda-rie.*.tmp")
+	if err != nil {
+		return "", err
+	}
+	tmp := out.Name()
+	_ = out.Close()
+	defer os.Remove(tmp) // a no-op once renamed
 	fmt.Fprintf(progress, "building %s@%s (cached afterwards in %s)\n", RIEModule, RIEVersion, filepath.Dir(bin))
 	// The project's GOFLAGS (-mod=readonly) would forbid `go get` in the
 	// throwaway module; GOTOOLCHAIN=local forbids a toolchain download.
 	env := goEnv(map[string]string{"GOFLAGS": "-mod=mod", "GOWORK": "off", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0",
 		"GOOS": runtime.GOOS, "GOARCH": runtime.GOARCH})
-	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
 	for _, args := range [][]string{
 		{"mod", "init", "onejob.local/rie"},
 		{"get", RIEModule + "@" + RIEVersion},
 		{"build", "-trimpath", "-o", tmp, RIEModule + "/cmd/aws-lambda-rie"},
 	} {
 		if err := runGo(ctx, mod, env, args...); err != nil {
-			_ = os.Remove(tmp)
 			return "", fmt.Errorf("build aws-lambda-rie: %w", err)
 		}
 	}
@@ -81,6 +97,36 @@ func EnsureRIE(ctx context.Context, root string, progress io.Writer) (string, er
 		return "", err
 	}
 	return bin, nil
+}
+
+func cached(bin string) bool {
+	fi, err := os.Stat(bin)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// lockFile takes an exclusive flock on path (created if absent) and
+// returns its release. flock locks belong to the open file, so two
+// goroutines of one process exclude each other as two processes do, and
+// a holder that dies releases it.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}, nil
 }
 
 // validFunction keeps a function name from reaching a path or a flag.
