@@ -119,6 +119,12 @@ func lockFile(path string) (func(), error) {
 			break
 		}
 	}
+	if errors.Is(err, syscall.ENOLCK) || errors.Is(err, syscall.EOPNOTSUPP) {
+		// A file system without flock: callers may then build twice, each
+		// into its own file, which is slower but still correct.
+		_ = f.Close()
+		return func() {}, nil
+	}
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
