@@ -1,6 +1,7 @@
 package sfnlocal_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -175,8 +176,9 @@ func fnARN(name string) string {
 
 type stackOptions struct {
 	duplicate bool
-	// realRetryPauses keeps the definition's IntervalSeconds instead of 10 ms.
-	realRetryPauses bool
+	// retryPause replaces every Retry rule's pause (0: 10 ms, so tests of
+	// retries do not wait out the definition's IntervalSeconds).
+	retryPause time.Duration
 	// keepClosed and keepClosedNames bound the server's memory (0: defaults).
 	keepClosed, keepClosedNames int
 }
@@ -198,17 +200,10 @@ func startTestStack(ctx context.Context, opt stackOptions) (*stack, error) {
 			"DecideFunctionArn": fnARN(decideFn),
 			"WorkFunctionArn":   fnARN(workFn),
 		},
-		RetryPause:      retryPause(opt.realRetryPauses),
+		RetryPause:      cmp.Or(opt.retryPause, 10*time.Millisecond),
 		KeepClosed:      opt.keepClosed,
 		KeepClosedNames: opt.keepClosedNames,
 	}, w)
-}
-
-func retryPause(real bool) time.Duration {
-	if real {
-		return 0
-	}
-	return 10 * time.Millisecond
 }
 
 func startStack(ctx context.Context, lcfg lambdalocal.Config, scfg sfnlocal.Config, w *work) (*stack, error) {
@@ -746,30 +741,41 @@ func TestDuplicateDelivery(t *testing.T) {
 }
 
 // TestStopDuringRetryPause guards the server's patch: a stop during a Retry
-// pause must not run the state (and its Lambda) once more.
+// pause must not run the state (and its Lambda) once more. The pause is
+// long enough for the stop to land inside it on a busy machine; a second
+// execution, failing the same way after the stop, then marks the moment
+// the first one's pause is over: its retry comes after a pause of the same
+// length that began later.
 func TestStopDuringRetryPause(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, stackOptions{realRetryPauses: true})
+	s := newStack(t, stackOptions{retryPause: 2 * time.Second})
 	name := jobName(t)
 	started := start(t, s, name, inputJSON(t, name, plan{Action: "run", TimeoutSeconds: 5, Mode: "storedown"}))
-
-	deadline := time.Now().Add(5 * time.Second)
-	for s.work.callsFor(name) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("Work never ran")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// Work failed with StoreUnavailable; the retrier now pauses 1 s.
+	awaitCalls(t, s, name, 1)
+	// Work failed with StoreUnavailable; the retrier now pauses.
 	if _, err := s.client.StopExecution(t.Context(), &sfn.StopExecutionInput{ExecutionArn: started.ExecutionArn}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1300 * time.Millisecond) // past the pause
+	marker := name + "-marker"
+	start(t, s, marker, inputJSON(t, marker, plan{Action: "run", TimeoutSeconds: 5, Mode: "storedown"}))
+	awaitCalls(t, s, marker, 2)
 	if got := s.work.callsFor(name); got != 1 {
 		t.Errorf("Work calls = %d, want 1 (no retry after the stop)", got)
 	}
 	if out := waitClosed(t, s, aws.ToString(started.ExecutionArn)); out.Status != types.ExecutionStatusAborted {
 		t.Errorf("status = %s, want ABORTED", out.Status)
+	}
+}
+
+// awaitCalls waits until Work has run at least n times for jobID.
+func awaitCalls(t *testing.T, s *stack, jobID string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for s.work.callsFor(jobID) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("Work ran %d times for %s in a minute, want %d", s.work.callsFor(jobID), jobID, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
