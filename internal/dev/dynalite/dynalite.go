@@ -72,7 +72,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	args := []string{script, "--host", "127.0.0.1", "--port", strconv.Itoa(o.Port),
+	// --expose-gc lets POST /control/gc collect before a memory reading.
+	args := []string{"--expose-gc", script, "--host", "127.0.0.1", "--port", strconv.Itoa(o.Port),
 		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}
 	if o.Path != "" {
 		args = append(args, "--path", o.Path)

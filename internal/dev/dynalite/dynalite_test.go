@@ -29,17 +29,7 @@ func TestLimitedScansDoNotGrowTheServer(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	db := dynalite.NewClient(srv.Endpoint())
 	ctx := t.Context()
-	if _, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{TableName: aws.String("items"),
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
-		BillingMode:          types.BillingModePayPerRequest}); err != nil {
-		t.Fatal(err)
-	}
-	if err := dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
-		o.MinDelay = 20 * time.Millisecond
-	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("items")}, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	createTable(t, db, "items")
 	// Enough data that an iterator reads ahead more than a page.
 	blob := strings.Repeat("x", 1000)
 	for i := range 200 {
@@ -86,4 +76,62 @@ func rss(t *testing.T, pid int) int64 {
 		t.Fatal(err)
 	}
 	return kib
+}
+
+// The wrapper answers POST /control/gc itself (the soak drill collects
+// before reading memory; on disk it compacts LevelDB first) and hands every
+// other request to dynalite, in memory and on disk.
+func TestCollectGarbage(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		disk bool
+	}{{"InMemory", false}, {"OnDisk", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var opts dynalite.Options
+			if tt.disk {
+				opts.Path = t.TempDir()
+			}
+			srv, err := dynalite.Start(t.Context(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Close() })
+			db := dynalite.NewClient(srv.Endpoint())
+			createTable(t, db, "items")
+			item := map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "a"}}
+			if _, err := db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String("items"), Item: item}); err != nil {
+				t.Fatal(err)
+			}
+			mem, err := testenv.CollectGarbage(t.Context(), srv.Endpoint())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mem.HeapUsedBytes <= 0 || mem.HeapUsedBytes > mem.RSSBytes {
+				t.Fatalf("memory after a collection: %+v", mem)
+			}
+			out, err := db.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String("items"), Key: item, ConsistentRead: aws.Bool(true)})
+			if err != nil || out.Item == nil {
+				t.Fatalf("the item after a collection: %v %v", out, err)
+			}
+		})
+	}
+}
+
+// createTable creates a table keyed by the string "id" and waits until it
+// is active.
+func createTable(t *testing.T, db *dynamodb.Client, name string) {
+	t.Helper()
+	if _, err := db.CreateTable(t.Context(), &dynamodb.CreateTableInput{TableName: aws.String(name),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay = 20 * time.Millisecond
+	}).Wait(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(name)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,12 +1,17 @@
 // Starts dynalite (node_modules/dynalite/cli.js, with the same arguments)
-// with one fix. dynalite 4.0.0 stops a LevelDB iterator early — every Query
-// or Scan that ends at its Limit or at 1 MB, such as each page of a listing
-// — by calling iterator.return(), which abstract-level 3 iterators do not
+// with one fix and one addition.
+//
+// The fix: dynalite 4.0.0 stops a LevelDB iterator early — every Query or
+// Scan that ends at its Limit or at 1 MB, such as each page of a listing —
+// by calling iterator.return(), which abstract-level 3 iterators do not
 // have: each such request left its iterator open, with the native memory
 // and the snapshot it holds (about 30 KB a request, on disk and in memory
 // alike). The fix gives abstract-level's iterators a return() that closes
 // them. If a dynalite or abstract-level upgrade changes the classes, start
 // fails here instead of leaking again.
+//
+// The addition: POST /control/gc compacts LevelDB (on disk), then runs a
+// full collection (../nodegc/gc.cjs); it never reaches dynalite's handler.
 'use strict';
 
 const { createRequire } = require('node:module');
@@ -31,6 +36,36 @@ for (const file of copies) {
       };
     }
   }
+}
+
+// dynalite builds its server with http.createServer(handler); the wrapper
+// answers the collection request and hands everything else on.
+const http = require('node:http');
+const { serveGC } = require('../nodegc/gc.cjs');
+const createServer = http.createServer;
+http.createServer = function createServerWithGC(...args) {
+  const handler = args.pop();
+  return createServer.call(this, ...args, (req, res) => serveGC(req, res, settle) || handler(req, res));
+};
+
+// The store dynalite creates, kept so that a collection can first let
+// LevelDB finish compacting: a reading taken during a compaction counts
+// its buffers and the pages of the files it maps (up to a third more RSS).
+const stores = require('dynalite/db');
+let store;
+const createStore = stores.create;
+stores.create = function createKept(...args) {
+  store = createStore.apply(this, args);
+  return store;
+};
+async function settle() {
+  if (!store?.options) throw new Error('dynalite changed: its store was not seen');
+  if (!store.options.path) return; // in memory: nothing to compact
+  const db = store.db;
+  if (typeof db?.compactRange !== 'function') throw new Error('dynalite changed: its store has no LevelDB compactRange');
+  // The whole key space: dynalite's keys are strings, which encode below
+  // eight 0xff bytes.
+  await db.compactRange(Buffer.alloc(0), Buffer.alloc(8, 0xff), { keyEncoding: 'buffer' });
 }
 
 require('dynalite/cli.js');

@@ -103,3 +103,20 @@ func TestLambdaConnectionsAreReused(t *testing.T) {
 	}
 	t.Logf("%d invocations over %d connection(s)", invocations, conns)
 }
+
+// POST /control/gc runs a full collection (the soak drill's memory
+// readings come after one) and the server goes on serving.
+func TestCollectGarbage(t *testing.T) {
+	t.Parallel()
+	mem, err := testenv.CollectGarbage(t.Context(), shared.sfn.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.HeapUsedBytes <= 0 || mem.HeapUsedBytes > mem.RSSBytes {
+		t.Fatalf("memory after a collection: %+v", mem)
+	}
+	name := jobName(t)
+	if out := waitClosed(t, shared, aws.ToString(start(t, shared, name, inputJSON(t, name, plan{Action: "run", TimeoutSeconds: 5, Mode: "ok"})).ExecutionArn)); out.Status != types.ExecutionStatusSucceeded {
+		t.Fatalf("execution after a collection: %s", out.Status)
+	}
+}

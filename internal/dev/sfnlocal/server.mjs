@@ -42,7 +42,8 @@
 // Not AWS: GET /health (with the numbers of executions kept, running and
 // dropped by name only); GET /executions/<name>/transitions and the extra
 // "stateTransitions" field of DescribeExecution (billed transitions: states
-// entered plus retries); POST /control/throttle {"share","first","seed"},
+// entered plus retries); POST /control/gc (a full collection; see
+// ../nodegc/gc.cjs), POST /control/throttle {"share","first","seed"},
 // which refuses StartExecution calls with ThrottlingException as AWS does
 // past its quota: the first `first` calls, then each with probability
 // `share` (a seeded generator, so a sequence of calls is reproducible).
@@ -54,6 +55,9 @@
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
+import nodegc from '../nodegc/gc.cjs';
+
+const { serveGC } = nodegc;
 
 // aws-local-stepfunctions 3.0.0 calls Promise.withResolvers (Node >= 22);
 // this machine runs Node 20, so polyfill before the library is loaded.
@@ -733,6 +737,7 @@ const server = http.createServer({
   requestTimeout: 60_000,
   keepAliveTimeout: opts.idleTimeoutMs,
 }, (req, res) => {
+  if (serveGC(req, res)) return;
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {

@@ -159,7 +159,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		startTimeout = defaultStartTimeout
 	}
 
-	args := []string{script,
+	// --expose-gc lets POST /control/gc collect before a memory reading.
+	args := []string{"--expose-gc", script,
 		"--host", "127.0.0.1",
 		"--port", "0", // the kernel picks a free port; READY reports it, no race
 		"--definition", def,

@@ -5,7 +5,9 @@
 // out until the drill resolves the attempt as an operator would, one in a
 // hundred posted twice — and reports per batch the throughput, create
 // latency, time to drain, and each process's open file descriptors
-// (/proc/PID/fd) and resident memory (VmRSS).
+// (/proc/PID/fd) and resident memory (VmRSS; the node servers' after a full
+// collection, so that it is what they keep rather than garbage not yet
+// swept).
 //
 // It fails when a job is lost, duplicated, left open or ends in another
 // state than its script implies, when a provider was called more or less
@@ -198,9 +200,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	nodes := map[string]string{ProcSFN: s.ends.SFNEndpoint, ProcDynalite: s.ends.DynamoEndpoint}
+	heaps, err := collectGarbage(ctx, nodes)
+	if err != nil {
+		return rep, err
+	}
 	if rep.Start, err = readUsage(s.pids); err != nil {
 		return rep, err
 	}
+	withHeaps(rep.Start, heaps)
 	// The stack certified the fallback at start: those calls are not jobs'.
 	before, err := simCalls(ctx, side, s.ends.SimURL)
 	if err != nil {
@@ -234,10 +242,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("batch %d: %v", b+1, err))
 		}
+		heaps, err := collectGarbage(ctx, nodes)
+		if err != nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("batch %d: %v", b+1, err))
+		}
 		end, err := readUsage(s.pids)
 		if err != nil {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("batch %d: %v", b+1, err))
 		}
+		withHeaps(end, heaps)
 		for _, p := range res.ids {
 			wantPrimary++
 			if p.kind != kindOK {
@@ -425,7 +438,13 @@ func loadavg() string {
 func (b Batch) line() string {
 	var parts []string
 	for _, name := range procNames {
-		parts = append(parts, fmt.Sprintf("%s %d/%d fds %.0f MiB", name, b.MaxFDs[name], b.End[name].FDs, b.End[name].RSSMiB()))
+		part := fmt.Sprintf("%s %d/%d fds %.0f MiB", name, b.MaxFDs[name], b.End[name].FDs, b.End[name].RSSMiB())
+		part += fmt.Sprintf(" (files %.0f", float64(b.End[name].FileKiB)/1024)
+		if h := b.End[name].HeapKiB; h > 0 {
+			part += fmt.Sprintf(", heap %.0f", float64(h)/1024)
+		}
+		part += ")"
+		parts = append(parts, part)
 	}
 	return fmt.Sprintf("batch %d: %d jobs (%d errors) %.1f jobs/s, create p50 %.1f ms p99 %.1f ms, drain %.2f s (max %.2f); %s; load %s",
 		b.N, b.Jobs, b.Errors, b.JobsPerSec, b.P50Millis, b.P99Millis, b.DrainSecs, b.MaxDrainSecs, strings.Join(parts, ", "), b.Load)

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/url"
@@ -17,10 +18,41 @@ import (
 type Usage struct {
 	FDs    int   `json:"fds"`
 	RSSKiB int64 `json:"rss_kib"`
+	// HeapKiB is a node server's V8 heap in use after the collection that
+	// preceded the reading (0 for onejob).
+	HeapKiB int64 `json:"heap_kib,omitempty"`
+	// FileKiB is the part of RSSKiB that is mapped files' pages.
+	FileKiB int64 `json:"rss_file_kib"`
 }
 
 // RSSMiB is the resident set in MiB.
 func (u Usage) RSSMiB() float64 { return float64(u.RSSKiB) / 1024 }
+
+// collectGarbage has each node server (by process name: the Step
+// Functions server, dynalite) run a full collection, so that the memory
+// read next is what it keeps (testenv.CollectGarbage), and returns their
+// heaps afterwards.
+func collectGarbage(ctx context.Context, servers map[string]string) (map[string]testenv.NodeMemory, error) {
+	mems := make(map[string]testenv.NodeMemory, len(servers))
+	for name, ep := range servers {
+		mem, err := testenv.CollectGarbage(ctx, ep)
+		if err != nil {
+			return mems, fmt.Errorf("%s: %w", name, err)
+		}
+		mems[name] = mem
+	}
+	return mems, nil
+}
+
+// withHeaps adds the node servers' heaps to a reading.
+func withHeaps(u map[string]Usage, mems map[string]testenv.NodeMemory) {
+	for name, mem := range mems {
+		if v, ok := u[name]; ok {
+			v.HeapKiB = mem.HeapUsedBytes / 1024
+			u[name] = v
+		}
+	}
+}
 
 // readUsage samples every process of the stack.
 func readUsage(pids map[string]int) (map[string]Usage, error) {
@@ -34,7 +66,11 @@ func readUsage(pids map[string]int) (map[string]Usage, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s (pid %d): %w", name, pid, err)
 		}
-		out[name] = Usage{FDs: fds, RSSKiB: rss}
+		file, err := testenv.StatusKiB(pid, "RssFile")
+		if err != nil {
+			return nil, fmt.Errorf("%s (pid %d): %w", name, pid, err)
+		}
+		out[name] = Usage{FDs: fds, RSSKiB: rss, FileKiB: file}
 	}
 	return out, nil
 }
