@@ -3,7 +3,6 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -96,36 +95,9 @@ func (c *client) do(method, path, key string, body any) (int, http.Header, []byt
 	return code, header, out
 }
 
-type attemptView struct {
-	Number   int             `json:"number"`
-	Provider string          `json:"provider"`
-	State    string          `json:"state"`
-	Hedge    bool            `json:"hedge"`
-	Error    json.RawMessage `json:"error"`
-}
-
-type jobView struct {
-	ID          string          `json:"id"`
-	Status      string          `json:"status"`
-	Version     int64           `json:"version"`
-	CompletedBy int             `json:"completed_by"`
-	Result      json.RawMessage `json:"result"`
-	Attempts    []attemptView   `json:"attempts"`
-	Error       json.RawMessage `json:"error"`
-}
-
-// resultProvider is which simulated provider produced the result.
-func (j jobView) resultProvider() string {
-	var r struct {
-		Provider string `json:"provider"`
-	}
-	_ = json.Unmarshal(j.Result, &r)
-	return r.Provider
-}
-
 type script map[string]map[string]any
 
-func (c *client) submit(jobType, key string, s script) jobView {
+func (c *client) submit(jobType, key string, s script) apiclient.Job {
 	c.t.Helper()
 	input := map[string]any{"prompt": "e2e " + key}
 	if s != nil {
@@ -135,21 +107,21 @@ func (c *client) submit(jobType, key string, s script) jobView {
 	if code != http.StatusCreated {
 		c.t.Fatalf("submit %s: %d %s", key, code, body)
 	}
-	var j jobView
+	var j apiclient.Job
 	if err := json.Unmarshal(body, &j); err != nil {
 		c.t.Fatal(err)
 	}
 	return j
 }
 
-func (c *client) attempts(id string) []attemptView {
+func (c *client) attempts(id string) []apiclient.Attempt {
 	c.t.Helper()
 	code, _, body := c.do(http.MethodGet, "/v1/jobs/"+id+"/attempts", "", nil)
 	if code != http.StatusOK {
 		c.t.Fatalf("attempts %s: %d %s", id, code, body)
 	}
 	var out struct {
-		Attempts []attemptView `json:"attempts"`
+		Attempts []apiclient.Attempt `json:"attempts"`
 	}
 	if err := json.Unmarshal(body, &out); err != nil {
 		c.t.Fatal(err)
@@ -157,13 +129,13 @@ func (c *client) attempts(id string) []attemptView {
 	return out.Attempts
 }
 
-func (c *client) get(id string) jobView {
+func (c *client) get(id string) apiclient.Job {
 	c.t.Helper()
 	code, _, body := c.do(http.MethodGet, "/v1/jobs/"+id, "", nil)
 	if code != http.StatusOK {
 		c.t.Fatalf("get %s: %d %s", id, code, body)
 	}
-	var j jobView
+	var j apiclient.Job
 	if err := json.Unmarshal(body, &j); err != nil {
 		c.t.Fatal(err)
 	}
@@ -171,7 +143,7 @@ func (c *client) get(id string) jobView {
 }
 
 // await polls the job until cond holds or the timeout passes.
-func (c *client) await(id string, timeout time.Duration, what string, cond func(jobView) bool) jobView {
+func (c *client) await(id string, timeout time.Duration, what string, cond func(apiclient.Job) bool) apiclient.Job {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -197,16 +169,4 @@ func awaitLogs(t *testing.T, s *stack.Stack, line string, n int, timeout time.Du
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func terminal(j jobView) bool {
-	return j.Status == "succeeded" || j.Status == "failed" || j.Status == "cancelled"
-}
-
-func states(j jobView) string {
-	var parts []string
-	for _, a := range j.Attempts {
-		parts = append(parts, fmt.Sprintf("%d:%s:%s", a.Number, a.Provider, a.State))
-	}
-	return strings.Join(parts, ",")
 }

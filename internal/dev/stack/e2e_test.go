@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/emf"
@@ -30,10 +31,10 @@ func TestHappyPath(t *testing.T) {
 	s := defaultStack(t)
 	c := newClient(t, s, "happy")
 	j := c.submit("demo", "happy-1", nil)
-	j = c.await(j.ID, 15*time.Second, "an outcome", terminal)
+	j = c.await(j.ID, 15*time.Second, "an outcome", apiclient.Job.Terminal)
 	if j.Status != "succeeded" || len(j.Attempts) != 1 || j.Attempts[0].Provider != sim.DemoPrimary ||
-		j.resultProvider() != sim.DemoPrimary || j.CompletedBy != 1 || j.Version != 1 {
-		t.Fatalf("job = %+v (%s)", j, states(j))
+		j.ResultProvider() != sim.DemoPrimary || j.CompletedBy != 1 || j.Version != 1 {
+		t.Fatalf("job = %+v (%s)", j, j.States())
 	}
 	if keys := s.Sim.IdempotencyKeys(sim.DemoPrimary); !slices.Contains(keys, j.ID+"/1") {
 		t.Fatalf("sim-primary never saw idempotency key %s/1", j.ID)
@@ -45,10 +46,10 @@ func TestFallbackAfterProviderError(t *testing.T) {
 	s := defaultStack(t)
 	c := newClient(t, s, "fallback")
 	j := c.submit("demo", "fb-1", script{sim.DemoPrimary: {"outcome": "error"}})
-	j = c.await(j.ID, 20*time.Second, "an outcome", terminal)
-	if j.Status != "succeeded" || states(j) != "1:sim-primary:failed,2:sim-fallback:succeeded" ||
-		j.resultProvider() != sim.DemoFallback || j.CompletedBy != 2 {
-		t.Fatalf("job = %+v (%s)", j, states(j))
+	j = c.await(j.ID, 20*time.Second, "an outcome", apiclient.Job.Terminal)
+	if j.Status != "succeeded" || j.States() != "1:sim-primary:failed,2:sim-fallback:succeeded" ||
+		j.ResultProvider() != sim.DemoFallback || j.CompletedBy != 2 {
+		t.Fatalf("job = %+v (%s)", j, j.States())
 	}
 }
 
@@ -57,9 +58,9 @@ func TestBothProvidersFailFailsWithLastError(t *testing.T) {
 	s := defaultStack(t)
 	c := newClient(t, s, "allfail")
 	j := c.submit("demo", "af-1", script{sim.DemoPrimary: {"outcome": "error"}, sim.DemoFallback: {"outcome": "malformed"}})
-	j = c.await(j.ID, 20*time.Second, "an outcome", terminal)
-	if j.Status != "failed" || states(j) != "1:sim-primary:failed,2:sim-fallback:failed" || len(j.Error) == 0 {
-		t.Fatalf("job = %+v (%s) error=%s", j, states(j), j.Error)
+	j = c.await(j.ID, 20*time.Second, "an outcome", apiclient.Job.Terminal)
+	if j.Status != "failed" || j.States() != "1:sim-primary:failed,2:sim-fallback:failed" || len(j.Error) == 0 {
+		t.Fatalf("job = %+v (%s) error=%s", j, j.States(), j.Error)
 	}
 }
 
@@ -70,16 +71,16 @@ func TestTimeoutBlocksUntilResolved(t *testing.T) {
 	admin := newClient(t, s, "operator", "jobs:admin")
 	// Attempt 1 answers after 9 s, long after its 2 s timeout.
 	j := c.submit("demo", "to-1", script{sim.DemoPrimary: {"outcome": "ok", "latency_ms": 9000}})
-	j = c.await(j.ID, 10*time.Second, "status unknown", func(j jobView) bool { return j.Status == "unknown" })
-	if states(j) != "1:sim-primary:unknown" {
-		t.Fatalf("after timeout: %s", states(j))
+	j = c.await(j.ID, 10*time.Second, "status unknown", func(j apiclient.Job) bool { return j.Status == "unknown" })
+	if j.States() != "1:sim-primary:unknown" {
+		t.Fatalf("after timeout: %s", j.States())
 	}
 	// Blocked: no attempt 2 through three rounds of the execution deciding
 	// again (Run, Hold, Wait), although a fallback exists.
 	blocked := `"msg":"attempt_blocked","job_id":"` + j.ID + `"`
 	awaitLogs(t, s, blocked, 3, 30*time.Second)
 	if got := c.get(j.ID); len(got.Attempts) != 1 || got.Status != "unknown" {
-		t.Fatalf("new attempt while unknown: %s (%s)", got.Status, states(got))
+		t.Fatalf("new attempt while unknown: %s (%s)", got.Status, got.States())
 	}
 	if slices.Contains(s.Sim.IdempotencyKeys(sim.DemoFallback), j.ID+"/2") {
 		t.Fatal("fallback was called while attempt 1 was unknown")
@@ -89,16 +90,16 @@ func TestTimeoutBlocksUntilResolved(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("resolve: %d %s", code, body)
 	}
-	j = c.await(j.ID, 10*time.Second, "an outcome", terminal)
-	if j.Status != "succeeded" || j.CompletedBy != 2 || j.resultProvider() != sim.DemoFallback {
-		t.Fatalf("after resolve: %+v (%s)", j, states(j))
+	j = c.await(j.ID, 10*time.Second, "an outcome", apiclient.Job.Terminal)
+	if j.Status != "succeeded" || j.CompletedBy != 2 || j.ResultProvider() != sim.DemoFallback {
+		t.Fatalf("after resolve: %+v (%s)", j, j.States())
 	}
 	// Attempt 1's late answer arrives at ~9 s and must be discarded.
 	awaitLogs(t, s, `"msg":"late_result_discarded","job_id":"`+j.ID+`","attempt":1`, 1, 30*time.Second)
 	final := c.get(j.ID)
-	if final.Version != j.Version || final.CompletedBy != 2 || final.resultProvider() != sim.DemoFallback ||
-		states(final) != "1:sim-primary:failed,2:sim-fallback:succeeded" {
-		t.Fatalf("late result changed the job: %+v (%s)", final, states(final))
+	if final.Version != j.Version || final.CompletedBy != 2 || final.ResultProvider() != sim.DemoFallback ||
+		final.States() != "1:sim-primary:failed,2:sim-fallback:succeeded" {
+		t.Fatalf("late result changed the job: %+v (%s)", final, final.States())
 	}
 }
 
@@ -107,10 +108,10 @@ func TestLateResultClearsUnknownWhenAlone(t *testing.T) {
 	s := defaultStack(t)
 	c := newClient(t, s, "late")
 	j := c.submit("demo", "late-1", script{sim.DemoPrimary: {"outcome": "ok", "latency_ms": 3500}})
-	c.await(j.ID, 10*time.Second, "status unknown", func(j jobView) bool { return j.Status == "unknown" })
-	j = c.await(j.ID, 15*time.Second, "an outcome", terminal)
-	if j.Status != "succeeded" || states(j) != "1:sim-primary:succeeded" || j.resultProvider() != sim.DemoPrimary {
-		t.Fatalf("job = %+v (%s)", j, states(j))
+	c.await(j.ID, 10*time.Second, "status unknown", func(j apiclient.Job) bool { return j.Status == "unknown" })
+	j = c.await(j.ID, 15*time.Second, "an outcome", apiclient.Job.Terminal)
+	if j.Status != "succeeded" || j.States() != "1:sim-primary:succeeded" || j.ResultProvider() != sim.DemoPrimary {
+		t.Fatalf("job = %+v (%s)", j, j.States())
 	}
 }
 
@@ -122,12 +123,12 @@ func TestHedgeReverseOrderFinish(t *testing.T) {
 		sim.DemoPrimary:  {"outcome": "ok", "latency_ms": 1500},
 		sim.DemoFallback: {"outcome": "ok", "latency_ms": 100},
 	})
-	j = c.await(j.ID, 15*time.Second, "both attempts closed", func(j jobView) bool {
-		return terminal(j) && len(j.Attempts) == 2 && j.Attempts[0].State != "running"
+	j = c.await(j.ID, 15*time.Second, "both attempts closed", func(j apiclient.Job) bool {
+		return j.Terminal() && len(j.Attempts) == 2 && j.Attempts[0].State != "running"
 	})
-	if j.Status != "succeeded" || states(j) != "1:sim-primary:discarded,2:sim-fallback:succeeded" ||
-		j.CompletedBy != 2 || j.resultProvider() != sim.DemoFallback || j.Version != 1 {
-		t.Fatalf("job = %+v (%s)", j, states(j))
+	if j.Status != "succeeded" || j.States() != "1:sim-primary:discarded,2:sim-fallback:succeeded" ||
+		j.CompletedBy != 2 || j.ResultProvider() != sim.DemoFallback || j.Version != 1 {
+		t.Fatalf("job = %+v (%s)", j, j.States())
 	}
 	if atts := c.attempts(j.ID); len(atts) != 2 || atts[0].Hedge || !atts[1].Hedge {
 		t.Fatalf("attempts = %+v, want attempt 2 to be the hedge", atts)
@@ -159,8 +160,8 @@ func TestDuplicateDeliverySameEndStates(t *testing.T) {
 			t.Parallel()
 			c := &client{t: t, api: c.api}
 			j := c.submit(tc.jobType, "dup-"+tc.name, tc.script)
-			j = c.await(j.ID, 30*time.Second, "settled", func(j jobView) bool {
-				return terminal(j) && states(j) == tc.want
+			j = c.await(j.ID, 30*time.Second, "settled", func(j apiclient.Job) bool {
+				return j.Terminal() && j.States() == tc.want
 			})
 			if j.Version != 1 {
 				t.Fatalf("version %d, want 1", j.Version)
@@ -207,7 +208,7 @@ func TestFiftyRandomJobs(t *testing.T) {
 				sim.DemoFallback: {"outcome": p.backup, "latency_ms": rng32(p.key+"b") % 200},
 			})
 			want, wantStates := expect(p.primary, p.backup)
-			j = cc.await(j.ID, 30*time.Second, want, func(j jobView) bool { return j.Status == want && states(j) == wantStates })
+			j = cc.await(j.ID, 30*time.Second, want, func(j apiclient.Job) bool { return j.Status == want && j.States() == wantStates })
 			winners := 0
 			for _, a := range j.Attempts {
 				if a.State == "succeeded" {
@@ -275,7 +276,7 @@ func TestObservability(t *testing.T) {
 		sim.DemoPrimary:  {"outcome": "error", "latency_ms": 10},
 		sim.DemoFallback: {"outcome": "ok", "latency_ms": 10},
 	})
-	c.await(j.ID, 20*time.Second, "an outcome", terminal)
+	c.await(j.ID, 20*time.Second, "an outcome", apiclient.Job.Terminal)
 	lines := 0
 	for _, line := range strings.Split(logsOf(s), "\n") {
 		if !strings.Contains(line, `"msg":"attempt_`) && !strings.Contains(line, `"msg":"race_lost"`) &&
@@ -307,9 +308,9 @@ func TestOversizedResultFallsBack(t *testing.T) {
 	c := newClient(t, s, "oversized")
 	ops := newClient(t, s, "oversized-operator", "jobs:admin")
 	j := c.submit("demo", "big-1", script{sim.DemoPrimary: {"outcome": sim.OutcomeOversized}})
-	j = c.await(j.ID, 30*time.Second, "an outcome", terminal)
-	if j.Status != "succeeded" || states(j) != "1:sim-primary:failed,2:sim-fallback:succeeded" || j.resultProvider() != sim.DemoFallback {
-		t.Fatalf("job = %+v (%s)", j, states(j))
+	j = c.await(j.ID, 30*time.Second, "an outcome", apiclient.Job.Terminal)
+	if j.Status != "succeeded" || j.States() != "1:sim-primary:failed,2:sim-fallback:succeeded" || j.ResultProvider() != sim.DemoFallback {
+		t.Fatalf("job = %+v (%s)", j, j.States())
 	}
 	a := ops.attempts(j.ID)[0]
 	if !strings.Contains(string(a.Error), `"class":"contract_violation"`) || !strings.Contains(string(a.Error), "too large to store") {

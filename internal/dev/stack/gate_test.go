@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
 )
@@ -20,9 +21,9 @@ func TestFailoverNeedsCertification(t *testing.T) {
 	failing := script{sim.DemoPrimary: {"outcome": "error"}}
 
 	before := c.submit("demo", "gate-before", failing)
-	before = c.await(before.ID, 20*time.Second, "an outcome", terminal)
-	if before.Status != "failed" || states(before) != "1:sim-primary:failed" || !strings.Contains(string(before.Error), `"class":"uncertified"`) {
-		t.Fatalf("uncertified fallback: %+v (%s) error=%s", before, states(before), before.Error)
+	before = c.await(before.ID, 20*time.Second, "an outcome", apiclient.Job.Terminal)
+	if before.Status != "failed" || before.States() != "1:sim-primary:failed" || !strings.Contains(string(before.Error), `"class":"uncertified"`) {
+		t.Fatalf("uncertified fallback: %+v (%s) error=%s", before, before.States(), before.Error)
 	}
 	// The detail, which names the provider, is an operator's to read.
 	ops := newClient(t, s, "gate-operator", "jobs:admin")
@@ -39,16 +40,16 @@ func TestFailoverNeedsCertification(t *testing.T) {
 		t.Fatalf("certify: %v", err)
 	}
 	after := c.submit("demo", "gate-after", failing)
-	after = c.await(after.ID, 20*time.Second, "an outcome", terminal)
-	if after.Status != "succeeded" || states(after) != "1:sim-primary:failed,2:sim-fallback:succeeded" ||
-		after.resultProvider() != sim.DemoFallback {
-		t.Fatalf("after certification: %+v (%s)", after, states(after))
+	after = c.await(after.ID, 20*time.Second, "an outcome", apiclient.Job.Terminal)
+	if after.Status != "succeeded" || after.States() != "1:sim-primary:failed,2:sim-fallback:succeeded" ||
+		after.ResultProvider() != sim.DemoFallback {
+		t.Fatalf("after certification: %+v (%s)", after, after.States())
 	}
 	// demo-hedge shares demo's contract but is its own job type: its
 	// certification is separate and still missing.
 	hedge := c.submit("demo-hedge", "gate-hedge", failing)
-	hedge = c.await(hedge.ID, 20*time.Second, "an outcome", terminal)
+	hedge = c.await(hedge.ID, 20*time.Second, "an outcome", apiclient.Job.Terminal)
 	if hedge.Status != "failed" {
-		t.Fatalf("demo-hedge failed over without its own certification: %s", states(hedge))
+		t.Fatalf("demo-hedge failed over without its own certification: %s", hedge.States())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
@@ -17,7 +18,7 @@ type heldGet struct {
 	status  int
 	etag    string
 	applied string
-	body    jobView
+	body    apiclient.Job
 	updated time.Time
 	took    time.Duration
 	at      time.Time
@@ -50,13 +51,13 @@ func getJob(t *testing.T, s *stack.Stack, token, id, etag, prefer string) heldGe
 		took: time.Since(start), at: time.Now()}
 	if g.status == http.StatusOK {
 		var raw struct {
-			jobView
+			apiclient.Job
 			UpdatedAt time.Time `json:"updated_at"`
 		}
 		if err := json.Unmarshal(b, &raw); err != nil {
 			t.Fatal(err)
 		}
-		g.body, g.updated = raw.jobView, raw.UpdatedAt
+		g.body, g.updated = raw.Job, raw.UpdatedAt
 	}
 	return g
 }
@@ -91,7 +92,7 @@ func TestWaitForChanges(t *testing.T) {
 			t.Fatalf("If-None-Match with the current tag: %d", again.status)
 		}
 		woken := 0 // held requests answered by a change before their wait ran out
-		for i := 0; !terminal(g.body); i++ {
+		for i := 0; !g.body.Terminal(); i++ {
 			prev, body := g.etag, g.body
 			prefer := "wait=5"
 			if i == 0 {
@@ -116,20 +117,20 @@ func TestWaitForChanges(t *testing.T) {
 			}
 			// The change was written at updated_at; the answer arrived at g.at.
 			t.Logf("change: status %s (%s) answered %v after it was written, request held %v",
-				g.body.Status, states(g.body), g.at.Sub(g.updated).Round(time.Millisecond), g.took.Round(time.Millisecond))
+				g.body.Status, g.body.States(), g.at.Sub(g.updated).Round(time.Millisecond), g.took.Round(time.Millisecond))
 			if i > 20 {
 				t.Fatalf("still %s after %d held requests", g.body.Status, i)
 			}
 		}
 		if g.body.Status != "succeeded" || woken == 0 {
-			t.Fatalf("job ended %s (%s); %d held requests woken by a change", g.body.Status, states(g.body), woken)
+			t.Fatalf("job ended %s (%s); %d held requests woken by a change", g.body.Status, g.body.States(), woken)
 		}
 	})
 
 	t.Run("HoldsAnUnchangedJobForTheWholeWait", func(t *testing.T) {
 		t.Parallel()
 		j := c.submit("demo", "wait-done", nil)
-		j = c.await(j.ID, 15*time.Second, "an outcome", terminal)
+		j = c.await(j.ID, 15*time.Second, "an outcome", apiclient.Job.Terminal)
 		g := getJob(t, s, token, j.ID, "", "")
 		held := getJob(t, s, token, j.ID, g.etag, "wait=5")
 		if held.status != http.StatusNotModified || held.applied != "wait=5" || held.etag != g.etag {

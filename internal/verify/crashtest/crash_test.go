@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
@@ -278,7 +279,7 @@ func TestCrashRecovery(t *testing.T) {
 	// timed out before any worker claimed it), resolve it as failed.
 	resolved := map[attemptKey]string{} // → provider
 	unknownSince := map[attemptKey]time.Time{}
-	var final map[string]jobView
+	var final map[string]apiclient.Job
 	var settledAt time.Time
 	for {
 		final, err = user.getAll(ctx, ids)
@@ -288,7 +289,7 @@ func TestCrashRecovery(t *testing.T) {
 		pending := 0
 		for _, id := range ids {
 			j := final[id]
-			if j.settled() {
+			if j.Settled() {
 				continue
 			}
 			for _, a := range j.Attempts {
@@ -384,13 +385,13 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		for p, n := range providers {
 			if n > 1 {
-				t.Errorf("job %s has %d attempts on %s: %s", id, n, p, j.states())
+				t.Errorf("job %s has %d attempts on %s: %s", id, n, p, j.States())
 			}
 		}
 		if winners > 1 {
-			t.Errorf("job %s has %d winning attempts: %s", id, winners, j.states())
+			t.Errorf("job %s has %d winning attempts: %s", id, winners, j.States())
 		}
-		if !j.settled() {
+		if !j.Settled() {
 			stranded = append(stranded, id) // only the dynalite artifact gets here
 			continue
 		}
@@ -412,9 +413,9 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		switch {
 		case wantStatus == "failed" && j.Status != "failed":
-			t.Errorf("job %s (%s): %s (%s), want failed: every provider failed or was resolved failed", id, p.key, j.Status, j.states())
-		case wantStatus == "succeeded" && (j.Status != "succeeded" || j.resultProvider() != want || j.CompletedBy == 0):
-			t.Errorf("job %s (%s): %s by %q (%s), want succeeded by %s", id, p.key, j.Status, j.resultProvider(), j.states(), want)
+			t.Errorf("job %s (%s): %s (%s), want failed: every provider failed or was resolved failed", id, p.key, j.Status, j.States())
+		case wantStatus == "succeeded" && (j.Status != "succeeded" || j.ResultProvider() != want || j.CompletedBy == 0):
+			t.Errorf("job %s (%s): %s by %q (%s), want succeeded by %s", id, p.key, j.Status, j.ResultProvider(), j.States(), want)
 		}
 	}
 
@@ -438,7 +439,7 @@ func TestCrashRecovery(t *testing.T) {
 			continue
 		}
 		if overdue[k] == 0 {
-			t.Errorf("attempt %s, running at the crash, was never declared overdue: %s", k, final[k.job].states())
+			t.Errorf("attempt %s, running at the crash, was never declared overdue: %s", k, final[k.job].States())
 			continue
 		}
 		overdueAtCrash++
@@ -448,12 +449,12 @@ func TestCrashRecovery(t *testing.T) {
 	for _, id := range stranded {
 		if !disk.notSweepable[id] || restartedExec[id] != 0 {
 			t.Errorf("job %s did not settle: %s (%s); missing from by_open at the crash: %v, executions restarted: %d",
-				id, final[id].Status, final[id].states(), disk.notSweepable[id], restartedExec[id])
+				id, final[id].Status, final[id].States(), disk.notSweepable[id], restartedExec[id])
 		}
 	}
 	if len(stranded) > 0 {
 		t.Logf("dynalite artifact: %d jobs stay %s, lost from by_open in the crash and so never swept (e.g. %s: %s)",
-			len(stranded), final[stranded[0]].Status, stranded[0], final[stranded[0]].states())
+			len(stranded), final[stranded[0]].Status, stranded[0], final[stranded[0]].States())
 	}
 
 	// Exactly one job per key: the owner's list names the 200 IDs and no
@@ -563,8 +564,8 @@ func crashSnapshot(ctx context.Context, t *testing.T, root, data string, ids []s
 
 // blockedOnCrash: the job is open and its only open attempt is one that was
 // running when the process died.
-func blockedOnCrash(j jobView, runningAtCrash map[attemptKey]bool) bool {
-	if j.terminal() {
+func blockedOnCrash(j apiclient.Job, runningAtCrash map[attemptKey]bool) bool {
+	if j.Terminal() {
 		return false
 	}
 	open := 0
@@ -597,11 +598,11 @@ func keyOf(jobs []plan, id string) string {
 	return ""
 }
 
-func unsettled(final map[string]jobView, ids []string) []string {
+func unsettled(final map[string]apiclient.Job, ids []string) []string {
 	var out []string
 	for _, id := range ids {
-		if j := final[id]; !j.settled() {
-			out = append(out, id+"="+j.Status+"["+j.states()+"]")
+		if j := final[id]; !j.Settled() {
+			out = append(out, id+"="+j.Status+"["+j.States()+"]")
 		}
 	}
 	return out
@@ -635,8 +636,8 @@ func listAll(ctx context.Context, t *testing.T, c *client) map[string]int {
 			t.Fatalf("list: %d %v %s", code, err, body)
 		}
 		var page struct {
-			Jobs       []jobView `json:"jobs"`
-			NextCursor string    `json:"next_cursor"`
+			Jobs       []apiclient.Job `json:"jobs"`
+			NextCursor string          `json:"next_cursor"`
 		}
 		if err := json.Unmarshal(body, &page); err != nil {
 			t.Fatal(err)

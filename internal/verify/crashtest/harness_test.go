@@ -2,7 +2,6 @@ package crashtest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,72 +107,22 @@ func (c *client) waitReady(ctx context.Context, in *instance) error {
 	}
 }
 
-type attemptView struct {
-	Number   int    `json:"number"`
-	Provider string `json:"provider"`
-	State    string `json:"state"`
-}
-
-type jobView struct {
-	ID          string          `json:"id"`
-	Status      string          `json:"status"`
-	CompletedBy int             `json:"completed_by"`
-	Result      json.RawMessage `json:"result"`
-	Attempts    []attemptView   `json:"attempts"`
-}
-
-func (j jobView) terminal() bool {
-	return j.Status == "succeeded" || j.Status == "failed" || j.Status == "cancelled"
-}
-
-// settled means terminal with no attempt still open.
-func (j jobView) settled() bool {
-	if !j.terminal() {
-		return false
-	}
-	for _, a := range j.Attempts {
-		if a.State == "starting" || a.State == "running" || a.State == "unknown" {
-			return false
-		}
-	}
-	return true
-}
-
-func (j jobView) resultProvider() string {
-	var r struct {
-		Provider string `json:"provider"`
-	}
-	_ = json.Unmarshal(j.Result, &r)
-	return r.Provider
-}
-
-func (j jobView) states() string {
-	var b bytes.Buffer
-	for i, a := range j.Attempts {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%d:%s:%s", a.Number, a.Provider, a.State)
-	}
-	return b.String()
-}
-
-func (c *client) get(ctx context.Context, id string) (jobView, error) {
+func (c *client) get(ctx context.Context, id string) (apiclient.Job, error) {
 	code, body, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+id, "", nil)
 	if err != nil {
-		return jobView{}, err
+		return apiclient.Job{}, err
 	}
 	if code != http.StatusOK {
-		return jobView{}, fmt.Errorf("GET %s: %d %s", id, code, body)
+		return apiclient.Job{}, fmt.Errorf("GET %s: %d %s", id, code, body)
 	}
-	var j jobView
+	var j apiclient.Job
 	err = json.Unmarshal(body, &j)
 	return j, err
 }
 
 // getAll reads many jobs with bounded concurrency.
-func (c *client) getAll(ctx context.Context, ids []string) (map[string]jobView, error) {
-	out := make(map[string]jobView, len(ids))
+func (c *client) getAll(ctx context.Context, ids []string) (map[string]apiclient.Job, error) {
+	out := make(map[string]apiclient.Job, len(ids))
 	var mu sync.Mutex
 	var errs []error
 	sem := make(chan struct{}, 8)

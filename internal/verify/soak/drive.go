@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -82,48 +81,6 @@ func (k kind) expect() (status, states, provider string) {
 	return "succeeded", "1:sim-primary:failed,2:sim-fallback:succeeded", sim.DemoFallback
 }
 
-type attemptView struct {
-	Number   int    `json:"number"`
-	Provider string `json:"provider"`
-	State    string `json:"state"`
-}
-
-type jobView struct {
-	ID          string          `json:"id"`
-	Status      string          `json:"status"`
-	CompletedBy int             `json:"completed_by"`
-	Result      json.RawMessage `json:"result"`
-	Attempts    []attemptView   `json:"attempts"`
-}
-
-func (j jobView) settled() bool {
-	if j.Status != "succeeded" && j.Status != "failed" && j.Status != "cancelled" {
-		return false
-	}
-	for _, a := range j.Attempts {
-		if a.State == "starting" || a.State == "running" || a.State == "unknown" {
-			return false
-		}
-	}
-	return true
-}
-
-func (j jobView) states() string {
-	parts := make([]string, 0, len(j.Attempts))
-	for _, a := range j.Attempts {
-		parts = append(parts, fmt.Sprintf("%d:%s:%s", a.Number, a.Provider, a.State))
-	}
-	return strings.Join(parts, ",")
-}
-
-func (j jobView) resultProvider() string {
-	var r struct {
-		Provider string `json:"provider"`
-	}
-	_ = json.Unmarshal(j.Result, &r)
-	return r.Provider
-}
-
 // client is one owner of the drill.
 type client struct{ api *apiclient.Client }
 
@@ -143,28 +100,28 @@ func (c *client) create(ctx context.Context, p plan) (id string, status int, rep
 	if code != http.StatusCreated && code != http.StatusOK {
 		return "", code, false, fmt.Errorf("%d %s", code, truncate(body))
 	}
-	var j jobView
+	var j apiclient.Job
 	if err := json.Unmarshal(body, &j); err != nil {
 		return "", code, false, err
 	}
 	return j.ID, code, header.Get("Idempotent-Replayed") == "true", nil
 }
 
-func (c *client) get(ctx context.Context, id string) (jobView, error) {
+func (c *client) get(ctx context.Context, id string) (apiclient.Job, error) {
 	code, _, body, err := c.api.Do(ctx, http.MethodGet, "/v1/jobs/"+id, "", nil)
 	if err != nil {
-		return jobView{}, err
+		return apiclient.Job{}, err
 	}
 	if code != http.StatusOK {
-		return jobView{}, fmt.Errorf("GET %s: %d %s", id, code, truncate(body))
+		return apiclient.Job{}, fmt.Errorf("GET %s: %d %s", id, code, truncate(body))
 	}
-	var j jobView
+	var j apiclient.Job
 	return j, json.Unmarshal(body, &j)
 }
 
 // list reads every job of the client's owner.
-func (c *client) list(ctx context.Context) ([]jobView, error) {
-	var all []jobView
+func (c *client) list(ctx context.Context) ([]apiclient.Job, error) {
+	var all []apiclient.Job
 	cursor := ""
 	for {
 		path := "/v1/jobs?limit=100"
@@ -179,8 +136,8 @@ func (c *client) list(ctx context.Context) ([]jobView, error) {
 			return nil, fmt.Errorf("list: %d %s", code, truncate(body))
 		}
 		var page struct {
-			Jobs       []jobView `json:"jobs"`
-			NextCursor string    `json:"next_cursor"`
+			Jobs       []apiclient.Job `json:"jobs"`
+			NextCursor string          `json:"next_cursor"`
 		}
 		if err := json.Unmarshal(body, &page); err != nil {
 			return nil, err
@@ -488,12 +445,12 @@ func resolveWhenUnknown(ctx context.Context, owner, admin *client, id string) er
 		if j.Status == "unknown" {
 			return admin.resolveFailed(ctx, id, 1)
 		}
-		if j.settled() {
-			return fmt.Errorf("settled without becoming unknown: %s (%s)", j.Status, j.states())
+		if j.Settled() {
+			return fmt.Errorf("settled without becoming unknown: %s (%s)", j.Status, j.States())
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("never unknown: %w (last %s, %s)", ctx.Err(), j.Status, j.states())
+			return fmt.Errorf("never unknown: %w (last %s, %s)", ctx.Err(), j.Status, j.States())
 		case <-t.C:
 		}
 	}
@@ -515,7 +472,7 @@ func verifyBatch(ctx context.Context, user *client, ids map[string]plan, patienc
 		var open []string
 		for _, j := range jobs {
 			seen[j.ID]++
-			if _, ok := ids[j.ID]; ok && !j.settled() {
+			if _, ok := ids[j.ID]; ok && !j.Settled() {
 				open = append(open, j.ID)
 			}
 		}
@@ -530,7 +487,7 @@ func verifyBatch(ctx context.Context, user *client, ids map[string]plan, patienc
 	}
 }
 
-func judge(jobs []jobView, seen map[string]int, ids map[string]plan, open []string) []string {
+func judge(jobs []apiclient.Job, seen map[string]int, ids map[string]plan, open []string) []string {
 	var out []string
 	for _, id := range open {
 		out = append(out, fmt.Sprintf("job %s (%s) left open", id, ids[id].key))
@@ -555,9 +512,9 @@ func judge(jobs []jobView, seen map[string]int, ids map[string]plan, open []stri
 			continue
 		}
 		status, states, provider := p.kind.expect()
-		if j.Status != status || j.states() != states || j.resultProvider() != provider {
+		if j.Status != status || j.States() != states || j.ResultProvider() != provider {
 			out = append(out, fmt.Sprintf("job %s (%s, %s): %s %s from %q, want %s %s from %q",
-				j.ID, p.key, p.kind, j.Status, j.states(), j.resultProvider(), status, states, provider))
+				j.ID, p.key, p.kind, j.Status, j.States(), j.ResultProvider(), status, states, provider))
 		}
 	}
 	slices.Sort(out)
