@@ -2,11 +2,7 @@ package jobtype_test
 
 import (
 	"context"
-	"io/fs"
-	"os"
-	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/onejob/onejob/internal/dev/memstore"
@@ -21,31 +17,8 @@ import (
 // schema changed (a new optional field), as an edit of demo.json would.
 func withOutputSchemaChange(t *testing.T) *jobtype.Catalog {
 	t.Helper()
-	src := os.DirFS(".")
-	m := fstest.MapFS{}
-	err := fs.WalkDir(src, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
-			return err
-		}
-		b, err := fs.ReadFile(src, path)
-		if err != nil {
-			return err
-		}
-		if path == "types/demo.json" {
-			b = []byte(strings.Replace(string(b), `"provider": {"type": "string", "minLength": 1}`,
-				`"provider": {"type": "string", "minLength": 1}, "language": {"type": "string"}`, 1))
-		}
-		m[path] = &fstest.MapFile{Data: b}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := jobtype.LoadFS(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cat
+	return withDemoEdit(t, `"provider": {"type": "string", "minLength": 1}`,
+		`"provider": {"type": "string", "minLength": 1}, "language": {"type": "string"}`)
 }
 
 func TestSchemaChangeVoidsCertification(t *testing.T) {

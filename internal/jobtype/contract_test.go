@@ -330,6 +330,15 @@ func TestRunContractDemoModes(t *testing.T) {
 // replaced.
 func withDemoTemplate(t *testing.T, tmpl string) *jobtype.Type {
 	t.Helper()
+	ty, _ := withDemoEdit(t, `"prompt_template": "{{.prompt}}"`, `"prompt_template": `+strconv.Quote(tmpl)).Get("demo")
+	return ty
+}
+
+// withDemoEdit loads the embedded job types with one text of
+// types/demo.json replaced, as an edit of the file would; the text must be
+// there.
+func withDemoEdit(t *testing.T, old, replacement string) *jobtype.Catalog {
+	t.Helper()
 	src := os.DirFS(".")
 	m := fstest.MapFS{}
 	err := fs.WalkDir(src, ".", func(path string, d fs.DirEntry, err error) error {
@@ -341,7 +350,10 @@ func withDemoTemplate(t *testing.T, tmpl string) *jobtype.Type {
 			return err
 		}
 		if path == "types/demo.json" {
-			b = []byte(strings.Replace(string(b), `"prompt_template": "{{.prompt}}"`, `"prompt_template": `+strconv.Quote(tmpl), 1))
+			if !strings.Contains(string(b), old) {
+				return fmt.Errorf("%s does not contain %s", path, old)
+			}
+			b = []byte(strings.Replace(string(b), old, replacement, 1))
 		}
 		m[path] = &fstest.MapFile{Data: b}
 		return nil
@@ -349,8 +361,7 @@ func withDemoTemplate(t *testing.T, tmpl string) *jobtype.Type {
 	must(t, err)
 	cat, err := jobtype.LoadFS(m)
 	must(t, err)
-	ty, _ := cat.Get("demo")
-	return ty
+	return cat
 }
 
 // TestRunContractRefusesTemplateLeftovers: a case must render with no
