@@ -13,10 +13,11 @@ const { setImmediate: nextTurn } = require('node:timers/promises');
 const gcPath = '/control/gc';
 
 /**
- * Runs settle (if given: a server's own background work to finish first,
- * such as dynalite's LevelDB compaction), then a full collection twice, a turn of the event loop apart (the first
- * one's freed pages are returned to the system by its concurrent sweep),
- * and returns the process's memory afterwards.
+ * Runs settle (if given: background work of the server's own to finish
+ * first, such as dynalite's LevelDB compaction), then a full collection
+ * twice, a turn of the event loop apart (the first one's freed pages are
+ * returned to the system by its concurrent sweep), and returns the
+ * process's memory afterwards.
  */
 async function collectGarbage(settle) {
   if (typeof globalThis.gc !== 'function') {
@@ -50,4 +51,4 @@ function reply(res, status, body) {
   res.end(payload);
 }
 
-module.exports = { gcPath, serveGC };
+module.exports = { serveGC };

@@ -244,12 +244,10 @@ type NodeMemory struct {
 }
 
 // CollectGarbage asks a local node server (dynalite, the Step Functions
-// server; internal/dev/nodegc) for a full collection, POST
-// endpoint/control/gc, and returns its memory afterwards. Without it a
-// node server's RSS swings by a third between two readings with nothing
-// retained; a leak is reachable and survives it. The request has a
-// connection of its own, closed afterwards, so descriptor counts taken
-// next do not see it.
+// server) for a full collection, POST endpoint/control/gc (why:
+// internal/dev/nodegc/gc.cjs), and returns its memory afterwards. The
+// request has a connection of its own, closed afterwards, so descriptor
+// counts taken next do not see it.
 func CollectGarbage(ctx context.Context, endpoint string) (NodeMemory, error) {
 	var mem NodeMemory
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint+"/control/gc", nil)
