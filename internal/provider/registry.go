@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/onejob/onejob/internal/job"
 )
@@ -74,6 +75,48 @@ type ProviderConfig struct {
 	// model's tokens with (o200k_base, cl100k_base); unset, it follows the
 	// model name.
 	Encoding string `json:"encoding,omitempty"`
+
+	// Health and settlement (every kind; see Limits for the defaults).
+
+	// SlowCallAfter is how long a call to this provider normally takes at
+	// most ("30s"): a call still running past it counts as slow against the
+	// provider's health. It is the provider's own bound, never a job
+	// type's timeout, so a type with a short timeout cannot open the
+	// provider for every other type.
+	SlowCallAfter string `json:"slow_call_after,omitempty"`
+	// MaxProcessingTime is the longest the provider may work on one request
+	// ("10m"): past it, a lookup that finds nothing proves the request
+	// produced nothing, and a type that opts in may settle an attempt the
+	// provider cannot be asked about.
+	MaxProcessingTime string `json:"max_processing_time,omitempty"`
+	// MaxConcurrent caps the attempts holding the provider at once (running
+	// past SlowCallAfter, or unknown): past it, new attempts skip it.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// Breaker tunes the provider's circuit breaker; unset fields keep the
+	// defaults.
+	Breaker *BreakerConfig `json:"breaker,omitempty"`
+	// Lookup (openai only, opt-in) sends store: true and metadata
+	// {"onejob_attempt": "<job_id>/<attempt>"} with every call, so that an
+	// attempt whose answer was lost can be found again
+	// (GET /chat/completions?metadata[onejob_attempt]=…). OpenAI then keeps
+	// the prompt and the completion (stored completions).
+	Lookup bool `json:"lookup,omitempty"`
+}
+
+// BreakerConfig tunes one provider's circuit breaker (durations as Go
+// durations: "30s", "10m").
+type BreakerConfig struct {
+	// Failures within Window open the breaker.
+	Failures int    `json:"failures,omitempty"`
+	Window   string `json:"window,omitempty"`
+	// Cooldown is the first open period; each re-trip doubles it, up to
+	// MaxCooldown.
+	Cooldown    string `json:"cooldown,omitempty"`
+	MaxCooldown string `json:"max_cooldown,omitempty"`
+	// Probes is how many attempts a half-open breaker lets through, and
+	// HalfOpenMax how long it may stay half-open before it opens again.
+	Probes      int    `json:"probes,omitempty"`
+	HalfOpenMax string `json:"half_open_max,omitempty"`
 }
 
 // Encodings are the tiktoken encodings a providers.json may name.
@@ -145,6 +188,13 @@ func (p ProviderConfig) kindProblems(where string) []string {
 	only("max_request_bytes", p.MaxRequestBytes != 0, KindWebhook)
 	only("context_window", p.ContextWindow != 0, KindOpenAI, KindAnthropic, KindBedrock)
 	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindAnthropic, KindBedrock)
+	only("lookup", p.Lookup, KindOpenAI)
+	if p.MaxConcurrent < 0 {
+		problems = append(problems, where+": max_concurrent must not be negative")
+	}
+	if _, err := p.Limits(); err != nil {
+		problems = append(problems, where+": "+err.Error())
+	}
 	if p.Encoding != "" && !slices.Contains(Encodings, p.Encoding) {
 		problems = append(problems, fmt.Sprintf("%s: encoding %q must be one of %s", where, p.Encoding, strings.Join(Encodings, ", ")))
 	}
@@ -185,8 +235,9 @@ type Factory func(ctx context.Context, pc ProviderConfig, credential Secret) (Pr
 
 // Registry maps provider names to providers. It is immutable once built.
 type Registry struct {
-	byName map[string]Provider
-	names  []string
+	byName  map[string]Provider
+	names   []string
+	configs map[string]ProviderConfig
 }
 
 // NewRegistry validates cfg, resolves credentials through secrets and builds
@@ -197,6 +248,7 @@ func NewRegistry(ctx context.Context, cfg Config, secrets SecretSource, factorie
 		return nil, err
 	}
 	ps := make([]Provider, 0, len(cfg.Providers))
+	configs := make(map[string]ProviderConfig, len(cfg.Providers))
 	var problems []string
 	for _, pc := range cfg.Providers {
 		factory, ok := factories[pc.Kind]
@@ -224,11 +276,17 @@ func NewRegistry(ctx context.Context, cfg Config, secrets SecretSource, factorie
 			continue
 		}
 		ps = append(ps, p)
+		configs[pc.Name] = pc
 	}
 	if len(problems) > 0 {
 		return nil, &ConfigError{Problems: problems}
 	}
-	return RegistryOf(ps...)
+	r, err := RegistryOf(ps...)
+	if err != nil {
+		return nil, err
+	}
+	r.configs = configs
+	return r, nil
 }
 
 // RegistryOf builds a registry from ready providers (wiring, tests).
@@ -272,4 +330,65 @@ func (r *Registry) Resolve(names []string) ([]Provider, error) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownProvider, strings.Join(missing, ", "))
 	}
 	return out, nil
+}
+
+// Default health and settlement limits of a provider that declares none.
+const (
+	DefaultSlowCallAfter     = 30 * time.Second
+	DefaultMaxProcessingTime = 10 * time.Minute
+	DefaultMaxConcurrent     = 64
+)
+
+// Limits is the provider's health policy: its declared limits and breaker
+// settings, the defaults (job.DefaultBreaker) filling what it leaves unset.
+func (p ProviderConfig) Limits() (job.HealthPolicy, error) {
+	pol := job.DefaultHealthPolicy()
+	var problems []string
+	dur := func(field, v string, into *time.Duration) {
+		if v == "" {
+			return
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			problems = append(problems, fmt.Sprintf("%s %q must be a positive duration such as 30s", field, v))
+			return
+		}
+		*into = d
+	}
+	dur("slow_call_after", p.SlowCallAfter, &pol.SlowCallAfter)
+	dur("max_processing_time", p.MaxProcessingTime, &pol.MaxProcessingTime)
+	if p.MaxConcurrent > 0 {
+		pol.MaxConcurrent = p.MaxConcurrent
+	}
+	if b := p.Breaker; b != nil {
+		if b.Failures < 0 || b.Probes < 0 {
+			problems = append(problems, "breaker failures and probes must not be negative")
+		}
+		if b.Failures > 0 {
+			pol.Breaker.Failures = b.Failures
+		}
+		if b.Probes > 0 {
+			pol.Breaker.Probes = b.Probes
+		}
+		dur("breaker.window", b.Window, &pol.Breaker.Window)
+		dur("breaker.cooldown", b.Cooldown, &pol.Breaker.Cooldown)
+		dur("breaker.max_cooldown", b.MaxCooldown, &pol.Breaker.MaxCooldown)
+		dur("breaker.half_open_max", b.HalfOpenMax, &pol.Breaker.HalfOpenMax)
+	}
+	if len(problems) == 0 {
+		if err := pol.Validate(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return job.HealthPolicy{}, errors.New(strings.Join(problems, "; "))
+	}
+	return pol, nil
+}
+
+// Configured is a registry entry's configuration, for the rules that need
+// more than the adapter: its health policy.
+func (r *Registry) Configured(name string) (ProviderConfig, bool) {
+	c, ok := r.configs[name]
+	return c, ok
 }

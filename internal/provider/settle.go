@@ -1,0 +1,64 @@
+package provider
+
+import (
+	"context"
+)
+
+// Settling an attempt whose outcome is unknown (its call timed out after it
+// was sent) means asking the provider about the same attempt again, with
+// the strongest evidence its API offers, and never starting a new attempt
+// meanwhile. An adapter whose API offers some way implements Settler; one
+// whose API offers none (Anthropic Messages, Bedrock Converse) does not, and
+// its unknown attempts wait for the job type's deadline rule or an operator.
+// What the evidence means for the job (complete, fail, keep waiting) is
+// decided in package job (job.DecideSettle); adapters only report it.
+
+// Evidence is what a provider said when asked again about an attempt.
+type Evidence string
+
+// Kinds of evidence.
+const (
+	// EvidenceAnswered: the provider gave the attempt's own answer again: a
+	// webhook answering a repeat of the attempt's Idempotency-Key with its
+	// first answer, or a stored completion found by the attempt's metadata.
+	// Settlement.Response carries it.
+	EvidenceAnswered Evidence = "answered"
+	// EvidenceInProgress: the provider is still working on the attempt (a
+	// webhook's 409 for a key whose first request is in flight).
+	EvidenceInProgress Evidence = "in_progress"
+	// EvidenceAbsent: the provider's lookup has no trace of the attempt.
+	// Whether that proves nothing happened depends on how long ago it was
+	// sent (the provider's max processing time): package job decides.
+	EvidenceAbsent Evidence = "absent"
+	// EvidenceRefused: the provider's answer to the attempt was a refusal
+	// (a webhook answering the repeat with its first 4xx): the request was
+	// not acted on. Settlement.Err is the *CallError, with its class.
+	EvidenceRefused Evidence = "refused"
+)
+
+// Settlement is a provider's answer about an earlier attempt.
+type Settlement struct {
+	Evidence Evidence
+	// Response is the attempt's answer, for EvidenceAnswered.
+	Response Response
+	// Err is the provider's refusal, for EvidenceRefused (a *CallError).
+	Err error
+	// Detail is what onejob records as the evidence, for people: "re-sent
+	// with Idempotency-Key job_x/1: 200 (its first answer)", "completion
+	// chatcmpl-123 found by metadata onejob_attempt=job_x/1", "no stored
+	// completion has metadata onejob_attempt=job_x/1". Bounded (Excerpt),
+	// never a credential.
+	Detail string
+}
+
+// Settler is implemented by adapters whose provider can be asked about an
+// earlier attempt. req is the attempt's request as Call received it (same
+// IdempotencyKey, same body). An error means the question got no answer this
+// time (a transport failure, a 5xx, a 429): the caller asks again later, on
+// its back-off. Settle never starts work the provider has not seen under
+// the attempt's key, except where re-sending under that key is the
+// provider's documented way to ask (webhooks: the receiver answers a repeat
+// with its first answer).
+type Settler interface {
+	Settle(ctx context.Context, req Request) (Settlement, error)
+}
