@@ -67,6 +67,7 @@ func decideStart(j Job, provider string, hedge bool, now time.Time) (Transition,
 	}
 	after := j.withAttempt(a)
 	after.AttemptCount = a.Number
+	after.Waiting = nil // a provider took it
 	return bookkeeping(j, after, KindStartAttempt, a.Number, now), nil
 }
 
@@ -259,6 +260,7 @@ func complete(j Job, a Attempt, result json.RawMessage, c change, now time.Time)
 	after.CompletedBy = n
 	after.Result = append(json.RawMessage(nil), result...)
 	after.Error = nil
+	after.Waiting = nil
 	// The write compares on j.Version, which is the version the attempt read,
 	// and on the attempt still being in a state a result may end.
 	t := outcome(j, after, KindComplete, n, now.UTC())
@@ -284,6 +286,7 @@ func DecideFail(j Job, f Failure, now time.Time) (Transition, error) {
 	after := j
 	after.Status = StatusFailed
 	after.Error = &f
+	after.Waiting = nil
 	return outcome(j, after, KindFail, 0, now.UTC()), nil
 }
 
@@ -309,6 +312,7 @@ func DecideCancelBy(j Job, c Cancellation, now time.Time) (Transition, error) {
 	after.Status = StatusCancelled
 	c.At = now.UTC()
 	after.Cancellation = &c
+	after.Waiting = nil
 	return outcome(j, after, KindCancel, 0, now.UTC()), nil
 }
 

@@ -31,6 +31,10 @@ type Job struct {
 	Error       *Failure
 	// Cancellation says who cancelled the job and why, once cancelled.
 	Cancellation *Cancellation
+	// Waiting says why a job with no open attempt waits, and until when:
+	// every provider it may run on next is unavailable (its breaker open).
+	// A launch clears it.
+	Waiting *Waiting
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 	// WriteToken names the store call that last wrote the job item. A call
@@ -73,7 +77,12 @@ type Cancellation struct {
 	At     time.Time
 }
 
-// Resolved records an operator's resolution of an attempt: who, when, why.
+// Reconciler is who settles an unknown attempt automatically (Resolved.By).
+const Reconciler = "reconciler"
+
+// Resolved records how an unknown attempt was settled out of band: by an
+// operator (By is their subject, Reason theirs) or automatically (By is
+// Reconciler, Reason the provider's evidence), and when.
 type Resolved struct {
 	Outcome AttemptState
 	By      string
@@ -103,7 +112,32 @@ const (
 	ClassUncertified Class = "uncertified"
 	// ClassResolved: an operator settled the attempt out of band.
 	ClassResolved Class = "resolved"
+	// ClassUnavailable: no provider the job may run on took attempts (their
+	// breakers open) within the wait bound (Policy.MaxProviderWait).
+	ClassUnavailable Class = "unavailable"
+	// ClassSettled: the reconciler settled an unknown attempt as failed on
+	// the provider's evidence (it has no trace of the request past its
+	// processing time) or at the job type's deadline.
+	ClassSettled Class = "settled"
 )
+
+// WaitReason says why a job waits with no attempt open.
+type WaitReason string
+
+// Why a job waits.
+const (
+	// WaitProviders: every provider the job may run on next is unavailable.
+	WaitProviders WaitReason = "providers_unavailable"
+)
+
+// Waiting is a job waiting for a provider to take attempts again.
+type Waiting struct {
+	Reason WaitReason
+	// Since is when the job began waiting; Until when it looks again.
+	Since, Until time.Time
+	// Detail names the providers and why each is unavailable.
+	Detail string
+}
 
 // Attempt is one try at a job on one provider.
 type Attempt struct {

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -14,6 +15,37 @@ type Policy struct {
 	CertifiedFunc func(provider string) bool
 	// Wait is the schedule for waiting on a blocked job.
 	Wait WaitSchedule
+	// AvailableFunc reports whether a provider takes attempts now (its
+	// breaker, Available): an unavailable provider is skipped, not tried,
+	// and the job waits for it when no other is left. Nil reads the job's
+	// own record (Job.Waiting): the providers it waits for are unavailable
+	// until its Until.
+	AvailableFunc func(provider string) Admission
+	// MaxProviderWait bounds how long a job waits for providers before it
+	// fails (ClassUnavailable); 0 means DefaultMaxProviderWait.
+	MaxProviderWait time.Duration
+}
+
+// DefaultMaxProviderWait is how long a job waits for an unavailable
+// provider before it fails: long enough for a breaker's capped cooldown to
+// end several times over, short enough that a client is told.
+const DefaultMaxProviderWait = 30 * time.Minute
+
+func (p Policy) available(j Job, provider string, now time.Time) Admission {
+	if p.AvailableFunc != nil {
+		return p.AvailableFunc(provider)
+	}
+	if w := j.Waiting; w != nil && now.Before(w.Until) {
+		return Admission{Reason: w.Detail, RetryAt: w.Until}
+	}
+	return Admission{Allowed: true}
+}
+
+func (p Policy) maxProviderWait() time.Duration {
+	if p.MaxProviderWait > 0 {
+		return p.MaxProviderWait
+	}
+	return DefaultMaxProviderWait
 }
 
 // NeedsCertification reports whether running the job on provider needs a
@@ -63,6 +95,9 @@ type Plan struct {
 	Wait     time.Duration // for wait
 	Failure  *Failure      // for finalize
 	Blocker  int           // the attempt waited on, for wait
+	// Waiting is set for a wait on unavailable providers (Blocker 0): what
+	// the job records (DecideWait) while it waits.
+	Waiting *Waiting
 }
 
 // Next decides the next step of a job, in order of precedence:
@@ -72,8 +107,11 @@ type Plan struct {
 //     called yet, and claiming it lets exactly one runner call it;
 //  3. wait while an attempt is open (on the blocking one if any);
 //  4. finalize after a non-retryable failure, or once MaxAttempts is used;
-//  5. run the next untried provider it is allowed to (NeedsCertification);
-//  6. finalize with the last error, naming the uncertified providers skipped.
+//  5. run the next untried provider it is allowed to (NeedsCertification)
+//     and that takes attempts now (AvailableFunc);
+//  6. wait while the providers left are unavailable, up to MaxProviderWait
+//     since the job began waiting, then finalize (ClassUnavailable);
+//  7. finalize with the last error, naming the uncertified providers skipped.
 func Next(j Job, p Policy, now time.Time) Plan {
 	if j.Status.Terminal() {
 		return Plan{Action: ActionDone}
@@ -101,9 +139,12 @@ func Next(j Job, p Policy, now time.Time) Plan {
 	if p.MaxAttempts > 0 && j.AttemptCount >= p.MaxAttempts {
 		return Plan{Action: ActionFinalize, Failure: &last}
 	}
-	provider, skipped := nextProvider(j, p)
+	provider, skipped, unavailable := nextProvider(j, p, now)
 	if provider != "" {
 		return Plan{Action: ActionRun, Provider: provider}
+	}
+	if len(unavailable) > 0 {
+		return waitForProviders(j, p, unavailable, now)
 	}
 	if len(skipped) > 0 {
 		f := Failure{Class: ClassUncertified, Message: "no certified provider left; uncertified for this contract: " +
@@ -145,22 +186,75 @@ func NextHedge(j Job, n int, p Policy) (HedgePlan, bool) {
 	if p.MaxAttempts > 0 && j.AttemptCount >= p.MaxAttempts {
 		return HedgePlan{}, false
 	}
-	provider, _ := nextProvider(j, p)
+	// A hedge only speeds a job up: it never waits for a provider.
+	provider, _, _ := nextProvider(j, p, time.Time{})
 	return HedgePlan{Provider: provider}, provider != ""
 }
 
-func nextProvider(j Job, p Policy) (string, []string) {
+// unavailable is a provider skipped because it takes no attempts now.
+type unavailable struct {
+	provider string
+	why      Admission
+}
+
+// nextProvider is the first untried provider the job may run on
+// (certified where it must be) that takes attempts now; else the
+// uncertified ones it skipped and the certified ones that are unavailable.
+func nextProvider(j Job, p Policy, now time.Time) (string, []string, []unavailable) {
 	var skipped []string
+	var down []unavailable
 	for _, prov := range j.Providers {
 		if j.Tried(prov) {
 			continue
 		}
-		if p.allows(j, prov) {
-			return prov, skipped
+		if !p.allows(j, prov) {
+			skipped = append(skipped, prov)
+			continue
 		}
-		skipped = append(skipped, prov)
+		if a := p.available(j, prov, now); !a.Allowed {
+			down = append(down, unavailable{prov, a})
+			continue
+		}
+		return prov, skipped, down
 	}
-	return "", skipped
+	return "", skipped, down
+}
+
+// waitForProviders is the wait of a job whose providers left are all
+// unavailable: until the first of them takes attempts again (a second if
+// none says when), or its failure once it waited MaxProviderWait.
+func waitForProviders(j Job, p Policy, down []unavailable, now time.Time) Plan {
+	since := now
+	if j.Waiting != nil && j.Waiting.Reason == WaitProviders {
+		since = j.Waiting.Since
+	}
+	var until time.Time
+	var detail []string
+	for _, d := range down {
+		if !d.why.RetryAt.IsZero() && (until.IsZero() || d.why.RetryAt.Before(until)) {
+			until = d.why.RetryAt
+		}
+		detail = append(detail, d.provider+": "+d.why.Reason)
+	}
+	deadline := since.Add(p.maxProviderWait())
+	if !now.Before(deadline) {
+		f := Failure{Class: ClassUnavailable, Message: fmt.Sprintf("no provider took attempts within %s: %s",
+			p.maxProviderWait(), strings.Join(detail, "; "))}
+		return Plan{Action: ActionFinalize, Failure: &f}
+	}
+	if until.IsZero() || !until.After(now) {
+		until = now.Add(time.Second)
+	}
+	until = minTime(until, deadline)
+	w := &Waiting{Reason: WaitProviders, Since: since.UTC(), Until: until.UTC(), Detail: strings.Join(detail, "; ")}
+	return Plan{Action: ActionWait, Wait: until.Sub(now), Waiting: w}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // WaitSchedule spaces out the checks of a blocked job so that waiting costs a

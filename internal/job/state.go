@@ -70,10 +70,13 @@ var attemptEdges = []Edge{
 	{AttemptRunning, AttemptFailed, []string{"DecideAttemptFailed"}},
 	{AttemptRunning, AttemptUnknown, []string{"DecideUnknown (timed out)", "DecideAttemptFailed (ambiguous)"}},
 	{AttemptRunning, AttemptDiscarded, []string{"DecideComplete (its result lost the race)"}},
-	{AttemptUnknown, AttemptSucceeded, []string{"DecideComplete (a late result won)", "DecideResolve"}},
-	{AttemptUnknown, AttemptFailed, []string{"DecideAttemptFailed (a late failure)", "DecideResolve"}},
+	{AttemptUnknown, AttemptSucceeded, []string{"DecideComplete (a late result won)", "DecideResolve",
+		"DecideSettle (the provider's answer, asked again)"}},
+	{AttemptUnknown, AttemptFailed, []string{"DecideAttemptFailed (a late failure)", "DecideResolve",
+		"DecideSettle (refused, no trace past the provider's processing time, or the type's deadline)"}},
 	{AttemptUnknown, AttemptCancelled, []string{"DecideResolve"}},
-	{AttemptUnknown, AttemptDiscarded, []string{"DecideComplete (a late result lost the race)", "DecideResolve"}},
+	{AttemptUnknown, AttemptDiscarded, []string{"DecideComplete (a late result lost the race)", "DecideResolve",
+		"DecideSettle (its answer lost the race)"}},
 }
 
 // AttemptEdges returns the table of allowed attempt transitions.
@@ -128,12 +131,13 @@ func StatusEdges() []StatusEdge {
 	return []StatusEdge{
 		{StatusPending, StatusRunning, "DecideStart (first attempt)"},
 		{StatusRunning, StatusUnknown, "an attempt became unknown"},
-		{StatusUnknown, StatusRunning, "the unknown attempt ended or was resolved"},
+		{StatusUnknown, StatusRunning, "the unknown attempt ended, was settled or resolved"},
 		{StatusPending, StatusCancelled, "DecideCancel"},
 		{StatusRunning, StatusSucceeded, "DecideComplete"},
 		{StatusRunning, StatusFailed, "DecideFail (no provider left)"},
+		{StatusPending, StatusFailed, "DecideFail (no provider took attempts within the wait bound)"},
 		{StatusRunning, StatusCancelled, "DecideCancel"},
-		{StatusUnknown, StatusSucceeded, "DecideComplete (a late result) or DecideResolve"},
+		{StatusUnknown, StatusSucceeded, "DecideComplete (a late result), DecideSettle or DecideResolve"},
 		{StatusUnknown, StatusCancelled, "DecideCancel"},
 	}
 }

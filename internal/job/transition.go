@@ -10,6 +10,7 @@ type Kind string
 const (
 	KindStartAttempt Kind = "start_attempt" // bookkeeping
 	KindAttempt      Kind = "attempt"       // bookkeeping: one attempt's state
+	KindWait         Kind = "wait"          // bookkeeping: why and until when a job waits for providers
 	KindComplete     Kind = "complete"      // outcome: an attempt's result wins
 	KindFail         Kind = "fail"          // outcome: the job fails
 	KindCancel       Kind = "cancel"        // outcome: the job is cancelled
