@@ -20,8 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/rie"
 	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/dynamo"
 )
 
 // baselineFunction is bench/emptyfn: aws-lambda-go and nothing else.
@@ -53,7 +55,7 @@ type functionRow struct {
 // state machine, AWS endpoints on loopback and dummy credentials.
 type functionEnv struct {
 	dynamo, sfn string
-	tables      [3]string // jobs, attempts, certifications
+	tables      dynamo.TableNames
 	stateARN    string
 }
 
@@ -201,8 +203,10 @@ func coldStart(ctx context.Context, rie, bin, name string, env functionEnv, payl
 		"AWS_CONFIG_FILE=" + os.DevNull, "AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull, "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_ENDPOINT_URL_DYNAMODB=" + env.dynamo, "AWS_ENDPOINT_URL_SFN=" + env.sfn,
 		"AWS_LAMBDA_FUNCTION_NAME=" + name, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256", "AWS_LAMBDA_FUNCTION_TIMEOUT=30",
-		"ONEJOB_JOBS_TABLE=" + env.tables[0], "ONEJOB_ATTEMPTS_TABLE=" + env.tables[1],
-		"ONEJOB_CERTIFICATIONS_TABLE=" + env.tables[2], "ONEJOB_ENV=bench", "ONEJOB_STATE_MACHINE_ARN=" + env.stateARN,
+		"ONEJOB_ENV=bench", "ONEJOB_STATE_MACHINE_ARN=" + env.stateARN,
+	}
+	for logical, table := range env.tables.ByLogical() {
+		cmd.Env = append(cmd.Env, deploy.TableEnv(logical)+"="+table)
 	}
 	var stdout testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stdout

@@ -187,7 +187,7 @@ func run(ctx context.Context, o options) error {
 		slog.Info("phase 4/4: function sizes and cold init under the Runtime Interface Emulator")
 		names := dynamo.NamesWithPrefix("bench-cost")
 		env := functionEnv{dynamo: dyn.Endpoint(), sfn: cost.SFN.Endpoint(), stateARN: cost.SFN.StateMachineARN(),
-			tables: [3]string{names.Jobs, names.Attempts, names.Certifications}}
+			tables: names}
 		if rep.Functions, err = measureFunctions(ctx, o, tmp, env); err != nil {
 			return fmt.Errorf("functions: %w", err)
 		}

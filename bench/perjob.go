@@ -120,8 +120,7 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		return nil, nil, nil, nil, err
 	}
 	// Polling reads go straight to dynalite so they are not counted.
-	reader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), JobsTable: names.Jobs,
-		AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
+	reader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), Tables: names})
 	if err != nil {
 		closeAll()
 		return nil, nil, nil, nil, err

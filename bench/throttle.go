@@ -67,8 +67,7 @@ func measureThrottling(ctx context.Context, o options, dynamoURL string, logOut 
 	}
 	defer s.Close()
 	names := dynamo.NamesWithPrefix("bench-throttle")
-	reader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), JobsTable: names.Jobs,
-		AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
+	reader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), Tables: names})
 	if err != nil {
 		return d, err
 	}

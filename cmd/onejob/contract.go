@@ -158,15 +158,14 @@ func awsCredentials(ctx context.Context, cfg provider.Config, getenv func(string
 func contractStore(ctx context.Context, endpoint, prefix string, getenv func(string) string) (*dynamo.Store, error) {
 	if endpoint != "" {
 		names := dynamo.NamesWithPrefix(prefix)
-		return dynamo.New(dynamo.Config{Client: dynalite.NewClient(endpoint), JobsTable: names.Jobs,
-			AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
+		return dynamo.New(dynamo.Config{Client: dynalite.NewClient(endpoint), Tables: names})
 	}
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), JobsTable: getenv(deploy.EnvJobsTable),
-		AttemptsTable: getenv(deploy.EnvAttemptsTable), CertificationsTable: getenv(deploy.EnvCertificationsTable)})
+	env := deploy.LoadEnv(getenv, dynamo.Logicals())
+	return dynamo.New(dynamo.Config{Client: dynamodb.NewFromConfig(cfg), Tables: dynamo.NamesFrom(env.Table)})
 }
 
 func listCertifications(ctx context.Context, st *dynamo.Store, out io.Writer) error {

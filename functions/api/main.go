@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	env := deploy.LoadEnv(os.Getenv)
+	env := deploy.LoadEnv(os.Getenv, dynamo.Logicals())
 	log := deploy.Logger(env.Name)
 	deploy.Check(log, env.Validate(deploy.NeedStateMachine))
 	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
@@ -30,8 +30,7 @@ func main() {
 		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
 		}),
-		JobsTable: env.JobsTable, AttemptsTable: env.AttemptsTable, CertificationsTable: env.CertificationsTable,
-		Logger: log,
+		Tables: dynamo.NamesFrom(env.Table), Logger: log,
 	})
 	deploy.Check(log, err)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})

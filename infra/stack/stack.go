@@ -109,11 +109,9 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 
 	// The variable names are the ones internal/app reads, so the two
 	// cannot drift.
-	common := map[string]*string{
-		deploy.EnvJobsTable:           jobs.TableName(),
-		deploy.EnvAttemptsTable:       attempts.TableName(),
-		deploy.EnvCertificationsTable: certs.TableName(),
-		deploy.EnvName:                jsii.String(cfg.Env),
+	common := map[string]*string{deploy.EnvName: jsii.String(cfg.Env)}
+	for logical, t := range tables {
+		common[deploy.TableEnv(logical)] = t.TableName()
 	}
 	fns := map[string]awslambda.Function{}
 	for _, spec := range deploy.Functions() {

@@ -269,11 +269,9 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		for k, v := range asMap(env["Variables"]) {
 			vars[k] = s.sym(v)
 		}
-		want := map[string]string{
-			deploy.EnvJobsTable:           "ref:table:jobs",
-			deploy.EnvAttemptsTable:       "ref:table:attempts",
-			deploy.EnvCertificationsTable: "ref:table:certifications",
-			deploy.EnvName:                s.env,
+		want := map[string]string{deploy.EnvName: s.env}
+		for _, logical := range dynamo.Logicals() {
+			want[deploy.TableEnv(logical)] = "ref:table:" + logical
 		}
 		switch short {
 		case "api", "sweeper":

@@ -160,10 +160,10 @@ func unreachableStore(_ *apigw.Config, s *dynamo.Config) {
 
 // jobsInTheAttemptsTable points the jobs at a table with another key
 // schema, so DynamoDB answers ValidationException.
-func jobsInTheAttemptsTable(_ *apigw.Config, s *dynamo.Config) { s.JobsTable = s.AttemptsTable }
+func jobsInTheAttemptsTable(_ *apigw.Config, s *dynamo.Config) { s.Tables.Jobs = s.Tables.Attempts }
 
 func missingTables(_ *apigw.Config, s *dynamo.Config) {
-	s.JobsTable, s.AttemptsTable = "no-such-jobs", "no-such-attempts"
+	s.Tables.Jobs, s.Tables.Attempts = "no-such-jobs", "no-such-attempts"
 }
 
 func newEnv(t testing.TB, opts ...envOption) *env {
@@ -171,7 +171,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	db, names := harness.Tables(t)
 	logs := &testenv.SyncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
-	sc := dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts, CertificationsTable: names.Certifications}
+	sc := dynamo.Config{Client: db, Tables: names}
 	starter := &fakeStarter{}
 	ac := apigw.Config{Catalog: fakeCatalog{}, Starter: starter, Logger: logger}
 	for _, o := range opts {

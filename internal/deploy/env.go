@@ -4,14 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 )
 
-// Environment variables the functions read; infra/ sets exactly these.
+// Environment variables the functions read; infra/ sets exactly these,
+// and one per table (TableEnv).
 const (
-	EnvJobsTable           = "ONEJOB_JOBS_TABLE"
-	EnvAttemptsTable       = "ONEJOB_ATTEMPTS_TABLE"
-	EnvCertificationsTable = "ONEJOB_CERTIFICATIONS_TABLE"
 	EnvName                = "ONEJOB_ENV"
 	EnvStateMachineARN     = "ONEJOB_STATE_MACHINE_ARN"
 	EnvProvidersSecretARN  = "ONEJOB_PROVIDERS_SECRET_ARN"
@@ -24,22 +25,35 @@ const (
 	EnvAdminValue = "ONEJOB_ADMIN_VALUE"
 )
 
-// Env is the functions' configuration.
-type Env struct {
-	JobsTable, AttemptsTable, CertificationsTable string
-	Name                                          string
-	StateMachineARN                               string
-	ProvidersSecretARN                            string
-	Providers                                     string
-	AdminClaim, AdminValue                        string
+// TableEnv is the variable holding a table's physical name, by its logical
+// name: ONEJOB_<LOGICAL>_TABLE (ONEJOB_JOBS_TABLE).
+func TableEnv(logical string) string {
+	return "ONEJOB_" + strings.ToUpper(strings.ReplaceAll(logical, "-", "_")) + "_TABLE"
 }
 
-// LoadEnv reads the configuration through getenv (os.Getenv in mains).
-func LoadEnv(getenv func(string) string) Env {
+// Env is the functions' configuration.
+type Env struct {
+	// tables maps each table's logical name to its physical name.
+	tables                 map[string]string
+	Name                   string
+	StateMachineARN        string
+	ProvidersSecretARN     string
+	Providers              string
+	AdminClaim, AdminValue string
+}
+
+// Table is a table's physical name, by its logical name.
+func (e Env) Table(logical string) string { return e.tables[logical] }
+
+// LoadEnv reads the configuration through getenv (os.Getenv in mains),
+// with the physical names of the tables named (dynamo.Logicals()).
+func LoadEnv(getenv func(string) string, tables []string) Env {
+	names := make(map[string]string, len(tables))
+	for _, t := range tables {
+		names[t] = getenv(TableEnv(t))
+	}
 	return Env{
-		JobsTable:           getenv(EnvJobsTable),
-		AttemptsTable:       getenv(EnvAttemptsTable),
-		CertificationsTable: getenv(EnvCertificationsTable),
+		tables:              names,
 		Name:                getenv(EnvName),
 		StateMachineARN:     getenv(EnvStateMachineARN),
 		ProvidersSecretARN:  getenv(EnvProvidersSecretARN),
@@ -61,13 +75,13 @@ const (
 // Validate reports every missing setting at once.
 func (e Env) Validate(needs Need) error {
 	var missing []error
-	for _, v := range []struct{ name, value string }{
-		{EnvJobsTable, e.JobsTable}, {EnvAttemptsTable, e.AttemptsTable},
-		{EnvCertificationsTable, e.CertificationsTable}, {EnvName, e.Name},
-	} {
-		if v.value == "" {
-			missing = append(missing, fmt.Errorf("%s is not set", v.name))
+	for _, t := range slices.Sorted(maps.Keys(e.tables)) {
+		if e.tables[t] == "" {
+			missing = append(missing, fmt.Errorf("%s is not set", TableEnv(t)))
 		}
+	}
+	if e.Name == "" {
+		missing = append(missing, fmt.Errorf("%s is not set", EnvName))
 	}
 	if needs&NeedStateMachine != 0 && e.StateMachineARN == "" {
 		missing = append(missing, fmt.Errorf("%s is not set", EnvStateMachineARN))

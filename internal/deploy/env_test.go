@@ -10,13 +10,17 @@ import (
 
 func TestEnvValidate(t *testing.T) {
 	t.Parallel()
+	tables := []string{"jobs", "attempts"}
 	full := map[string]string{
-		deploy.EnvJobsTable: "onejob-dev-jobs", deploy.EnvAttemptsTable: "onejob-dev-attempts",
-		deploy.EnvCertificationsTable: "onejob-dev-certifications", deploy.EnvName: "dev",
+		"ONEJOB_JOBS_TABLE": "onejob-dev-jobs", "ONEJOB_ATTEMPTS_TABLE": "onejob-dev-attempts", deploy.EnvName: "dev",
 		deploy.EnvStateMachineARN: "arn:aws:states:eu-west-1:123456789012:stateMachine:onejob-dev",
 	}
-	if err := deploy.LoadEnv(func(k string) string { return full[k] }).Validate(deploy.NeedStateMachine); err != nil {
+	env := deploy.LoadEnv(func(k string) string { return full[k] }, tables)
+	if err := env.Validate(deploy.NeedStateMachine); err != nil {
 		t.Fatalf("complete env: %v", err)
+	}
+	if env.Table("jobs") != "onejob-dev-jobs" || deploy.TableEnv("jobs") != "ONEJOB_JOBS_TABLE" {
+		t.Fatalf("table jobs named %q by %s", env.Table("jobs"), deploy.TableEnv("jobs"))
 	}
 	for name := range full {
 		t.Run("Missing"+name, func(t *testing.T) {
@@ -26,7 +30,7 @@ func TestEnvValidate(t *testing.T) {
 					return ""
 				}
 				return full[k]
-			})
+			}, tables)
 			if err := env.Validate(deploy.NeedStateMachine); err == nil || !strings.Contains(err.Error(), name) {
 				t.Fatalf("err = %v, want one naming %s", err, name)
 			}

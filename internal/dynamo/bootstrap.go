@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -13,16 +14,67 @@ import (
 
 // TableNames are the physical table names of one deployment.
 type TableNames struct {
-	Jobs, Attempts, Certifications string
+	Jobs, Attempts, Certifications, Providers string
 }
 
 // NamesWithPrefix names every table "<prefix>-<logical>".
 func NamesWithPrefix(prefix string) TableNames {
+	return NamesFrom(func(logical string) string { return prefix + "-" + logical })
+}
+
+// NamesFrom names every table by its logical name (a deployment's
+// environment: deploy.Env.Table).
+func NamesFrom(name func(logical string) string) TableNames {
 	return TableNames{
-		Jobs:           prefix + "-" + JobsTable().Logical,
-		Attempts:       prefix + "-" + AttemptsTable().Logical,
-		Certifications: prefix + "-" + CertificationsTable().Logical,
+		Jobs:           name(JobsTable().Logical),
+		Attempts:       name(AttemptsTable().Logical),
+		Certifications: name(CertificationsTable().Logical),
+		Providers:      name(ProvidersTable().Logical),
 	}
+}
+
+// namedTable is one table and its physical name.
+type namedTable struct {
+	def  TableDef
+	name string
+}
+
+// each pairs every table with its name, in Tables() order.
+func (n TableNames) each() []namedTable {
+	return []namedTable{{JobsTable(), n.Jobs}, {AttemptsTable(), n.Attempts}, {CertificationsTable(), n.Certifications},
+		{ProvidersTable(), n.Providers}}
+}
+
+// ByLogical maps each table's logical name to its physical name.
+func (n TableNames) ByLogical() map[string]string {
+	out := map[string]string{}
+	for _, t := range n.each() {
+		out[t.def.Logical] = t.name
+	}
+	return out
+}
+
+// Logicals lists every table's logical name, in Tables() order.
+func Logicals() []string {
+	var out []string
+	for _, t := range Tables() {
+		out = append(out, t.Logical)
+	}
+	return out
+}
+
+// Validate reports every table left unnamed.
+func (n TableNames) Validate() error {
+	var missing []string
+	for _, t := range n.each() {
+		if t.name == "" {
+			missing = append(missing, t.def.Logical)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("store: no name for table(s) %s", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // CreateTableInput turns a table definition into a CreateTable request.
@@ -64,10 +116,7 @@ func CreateTableInput(def TableDef, name string) *dynamodb.CreateTableInput {
 // CreateTables creates the tables that do not exist yet and waits until all
 // are active. It is what the local stack and the tests use.
 func CreateTables(ctx context.Context, db *dynamodb.Client, names TableNames) error {
-	pairs := []struct {
-		def  TableDef
-		name string
-	}{{JobsTable(), names.Jobs}, {AttemptsTable(), names.Attempts}, {CertificationsTable(), names.Certifications}}
+	pairs := names.each()
 	for _, p := range pairs {
 		_, err := db.CreateTable(ctx, CreateTableInput(p.def, p.name))
 		var inUse *types.ResourceInUseException

@@ -19,8 +19,7 @@ import (
 func newStoreOn(t *testing.T, h *ddbtest.Harness, optFns ...func(*dynamodb.Options)) (*dynamo.Store, storetest.Store) {
 	t.Helper()
 	db, names := h.Tables(t, optFns...)
-	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
-		CertificationsTable: names.Certifications})
+	st, err := dynamo.New(dynamo.Config{Client: db, Tables: names})
 	if err != nil {
 		t.Fatal(err)
 	}

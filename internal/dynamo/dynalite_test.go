@@ -88,8 +88,7 @@ func newDynaliteEnv(t *testing.T) *dynaliteEnv {
 	t.Helper()
 	log := &sentLog{}
 	db, names := harness.Tables(t, log.capture)
-	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
-		CertificationsTable: names.Certifications})
+	st, err := dynamo.New(dynamo.Config{Client: db, Tables: names})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,8 +371,7 @@ func TestOversizedJobIsRefusedNotUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db, names := harness.Tables(t)
-	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
-		CertificationsTable: names.Certifications})
+	st, err := dynamo.New(dynamo.Config{Client: db, Tables: names})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,31 +24,35 @@ import (
 
 // Config names the tables and the client. Validate it with New.
 type Config struct {
-	Client              *dynamodb.Client
-	JobsTable           string
-	AttemptsTable       string
-	CertificationsTable string
-	Logger              *slog.Logger
+	Client *dynamodb.Client
+	Tables TableNames
+	Logger *slog.Logger
 }
 
-// Store is the DynamoDB dynamo.
+// Store is the DynamoDB adapter of every store port.
 type Store struct {
-	db    client
-	jobs  string
-	atts  string
-	certs string
-	log   *slog.Logger
+	db        client
+	jobs      string
+	atts      string
+	certs     string
+	providers string
+	log       *slog.Logger
 }
 
 // New validates the configuration.
 func New(c Config) (*Store, error) {
-	if c.Client == nil || c.JobsTable == "" || c.AttemptsTable == "" || c.CertificationsTable == "" {
-		return nil, errors.New("store: client and all table names are required")
+	if c.Client == nil {
+		return nil, errors.New("store: a client is required")
+	}
+	if err := c.Tables.Validate(); err != nil {
+		return nil, err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{db: newClient(c.Client), jobs: c.JobsTable, atts: c.AttemptsTable, certs: c.CertificationsTable, log: c.Logger}, nil
+	t := c.Tables
+	return &Store{db: newClient(c.Client), jobs: t.Jobs, atts: t.Attempts, certs: t.Certifications, providers: t.Providers,
+		log: c.Logger}, nil
 }
 
 // Create stores a new job with one conditional PutItem on its ID, which is

@@ -213,7 +213,24 @@ func outcomeFields(before, after job.Job) part {
 		p.remove = append(p.remove, "#error")
 		p.uses = append(p.uses, refs{names: nameMap("#error", aError)})
 	}
+	w := setWaiting(before, after)
+	p.set, p.remove, p.uses = append(p.set, w.set...), append(p.remove, w.remove...), append(p.uses, w.uses...)
 	return p
+}
+
+// setWaiting writes after's wait for providers, or removes before's when
+// after has none; nothing when neither has one.
+func setWaiting(before, after job.Job) part {
+	switch {
+	case after.Waiting != nil:
+		return part{set: []string{"#waiting = :waiting"}, uses: []refs{{
+			names:  nameMap("#waiting", aWaiting),
+			values: map[string]types.AttributeValue{":waiting": encodeWaiting(*after.Waiting)},
+		}}}
+	case before.Waiting != nil:
+		return part{remove: []string{"#waiting"}, uses: []refs{{names: nameMap("#waiting", aWaiting)}}}
+	}
+	return part{}
 }
 
 // leaveOpenIndex drops the job from the sweeper's sparse by_open index: an

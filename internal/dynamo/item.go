@@ -51,6 +51,10 @@ const (
 	aLatencyMS    = "latency_ms"
 	aResolution   = "resolution"
 	aCancellation = "cancellation"
+	aWaiting      = "waiting"
+	aSince        = "since"
+	aUntil        = "until"
+	aDetail       = "detail"
 	aBy           = "by"
 	aReason       = "reason"
 	aAt           = "at"
@@ -127,7 +131,16 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	if j.Cancellation != nil {
 		item[aCancellation] = encodeCancellation(*j.Cancellation)
 	}
+	if j.Waiting != nil {
+		item[aWaiting] = encodeWaiting(*j.Waiting)
+	}
 	return item
+}
+
+func encodeWaiting(w job.Waiting) types.AttributeValue {
+	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+		aReason: avS(string(w.Reason)), aSince: avT(w.Since), aUntil: avT(w.Until), aDetail: avS(w.Detail),
+	}}
 }
 
 func encodeCancellation(c job.Cancellation) types.AttributeValue {
@@ -295,6 +308,20 @@ func (d *decoder) cancellation(name string) *job.Cancellation {
 	return c
 }
 
+func (d *decoder) waiting(name string) *job.Waiting {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil
+	}
+	sub := decoder{m: v.Value}
+	w := &job.Waiting{Reason: job.WaitReason(sub.str(aReason, true)), Since: sub.time(aSince, true), Until: sub.time(aUntil, true),
+		Detail: sub.str(aDetail, false)}
+	if sub.err != nil && d.err == nil {
+		d.err = sub.err
+	}
+	return w
+}
+
 func (d *decoder) resolved(name string) *job.Resolved {
 	v, ok := d.m[name].(*types.AttributeValueMemberM)
 	if !ok {
@@ -325,6 +352,7 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 		CompletedBy:    int(d.num(aCompletedBy, false)),
 		Error:          d.failure(aError),
 		Cancellation:   d.cancellation(aCancellation),
+		Waiting:        d.waiting(aWaiting),
 		CreatedAt:      d.time(aCreatedAt, true),
 		UpdatedAt:      d.time(aUpdatedAt, true),
 		WriteToken:     d.str(aWriteToken, false),

@@ -57,6 +57,7 @@ const (
 	AttrContractKey = "contract_key"
 	AttrProviderKey = "provider_key"
 	AttrOpenShard   = "open_shard"
+	AttrProvider    = "provider"
 
 	IndexByOwner = "by_owner"
 	IndexByOpen  = "by_open"
@@ -111,5 +112,16 @@ func CertificationsTable() TableDef {
 	}
 }
 
+// ProvidersTable holds each provider's health (its circuit breaker): one
+// item per provider, written only when the breaker changes.
+func ProvidersTable() TableDef {
+	return TableDef{
+		Logical:      "providers",
+		PartitionKey: KeyAttr{Name: AttrProvider, Type: AttrString},
+	}
+}
+
 // Tables lists every table the service uses.
-func Tables() []TableDef { return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable()} }
+func Tables() []TableDef {
+	return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable(), ProvidersTable()}
+}

@@ -19,11 +19,20 @@ type jobWrite struct {
 // Bookkeeping kinds compare the revision the decision read; outcome kinds
 // compare the version it read and the absence of a winner.
 
-// startAttemptWrite adds a new attempt and counts it.
+// startAttemptWrite adds a new attempt and counts it; a wait for
+// providers it ends goes.
 func startAttemptWrite(t job.Transition, a job.Attempt, token string) jobWrite {
 	return jobWrite{
 		condition: revisionIs(t.Before().Revision),
-		update:    []part{stamp(t.After(), token), putAttempt(a), setAttemptCount(t.After().AttemptCount)},
+		update:    []part{stamp(t.After(), token), putAttempt(a), setAttemptCount(t.After().AttemptCount), setWaiting(t.Before(), t.After())},
+	}
+}
+
+// waitWrite records why and until when the job waits for providers.
+func waitWrite(t job.Transition, token string) jobWrite {
+	return jobWrite{
+		condition: revisionIs(t.Before().Revision),
+		update:    []part{stamp(t.After(), token), setWaiting(t.Before(), t.After())},
 	}
 }
 
@@ -85,6 +94,8 @@ func writeFor(t job.Transition, token string) (jobWrite, error) {
 		return withAttempt(attemptWrite)
 	case job.KindComplete:
 		return withAttempt(completeWrite)
+	case job.KindWait:
+		return waitWrite(t, token), nil
 	case job.KindFail:
 		return failWrite(t, token), nil
 	case job.KindCancel:

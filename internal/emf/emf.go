@@ -31,6 +31,14 @@ const (
 	Fallbacks                    = "Fallbacks"
 	RaceLost                     = "RaceLost"
 	AttemptsUnknownOldestSeconds = "AttemptsUnknownOldestSeconds"
+	// AttemptsSettledAutomatically and AttemptsSettledByHand count unknown
+	// attempts settled by the reconciler and by operators; SettleSeconds is
+	// how long each had been unknown.
+	AttemptsSettledAutomatically = "AttemptsSettledAutomatically"
+	AttemptsSettledByHand        = "AttemptsSettledByHand"
+	SettleSeconds                = "SettleSeconds"
+	// ProvidersOpened counts breakers opening (the provider-opened alarm).
+	ProvidersOpened = "ProvidersOpened"
 )
 
 // Recorder counts and emits emf.
@@ -119,6 +127,22 @@ func (r *Recorder) Fallback(ctx context.Context, j job.Job, a job.Attempt) {
 // RaceLost counts a result discarded because another attempt won.
 func (r *Recorder) RaceLost(ctx context.Context, l job.LostRace) {
 	r.Add(ctx, RaceLost, 1, "Count", map[string]any{"job_id": l.JobID, "attempt": l.Loser, "winning_attempt": l.Winner})
+}
+
+// AttemptSettled counts an unknown attempt settled out of band, by whom,
+// and how long it had been unknown.
+func (r *Recorder) AttemptSettled(ctx context.Context, j job.Job, a job.Attempt, took time.Duration) {
+	name := AttemptsSettledByHand
+	if a.Resolution != nil && a.Resolution.By == job.Reconciler {
+		name = AttemptsSettledAutomatically
+	}
+	r.attempt(ctx, name, j, a)
+	r.Add(ctx, SettleSeconds, took.Seconds(), "Seconds", map[string]any{"job_id": j.ID, "attempt": a.Number, "provider": a.Provider})
+}
+
+// ProviderOpened counts a provider's breaker opening.
+func (r *Recorder) ProviderOpened(ctx context.Context, h job.Health) {
+	r.Add(ctx, ProvidersOpened, 1, "Count", map[string]any{"provider": h.Provider, "reason": h.Reason})
 }
 
 // OldestUnknown reports the age of the oldest unknown attempt.

@@ -34,6 +34,12 @@ const (
 	MaxAttemptsLimit   = 10
 	MaxTemperature     = 1.0 // contracts want low, pinned temperatures
 	MaxOutputTokensCap = 100_000
+	// DefaultRetention keeps a finished job, and so its idempotency key,
+	// for 30 days; a type may keep them from a day (Stripe prunes keys
+	// after at least 24 h) to a year.
+	DefaultRetention = 30 * 24 * time.Hour
+	MinRetention     = 24 * time.Hour
+	MaxRetention     = 365 * 24 * time.Hour
 )
 
 // ErrInvalidType is wrapped by every load error.
@@ -63,6 +69,19 @@ type spec struct {
 	MaxAttempts     int             `json:"max_attempts"`
 	Temperature     float64         `json:"temperature"`
 	MaxOutputTokens int             `json:"max_output_tokens"`
+	// SideEffects: the type's requests act on the world (a webhook that
+	// books, sends, charges), so an attempt whose outcome is unknown is
+	// never settled on the clock alone.
+	SideEffects bool `json:"side_effects,omitempty"`
+	// SettleAtDeadline: an unknown attempt on a provider that cannot be
+	// asked about it (Anthropic Messages, Bedrock Converse) is settled as
+	// failed once the provider's max processing time plus a grace has
+	// passed, so the job moves on — accepting that a second charge is
+	// possible. Not with SideEffects.
+	SettleAtDeadline bool `json:"settle_at_deadline,omitempty"`
+	// Retention is how long a finished job (and its idempotency key) is
+	// kept, as a Go duration; DefaultRetention when empty.
+	Retention string `json:"retention,omitempty"`
 }
 
 // Type is a compiled, validated job type. Immutable and safe for concurrent use.
@@ -78,6 +97,7 @@ type Type struct {
 	hedgeAfter      time.Duration
 	contractVersion string
 	cases           []Case
+	retention       time.Duration
 }
 
 // Name returns the job type's name.
@@ -100,6 +120,16 @@ func (t *Type) Providers() []string { return slices.Clone(t.spec.Providers) }
 
 // MaxAttempts bounds attempts across all providers.
 func (t *Type) MaxAttempts() int { return t.spec.MaxAttempts }
+
+// SideEffects reports whether the type's requests act on the world.
+func (t *Type) SideEffects() bool { return t.spec.SideEffects }
+
+// SettleAtDeadline reports whether an unknown attempt on a provider that
+// cannot be asked may be settled as failed at the deadline.
+func (t *Type) SettleAtDeadline() bool { return t.spec.SettleAtDeadline }
+
+// Retention is how long a finished job of the type is kept.
+func (t *Type) Retention() time.Duration { return t.retention }
 
 // Temperature is the pinned sampling temperature.
 func (t *Type) Temperature() float64 { return t.spec.Temperature }
@@ -279,6 +309,15 @@ func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 	}
 	if s.MaxOutputTokens < 1 || s.MaxOutputTokens > MaxOutputTokensCap {
 		problem("max_output_tokens must be in [1, %d]", MaxOutputTokensCap)
+	}
+	if s.SideEffects && s.SettleAtDeadline {
+		problem("settle_at_deadline cannot be set for a type with side_effects: settling on the clock could act twice")
+	}
+	t.retention = DefaultRetention
+	if s.Retention != "" {
+		if t.retention, err = time.ParseDuration(s.Retention); err != nil || t.retention < MinRetention || t.retention > MaxRetention {
+			problem("retention %q must be a duration in [%v, %v]", s.Retention, MinRetention, MaxRetention)
+		}
 	}
 	if len(p) > 0 {
 		return nil, &TypeError{File: file, Problems: p}

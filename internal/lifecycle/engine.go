@@ -340,10 +340,53 @@ func (e *Engine) Resolve(ctx context.Context, id string, n int, r job.Resolution
 // concurrent one is decided again on the job that won, and refused there.
 func (e *Engine) ResolveOn(ctx context.Context, j job.Job, n int, r job.Resolution) (job.Job, error) {
 	id := j.ID
+	before, _ := j.Attempt(n)
 	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideResolve(j, n, r, e.now()) })
 	if err == nil && !t.Noop() {
 		e.log.InfoContext(ctx, "attempt_resolved", "job_id", id, "attempt", n, "outcome", string(r.Outcome),
 			"reason", r.Reason, "by", r.By)
+		a, _ := j.Attempt(n)
+		e.events.AttemptSettled(ctx, j, a, e.now().Sub(before.UnknownSince))
+	}
+	return j, err
+}
+
+// SettleOn writes the reconciler's verdict on unknown attempt n, deciding
+// on j (job.DecideSettle). A verdict that finds the attempt no longer
+// unknown — it answered live, or an operator resolved it — is discarded
+// and logged; one whose result loses to another attempt's is discarded as
+// a lost race, like a late answer.
+func (e *Engine) SettleOn(ctx context.Context, j job.Job, n int, v job.Verdict, result json.RawMessage, c job.Call) (job.Job, error) {
+	before, _ := j.Attempt(n)
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideSettle(j, n, v, result, c, e.now()) })
+	if err != nil {
+		return j, err
+	}
+	a, _ := j.Attempt(n)
+	if t.Noop() {
+		e.log.InfoContext(ctx, "settlement_discarded", "job_id", j.ID, "attempt", n, "provider", a.Provider,
+			"attempt_state", string(a.State), "evidence", v.Evidence)
+		return j, nil
+	}
+	if _, lost := t.LostRace(); lost {
+		e.completion(ctx, t, j, n)
+		return j, nil
+	}
+	e.log.InfoContext(ctx, "attempt_settled", "job_id", j.ID, "attempt", n, "provider", a.Provider, "outcome", string(a.State),
+		"by", job.Reconciler, "evidence", v.Evidence, "unknown_for_ms", e.now().Sub(before.UnknownSince).Milliseconds())
+	e.events.AttemptSettled(ctx, j, a, e.now().Sub(before.UnknownSince))
+	if t.Kind() == job.KindComplete {
+		e.completion(ctx, t, j, n)
+	}
+	return j, nil
+}
+
+// WaitOn records that j waits for providers (job.DecideWait); recording
+// the same wait again writes nothing.
+func (e *Engine) WaitOn(ctx context.Context, j job.Job, w job.Waiting) (job.Job, error) {
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideWait(j, w, e.now()) })
+	if err == nil && !t.Noop() {
+		e.log.InfoContext(ctx, "job_waiting_for_providers", "job_id", j.ID, "until", w.Until, "detail", w.Detail)
 	}
 	return j, err
 }

@@ -144,6 +144,10 @@ func (e *events) RaceLost(_ context.Context, l job.LostRace) {
 	e.add("race_lost %d to %d", l.Loser, l.Winner)
 }
 func (e *events) OldestUnknown(_ context.Context, age time.Duration) { e.add("oldest_unknown %s", age) }
+func (e *events) AttemptSettled(_ context.Context, _ job.Job, a job.Attempt, took time.Duration) {
+	e.add("settled %d by %s after %s", a.Number, a.Resolution.By, took)
+}
+func (e *events) ProviderOpened(_ context.Context, h job.Health) { e.add("opened %s", h.Provider) }
 
 // fakeProvider answers with answer, counting and keeping its requests.
 type fakeProvider struct {

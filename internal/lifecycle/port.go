@@ -77,6 +77,22 @@ type Store interface {
 	ListOpen(ctx context.Context, q OpenQuery) (Page, error)
 }
 
+// HealthStore keeps each provider's breaker (job.Health): one record per
+// provider, changed only by a decided job.HealthChange written as one
+// conditional write on the revision the decision read. Implementations:
+// dynamo.Store and dev/memstore, held to it by verify/storetest.
+type HealthStore interface {
+	// Health reads a provider's health consistently; job.NewHealth(provider)
+	// when nothing was ever written for it.
+	Health(ctx context.Context, provider string) (job.Health, error)
+	// SaveHealth writes a decided change unless the stored revision moved
+	// since the decision read it: then ok is false and current is the
+	// stored health, on which to decide again. A lost race is not an error.
+	SaveHealth(ctx context.Context, c job.HealthChange) (ok bool, current job.Health, err error)
+	// ListHealth returns every provider's stored health, by name.
+	ListHealth(ctx context.Context) ([]job.Health, error)
+}
+
 // OpenQuery selects jobs without an outcome.
 type OpenQuery struct {
 	// CreatedBefore leaves out jobs created at or after it.
@@ -128,14 +144,22 @@ type Events interface {
 	RaceLost(ctx context.Context, lost job.LostRace)
 	// OldestUnknown reports the age of the oldest unknown attempt (0: none).
 	OldestUnknown(ctx context.Context, age time.Duration)
+	// AttemptSettled reports an unknown attempt settled out of band, by the
+	// reconciler (a.Resolution.By is job.Reconciler) or an operator, took
+	// after it became unknown.
+	AttemptSettled(ctx context.Context, j job.Job, a job.Attempt, took time.Duration)
+	// ProviderOpened reports a provider's breaker opening.
+	ProviderOpened(ctx context.Context, h job.Health)
 }
 
 // NoEvents discards every event.
 type NoEvents struct{}
 
-func (NoEvents) AttemptStarted(context.Context, job.Job, job.Attempt)   {}
-func (NoEvents) AttemptUnknown(context.Context, job.Job, job.Attempt)   {}
-func (NoEvents) AttemptDiscarded(context.Context, job.Job, job.Attempt) {}
-func (NoEvents) Fallback(context.Context, job.Job, job.Attempt)         {}
-func (NoEvents) RaceLost(context.Context, job.LostRace)                 {}
-func (NoEvents) OldestUnknown(context.Context, time.Duration)           {}
+func (NoEvents) AttemptStarted(context.Context, job.Job, job.Attempt)                {}
+func (NoEvents) AttemptUnknown(context.Context, job.Job, job.Attempt)                {}
+func (NoEvents) AttemptDiscarded(context.Context, job.Job, job.Attempt)              {}
+func (NoEvents) Fallback(context.Context, job.Job, job.Attempt)                      {}
+func (NoEvents) RaceLost(context.Context, job.LostRace)                              {}
+func (NoEvents) OldestUnknown(context.Context, time.Duration)                        {}
+func (NoEvents) AttemptSettled(context.Context, job.Job, job.Attempt, time.Duration) {}
+func (NoEvents) ProviderOpened(context.Context, job.Health)                          {}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
@@ -35,16 +36,19 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 		return RunResult{}, err
 	}
 	ran := false // an attempt ran in this run: the next one gets a run of its own
+	avail := &availability{ctx: ctx, breakers: w.cfg.Breakers, refused: map[string]job.Admission{}}
 	for range maxRounds {
 		if j, err = w.markOverdue(ctx, j, jt); err != nil {
 			return RunResult{}, err
 		}
 		pol, certs := w.policy(ctx, j, jt)
+		pol.AvailableFunc = avail.available
 		if ran {
 			// After an attempt, this run only settles whether the job ends;
 			// which provider runs next is the next run's to decide, with
-			// the certifications it reads then.
+			// the certifications and the provider health it reads then.
 			pol.CertifiedFunc = func(string) bool { return true }
+			pol.AvailableFunc = func(string) job.Admission { return job.Admission{Allowed: true} }
 		}
 		plan := job.Next(j, pol, w.now())
 		if certs.err != nil {
@@ -66,7 +70,18 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 			}
 			return RunResult{JobID: j.ID, Status: j.Status}, nil
 		case job.ActionWait:
-			if a, ok := j.Attempt(plan.Blocker); ok && a.State == job.AttemptRunning && !ran {
+			if plan.Waiting != nil {
+				// Every provider left is unavailable: the job records why
+				// and until when, and the hold step waits that long.
+				if j, err = w.cfg.Engine.WaitOn(ctx, j, *plan.Waiting); errors.Is(err, job.ErrAttemptOpen) {
+					continue // an attempt started meanwhile
+				} else if err != nil {
+					return RunResult{}, err
+				}
+				return RunResult{}, signal(plan, j)
+			}
+			a, ok := j.Attempt(plan.Blocker)
+			if ok && a.State == job.AttemptRunning && !ran {
 				// Another runner holds it (a duplicate delivery of this
 				// step): wait for its end, then decide again.
 				if j, err = w.await(ctx, j, a.Number, deadline); err != nil {
@@ -77,6 +92,17 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 				ran = true
 				continue
 			}
+			if ok && a.State == job.AttemptUnknown && !ran {
+				// Ask its provider about it; a settled attempt frees the
+				// job to go on at once.
+				var settled bool
+				if j, settled, err = w.settle(ctx, j, jt, a); err != nil {
+					return RunResult{}, err
+				}
+				if settled {
+					continue
+				}
+			}
 			return RunResult{}, signal(plan, j)
 		}
 		if ran || past(w.now(), deadline) {
@@ -84,14 +110,14 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 		}
 		var a job.Attempt
 		var ok bool
-		if j, a, ok, err = w.begin(ctx, j, plan, certs); err != nil {
+		if j, a, ok, err = w.begin(ctx, j, plan, certs, avail); err != nil {
 			return RunResult{}, err
 		}
 		if !ok {
 			continue // someone else moved the job: decide again on what is there now
 		}
 		ran = true
-		if j, err = w.runAttempt(ctx, j, jt, a, certs, deadline); err != nil {
+		if j, err = w.runAttempt(ctx, j, jt, a, certs, avail, deadline); err != nil {
 			return RunResult{}, err
 		}
 	}
@@ -131,9 +157,14 @@ func (w *Tasks) markOverdue(ctx context.Context, j job.Job, jt JobType) (job.Job
 // is false when another writer moved the job first; j is then the job as
 // it is now. Whether the provider is certified is read before the claim,
 // so a store fault leaves nothing claimed that no one will call.
-func (w *Tasks) begin(ctx context.Context, j job.Job, plan job.Plan, certs *certified) (job.Job, job.Attempt, bool, error) {
+func (w *Tasks) begin(ctx context.Context, j job.Job, plan job.Plan, certs *certified, avail *availability) (job.Job, job.Attempt, bool, error) {
 	if a, ok := j.Attempt(plan.Attempt); ok {
 		return w.claim(ctx, j, a, certs)
+	}
+	// The provider's breaker admits the attempt first: refused, the
+	// provider is unavailable to this run and the job decides again.
+	if !avail.admit(plan.Provider, job.AttemptKey(j.ID, j.AttemptCount+1)) {
+		return j, job.Attempt{}, false, nil
 	}
 	return refusedIsMoved(w.cfg.Engine.LaunchOn(ctx, j, plan.Provider))
 }
@@ -176,7 +207,7 @@ func (w *Tasks) await(ctx context.Context, j job.Job, n int, deadline time.Time)
 // win, and the run waits for both so the loser is recorded as discarded.
 // It returns the newest job it saw; only store errors are errors: a
 // provider's failure is recorded on its attempt.
-func (w *Tasks) runAttempt(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, deadline time.Time) (job.Job, error) {
+func (w *Tasks) runAttempt(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, avail *availability, deadline time.Time) (job.Job, error) {
 	type ended struct {
 		j   job.Job
 		err error
@@ -203,7 +234,7 @@ func (w *Tasks) runAttempt(ctx context.Context, j job.Job, jt JobType, a job.Att
 			}
 		case <-hedge:
 			hedge = nil
-			hj, h, hc, ok, err := w.startHedge(ctx, j.ID, jt, a.Number, deadline)
+			hj, h, hc, ok, err := w.startHedge(ctx, j.ID, jt, a.Number, avail, deadline)
 			if err != nil {
 				// A hedge only speeds a job up: without one, the attempt
 				// it would have raced still runs.
@@ -234,7 +265,7 @@ func (w *Tasks) claim(ctx context.Context, j job.Job, a job.Attempt, certs *cert
 // startHedge decides whether attempt n is hedged now (job.NextHedge) and
 // starts and claims the hedge, returning the certifications it read for
 // the hedge's call.
-func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, deadline time.Time) (job.Job, job.Attempt, *certified, bool, error) {
+func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, avail *availability, deadline time.Time) (job.Job, job.Attempt, *certified, bool, error) {
 	if past(w.now(), deadline) {
 		return job.Job{}, job.Attempt{}, nil, false, nil
 	}
@@ -243,6 +274,7 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, de
 		return j, job.Attempt{}, nil, false, err
 	}
 	pol, certs := w.policy(ctx, j, jt)
+	pol.AvailableFunc = avail.available
 	plan, ok := job.NextHedge(j, n, pol)
 	if certs.err != nil || !ok {
 		return j, job.Attempt{}, nil, false, certs.err
@@ -251,6 +283,9 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, de
 	if b, ok := j.Attempt(plan.Attempt); ok {
 		j, a, ok, err = w.claim(ctx, j, b, certs)
 		return j, a, certs, ok, err
+	}
+	if !avail.admit(plan.Provider, job.AttemptKey(j.ID, j.AttemptCount+1)) {
+		return j, job.Attempt{}, nil, false, nil // no hedge today: the attempt it would race runs on
 	}
 	j, a, ok, err = refusedIsMoved(w.cfg.Engine.LaunchHedgeOn(ctx, j, plan.Provider))
 	return j, a, certs, ok, err
@@ -275,18 +310,33 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 	if !ok {
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "provider " + a.Provider + " is not configured"}, job.Call{})
 	}
-	req, err := jt.Request(j.Input)
+	req, err := attemptRequest(j, jt, a)
 	if err != nil {
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "render prompt: " + err.Error()}, job.Call{})
 	}
-	req.JobID, req.Attempt, req.IdempotencyKey, req.JobType = j.ID, a.Number, a.IdempotencyKey(), j.Type
-	callCtx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
+	pol := w.healthPolicy(a.Provider)
+	callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(p, jt, pol))
 	defer cancel()
+	// A call still running past its provider's own slow bound counts
+	// against the provider at once, not when it ends.
+	ended := make(chan struct{})
+	slow := w.cfg.SlowAfterFunc(pol.SlowCallAfter)
+	go func() {
+		select {
+		case <-slow:
+			w.log.WarnContext(ctx, "provider_slow", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
+				"slow_call_after_ms", pol.SlowCallAfter.Milliseconds())
+			w.observe(ctx, a, job.HealthSlow)
+		case <-ended:
+		}
+	}()
 	start := w.now()
 	resp, err := p.Call(callCtx, req)
+	close(ended)
 	latency := w.now().Sub(start)
 	w.log.InfoContext(ctx, "provider_called", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
 		"latency_ms", latency.Milliseconds(), "ok", err == nil)
+	w.observe(ctx, a, healthKind(err))
 	if err != nil {
 		var ce *provider.CallError
 		f := job.Failure{Class: failureClass(provider.Classify(err)), Message: err.Error()}
@@ -310,6 +360,58 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 			Message: fmt.Sprintf("the result (%d bytes) is too large to store with its job: %v", len(resp.Output), tooLarge)}, c)
 	}
 	return done.Job, err
+}
+
+// attemptRequest is the provider request of attempt a: the type's
+// rendering of the job's input, with the attempt's identity. The same for
+// its call and for every question about it later (settle).
+func attemptRequest(j job.Job, jt JobType, a job.Attempt) (provider.Request, error) {
+	req, err := jt.Request(j.Input)
+	if err != nil {
+		return provider.Request{}, err
+	}
+	req.JobID, req.Attempt, req.IdempotencyKey, req.JobType = j.ID, a.Number, a.IdempotencyKey(), j.Type
+	return req, nil
+}
+
+// callTimeout is how long a call may run. A provider that can be asked
+// about an attempt later (provider.Settler) is waited on only until the
+// state machine has given up on the run and the call has counted as slow:
+// its answer is not lost, the reconciler asks for it. Any other provider's
+// late answer only arrives live, so its call runs up to CallTimeout.
+func (w *Tasks) callTimeout(p provider.Provider, jt JobType, pol job.HealthPolicy) time.Duration {
+	if _, ok := p.(provider.Settler); ok {
+		return min(w.cfg.CallTimeout, max(RunTimeout(jt), pol.SlowCallAfter)+settleMargin)
+	}
+	return w.cfg.CallTimeout
+}
+
+// settleMargin keeps a settleable call alive a moment past its slow bound,
+// so the slow observation is made before the call is let go.
+const settleMargin = time.Second
+
+// healthKind is what a call's end says of its provider's health: an
+// answer (a refusal of the request itself included: the provider works),
+// or the failure kind that counts against it.
+func healthKind(err error) job.HealthEventKind {
+	var ce *provider.CallError
+	if err == nil || !errors.As(err, &ce) {
+		if err != nil && provider.Classify(err) == provider.ClassAmbiguous {
+			return job.HealthUnknown
+		}
+		return job.HealthAnswered
+	}
+	switch {
+	case ce.Class == provider.ClassAmbiguous:
+		return job.HealthUnknown
+	case ce.Status == http.StatusTooManyRequests || ce.Class == provider.ClassExhausted:
+		return job.HealthRateLimited
+	case ce.Status >= 500:
+		return job.HealthServerError
+	case ce.Status == 0 && ce.Class == provider.ClassRetryable && errors.Is(err, provider.ErrTransport):
+		return job.HealthTransport
+	}
+	return job.HealthAnswered
 }
 
 // usageOf is what a response says the call cost.

@@ -19,6 +19,9 @@ type JobType interface {
 	Timeout() time.Duration
 	HedgeAfter() (time.Duration, bool)
 	MaxAttempts() int
+	// SettleAtDeadline: an unknown attempt on a provider that cannot be
+	// asked about it may be settled failed at its deadline.
+	SettleAtDeadline() bool
 	ContractVersion() string
 	// Request renders the provider request for an input; the caller adds
 	// the attempt's identity.
@@ -62,7 +65,19 @@ type TasksConfig struct {
 	// AfterFunc waits for a duration (hedge delays, polls); time.After when
 	// nil. Tests pass their own, so nothing sleeps.
 	AfterFunc func(d time.Duration) <-chan time.Time
-	Logger    *slog.Logger
+	// SlowAfterFunc fires when a call has run past its provider's
+	// SlowCallAfter; time.After when nil. Tests pass their own.
+	SlowAfterFunc func(d time.Duration) <-chan time.Time
+	// Breakers says which providers take attempts and records what calls
+	// see of them; nil: every provider takes attempts, nothing is recorded.
+	Breakers *Breakers
+	// SettleTimeout bounds one question to a provider about an unknown
+	// attempt (default 10 s).
+	SettleTimeout time.Duration
+	// MaxProviderWait bounds how long a job waits for unavailable
+	// providers (job.DefaultMaxProviderWait when 0).
+	MaxProviderWait time.Duration
+	Logger          *slog.Logger
 }
 
 // Tasks are the logic of the state machine's two tasks: Run, which drives a
@@ -99,6 +114,12 @@ func NewTasks(c TasksConfig) (*Tasks, error) {
 	}
 	if c.AfterFunc == nil {
 		c.AfterFunc = time.After
+	}
+	if c.SlowAfterFunc == nil {
+		c.SlowAfterFunc = time.After
+	}
+	if c.SettleTimeout <= 0 {
+		c.SettleTimeout = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -210,7 +231,53 @@ func (c *certified) ask(p string) bool {
 
 func (w *Tasks) policy(ctx context.Context, j job.Job, jt JobType) (job.Policy, *certified) {
 	c := &certified{ctx: ctx, store: w.cfg.Certifications, jobType: j.Type, version: jt.ContractVersion(), seen: map[string]bool{}}
-	return job.Policy{MaxAttempts: jt.MaxAttempts(), CertifiedFunc: c.ask, Wait: w.cfg.Wait}, c
+	return job.Policy{MaxAttempts: jt.MaxAttempts(), CertifiedFunc: c.ask, Wait: w.cfg.Wait, MaxProviderWait: w.cfg.MaxProviderWait}, c
+}
+
+// healthPolicy is a provider's health policy: its declared limits.
+func (w *Tasks) healthPolicy(provider string) job.HealthPolicy {
+	if w.cfg.Breakers == nil {
+		return job.DefaultHealthPolicy()
+	}
+	return w.cfg.Breakers.Policy(provider)
+}
+
+// availability is one run's view of which providers take attempts: what
+// the breakers say, except those that refused this run an admission.
+type availability struct {
+	ctx      context.Context
+	breakers *Breakers
+	refused  map[string]job.Admission
+}
+
+func (v *availability) available(provider string) job.Admission {
+	if a, ok := v.refused[provider]; ok {
+		return a
+	}
+	if v.breakers == nil {
+		return job.Admission{Allowed: true}
+	}
+	return v.breakers.Available(v.ctx, provider)
+}
+
+// admit asks the provider's breaker to take attempt key; a refusal is
+// remembered for the rest of the run.
+func (v *availability) admit(provider, key string) bool {
+	if v.breakers == nil {
+		return true
+	}
+	a := v.breakers.Admit(v.ctx, provider, key)
+	if !a.Allowed {
+		v.refused[provider] = a
+	}
+	return a.Allowed
+}
+
+// observe records what an attempt saw of its provider.
+func (w *Tasks) observe(ctx context.Context, a job.Attempt, kind job.HealthEventKind) {
+	if w.cfg.Breakers != nil {
+		w.cfg.Breakers.Observe(ctx, a.Provider, job.HealthEvent{Kind: kind, Attempt: a.IdempotencyKey()})
+	}
 }
 
 // Hold settles what a run left when the state machine caught it ending
@@ -240,12 +307,17 @@ func (w *Tasks) Hold(ctx context.Context, in HoldInput) (HoldResult, error) {
 		}
 	}
 	// How long to wait needs no certification: only whether an attempt is
-	// open, and since when.
-	plan := job.Next(j, job.Policy{MaxAttempts: jt.MaxAttempts(), Wait: w.cfg.Wait}, w.now())
+	// open, and since when, or until when the job waits for providers (its
+	// own record, Job.Waiting).
+	plan := job.Next(j, job.Policy{MaxAttempts: jt.MaxAttempts(), Wait: w.cfg.Wait, MaxProviderWait: w.cfg.MaxProviderWait}, w.now())
 	res := HoldResult{JobID: j.ID}
 	if plan.Action == job.ActionWait {
 		res.WaitSeconds = ceilSeconds(plan.Wait)
-		w.log.InfoContext(ctx, "attempt_blocked", "job_id", j.ID, "attempt", plan.Blocker, "wait_seconds", res.WaitSeconds)
+		if plan.Waiting != nil {
+			w.log.InfoContext(ctx, "job_waiting_for_providers", "job_id", j.ID, "wait_seconds", res.WaitSeconds, "detail", plan.Waiting.Detail)
+		} else {
+			w.log.InfoContext(ctx, "attempt_blocked", "job_id", j.ID, "attempt", plan.Blocker, "wait_seconds", res.WaitSeconds)
+		}
 	}
 	return res, nil
 }

@@ -87,7 +87,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(o.Port), done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.done) }()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a liveness bound: generous on a loaded machine
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint, nil)
 		resp, err := http.DefaultClient.Do(req)

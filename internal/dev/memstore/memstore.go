@@ -20,6 +20,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ type Store struct {
 	jobs   map[string]*record
 	ledger map[string]map[int]ledgerEntry // job ID → attempt number → copy
 	certs  map[certKey]job.Certification
+	health map[string]job.Health // by provider
 }
 
 // record is one stored job item.
@@ -55,11 +57,13 @@ type certKey struct{ contract, provider string }
 var (
 	_ lifecycle.Store          = (*Store)(nil)
 	_ lifecycle.Certifications = (*Store)(nil)
+	_ lifecycle.HealthStore    = (*Store)(nil)
 )
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{jobs: map[string]*record{}, ledger: map[string]map[int]ledgerEntry{}, certs: map[certKey]job.Certification{}}
+	return &Store{jobs: map[string]*record{}, ledger: map[string]map[int]ledgerEntry{}, certs: map[certKey]job.Certification{},
+		health: map[string]job.Health{}}
 }
 
 // Create stores j unless its ID exists. If it exists, the existing job is
@@ -145,6 +149,9 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	}
 	if t.Kind() == job.KindStartAttempt {
 		cur.AttemptCount = after.AttemptCount
+	}
+	if t.Kind() == job.KindStartAttempt || t.Kind() == job.KindWait || t.Kind().Outcome() {
+		cur.Waiting = cloneWaiting(after.Waiting)
 	}
 	if t.Kind().Outcome() {
 		cur.Version = after.Version
@@ -400,6 +407,7 @@ func clone(j job.Job) job.Job {
 		j.Providers = slices.Clone(j.Providers)
 	}
 	j.Error = cloneFailure(j.Error)
+	j.Waiting = cloneWaiting(j.Waiting)
 	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
 	if len(j.Attempts) == 0 {
 		j.Attempts = nil
@@ -432,6 +440,15 @@ func cloneAttempt(a job.Attempt) job.Attempt {
 	return a
 }
 
+func cloneWaiting(w *job.Waiting) *job.Waiting {
+	if w == nil {
+		return nil
+	}
+	c := *w
+	c.Since, c.Until = c.Since.UTC(), c.Until.UTC()
+	return &c
+}
+
 func cloneFailure(f *job.Failure) *job.Failure {
 	if f == nil {
 		return nil
@@ -445,4 +462,86 @@ func cloneRaw(m json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return slices.Clone(m)
+}
+
+// Health reads a provider's health; a provider nothing was written for is
+// closed.
+func (s *Store) Health(ctx context.Context, provider string) (job.Health, error) {
+	if err := ctx.Err(); err != nil {
+		return job.Health{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.health[provider]
+	if !ok {
+		return job.NewHealth(provider), nil
+	}
+	return cloneHealth(h), nil
+}
+
+// SaveHealth writes a decided change while the stored revision is the one
+// decided on, as dynamo.Store's conditional put does.
+func (s *Store) SaveHealth(ctx context.Context, c job.HealthChange) (bool, job.Health, error) {
+	if !c.Decided() {
+		return false, job.Health{}, fmt.Errorf("memstore: health change was not decided")
+	}
+	if err := ctx.Err(); err != nil {
+		return false, job.Health{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := c.After().Provider
+	cur, ok := s.health[name]
+	if (ok && cur.Revision != c.Before().Revision) || (!ok && c.Before().Revision != 0) {
+		if !ok {
+			return false, job.NewHealth(name), nil
+		}
+		return false, cloneHealth(cur), nil
+	}
+	s.health[name] = cloneHealth(c.After())
+	return true, cloneHealth(c.After()), nil
+}
+
+// ListHealth returns every stored provider's health, by name.
+func (s *Store) ListHealth(ctx context.Context) ([]job.Health, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]job.Health, 0, len(s.health))
+	for _, h := range s.health {
+		out = append(out, cloneHealth(h))
+	}
+	slices.SortFunc(out, func(a, b job.Health) int { return strings.Compare(a.Provider, b.Provider) })
+	return out, nil
+}
+
+// cloneHealth deep-copies a health record as a DynamoDB round trip leaves
+// it: times in UTC, the cooldown in whole milliseconds, empty maps absent.
+func cloneHealth(h job.Health) job.Health {
+	times := func(m map[string]time.Time) map[string]time.Time {
+		if len(m) == 0 {
+			return nil
+		}
+		out := make(map[string]time.Time, len(m))
+		for k, t := range m {
+			out[k] = t.UTC()
+		}
+		return out
+	}
+	h.Probes, h.Held = times(h.Probes), times(h.Held)
+	if len(h.Failures) == 0 {
+		h.Failures = nil
+	} else {
+		h.Failures = maps.Clone(h.Failures)
+	}
+	if h.Forced != nil {
+		f := *h.Forced
+		f.At = f.At.UTC()
+		h.Forced = &f
+	}
+	h.Since, h.WindowStart, h.OpenUntil, h.UpdatedAt = h.Since.UTC(), h.WindowStart.UTC(), h.OpenUntil.UTC(), h.UpdatedAt.UTC()
+	h.Cooldown = h.Cooldown.Truncate(time.Millisecond)
+	return h
 }

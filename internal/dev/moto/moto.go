@@ -51,7 +51,7 @@ func Start(ctx context.Context, out io.Writer) (*Server, error) {
 	}
 	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.done) }()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a liveness bound: generous on a loaded machine
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint, nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {

@@ -227,8 +227,7 @@ func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario
 	if err := dynamo.CreateTables(ctx, l.db, names); err != nil {
 		return nil, err
 	}
-	st, err := dynamo.New(dynamo.Config{Client: l.db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
-		CertificationsTable: names.Certifications})
+	st, err := dynamo.New(dynamo.Config{Client: l.db, Tables: names})
 	if err != nil {
 		return nil, err
 	}
@@ -256,10 +255,7 @@ func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario
 	defer closeStub()
 
 	env := map[string]string{
-		deploy.EnvJobsTable:           names.Jobs,
-		deploy.EnvAttemptsTable:       names.Attempts,
-		deploy.EnvCertificationsTable: names.Certifications,
-		deploy.EnvName:                "local",
+		deploy.EnvName: "local",
 		// What the Lambda service sets, roughly; RIE adds the runtime API.
 		"AWS_REGION":                      Region,
 		"AWS_DEFAULT_REGION":              Region,
@@ -282,6 +278,10 @@ func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario
 		"AWS_ENDPOINT_URL_SFN":      stub,
 		"AWS_ENDPOINT_URL":          stub,
 	}
+	for logical, name := range names.ByLogical() {
+		env[deploy.TableEnv(logical)] = name
+	}
+
 	// As infra/stack sets them: the state machine ARN for the functions
 	// that start executions, the provider configuration for the one that
 	// calls providers (locally inline, in AWS a secret).

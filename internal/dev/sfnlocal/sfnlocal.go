@@ -45,7 +45,7 @@ const (
 	DefaultStateMachineARN = "arn:aws:states:" + testenv.Region + ":" + testenv.AccountID + ":stateMachine:onejob"
 	// DefaultDefinitionPath is relative to the repository root.
 	DefaultDefinitionPath = "statemachine/onejob.asl.json"
-	defaultStartTimeout   = 10 * time.Second
+	defaultStartTimeout   = time.Minute
 	stopGrace             = 5 * time.Second
 )
 
@@ -76,7 +76,8 @@ type Config struct {
 	// tests need not wait out IntervalSeconds/BackoffRate. Zero keeps the
 	// definition's timing.
 	RetryPause time.Duration
-	// StartTimeout bounds the wait for READY; default 10 s.
+	// StartTimeout bounds the wait for READY (a liveness bound, generous: the
+	// ASL validator alone took 6 s on a loaded machine); default a minute.
 	StartTimeout time.Duration
 	// IdleTimeout closes a connection to the server idle that long;
 	// default 30 s.

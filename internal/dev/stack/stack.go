@@ -208,8 +208,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err := dynamo.CreateTables(ctx, s.DB, s.Tables); err != nil {
 		return nil, err
 	}
-	s.Store, err = dynamo.New(dynamo.Config{Client: s.DB, JobsTable: s.Tables.Jobs, AttemptsTable: s.Tables.Attempts,
-		CertificationsTable: s.Tables.Certifications, Logger: log})
+	s.Store, err = dynamo.New(dynamo.Config{Client: s.DB, Tables: s.Tables, Logger: log})
 	if err != nil {
 		return nil, err
 	}

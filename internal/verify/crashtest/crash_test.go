@@ -516,8 +516,7 @@ func crashSnapshot(ctx context.Context, t *testing.T, root, data string, ids []s
 	}
 	defer srv.Close()
 	names := dynamo.NamesWithPrefix("onejob-local")
-	st, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(srv.Endpoint()), JobsTable: names.Jobs,
-		AttemptsTable: names.Attempts, CertificationsTable: names.Certifications})
+	st, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(srv.Endpoint()), Tables: names})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,8 +60,7 @@ func newRig(t *testing.T, cfg faultproxy.Config, maxAttempts int) *rig {
 	faulty := dynalite.NewClient(p.URL(), faultproxy.ClientOptions(maxAttempts, obs))
 	clock := uniqueClock()
 	mk := func(db *dynamodb.Client) *lifecycle.Engine {
-		st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
-			CertificationsTable: names.Certifications})
+		st, err := dynamo.New(dynamo.Config{Client: db, Tables: names})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -77,8 +77,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 
 func newEngine(t *testing.T, db *dynamodb.Client, names dynamo.TableNames) *lifecycle.Engine {
 	t.Helper()
-	st, err := dynamo.New(dynamo.Config{Client: db, JobsTable: names.Jobs, AttemptsTable: names.Attempts,
-		CertificationsTable: names.Certifications})
+	st, err := dynamo.New(dynamo.Config{Client: db, Tables: names})
 	if err != nil {
 		t.Fatal(err)
 	}

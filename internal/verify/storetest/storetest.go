@@ -33,6 +33,7 @@ import (
 // jobtype.Certify and the contract command use.
 type Interface interface {
 	lifecycle.Store
+	lifecycle.HealthStore
 	lifecycle.Certifications
 	PutCertification(ctx context.Context, c job.Certification) error
 	ListCertifications(ctx context.Context) ([]job.Certification, error)
@@ -79,6 +80,8 @@ func Exercise(t *testing.T, newStore func(t *testing.T) Store) {
 		{"List", listTests},
 		{"ListOpen", listOpenTests},
 		{"Certifications", certificationTests},
+		{"Health", healthTests},
+		{"Waiting", waitingTests},
 		{"Rules", ruleTests},
 	}
 	for _, g := range groups {

@@ -1,0 +1,236 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// BreakersConfig wires Breakers.
+type BreakersConfig struct {
+	Store HealthStore
+	// PolicyFunc is a provider's health policy (its declared limits);
+	// job.DefaultHealthPolicy for a provider it does not know.
+	PolicyFunc func(provider string) job.HealthPolicy
+	// CacheFor is how long one read of a provider's health serves the
+	// admissions of this process (default a second): about one read per
+	// container per second, whatever the traffic.
+	CacheFor time.Duration
+	// NowFunc is the clock; time.Now when nil.
+	NowFunc func() time.Time
+	Logger  *slog.Logger
+	// Events receives the openings; NoEvents when nil.
+	Events Events
+}
+
+// Breakers is the providers' health use case: whether a provider takes an
+// attempt (Available, Admit), what attempts saw of it (Observe), and an
+// operator's override (Force). The rules are package job's; the state is
+// shared by every runner through the HealthStore and read through a short
+// per-process cache, so a call that answers on a closed breaker costs at
+// most that cached read and no write.
+//
+// Health is advice about where to send work, never a reason to lose it: a
+// store fault while reading it lets the attempt through (and is logged),
+// and a fault while writing it drops that observation.
+type Breakers struct {
+	cfg   BreakersConfig
+	mu    sync.Mutex
+	cache map[string]cachedHealth
+}
+
+type cachedHealth struct {
+	h  job.Health
+	at time.Time
+}
+
+// maxHealthRounds bounds a decide-and-write loop on one provider's health;
+// each lost round means another runner wrote it first.
+const maxHealthRounds = 16
+
+// NewBreakers checks the store and defaults the rest.
+func NewBreakers(c BreakersConfig) (*Breakers, error) {
+	if c.Store == nil {
+		return nil, errors.New("lifecycle: breakers need a health store")
+	}
+	if c.PolicyFunc == nil {
+		c.PolicyFunc = func(string) job.HealthPolicy { return job.DefaultHealthPolicy() }
+	}
+	if c.CacheFor <= 0 {
+		c.CacheFor = time.Second
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Events == nil {
+		c.Events = NoEvents{}
+	}
+	return &Breakers{cfg: c, cache: map[string]cachedHealth{}}, nil
+}
+
+// Policy is the provider's health policy.
+func (b *Breakers) Policy(provider string) job.HealthPolicy { return b.cfg.PolicyFunc(provider) }
+
+// read returns the provider's health: the cached copy while fresh, else a
+// consistent read, which refreshes the cache.
+func (b *Breakers) read(ctx context.Context, provider string, fresh bool) (job.Health, error) {
+	now := b.cfg.NowFunc()
+	b.mu.Lock()
+	c, ok := b.cache[provider]
+	b.mu.Unlock()
+	if ok && !fresh && now.Sub(c.at) < b.cfg.CacheFor {
+		return c.h, nil
+	}
+	h, err := b.cfg.Store.Health(ctx, provider)
+	if err != nil {
+		return job.Health{}, err
+	}
+	b.remember(h, now)
+	return h, nil
+}
+
+func (b *Breakers) remember(h job.Health, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c, ok := b.cache[h.Provider]; ok && c.h.Revision > h.Revision {
+		return // never go back to an older copy
+	}
+	b.cache[h.Provider] = cachedHealth{h: h, at: at}
+}
+
+// Available reports whether the provider would take an attempt now, from
+// the cached health: for choosing among providers, deciding nothing.
+func (b *Breakers) Available(ctx context.Context, provider string) job.Admission {
+	h, err := b.read(ctx, provider, false)
+	if err != nil {
+		b.cfg.Logger.WarnContext(ctx, "provider_health_unread", "provider", provider, "error", err.Error())
+		return job.Admission{Allowed: true}
+	}
+	return job.Available(h, b.Policy(provider), b.cfg.NowFunc())
+}
+
+// Admit decides whether attempt key may go to the provider now, and writes
+// what that decides (a probe let through, a cooldown ended, a half-open
+// breaker that outlived its bound opened again). Admitting to a closed
+// breaker with room writes nothing.
+func (b *Breakers) Admit(ctx context.Context, provider, key string) job.Admission {
+	h, err := b.read(ctx, provider, false)
+	for range maxHealthRounds {
+		if err != nil {
+			b.cfg.Logger.WarnContext(ctx, "provider_health_unread", "provider", provider, "error", err.Error())
+			return job.Admission{Allowed: true}
+		}
+		a, c, changed := job.Admit(h, key, b.Policy(provider), b.cfg.NowFunc())
+		if !changed {
+			return a
+		}
+		var ok bool
+		if ok, h, err = b.save(ctx, c); ok {
+			if a.Probe {
+				b.cfg.Logger.InfoContext(ctx, "provider_probe", "provider", provider, "attempt_key", key)
+			}
+			return a
+		}
+	}
+	return job.Admission{Reason: "its health kept changing under contention"}
+}
+
+// Observe records what an attempt saw of its provider. Most observations
+// (an answer on a closed breaker) change nothing and write nothing.
+func (b *Breakers) Observe(ctx context.Context, provider string, e job.HealthEvent) {
+	h, err := b.read(ctx, provider, false)
+	for range maxHealthRounds {
+		if err != nil {
+			b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "event", string(e.Kind), "error", err.Error())
+			return
+		}
+		c, changed := job.DecideHealth(h, e, b.Policy(provider), b.cfg.NowFunc())
+		if !changed {
+			return
+		}
+		var ok bool
+		if ok, h, err = b.save(ctx, c); ok {
+			return
+		}
+	}
+	b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "event", string(e.Kind), "error", "contention")
+}
+
+// save writes a change; a lost condition hands back the stored health
+// (fresh: decide again on it), an applied one is cached and, when it
+// opened the breaker, logged and counted.
+func (b *Breakers) save(ctx context.Context, c job.HealthChange) (bool, job.Health, error) {
+	ok, cur, err := b.cfg.Store.SaveHealth(ctx, c)
+	if err != nil {
+		return false, cur, err
+	}
+	b.remember(cur, b.cfg.NowFunc())
+	if ok && c.Opened() {
+		after := c.After()
+		b.cfg.Logger.WarnContext(ctx, "provider_opened", "provider", after.Provider, "reason", after.Reason,
+			"open_until", after.OpenUntil, "trips", after.Trips)
+		b.cfg.Events.ProviderOpened(ctx, after)
+	}
+	if ok && c.Before().Effective() != job.ProviderClosed && c.After().Effective() == job.ProviderClosed {
+		b.cfg.Logger.InfoContext(ctx, "provider_closed", "provider", c.After().Provider, "reason", c.After().Reason)
+	}
+	return ok, cur, nil
+}
+
+// Force sets (open, closed) or lifts ("") an operator's override of a
+// provider's breaker, with who and why; it returns the health after.
+func (b *Breakers) Force(ctx context.Context, provider string, state job.ProviderState, by, reason string) (job.Health, error) {
+	h, err := b.read(ctx, provider, true)
+	for range maxHealthRounds {
+		if err != nil {
+			return job.Health{}, err
+		}
+		c, err := job.DecideForce(h, state, by, reason, b.cfg.NowFunc())
+		if err != nil {
+			return h, err
+		}
+		if !c.Decided() {
+			return h, nil
+		}
+		var ok bool
+		if ok, h, err = b.save(ctx, c); ok {
+			b.cfg.Logger.WarnContext(ctx, "provider_forced", "provider", provider, "state", string(state), "by", by, "reason", reason)
+			return h, nil
+		}
+	}
+	return h, fmt.Errorf("%w: provider %s", ErrContention, provider)
+}
+
+// List returns the health of every named provider and of every provider
+// the store knows, by name; one nothing was written for is closed.
+func (b *Breakers) List(ctx context.Context, providers []string) ([]job.Health, error) {
+	stored, err := b.cfg.Store.ListHealth(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := stored
+	for _, p := range providers {
+		if !slices.ContainsFunc(stored, func(h job.Health) bool { return h.Provider == p }) {
+			out = append(out, job.NewHealth(p))
+		}
+	}
+	slices.SortFunc(out, func(a, b job.Health) int {
+		switch {
+		case a.Provider < b.Provider:
+			return -1
+		case a.Provider > b.Provider:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
