@@ -13,9 +13,9 @@ import (
 // Environment variables the functions read; infra/ sets exactly these,
 // and one per table (TableEnv).
 const (
-	EnvName                = "ONEJOB_ENV"
-	EnvStateMachineARN     = "ONEJOB_STATE_MACHINE_ARN"
-	EnvProvidersSecretARN  = "ONEJOB_PROVIDERS_SECRET_ARN"
+	EnvName               = "ONEJOB_ENV"
+	EnvStateMachineARN    = "ONEJOB_STATE_MACHINE_ARN"
+	EnvProvidersSecretARN = "ONEJOB_PROVIDERS_SECRET_ARN"
 	// EnvProviders holds the provider config JSON directly (local runs).
 	EnvProviders = "ONEJOB_PROVIDERS"
 	// EnvAdminClaim and EnvAdminValue name the verified claim, and the value
@@ -53,13 +53,13 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 		names[t] = getenv(TableEnv(t))
 	}
 	return Env{
-		tables:              names,
-		Name:                getenv(EnvName),
-		StateMachineARN:     getenv(EnvStateMachineARN),
-		ProvidersSecretARN:  getenv(EnvProvidersSecretARN),
-		Providers:           getenv(EnvProviders),
-		AdminClaim:          getenv(EnvAdminClaim),
-		AdminValue:          getenv(EnvAdminValue),
+		tables:             names,
+		Name:               getenv(EnvName),
+		StateMachineARN:    getenv(EnvStateMachineARN),
+		ProvidersSecretARN: getenv(EnvProvidersSecretARN),
+		Providers:          getenv(EnvProviders),
+		AdminClaim:         getenv(EnvAdminClaim),
+		AdminValue:         getenv(EnvAdminValue),
 	}
 }
 

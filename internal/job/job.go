@@ -34,9 +34,9 @@ type Job struct {
 	// Waiting says why a job with no open attempt waits, and until when:
 	// every provider it may run on next is unavailable (its breaker open).
 	// A launch clears it.
-	Waiting *Waiting
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	Waiting   *Waiting
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// WriteToken names the store call that last wrote the job item. A call
 	// whose write was applied but whose reply was lost (and whose retry then
 	// failed its condition) recognises its own write by it.
