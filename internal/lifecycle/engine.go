@@ -275,9 +275,15 @@ func (e *Engine) CompleteOn(ctx context.Context, j job.Job, n int, result json.R
 func (e *Engine) completion(ctx context.Context, t job.Transition, j job.Job, n int) Completion {
 	lost, isLost := t.LostRace()
 	if !isLost {
-		if !t.Noop() {
-			a, _ := j.Attempt(n)
+		a, _ := j.Attempt(n)
+		switch {
+		case !t.Noop():
 			e.log.InfoContext(ctx, "attempt_won", "job_id", j.ID, "attempt", n, "provider", a.Provider, "version", j.Version)
+		case a.Resolution != nil:
+			// The attempt's result is the job's already, settled out of
+			// band (the reconciler found it first): this copy is dropped.
+			e.log.InfoContext(ctx, "late_result_discarded", "job_id", j.ID, "attempt", n, "provider", a.Provider,
+				"attempt_state", string(a.State), "settled_by", a.Resolution.By)
 		}
 		return Completion{Won: j.CompletedBy == n, Job: j}
 	}

@@ -1,0 +1,522 @@
+package lifecycle_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/provider"
+)
+
+// healthStore counts the health store's reads and writes.
+type healthStore struct {
+	lifecycle.HealthStore
+	reads, writes atomic.Int64
+}
+
+func (s *healthStore) Health(ctx context.Context, p string) (job.Health, error) {
+	s.reads.Add(1)
+	return s.HealthStore.Health(ctx, p)
+}
+
+func (s *healthStore) SaveHealth(ctx context.Context, c job.HealthChange) (bool, job.Health, error) {
+	s.writes.Add(1)
+	return s.HealthStore.SaveHealth(ctx, c)
+}
+
+// slowTimers hands the tasks their slow-call timers as channels the test
+// fires.
+type slowTimers struct {
+	asked chan chan time.Time
+}
+
+func (s *slowTimers) after(time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	s.asked <- ch
+	return ch
+}
+
+// fire waits for a call's slow timer and fires it.
+func (s *slowTimers) fire(t *testing.T) {
+	t.Helper()
+	select {
+	case ch := <-s.asked:
+		ch <- time.Time{}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call started its slow timer")
+	}
+}
+
+// healthPolicy: 2 failures within a minute open a breaker for 30 s; one
+// probe; max processing time 10 minutes.
+func healthPolicy() job.HealthPolicy {
+	p := job.DefaultHealthPolicy()
+	p.Breaker.Failures = 2
+	return p
+}
+
+// withBreakers rebuilds the rig's tasks with breakers over its store (and
+// slow timers the test fires); catalog, when given, replaces the job types.
+func (r *rig) withBreakers(t *testing.T, cat lifecycle.Catalog) (*lifecycle.Breakers, *healthStore, *slowTimers) {
+	t.Helper()
+	hs := &healthStore{HealthStore: r.st.Store}
+	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: hs, PolicyFunc: func(string) job.HealthPolicy { return healthPolicy() },
+		NowFunc: r.clock.Now, Events: r.events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cat == nil {
+		c, _ := catalog()
+		cat = jobtype.Lookup[lifecycle.JobType]{Catalog: c}
+	}
+	slow := &slowTimers{asked: make(chan chan time.Time, 64)}
+	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: cat, Providers: r.prov, Certifications: r.st,
+		CallTimeout: callTimeout, PollInterval: pollInterval, OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after,
+		SlowAfterFunc: slow.after, Breakers: b, MaxProviderWait: 10 * time.Minute, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, hs, slow
+}
+
+func TestBreakersReadOncePerSecondAndWriteOnlyOnChange(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b, hs, _ := r.withBreakers(t, nil)
+	ctx := context.Background()
+	for range 100 {
+		if a := b.Admit(ctx, primary, "k/1"); !a.Allowed {
+			t.Fatalf("closed breaker refused: %+v", a)
+		}
+		b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthAnswered, Attempt: "k/1"})
+	}
+	if hs.reads.Load() != 1 || hs.writes.Load() != 0 {
+		t.Fatalf("100 answered calls in one second: %d reads, %d writes; want 1 and 0", hs.reads.Load(), hs.writes.Load())
+	}
+	r.clock.Advance(time.Second)
+	b.Admit(ctx, primary, "k/2")
+	if hs.reads.Load() != 2 {
+		t.Fatalf("a second later: %d reads, want 2", hs.reads.Load())
+	}
+	b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthServerError, Attempt: "k/2"})
+	if hs.writes.Load() != 1 {
+		t.Fatalf("a failure: %d writes, want 1", hs.writes.Load())
+	}
+}
+
+func TestRunAvoidsUnavailableProviders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("OpenPrimaryStartsOnTheCertifiedFallback", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		b, _, _ := r.withBreakers(t, nil)
+		r.certify(t, "demo", fallback)
+		if _, err := b.Force(ctx, primary, job.ProviderOpen, "op", "incident 42"); err != nil {
+			t.Fatal(err)
+		}
+		j := r.demo(t)
+		if res, err := r.run(t, j.ID); err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v %v", res, err)
+		}
+		got := r.get(t, j.ID)
+		if a := attemptOf(t, got, 1); a.Provider != fallback || got.AttemptCount != 1 || r.prov[primary].calls.Load() != 0 {
+			t.Fatalf("attempts %+v; primary called %d times", got.Attempts, r.prov[primary].calls.Load())
+		}
+	})
+
+	t.Run("AnUncertifiedFallbackIsNeverStarted", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		b, _, _ := r.withBreakers(t, nil)
+		if _, err := b.Force(ctx, primary, job.ProviderOpen, "op", "incident 42"); err != nil {
+			t.Fatal(err)
+		}
+		j := r.demo(t)
+		_, err := r.run(t, j.ID)
+		taskError(t, err, string(job.SignalWaitOpen))
+		got := r.get(t, j.ID)
+		if got.Status != job.StatusPending || got.Waiting == nil || !strings.Contains(got.Waiting.Detail, "forced open by op: incident 42") ||
+			r.prov[fallback].calls.Load() != 0 {
+			t.Fatalf("job %+v waiting %+v", got, got.Waiting)
+		}
+	})
+
+	t.Run("EveryProviderOpenWaitsThenFails", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		b, _, _ := r.withBreakers(t, nil)
+		r.certify(t, "demo", fallback)
+		// Both trip on failures: each says when it takes attempts again.
+		for _, p := range []string{primary, fallback} {
+			for i := range 2 {
+				b.Observe(ctx, p, job.HealthEvent{Kind: job.HealthServerError, Attempt: p + "/" + string(rune('a'+i))})
+			}
+		}
+		j := r.demo(t)
+		_, err := r.run(t, j.ID)
+		taskError(t, err, string(job.SignalWaitOpen))
+		got := r.get(t, j.ID)
+		if got.Waiting == nil || got.Waiting.Reason != job.WaitProviders || !got.Waiting.Until.Equal(t0.Add(30*time.Second)) {
+			t.Fatalf("waiting %+v", got.Waiting)
+		}
+		// The hold step waits until the first breaker's cooldown ends.
+		r.clock.Advance(10 * time.Second)
+		if hold := r.hold(t, j.ID, string(job.SignalWaitOpen)); hold.WaitSeconds != 20 {
+			t.Fatalf("hold waits %d s, want 20", hold.WaitSeconds)
+		}
+		// A second run before anything changed records nothing new.
+		rev := r.get(t, j.ID).Revision
+		_, err = r.run(t, j.ID)
+		taskError(t, err, string(job.SignalWaitOpen))
+		if r.get(t, j.ID).Revision != rev {
+			t.Fatal("an unchanged wait was written again")
+		}
+		// Forced open for good: past the bound, the job fails and says why.
+		for _, p := range []string{primary, fallback} {
+			if _, err := b.Force(ctx, p, job.ProviderOpen, "op", "gone"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.clock.Advance(10 * time.Minute)
+		if res, err := r.run(t, j.ID); err != nil || res.Status != job.StatusFailed {
+			t.Fatalf("%+v %v", res, err)
+		}
+		got = r.get(t, j.ID)
+		if got.Error == nil || got.Error.Class != job.ClassUnavailable || got.Waiting != nil || got.AttemptCount != 0 {
+			t.Fatalf("job %+v error %+v", got, got.Error)
+		}
+	})
+
+	t.Run("SlowCallsOpenTheBreakerForLaterJobs", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		b, _, slow := r.withBreakers(t, nil)
+		r.certify(t, "demo", fallback)
+		// Two calls hang at the primary; each counts once it is slow.
+		var calls sync.WaitGroup
+		released := make(chan struct{})
+		r.prov[primary].answer = func(ctx context.Context, _ provider.Request) (provider.Response, error) {
+			<-released
+			return provider.Response{}, &provider.CallError{Provider: primary, Class: provider.ClassAmbiguous, Msg: "timed out"}
+		}
+		for range 2 {
+			j := r.demo(t)
+			calls.Go(func() { _, _ = r.tasks.Run(ctx, r.runInput(t, j.ID)) })
+			slow.fire(t)
+		}
+		waitFor(t, func() bool { return b.Available(ctx, primary).Allowed == false })
+		if h, _ := r.st.Health(ctx, primary); h.State != job.ProviderOpen || len(h.Held) != 2 || h.Failures[job.HealthSlow] != 2 {
+			t.Fatalf("health %+v", h)
+		}
+		third := r.demo(t)
+		if res, err := r.run(t, third.ID); err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v %v", res, err)
+		}
+		if a := attemptOf(t, r.get(t, third.ID), 1); a.Provider != fallback {
+			t.Fatalf("the third job started on %s", a.Provider)
+		}
+		close(released)
+		calls.Wait()
+		if h, _ := r.st.Health(ctx, primary); h.Failures[job.HealthSlow] != 2 || h.FailureCount() != 2 || len(h.Held) != 2 {
+			t.Fatalf("the slow calls ending unknown counted again: %+v", h)
+		}
+		if !slicesContain(r.events.list(), "opened sim-primary") {
+			t.Fatalf("events %q", r.events.list())
+		}
+	})
+
+	t.Run("AProbeThatAnswersClosesTheBreaker", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		b, _, _ := r.withBreakers(t, nil)
+		for i := range 2 {
+			b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthServerError, Attempt: "old/" + string(rune('a'+i))})
+		}
+		r.clock.Advance(30 * time.Second)
+		j := r.demo(t)
+		if res, err := r.run(t, j.ID); err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v %v", res, err)
+		}
+		if h, _ := r.st.Health(ctx, primary); h.State != job.ProviderClosed || h.Trips != 0 {
+			t.Fatalf("after the probe answered: %+v", h)
+		}
+	})
+}
+
+func slicesContain(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// waitFor polls cond on real (short) time: for a state another goroutine
+// writes, not for a duration.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// settler is a provider whose earlier attempts can be asked about.
+type settler struct {
+	*fakeProvider
+	mu      sync.Mutex
+	answers []func() (provider.Settlement, error)
+	asked   atomic.Int64
+}
+
+func (s *settler) Settle(context.Context, provider.Request) (provider.Settlement, error) {
+	s.asked.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.answers[0]
+	if len(s.answers) > 1 {
+		s.answers = s.answers[1:]
+	}
+	return next()
+}
+
+type settlers map[string]provider.Provider
+
+func (p settlers) Get(name string) (provider.Provider, bool) {
+	f, ok := p[name]
+	return f, ok
+}
+
+// unknownOn makes attempt 1 of a new demo job unknown on the primary.
+func (r *rig) unknownOn(t *testing.T) job.Job {
+	t.Helper()
+	j := r.demo(t)
+	r.start(t, j.ID, primary)
+	r.claim(t, j.ID, 1)
+	if _, err := r.eng.MarkUnknown(context.Background(), j.ID, 1, "no answer within the run's timeout"); err != nil {
+		t.Fatal(err)
+	}
+	return r.get(t, j.ID)
+}
+
+// overrideCatalog lets a test change a job type's settlement rule.
+type overrideCatalog struct {
+	lifecycle.Catalog
+	atDeadline bool
+}
+
+type deadlineType struct {
+	lifecycle.JobType
+	atDeadline bool
+}
+
+func (d deadlineType) SettleAtDeadline() bool { return d.atDeadline }
+
+func (c overrideCatalog) Lookup(name string) (lifecycle.JobType, bool) {
+	jt, ok := c.Catalog.Lookup(name)
+	return deadlineType{jt, c.atDeadline}, ok
+}
+
+func TestRunSettlesUnknownAttempts(t *testing.T) {
+	t.Parallel()
+	answered := func(name string) func() (provider.Settlement, error) {
+		return func() (provider.Settlement, error) {
+			return provider.Settlement{Evidence: provider.EvidenceAnswered, Detail: "re-sent: 200 (its first answer)",
+				Response: provider.Response{Output: good(name), ProviderRequestID: "req-first"}}, nil
+		}
+	}
+	inProgress := func() (provider.Settlement, error) {
+		return provider.Settlement{Evidence: provider.EvidenceInProgress, Detail: "re-sent: 409 (in progress)"}, nil
+	}
+	absent := func() (provider.Settlement, error) {
+		return provider.Settlement{Evidence: provider.EvidenceAbsent, Detail: "no stored completion has metadata onejob_attempt"}, nil
+	}
+	unreachable := func() (provider.Settlement, error) { return provider.Settlement{}, errors.New("connection refused") }
+
+	// rigWith has a primary that answers questions in order, and a
+	// certified fallback that answers calls.
+	rigWith := func(t *testing.T, answers ...func() (provider.Settlement, error)) (*rig, *settler) {
+		t.Helper()
+		r := newRig(t)
+		s := &settler{fakeProvider: r.prov[primary], answers: answers}
+		r.withBreakers(t, nil)
+		r.certify(t, "demo", fallback)
+		r.tasks = rebuild(t, r, settlers{primary: s, fallback: r.prov[fallback]}, nil)
+		return r, s
+	}
+
+	t.Run("InProgressThenAnswered", func(t *testing.T) {
+		t.Parallel()
+		r, s := rigWith(t, inProgress, answered(primary))
+		j := r.unknownOn(t)
+		_, err := r.run(t, j.ID)
+		taskError(t, err, string(job.SignalWaitOpen))
+		if got := r.get(t, j.ID); got.Status != job.StatusUnknown || logged(r.logs, "settle_pending") != 1 {
+			t.Fatalf("after 409: %s\n%s", got.Status, r.logs)
+		}
+		r.clock.Advance(time.Minute)
+		if res, err := r.run(t, j.ID); err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v %v", res, err)
+		}
+		got := r.get(t, j.ID)
+		a := attemptOf(t, got, 1)
+		if got.CompletedBy != 1 || string(got.Result) != string(good(primary)) || a.Resolution == nil || a.Resolution.By != job.Reconciler ||
+			a.Resolution.Reason != "re-sent: 200 (its first answer)" || a.ProviderRequestID != "req-first" || got.AttemptCount != 1 {
+			t.Fatalf("job %+v attempt %+v", got, a)
+		}
+		if s.asked.Load() != 2 || s.calls.Load() != 0 || r.prov[fallback].calls.Load() != 0 {
+			t.Fatalf("asked %d, called %d, fallback %d", s.asked.Load(), s.calls.Load(), r.prov[fallback].calls.Load())
+		}
+		if !slicesContain(r.events.list(), "settled 1 by reconciler after 1m0s") {
+			t.Fatalf("events %q", r.events.list())
+		}
+	})
+
+	t.Run("LookupFindsNothingPastItsProcessingTime", func(t *testing.T) {
+		t.Parallel()
+		r, _ := rigWith(t, absent)
+		j := r.unknownOn(t)
+		_, err := r.run(t, j.ID)
+		taskError(t, err, string(job.SignalWaitOpen))
+		r.clock.Advance(10 * time.Minute)
+		if res, err := r.run(t, j.ID); err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v %v", res, err)
+		}
+		got := r.get(t, j.ID)
+		a1, a2 := attemptOf(t, got, 1), attemptOf(t, got, 2)
+		if a1.State != job.AttemptFailed || a1.Error.Class != job.ClassSettled || a1.Resolution.By != job.Reconciler ||
+			a2.Provider != fallback || got.CompletedBy != 2 {
+			t.Fatalf("attempts %+v", got.Attempts)
+		}
+	})
+
+	t.Run("AProviderThatCannotAnswerIsAskedAgainNeverSettledByTheClock", func(t *testing.T) {
+		t.Parallel()
+		r, s := rigWith(t, unreachable)
+		j := r.unknownOn(t)
+		r.clock.Advance(48 * time.Hour)
+		_, err := r.run(t, j.ID)
+		taskError(t, err, string(job.SignalWaitOpen))
+		if got := r.get(t, j.ID); got.Status != job.StatusUnknown || s.asked.Load() != 1 || logged(r.logs, "settle_unanswered") != 1 {
+			t.Fatalf("job %s, asked %d", got.Status, s.asked.Load())
+		}
+	})
+
+	t.Run("NoWayToAskSettlesAtTheDeadlineOnlyWhereTheTypeOptsIn", func(t *testing.T) {
+		t.Parallel()
+		for _, opt := range []bool{false, true} {
+			r := newRig(t)
+			r.withBreakers(t, nil)
+			r.certify(t, "demo", fallback)
+			c, _ := catalog()
+			r.tasks = rebuild(t, r, r.prov, overrideCatalog{Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: c}, atDeadline: opt})
+			j := r.unknownOn(t)
+			r.clock.Advance(15 * time.Minute) // max processing time plus the grace
+			res, err := r.run(t, j.ID)
+			got := r.get(t, j.ID)
+			if !opt {
+				taskError(t, err, string(job.SignalWaitOpen))
+				if got.Status != job.StatusUnknown {
+					t.Fatalf("without the opt-in: %s", got.Status)
+				}
+				continue
+			}
+			if err != nil || res.Status != job.StatusSucceeded || attemptOf(t, got, 1).Error.Class != job.ClassSettled ||
+				!strings.Contains(attemptOf(t, got, 1).Resolution.Reason, "a second charge is possible") {
+				t.Fatalf("with the opt-in: %+v %v %+v", res, err, got.Attempts)
+			}
+		}
+	})
+
+	t.Run("AFoundAnswerThatBreaksTheContractFailsTheAttempt", func(t *testing.T) {
+		t.Parallel()
+		r, _ := rigWith(t, func() (provider.Settlement, error) {
+			return provider.Settlement{Evidence: provider.EvidenceAnswered, Detail: "found",
+				Response: provider.Response{Output: json.RawMessage(`{"text":"nobody","provider":"sim-primary"}`)}}, nil
+		})
+		j := r.unknownOn(t)
+		if res, err := r.run(t, j.ID); err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("%+v %v", res, err)
+		}
+		if a := attemptOf(t, r.get(t, j.ID), 1); a.State != job.AttemptFailed || a.Error.Class != job.ClassContractViolation {
+			t.Fatalf("attempt %+v", a)
+		}
+	})
+
+	t.Run("ALiveLateAnswerAndTheReconcilerRaceOneApplies", func(t *testing.T) {
+		t.Parallel()
+		for _, liveFirst := range []bool{true, false} {
+			r, _ := rigWith(t, answered(primary))
+			j := r.unknownOn(t)
+			late := func() {
+				_, err := r.eng.CompleteOn(context.Background(), r.get(t, j.ID), 1, good(primary), job.Call{ProviderRequestID: "req-live"})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+			if liveFirst {
+				// The live answer lands between the reconciler's read and
+				// its write.
+				r.st.interleave(late)
+			}
+			res, err := r.run(t, j.ID)
+			if err != nil || res.Status != job.StatusSucceeded {
+				t.Fatalf("live first %v: %+v %v", liveFirst, res, err)
+			}
+			if !liveFirst {
+				late()
+			}
+			got := r.get(t, j.ID)
+			a := attemptOf(t, got, 1)
+			settledBy := a.Resolution != nil && a.Resolution.By == job.Reconciler
+			if got.Version != 1 || got.CompletedBy != 1 || settledBy == liveFirst {
+				t.Fatalf("live first %v: version %d, attempt %+v", liveFirst, got.Version, a)
+			}
+			discarded := "settlement_discarded"
+			if !liveFirst {
+				discarded = "late_result_discarded"
+			}
+			if logged(r.logs, discarded) != 1 {
+				t.Fatalf("live first %v: no %s line\n%s", liveFirst, discarded, r.logs)
+			}
+		}
+	})
+}
+
+// rebuild is the rig's tasks with other providers or job types, keeping
+// its breakers.
+func rebuild(t *testing.T, r *rig, p lifecycle.Providers, cat lifecycle.Catalog) *lifecycle.Tasks {
+	t.Helper()
+	if cat == nil {
+		c, _ := catalog()
+		cat = jobtype.Lookup[lifecycle.JobType]{Catalog: c}
+	}
+	hs := &healthStore{HealthStore: r.st.Store}
+	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: hs, PolicyFunc: func(string) job.HealthPolicy { return healthPolicy() },
+		NowFunc: r.clock.Now, Events: r.events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: cat, Providers: p, Certifications: r.st,
+		CallTimeout: callTimeout, PollInterval: pollInterval, OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after,
+		Breakers: b, MaxProviderWait: 10 * time.Minute, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tasks
+}
