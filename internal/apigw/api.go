@@ -45,6 +45,9 @@ type Config struct {
 	WaitPoll time.Duration
 	// Admin is which claim makes an operator; zero means DefaultAdminRule.
 	Admin AdminRule
+	// Providers is the providers' health for operators; nil: the
+	// deployment keeps none (its routes answer not-found).
+	Providers Providers
 }
 
 // Handler serves the API's routes.
@@ -60,8 +63,9 @@ type Handler struct {
 	pacer       Pacer
 	waitPoll    time.Duration
 	// console holds the console's files by name, with their ETags.
-	console map[string]consoleFile
-	admin   AdminRule
+	console   map[string]consoleFile
+	admin     AdminRule
+	providers Providers
 }
 
 // New validates the configuration.
@@ -100,7 +104,7 @@ func New(c Config) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
-		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin}
+		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin, providers: c.Providers}
 	h.routes = routes()
 	files, err := consoleFiles()
 	if err != nil {

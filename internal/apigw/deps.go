@@ -13,6 +13,8 @@ import (
 // job-type catalog; an adapter over package jobtype provides it.
 type Catalog interface {
 	Lookup(jobType string) (JobType, bool)
+	// ProviderNames lists every provider a job type names, sorted.
+	ProviderNames() []string
 }
 
 // JobType is one job type's contract as far as creating and reading a job

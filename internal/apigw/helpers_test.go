@@ -62,6 +62,8 @@ func (fakeCatalog) Lookup(name string) (apigw.JobType, bool) {
 	return nil, false
 }
 
+func (fakeCatalog) ProviderNames() []string { return []string{"sim-fallback", "sim-primary"} }
+
 func (t fakeType) Providers() []string { return append([]string(nil), t.providers...) }
 
 // Timeout and HedgeAfter are the demo types' (2 s; demo-hedge races after 500 ms).

@@ -13,6 +13,9 @@ type JobTypes struct {
 	Catalog *jobtype.Catalog
 }
 
+// ProviderNames lists every provider a job type names.
+func (c JobTypes) ProviderNames() []string { return c.Catalog.ProviderNames() }
+
 // Lookup finds a job type.
 func (c JobTypes) Lookup(name string) (JobType, bool) {
 	t, ok := c.Catalog.Get(name)

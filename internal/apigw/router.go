@@ -40,6 +40,9 @@ func routes() []route {
 		{Route{http.MethodPost, "/v1/jobs/{id}/cancel", false}, (*Handler).cancelJob},
 		{Route{http.MethodPost, "/v1/jobs/{id}/attempts/{n}/resolve", false}, (*Handler).resolveAttempt},
 		{Route{http.MethodGet, "/v1/admin/jobs", false}, (*Handler).listOpenJobs},
+		{Route{http.MethodPost, "/v1/admin/attempts/resolve", false}, (*Handler).resolveAttempts},
+		{Route{http.MethodGet, "/v1/admin/providers", false}, (*Handler).listProviders},
+		{Route{http.MethodPost, "/v1/admin/providers/{name}/force", false}, (*Handler).forceProvider},
 		// The operator console: static files that call the routes above
 		// with the operator's token.
 		{Route{http.MethodGet, "/console", true}, (*Handler).consolePage},

@@ -44,8 +44,10 @@ type jobUsageView struct {
 type resolutionView struct {
 	Outcome string `json:"outcome"`
 	At      string `json:"at"`
-	// Operators only.
-	By     string `json:"by,omitempty"`
+	// By is "reconciler" for an automatic settlement (shown to owners
+	// too); an operator's subject only to operators.
+	By string `json:"by,omitempty"`
+	// Reason is the operator's, or the provider's evidence: operators only.
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -85,6 +87,7 @@ type jobBody struct {
 	CompletedBy  int                  `json:"completed_by,omitempty"`
 	Error        *failureView         `json:"error,omitempty"`
 	Cancellation *cancellationView    `json:"cancellation,omitempty"`
+	Waiting      *waitingView         `json:"waiting,omitempty"`
 }
 
 type cancellationView struct {
@@ -127,6 +130,10 @@ func classMessage(c job.Class) string {
 		return "no provider certified for this job type was left to try"
 	case job.ClassResolved:
 		return "settled by an operator"
+	case job.ClassUnavailable:
+		return "no provider took the job in time: their circuit breakers stayed open"
+	case job.ClassSettled:
+		return "settled automatically: the provider has no trace of the request, or its deadline passed"
 	}
 	return "the attempt failed"
 }
@@ -170,6 +177,7 @@ func (v viewer) job(j job.Job) jobBody {
 		Attempts:    make([]attemptSummaryView, 0, len(j.Attempts)),
 		CompletedBy: j.CompletedBy,
 		Error:       v.failure(j.Error),
+		Waiting:     v.waitingOf(j),
 	}
 	if v.admin {
 		out.Owner = j.Owner
@@ -213,8 +221,11 @@ func (v viewer) attempts(jobID string, attempts []job.Attempt) attemptsBody {
 		}
 		if r := a.Resolution; r != nil {
 			av.Resolution = &resolutionView{Outcome: string(r.Outcome), At: timeView(r.At)}
+			if v.admin || r.By == job.Reconciler {
+				av.Resolution.By = r.By
+			}
 			if v.admin {
-				av.Resolution.By, av.Resolution.Reason = r.By, r.Reason
+				av.Resolution.Reason = r.Reason
 			}
 		}
 		if v.admin {

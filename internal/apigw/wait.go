@@ -114,7 +114,9 @@ func (h *Handler) jobReply(r *request, j job.Job) (reply, error) {
 		return reply{}, err
 	}
 	rep := reply{status: http.StatusOK, body: json.RawMessage(b), jobID: j.ID, headers: map[string]string{"ETag": etagOf(b)}}
-	if !j.Status.Terminal() {
+	if s, ok := waitingRetryAfter(j, h.now()); ok {
+		rep.headers["Retry-After"] = strconv.Itoa(s)
+	} else if !j.Status.Terminal() {
 		rep.headers["Retry-After"] = strconv.Itoa(h.retryAfter(j.Type))
 	}
 	return rep, nil
