@@ -50,8 +50,12 @@ func main() {
 	})
 	deploy.Check(log, err)
 
+	// Operators read every provider's health and may override it.
+	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: log})
+	deploy.Check(log, err)
+
 	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog}, Starter: starter, Logger: log,
-		Admin: apigw.AdminRule{Claim: env.AdminClaim, Value: env.AdminValue}})
+		Admin: apigw.AdminRule{Claim: env.AdminClaim, Value: env.AdminValue}, Providers: breakers})
 	deploy.Check(log, err)
 	lambda.Start(h.Handle)
 }

@@ -36,7 +36,8 @@ func main() {
 		Tables: dynamo.NamesFrom(env.Table), Logger: log,
 	})
 	deploy.Check(log, err)
-	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
+	metrics := emf.New(os.Stdout, env.Name, nil)
+	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: metrics})
 	deploy.Check(log, err)
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)
@@ -50,9 +51,15 @@ func main() {
 	})
 	deploy.Check(log, err)
 
+	// Each provider's health is shared with every other run through the
+	// providers table; its limits are its configuration's.
+	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, PolicyFunc: providers.HealthPolicy,
+		Logger: log, Events: metrics})
+	deploy.Check(log, err)
+
 	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{
 		Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}, Providers: providers,
-		Certifications: store, CallTimeout: deploy.CallTimeout, Logger: log,
+		Certifications: store, CallTimeout: deploy.CallTimeout, Breakers: breakers, Logger: log,
 	})
 	deploy.Check(log, err)
 	lambda.Start(stepfn.Run(tasks))

@@ -70,6 +70,9 @@ var (
 	jobRW  = Grant{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())}
 	ledger = Grant{[]string{"dynamodb:PutItem"}, table(dynamo.AttemptsTable())}
 	certs  = Grant{[]string{"dynamodb:GetItem"}, table(dynamo.CertificationsTable())}
+	// A provider's health: read (consistently, about once a second per
+	// container) and replaced by a conditional PutItem when it changes.
+	health = Grant{[]string{"dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())}
 )
 
 // All returns every function's grants, by function name.
@@ -85,6 +88,9 @@ func All() map[string][]Grant {
 			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOwner)},
 			{[]string{"dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.AttemptsTable())},
 			{[]string{"states:StartExecution"}, stateMachine},
+			// Operators list every provider's health (a Scan of a handful
+			// of items) and override one.
+			{[]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())},
 		},
 		// The sweeper finds open jobs in the sparse by_open index (keys
 		// only: dynamo.ListOpen, no Scan), reads them by key in batches and
@@ -98,7 +104,7 @@ func All() map[string][]Grant {
 		// certifications, starts, claims, completes or fails attempts
 		// (conditional UpdateItem) and records them in the ledger. Only it
 		// calls providers, so only it reads their configuration.
-		deploy.FnRun: {jobRW, ledger, certs,
+		deploy.FnRun: {jobRW, ledger, certs, health,
 			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
 		// Marks a silent run's attempts unknown and decides the wait: no
 		// certifications, no providers.

@@ -412,6 +412,17 @@ func newAlarms(stack awscdk.Stack, cfg Config, httpAPI awsapigatewayv2.HttpApi, 
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	}))
 
+	// A breaker that opens sends a provider's work elsewhere (or makes jobs
+	// wait): an operator looks at why (GET /v1/admin/providers).
+	wire(metric(emf.ProvidersOpened, "Sum", five).CreateAlarm(stack, jsii.String("ProviderOpenedAlarm"), &awscloudwatch.CreateAlarmOptions{
+		AlarmName:          physical(cfg.Env, "provider-opened"),
+		AlarmDescription:   jsii.String("A provider's circuit breaker opened: new attempts skip it. See GET /v1/admin/providers (onejob providers)."),
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	}))
+
 	// Hedging loses some races by design; a high share means providers
 	// are slow enough that most work is done twice.
 	window := awscdk.Duration_Minutes(jsii.Number(cfg.LostRaceWindow.Minutes()))

@@ -569,7 +569,7 @@ func checkAlarms(t *testing.T, s *synthesized) {
 		}
 	}
 	for _, m := range []string{
-		"onejob/AttemptsUnknownOldestSeconds",
+		"onejob/AttemptsUnknownOldestSeconds", "onejob/" + emf.ProvidersOpened,
 		"onejob/RaceLost", "onejob/AttemptsStarted", "expr:IF(started > 0, lost / started, 0)",
 		"AWS/ApiGateway/5xx",
 		"AWS/States/ExecutionsFailed",
@@ -616,8 +616,10 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOwner).
 			add([]string{"dynamodb:Query", "dynamodb:PutItem"}, "arn:table:attempts").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
+			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
 			add(xrayLambda, "*"),
-		"fn:" + deploy.FnRun:  task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()),
+		"fn:" + deploy.FnRun: task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()).
+			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers"),
 		"fn:" + deploy.FnHold: task(true, false),
 		"fn:sweeper": grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOpen).

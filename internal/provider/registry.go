@@ -392,3 +392,15 @@ func (r *Registry) Configured(name string) (ProviderConfig, bool) {
 	c, ok := r.configs[name]
 	return c, ok
 }
+
+// HealthPolicy is a provider's health policy as configured (validated when
+// the registry was built), the defaults for one configured without limits
+// or not at all.
+func (r *Registry) HealthPolicy(name string) job.HealthPolicy {
+	if c, ok := r.configs[name]; ok {
+		if p, err := c.Limits(); err == nil {
+			return p
+		}
+	}
+	return job.DefaultHealthPolicy()
+}

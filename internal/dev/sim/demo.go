@@ -82,12 +82,22 @@ func StartDemo() (*DemoSimulator, *Server, error) {
 }
 
 // DemoConfig is the provider config of sim-primary and sim-fallback served by
-// the webhook adapter against a DemoSimulator at baseURL.
+// the webhook adapter against a DemoSimulator at baseURL. Their health
+// limits are a local machine's, so that a brownout shows within seconds: a
+// call is slow past 1 s (a demo call answers at once unless its input
+// scripts a latency), 3 failures within 10 s open a breaker for 5 s
+// (doubling to a minute on re-trips), one probe half-open for at most 3 s,
+// and at most 8 attempts holding a provider.
 func DemoConfig(baseURL string) provider.Config {
 	base := strings.TrimRight(baseURL, "/")
+	limits := func(pc provider.ProviderConfig) provider.ProviderConfig {
+		pc.SlowCallAfter, pc.MaxProcessingTime, pc.MaxConcurrent = "1s", "1m", 8
+		pc.Breaker = &provider.BreakerConfig{Failures: 3, Window: "10s", Cooldown: "5s", MaxCooldown: "1m", Probes: 1, HalfOpenMax: "3s"}
+		return pc
+	}
 	return provider.Config{Providers: []provider.ProviderConfig{
-		{Name: DemoPrimary, Kind: provider.KindWebhook, BaseURL: base + "/" + DemoPrimary},
-		{Name: DemoFallback, Kind: provider.KindWebhook, BaseURL: base + "/" + DemoFallback},
+		limits(provider.ProviderConfig{Name: DemoPrimary, Kind: provider.KindWebhook, BaseURL: base + "/" + DemoPrimary}),
+		limits(provider.ProviderConfig{Name: DemoFallback, Kind: provider.KindWebhook, BaseURL: base + "/" + DemoFallback}),
 	}}
 }
 

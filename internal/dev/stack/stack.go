@@ -73,6 +73,9 @@ type Config struct {
 	// OverdueGrace: how long an attempt may stay running past its timeout
 	// before StartAttempt declares it unknown (default: job.DefaultOverdueGrace).
 	OverdueGrace time.Duration
+	// MaxProviderWait bounds a job's wait for unavailable providers
+	// (locally 2 minutes, so that it shows; in AWS job.DefaultMaxProviderWait).
+	MaxProviderWait time.Duration
 	// SweepInterval runs the sweeper; 0 disables it.
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
@@ -119,6 +122,9 @@ func (c *Config) defaults() error {
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 15 * time.Second
 	}
+	if c.MaxProviderWait <= 0 {
+		c.MaxProviderWait = 2 * time.Minute
+	}
 	if c.SweepGrace <= 0 {
 		c.SweepGrace = 5 * time.Second
 	}
@@ -156,6 +162,7 @@ type Stack struct {
 	Metrics   *emf.Recorder
 	Sim       *sim.DemoSimulator
 	Providers *provider.Registry
+	Breakers  *lifecycle.Breakers
 	Catalog   *jobtype.Catalog
 	Tasks     *lifecycle.Tasks
 	Lambda    *lambdalocal.Handler
@@ -246,8 +253,14 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 
 	// Task functions behind a local Lambda Invoke endpoint.
+	s.Breakers, err = lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: s.Store, PolicyFunc: s.Providers.HealthPolicy,
+		Logger: log, Events: s.Metrics})
+	if err != nil {
+		return nil, err
+	}
 	s.Tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: s.Engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}, Providers: s.Providers,
-		Certifications: s.Store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace, Logger: log})
+		Certifications: s.Store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace, Breakers: s.Breakers,
+		MaxProviderWait: cfg.MaxProviderWait, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +480,7 @@ func (s *Stack) Certify(ctx context.Context, jobType, providerName string) error
 // Lambda response out), behind the local JWT authorizer.
 func (s *Stack) apiHandler(cfg Config) (http.Handler, error) {
 	h, err := apigw.New(apigw.Config{Jobs: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: s.Starter, Logger: cfg.Logger,
-		Admin: cfg.Admin})
+		Admin: cfg.Admin, Providers: s.Breakers})
 	if err != nil {
 		return nil, err
 	}
