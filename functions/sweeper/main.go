@@ -46,8 +46,14 @@ func main() {
 		Logger: log,
 	})
 	deploy.Check(log, err)
+	// It also releases the attempts a provider's health still counts as
+	// holding it after they closed (default limits suffice: only each
+	// provider's slow bound is read, and only to leave young entries be).
+	metrics := emf.New(os.Stdout, env.Name, nil)
+	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: log, Events: metrics})
+	deploy.Check(log, err)
 	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: deploy.SweepGrace,
-		Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
+		Logger: log, Events: metrics, Breakers: breakers, HealthStore: store})
 	deploy.Check(log, err)
 	lambda.Start(sweeper.Sweep)
 }

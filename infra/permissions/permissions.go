@@ -97,8 +97,10 @@ func All() map[string][]Grant {
 		// starts the pending ones' executions.
 		deploy.FnSweeper: {
 			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOpen)},
-			{[]string{"dynamodb:BatchGetItem"}, table(dynamo.JobsTable())},
+			{[]string{"dynamodb:BatchGetItem", "dynamodb:GetItem"}, table(dynamo.JobsTable())},
 			{[]string{"states:StartExecution"}, stateMachine},
+			// Releases closed attempts a provider's health still holds.
+			{[]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())},
 		},
 		// Runs a job's attempts: reads the job and the fallbacks'
 		// certifications, starts, claims, completes or fails attempts

@@ -623,8 +623,9 @@ func checkIAM(t *testing.T, s *synthesized) {
 		"fn:" + deploy.FnHold: task(true, false),
 		"fn:sweeper": grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOpen).
-			add([]string{"dynamodb:BatchGetItem"}, "arn:table:jobs").
+			add([]string{"dynamodb:BatchGetItem", "dynamodb:GetItem"}, "arn:table:jobs").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
+			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
 			add(xrayLambda, "*"),
 		"statemachine": grants{}.
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnHold, "arn:fn:"+deploy.FnRun).

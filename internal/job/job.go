@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -174,6 +175,19 @@ func (a Attempt) IdempotencyKey() string { return AttemptKey(a.JobID, a.Number) 
 // AttemptKey is the canonical identity of attempt n of a job: the
 // Idempotency-Key every provider call carries, "<job_id>/<n>".
 func AttemptKey(jobID string, n int) string { return jobID + "/" + strconv.Itoa(n) }
+
+// ParseAttemptKey is AttemptKey's inverse; ok is false for anything else.
+func ParseAttemptKey(key string) (jobID string, n int, ok bool) {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(key[i+1:])
+	if err != nil || n < 1 || !ValidID(key[:i]) {
+		return "", 0, false
+	}
+	return key[:i], n, true
+}
 
 // Attempt returns attempt n.
 func (j Job) Attempt(n int) (Attempt, bool) {

@@ -315,3 +315,28 @@ func TestAttemptKey(t *testing.T) {
 		t.Errorf("IdempotencyKey = %q, want job_x/2", got)
 	}
 }
+
+func TestParseAttemptKey(t *testing.T) {
+	t.Parallel()
+	id := job.NewID("o", "k")
+	tests := []struct {
+		key string
+		id  string
+		n   int
+		ok  bool
+	}{
+		{job.AttemptKey(id, 1), id, 1, true},
+		{job.AttemptKey(id, 12), id, 12, true},
+		{id, "", 0, false},
+		{id + "/0", "", 0, false},
+		{id + "/x", "", 0, false},
+		{"nope/1", "", 0, false},
+		{"", "", 0, false},
+	}
+	for _, tc := range tests {
+		gotID, n, ok := job.ParseAttemptKey(tc.key)
+		if gotID != tc.id || n != tc.n || ok != tc.ok {
+			t.Errorf("ParseAttemptKey(%q) = %q %d %v, want %q %d %v", tc.key, gotID, n, ok, tc.id, tc.n, tc.ok)
+		}
+	}
+}

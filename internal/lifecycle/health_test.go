@@ -520,3 +520,38 @@ func rebuild(t *testing.T, r *rig, p lifecycle.Providers, cat lifecycle.Catalog)
 	}
 	return tasks
 }
+
+func TestSweeperReleasesHeldAttemptsThatClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	b, _, _ := r.withBreakers(t, nil)
+	resolved := r.unknownOn(t)
+	stillUnknown := r.unknownOn(t)
+	for _, j := range []job.Job{resolved, stillUnknown} {
+		b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthUnknown, Attempt: job.AttemptKey(j.ID, 1)})
+	}
+	b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthSlow, Attempt: "job_gone/1"})
+	// An operator resolves one (the API does not touch health).
+	if _, err := r.eng.Resolve(ctx, resolved.ID, 1, job.Resolution{Outcome: job.AttemptFailed, Reason: "checked", By: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	sw, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: r.st, Starter: &starter{}, NowFunc: r.clock.Now, Breakers: b,
+		HealthStore: r.st.Store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Entries younger than the slow bound are its runner's to release.
+	if rep, err := sw.Sweep(ctx); err != nil || rep.Released != 0 {
+		t.Fatalf("a sweep at once: %+v %v", rep, err)
+	}
+	r.clock.Advance(healthPolicy().SlowCallAfter)
+	rep, err := sw.Sweep(ctx)
+	if err != nil || rep.Released != 2 {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	h, _ := r.st.Health(ctx, primary)
+	if _, held := h.Held[job.AttemptKey(stillUnknown.ID, 1)]; len(h.Held) != 1 || !held {
+		t.Fatalf("held after the sweep: %v", h.Held)
+	}
+}

@@ -36,6 +36,12 @@ type SweeperConfig struct {
 	Logger  *slog.Logger
 	// Events receives the age of the oldest unknown attempt; NoEvents when nil.
 	Events Events
+	// Breakers, when set, has each sweep release the attempts a provider's
+	// health still counts as holding it although they closed (resolved by
+	// an operator, or left by a runner that crashed).
+	Breakers *Breakers
+	// HealthStore lists the providers' health for that release.
+	HealthStore HealthStore
 }
 
 // Sweeper starts the executions of jobs left pending — by an API crash
@@ -75,6 +81,8 @@ type SweepReport struct {
 	Pending              int     `json:"pending"`
 	Started              int     `json:"started"`
 	OldestUnknownSeconds float64 `json:"oldest_unknown_seconds"`
+	// Released counts attempts a provider's health held although closed.
+	Released int `json:"released"`
 }
 
 // Sweep runs once.
@@ -114,7 +122,48 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	}
 	rep.OldestUnknownSeconds = oldest.Seconds()
 	w.cfg.Events.OldestUnknown(ctx, oldest)
+	if w.cfg.Breakers != nil && w.cfg.HealthStore != nil {
+		n, err := w.releaseHeld(ctx, now)
+		rep.Released = n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	log.InfoContext(ctx, "sweep_done", "open", rep.Open, "pending", rep.Pending, "started", rep.Started,
-		"oldest_unknown_seconds", rep.OldestUnknownSeconds)
+		"oldest_unknown_seconds", rep.OldestUnknownSeconds, "released", rep.Released)
 	return rep, errors.Join(errs...)
+}
+
+// releaseHeld releases every attempt a provider's health counts as holding
+// it that is no longer open: its job says so (the job item is the
+// authority). Only entries older than the provider's slow bound are
+// checked, so a call that just went slow is left to its runner.
+func (w *Sweeper) releaseHeld(ctx context.Context, now time.Time) (int, error) {
+	all, err := w.cfg.HealthStore.ListHealth(ctx)
+	if err != nil {
+		return 0, err
+	}
+	released := 0
+	for _, h := range all {
+		slow := w.cfg.Breakers.Policy(h.Provider).SlowCallAfter
+		for _, key := range h.HeldKeys() {
+			if now.Sub(h.Held[key]) < slow {
+				continue
+			}
+			id, n, ok := job.ParseAttemptKey(key)
+			if !ok {
+				continue
+			}
+			j, err := w.cfg.Store.Get(ctx, id)
+			if err != nil && !errors.Is(err, job.ErrNotFound) {
+				return released, err
+			}
+			if a, found := j.Attempt(n); err == nil && found && a.State.Open() {
+				continue
+			}
+			w.cfg.Breakers.Observe(ctx, h.Provider, job.HealthEvent{Kind: job.HealthReleased, Attempt: key})
+			released++
+		}
+	}
+	return released, nil
 }
