@@ -242,10 +242,11 @@ func newTable(stack awscdk.Stack, cfg Config, def dynamo.TableDef, removal awscd
 	var gsis []*awsdynamodb.GlobalSecondaryIndexPropsV2
 	for _, idx := range def.Indexes {
 		gsis = append(gsis, &awsdynamodb.GlobalSecondaryIndexPropsV2{
-			IndexName:      jsii.String(idx.Name),
-			PartitionKey:   attribute(&idx.PartitionKey),
-			SortKey:        attribute(idx.SortKey),
-			ProjectionType: awsdynamodb.ProjectionType(idx.Projection),
+			IndexName:        jsii.String(idx.Name),
+			PartitionKey:     attribute(&idx.PartitionKey),
+			SortKey:          attribute(idx.SortKey),
+			ProjectionType:   awsdynamodb.ProjectionType(idx.Projection),
+			NonKeyAttributes: jsii.Strings(idx.Include...),
 		})
 	}
 	props := &awsdynamodb.TablePropsV2{

@@ -14,7 +14,7 @@ import (
 
 // TableNames are the physical table names of one deployment.
 type TableNames struct {
-	Jobs, Attempts, Certifications, Providers string
+	Jobs, Attempts, Certifications, Providers, Owners string
 }
 
 // NamesWithPrefix names every table "<prefix>-<logical>".
@@ -30,6 +30,7 @@ func NamesFrom(name func(logical string) string) TableNames {
 		Attempts:       name(AttemptsTable().Logical),
 		Certifications: name(CertificationsTable().Logical),
 		Providers:      name(ProvidersTable().Logical),
+		Owners:         name(OwnersTable().Logical),
 	}
 }
 
@@ -42,7 +43,7 @@ type namedTable struct {
 // each pairs every table with its name, in Tables() order.
 func (n TableNames) each() []namedTable {
 	return []namedTable{{JobsTable(), n.Jobs}, {AttemptsTable(), n.Attempts}, {CertificationsTable(), n.Certifications},
-		{ProvidersTable(), n.Providers}}
+		{ProvidersTable(), n.Providers}, {OwnersTable(), n.Owners}}
 }
 
 // ByLogical maps each table's logical name to its physical name.
@@ -97,7 +98,7 @@ func CreateTableInput(def TableDef, name string) *dynamodb.CreateTableInput {
 		gsis = append(gsis, types.GlobalSecondaryIndex{
 			IndexName:  aws.String(ix.Name),
 			KeySchema:  ks,
-			Projection: &types.Projection{ProjectionType: types.ProjectionType(ix.Projection)},
+			Projection: &types.Projection{ProjectionType: types.ProjectionType(ix.Projection), NonKeyAttributes: ix.Include},
 		})
 	}
 	var defs []types.AttributeDefinition

@@ -36,6 +36,7 @@ type Store struct {
 	atts      string
 	certs     string
 	providers string
+	owners    string
 	log       *slog.Logger
 }
 
@@ -52,7 +53,7 @@ func New(c Config) (*Store, error) {
 	}
 	t := c.Tables
 	return &Store{db: newClient(c.Client), jobs: t.Jobs, atts: t.Attempts, certs: t.Certifications, providers: t.Providers,
-		log: c.Logger}, nil
+		owners: t.Owners, log: c.Logger}, nil
 }
 
 // Create stores a new job with one conditional PutItem on its ID, which is

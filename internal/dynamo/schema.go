@@ -28,6 +28,8 @@ type Projection string
 const (
 	ProjectAll      Projection = "ALL"
 	ProjectKeysOnly Projection = "KEYS_ONLY"
+	// ProjectInclude copies the keys and IndexDef.Include.
+	ProjectInclude Projection = "INCLUDE"
 )
 
 // IndexDef is a global secondary index.
@@ -36,6 +38,8 @@ type IndexDef struct {
 	PartitionKey KeyAttr
 	SortKey      *KeyAttr
 	Projection   Projection
+	// Include names the attributes an INCLUDE projection copies.
+	Include []string
 }
 
 // TableDef is one table: its logical name (the physical name is chosen per
@@ -58,9 +62,11 @@ const (
 	AttrProviderKey = "provider_key"
 	AttrOpenShard   = "open_shard"
 	AttrProvider    = "provider"
+	AttrBusyShard   = "busy_shard"
 
 	IndexByOwner = "by_owner"
 	IndexByOpen  = "by_open"
+	IndexByBusy  = "by_busy"
 )
 
 // The table definitions are functions, not variables, so that no importer
@@ -81,14 +87,16 @@ func JobsTable() TableDef {
 		}, {
 			// Sparse: only jobs without an outcome carry open_shard, so the
 			// sweeper reads open jobs without scanning finished ones. Keys
-			// only, spread over OpenShards partitions: an entry is written
+			// and the owner only (the owners' counters are recounted from
+			// it), spread over OpenShards partitions: an entry is written
 			// when its job is created and deleted when it ends, never in
-			// between, so the index is no ceiling on the account's jobs per
-			// second (docs/capacity.md).
+			// between (the owner never changes), so the index is no
+			// ceiling on the account's jobs per second (docs/capacity.md).
 			Name:         IndexByOpen,
 			PartitionKey: KeyAttr{Name: AttrOpenShard, Type: AttrString},
 			SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
-			Projection:   ProjectKeysOnly,
+			Projection:   ProjectInclude,
+			Include:      []string{AttrOwner},
 		}},
 	}
 }
@@ -121,7 +129,24 @@ func ProvidersTable() TableDef {
 	}
 }
 
+// OwnersTable holds each owner's counters (unfinished jobs, held requests,
+// notification endpoints), written by one conditional update per change.
+// Owners whose counters are not zero carry busy_shard, so the sweeper
+// finds them to recount without scanning the table.
+func OwnersTable() TableDef {
+	return TableDef{
+		Logical:      "owners",
+		PartitionKey: KeyAttr{Name: AttrOwner, Type: AttrString},
+		Indexes: []IndexDef{{
+			Name:         IndexByBusy,
+			PartitionKey: KeyAttr{Name: AttrBusyShard, Type: AttrString},
+			SortKey:      &KeyAttr{Name: AttrOwner, Type: AttrString},
+			Projection:   ProjectKeysOnly,
+		}},
+	}
+}
+
 // Tables lists every table the service uses.
 func Tables() []TableDef {
-	return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable(), ProvidersTable()}
+	return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable(), ProvidersTable(), OwnersTable()}
 }

@@ -93,6 +93,30 @@ type HealthStore interface {
 	ListHealth(ctx context.Context) ([]job.Health, error)
 }
 
+// OwnerStore keeps each owner's counters (job.OwnerUsage): each change is
+// one conditional update of the owner's record. Implementations:
+// dynamo.Store and dev/memstore, held to it by verify/storetest.
+type OwnerStore interface {
+	// CountJob counts one more unfinished job of the owner unless it has
+	// limit already (limit 0: no bound). ok is false at the limit, with
+	// nothing written; u is the owner's counters after (or as they are).
+	CountJob(ctx context.Context, owner string, limit int, now time.Time) (ok bool, u job.OwnerUsage, err error)
+	// UncountJob counts one job fewer (never below zero).
+	UncountJob(ctx context.Context, owner string, now time.Time) error
+	// CountHold and UncountHold do the same for held requests.
+	CountHold(ctx context.Context, owner string, limit int, now time.Time) (ok bool, u job.OwnerUsage, err error)
+	UncountHold(ctx context.Context, owner string, now time.Time) error
+	// Usage reads an owner's counters (zero for an owner never counted).
+	Usage(ctx context.Context, owner string) (job.OwnerUsage, error)
+	// Recount replaces the counters with after (job.DecideRecount) unless
+	// they moved since before: ok false, nothing written.
+	Recount(ctx context.Context, before, after job.OwnerUsage) (ok bool, err error)
+	// BusyOwners lists the owners whose counters may not be zero.
+	BusyOwners(ctx context.Context) ([]job.OwnerUsage, error)
+	// OpenJobsByOwner counts every owner's jobs without an outcome.
+	OpenJobsByOwner(ctx context.Context) (map[string]int, error)
+}
+
 // OpenQuery selects jobs without an outcome.
 type OpenQuery struct {
 	// CreatedBefore leaves out jobs created at or after it.

@@ -37,6 +37,13 @@ type Store struct {
 	ledger map[string]map[int]ledgerEntry // job ID → attempt number → copy
 	certs  map[certKey]job.Certification
 	health map[string]job.Health // by provider
+	owners map[string]*ownerRecord
+}
+
+// ownerRecord is one owner's counters and whether by_busy lists it.
+type ownerRecord struct {
+	usage job.OwnerUsage
+	busy  bool
 }
 
 // record is one stored job item.
@@ -58,12 +65,13 @@ var (
 	_ lifecycle.Store          = (*Store)(nil)
 	_ lifecycle.Certifications = (*Store)(nil)
 	_ lifecycle.HealthStore    = (*Store)(nil)
+	_ lifecycle.OwnerStore     = (*Store)(nil)
 )
 
 // New returns an empty store.
 func New() *Store {
 	return &Store{jobs: map[string]*record{}, ledger: map[string]map[int]ledgerEntry{}, certs: map[certKey]job.Certification{},
-		health: map[string]job.Health{}}
+		health: map[string]job.Health{}, owners: map[string]*ownerRecord{}}
 }
 
 // Create stores j unless its ID exists. If it exists, the existing job is
@@ -544,4 +552,121 @@ func cloneHealth(h job.Health) job.Health {
 	h.Since, h.WindowStart, h.OpenUntil, h.UpdatedAt = h.Since.UTC(), h.WindowStart.UTC(), h.OpenUntil.UTC(), h.UpdatedAt.UTC()
 	h.Cooldown = h.Cooldown.Truncate(time.Millisecond)
 	return h
+}
+
+// CountJob counts one more unfinished job unless the owner has limit.
+func (s *Store) CountJob(ctx context.Context, owner string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
+	return s.count(ctx, owner, limit, now, func(u *job.OwnerUsage) *int { return &u.Unfinished })
+}
+
+// CountHold counts one more held request unless the owner has limit.
+func (s *Store) CountHold(ctx context.Context, owner string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
+	return s.count(ctx, owner, limit, now, func(u *job.OwnerUsage) *int { return &u.Holds })
+}
+
+// UncountJob counts one unfinished job fewer, never below zero.
+func (s *Store) UncountJob(ctx context.Context, owner string, now time.Time) error {
+	return s.uncount(ctx, owner, now, func(u *job.OwnerUsage) *int { return &u.Unfinished })
+}
+
+// UncountHold counts one held request fewer, never below zero.
+func (s *Store) UncountHold(ctx context.Context, owner string, now time.Time) error {
+	return s.uncount(ctx, owner, now, func(u *job.OwnerUsage) *int { return &u.Holds })
+}
+
+func (s *Store) count(ctx context.Context, owner string, limit int, now time.Time, counter func(*job.OwnerUsage) *int) (bool, job.OwnerUsage, error) {
+	if err := ctx.Err(); err != nil {
+		return false, job.OwnerUsage{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.owners[owner]
+	if !ok {
+		u = &ownerRecord{usage: job.OwnerUsage{Owner: owner}}
+		s.owners[owner] = u
+	}
+	if c := counter(&u.usage); limit > 0 && *c >= limit {
+		return false, u.usage, nil
+	}
+	*counter(&u.usage)++
+	u.usage.UpdatedAt, u.usage.Revision, u.busy = now.UTC(), u.usage.Revision+1, true
+	return true, u.usage, nil
+}
+
+func (s *Store) uncount(ctx context.Context, owner string, now time.Time, counter func(*job.OwnerUsage) *int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.owners[owner]
+	if !ok || *counter(&u.usage) <= 0 {
+		return nil
+	}
+	*counter(&u.usage)--
+	u.usage.UpdatedAt, u.usage.Revision = now.UTC(), u.usage.Revision+1
+	return nil
+}
+
+// Usage reads an owner's counters (zero for an owner never counted).
+func (s *Store) Usage(ctx context.Context, owner string) (job.OwnerUsage, error) {
+	if err := ctx.Err(); err != nil {
+		return job.OwnerUsage{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u, ok := s.owners[owner]; ok {
+		return u.usage, nil
+	}
+	return job.OwnerUsage{Owner: owner}, nil
+}
+
+// Recount replaces the counters unless they moved since before.
+func (s *Store) Recount(ctx context.Context, before, after job.OwnerUsage) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.owners[before.Owner]
+	if !ok || u.usage.Revision != before.Revision {
+		return false, nil
+	}
+	u.usage.Unfinished, u.usage.Holds = after.Unfinished, after.Holds
+	u.usage.UpdatedAt, u.usage.Revision = after.UpdatedAt.UTC(), after.Revision
+	u.busy = after.Unfinished != 0 || after.Holds != 0
+	return true, nil
+}
+
+// BusyOwners lists the owners marked busy, by name.
+func (s *Store) BusyOwners(ctx context.Context) ([]job.OwnerUsage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []job.OwnerUsage
+	for _, u := range s.owners {
+		if u.busy {
+			out = append(out, u.usage)
+		}
+	}
+	slices.SortFunc(out, func(a, b job.OwnerUsage) int { return strings.Compare(a.Owner, b.Owner) })
+	return out, nil
+}
+
+// OpenJobsByOwner counts every owner's jobs without an outcome.
+func (s *Store) OpenJobsByOwner(ctx context.Context) (map[string]int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, r := range s.jobs {
+		if r.open {
+			out[r.job.Owner]++
+		}
+	}
+	return out, nil
 }

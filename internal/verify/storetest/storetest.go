@@ -34,6 +34,7 @@ import (
 type Interface interface {
 	lifecycle.Store
 	lifecycle.HealthStore
+	lifecycle.OwnerStore
 	lifecycle.Certifications
 	PutCertification(ctx context.Context, c job.Certification) error
 	ListCertifications(ctx context.Context) ([]job.Certification, error)
@@ -82,6 +83,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) Store) {
 		{"Certifications", certificationTests},
 		{"Health", healthTests},
 		{"Waiting", waitingTests},
+		{"Owners", ownerTests},
 		{"Rules", ruleTests},
 	}
 	for _, g := range groups {

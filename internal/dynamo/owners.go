@@ -1,0 +1,236 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"strconv"
+
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// An owner's counters are one item of the owners table, changed by one
+// conditional UpdateItem each: counting a job or a held request (ADD 1
+// while under the quota), uncounting one (ADD -1 while above zero), and
+// the sweeper's recount (SET on the revision it read). A counting write
+// marks the owner busy (busy_shard, the sparse by_busy index) so the
+// recount finds it; only a recount to zero unmarks it.
+
+// Attribute names of an owner's item.
+const (
+	oUnfinished = "unfinished"
+	oHolds      = "holds"
+	oEndpoints  = "endpoints"
+)
+
+// BusyShards spreads busy owners over partitions of by_busy.
+const BusyShards = 16
+
+// BusyShard is an owner's by_busy partition.
+func BusyShard(owner string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(owner))
+	return "busy#" + strconv.Itoa(int(h.Sum32()%BusyShards))
+}
+
+// CountJob counts one more unfinished job unless the owner has limit.
+func (s *Store) CountJob(ctx context.Context, owner string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
+	return s.count(ctx, owner, oUnfinished, limit, now)
+}
+
+// CountHold counts one more held request unless the owner has limit.
+func (s *Store) CountHold(ctx context.Context, owner string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
+	return s.count(ctx, owner, oHolds, limit, now)
+}
+
+// UncountJob counts one unfinished job fewer, never below zero.
+func (s *Store) UncountJob(ctx context.Context, owner string, now time.Time) error {
+	return s.uncount(ctx, owner, oUnfinished, now)
+}
+
+// UncountHold counts one held request fewer, never below zero.
+func (s *Store) UncountHold(ctx context.Context, owner string, now time.Time) error {
+	return s.uncount(ctx, owner, oHolds, now)
+}
+
+func (s *Store) count(ctx context.Context, owner, counter string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
+	in := &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.owners),
+		Key:       map[string]types.AttributeValue{AttrOwner: avS(owner)},
+		UpdateExpression: aws.String("SET #updated = :now, #busy = :busy, #rev = if_not_exists(#rev, :zero) + :one " +
+			"ADD #counter :one"),
+		ExpressionAttributeNames: map[string]string{"#updated": aUpdatedAt, "#busy": AttrBusyShard, "#rev": aRevision,
+			"#counter": counter},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avT(now), ":busy": avS(BusyShard(owner)),
+			":zero": avN(0), ":one": avN(1)},
+		ReturnValues: types.ReturnValueAllNew,
+	}
+	if limit > 0 {
+		in.ConditionExpression = aws.String("attribute_not_exists(#counter) OR #counter < :limit")
+		in.ExpressionAttributeValues[":limit"] = avN(int64(limit))
+		in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	}
+	out, err := s.db.updateItem(ctx, in)
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		if len(ccf.Item) > 0 {
+			u, err := decodeUsage(ccf.Item)
+			return false, u, err
+		}
+		u, err := s.Usage(ctx, owner)
+		return false, u, err
+	case err != nil:
+		return false, job.OwnerUsage{}, storeError("count "+counter, err)
+	}
+	u, err := decodeUsage(out.Attributes)
+	return true, u, err
+}
+
+func (s *Store) uncount(ctx context.Context, owner, counter string, now time.Time) error {
+	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.owners),
+		Key:                       map[string]types.AttributeValue{AttrOwner: avS(owner)},
+		UpdateExpression:          aws.String("SET #updated = :now, #rev = #rev + :one ADD #counter :minus"),
+		ConditionExpression:       aws.String("#counter > :zero"),
+		ExpressionAttributeNames:  map[string]string{"#updated": aUpdatedAt, "#rev": aRevision, "#counter": counter},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avT(now), ":one": avN(1), ":minus": avN(-1), ":zero": avN(0)},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return storeError("uncount "+counter, err)
+	}
+	return nil // at zero already: nothing to take back
+}
+
+// Usage reads an owner's counters consistently.
+func (s *Store) Usage(ctx context.Context, owner string) (job.OwnerUsage, error) {
+	out, err := s.db.getItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.owners),
+		Key:            map[string]types.AttributeValue{AttrOwner: avS(owner)},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return job.OwnerUsage{}, storeError("get owner", err)
+	}
+	if len(out.Item) == 0 {
+		return job.OwnerUsage{Owner: owner}, nil
+	}
+	return decodeUsage(out.Item)
+}
+
+// Recount replaces the counters with after unless the revision moved since
+// before; counters back at zero leave the busy index.
+func (s *Store) Recount(ctx context.Context, before, after job.OwnerUsage) (bool, error) {
+	update := "SET #unfinished = :unfinished, #holds = :holds, #updated = :now, #rev = :newrev"
+	names := map[string]string{"#unfinished": oUnfinished, "#holds": oHolds, "#updated": aUpdatedAt, "#rev": aRevision}
+	values := map[string]types.AttributeValue{":unfinished": avN(int64(after.Unfinished)), ":holds": avN(int64(after.Holds)),
+		":now": avT(after.UpdatedAt), ":newrev": avN(after.Revision), ":rev": avN(before.Revision)}
+	if after.Unfinished == 0 && after.Holds == 0 {
+		update += " REMOVE #busy"
+		names["#busy"] = AttrBusyShard
+	}
+	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.owners),
+		Key:                       map[string]types.AttributeValue{AttrOwner: avS(before.Owner)},
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String("#rev = :rev"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return false, nil
+	case err != nil:
+		return false, storeError("recount owner", err)
+	}
+	return true, nil
+}
+
+// BusyOwners reads the by_busy index, shard by shard, then each owner's
+// counters.
+func (s *Store) BusyOwners(ctx context.Context) ([]job.OwnerUsage, error) {
+	var out []job.OwnerUsage
+	for i := range BusyShards {
+		var start map[string]types.AttributeValue
+		for {
+			res, err := s.db.query(ctx, &dynamodb.QueryInput{
+				TableName:                 aws.String(s.owners),
+				IndexName:                 aws.String(IndexByBusy),
+				KeyConditionExpression:    aws.String("#busy = :busy"),
+				ExpressionAttributeNames:  map[string]string{"#busy": AttrBusyShard},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":busy": avS("busy#" + strconv.Itoa(i))},
+				ExclusiveStartKey:         start,
+			})
+			if err != nil {
+				return nil, storeError("list busy owners", err)
+			}
+			for _, item := range res.Items {
+				d := decoder{m: item}
+				u, err := s.Usage(ctx, d.str(AttrOwner, true))
+				if err != nil {
+					return nil, errors.Join(err, d.err)
+				}
+				out = append(out, u)
+			}
+			if start = res.LastEvaluatedKey; len(start) == 0 {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// OpenJobsByOwner counts open jobs by owner from the by_open index (which
+// carries each job's owner), every shard, every page.
+func (s *Store) OpenJobsByOwner(ctx context.Context) (map[string]int, error) {
+	counts := map[string]int{}
+	for i := range OpenShards {
+		var start map[string]types.AttributeValue
+		for {
+			res, err := s.db.query(ctx, &dynamodb.QueryInput{
+				TableName:                 aws.String(s.jobs),
+				IndexName:                 aws.String(IndexByOpen),
+				KeyConditionExpression:    aws.String("#open = :open"),
+				ExpressionAttributeNames:  map[string]string{"#open": AttrOpenShard, "#owner": AttrOwner},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":open": avS("open#" + strconv.Itoa(i))},
+				ProjectionExpression:      aws.String("#owner"),
+				ExclusiveStartKey:         start,
+			})
+			if err != nil {
+				return nil, storeError("count open jobs", err)
+			}
+			for _, item := range res.Items {
+				d := decoder{m: item}
+				counts[d.str(AttrOwner, true)]++
+				if d.err != nil {
+					return nil, d.err
+				}
+			}
+			if start = res.LastEvaluatedKey; len(start) == 0 {
+				break
+			}
+		}
+	}
+	return counts, nil
+}
+
+func decodeUsage(item map[string]types.AttributeValue) (job.OwnerUsage, error) {
+	d := decoder{m: item}
+	u := job.OwnerUsage{
+		Owner:      d.str(AttrOwner, true),
+		Unfinished: int(d.num(oUnfinished, false)),
+		Holds:      int(d.num(oHolds, false)),
+		Endpoints:  int(d.num(oEndpoints, false)),
+		UpdatedAt:  d.time(aUpdatedAt, false),
+		Revision:   d.num(aRevision, false),
+	}
+	return u, d.err
+}

@@ -1,0 +1,97 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Quotas bound what one owner can make onejob do at once, so that one
+// owner cannot spend every other owner's share of the providers, the
+// functions or the database. A bound of 0 is no bound.
+type Quotas struct {
+	// UnfinishedJobs bounds an owner's jobs without an outcome.
+	UnfinishedJobs int
+	// HeldRequests bounds an owner's held GETs (Prefer: wait) at once.
+	HeldRequests int
+}
+
+// Enabled reports whether any quota applies, and so whether owners'
+// counters are kept at all.
+func (q Quotas) Enabled() bool { return q.UnfinishedJobs > 0 || q.HeldRequests > 0 }
+
+// Validate refuses negative bounds.
+func (q Quotas) Validate() error {
+	if q.UnfinishedJobs < 0 || q.HeldRequests < 0 {
+		return errors.New("quotas must not be negative (0 is no bound)")
+	}
+	return nil
+}
+
+// The limits an owner can reach, as clients read their names (the
+// quota-exceeded problem's limit member, the RateLimit fields' policies).
+const (
+	LimitUnfinishedJobs = "unfinished-jobs"
+	LimitHeldRequests   = "held-requests"
+)
+
+// How long a refused client should wait before asking again: a job
+// finishes in seconds to minutes, a held request in at most 20 s.
+const (
+	UnfinishedRetryAfter = 10 * time.Second
+	HeldRetryAfter       = 5 * time.Second
+)
+
+// ErrQuotaExceeded is wrapped by *QuotaError.
+var ErrQuotaExceeded = errors.New("quota exceeded")
+
+// QuotaError refuses a request past one of its owner's quotas. Nothing was
+// written.
+type QuotaError struct {
+	Limit      string // LimitUnfinishedJobs or LimitHeldRequests
+	Quota      int
+	RetryAfter time.Duration
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("quota exceeded: %s is limited to %d", e.Limit, e.Quota)
+}
+
+// Unwrap makes errors.Is(err, ErrQuotaExceeded) hold.
+func (e *QuotaError) Unwrap() error { return ErrQuotaExceeded }
+
+// OwnerUsage is one owner's counters: its unfinished jobs, its held requests,
+// and its notification endpoints (a count a create reads for free with the
+// first). Revision moves with every write.
+type OwnerUsage struct {
+	Owner      string
+	Unfinished int
+	Holds      int
+	Endpoints  int
+	UpdatedAt  time.Time
+	Revision   int64
+}
+
+// RecountQuiet is how long an owner's counters must have been left alone
+// before a recount may replace them: longer than any create takes between
+// counting a job and writing it (the API function's timeout), and than any
+// held request lasts, so nothing in flight is missed.
+const RecountQuiet = 2 * time.Minute
+
+// DecideRecount repairs an owner's counters from what is true: open is the
+// number of its jobs without an outcome. A crash between a job's write and
+// its counter's (a create that counted and died, a finish that never
+// uncounted) leaves a counter too high; once the owner has been quiet for
+// RecountQuiet, the counters are set to the truth (and held requests,
+// which last seconds, to none). ok is false when nothing needs writing or
+// it is too soon.
+func DecideRecount(u OwnerUsage, open int, now time.Time) (OwnerUsage, bool) {
+	if now.Sub(u.UpdatedAt) < RecountQuiet || (u.Unfinished == open && u.Holds == 0) {
+		return u, false
+	}
+	after := u
+	after.Unfinished, after.Holds = open, 0
+	after.UpdatedAt = now.UTC()
+	after.Revision = u.Revision + 1
+	return after, true
+}

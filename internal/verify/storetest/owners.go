@@ -1,0 +1,149 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// The owners' counters (lifecycle.OwnerStore): one conditional update per
+// change, bounded by the quota, never below zero, repaired by a recount.
+
+func usageOf(t *testing.T, st Store, owner string) job.OwnerUsage {
+	t.Helper()
+	u, err := st.Usage(context.Background(), owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+var ownerTests = []test{
+	{"CountsUpToTheQuotaAndNoFurther", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		ctx := context.Background()
+		if u := usageOf(t, st, "a"); u.Unfinished != 0 || u.Holds != 0 || u.Revision != 0 {
+			t.Fatalf("an owner never counted: %+v", u)
+		}
+		for i := 1; i <= 3; i++ {
+			ok, u, err := st.CountJob(ctx, "a", 3, at(i))
+			if err != nil || !ok || u.Unfinished != i || u.Owner != "a" {
+				t.Fatalf("count %d: ok=%v %+v %v", i, ok, u, err)
+			}
+		}
+		ok, u, err := st.CountJob(ctx, "a", 3, at(4))
+		if err != nil || ok || u.Unfinished != 3 {
+			t.Fatalf("past the quota: ok=%v %+v %v", ok, u, err)
+		}
+		if got := usageOf(t, st, "a"); got.Unfinished != 3 || !got.UpdatedAt.Equal(at(3)) {
+			t.Fatalf("a refused count wrote: %+v", got)
+		}
+		// Holds are counted apart; 0 is no bound.
+		for range 5 {
+			if ok, _, err := st.CountHold(ctx, "a", 0, at(5)); err != nil || !ok {
+				t.Fatalf("unbounded hold: %v %v", ok, err)
+			}
+		}
+		if got := usageOf(t, st, "a"); got.Unfinished != 3 || got.Holds != 5 {
+			t.Fatalf("after the holds: %+v", got)
+		}
+	}},
+	{"UncountingNeverGoesBelowZero", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		ctx := context.Background()
+		if err := st.UncountJob(ctx, "nobody", at(0)); err != nil {
+			t.Fatalf("uncounting an owner never counted: %v", err)
+		}
+		if _, _, err := st.CountJob(ctx, "a", 0, at(1)); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := st.UncountJob(ctx, "a", at(2)); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.UncountHold(ctx, "a", at(2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if u := usageOf(t, st, "a"); u.Unfinished != 0 || u.Holds != 0 {
+			t.Fatalf("after uncounting more than was counted: %+v", u)
+		}
+	}},
+	{"ConcurrentCountsStopExactlyAtTheQuota", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				ok, _, err := st.CountJob(context.Background(), "a", 10, at(1))
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if admitted.Load() != 10 || usageOf(t, st, "a").Unfinished != 10 {
+			t.Fatalf("%d of 32 admitted under a quota of 10, counter %d", admitted.Load(), usageOf(t, st, "a").Unfinished)
+		}
+	}},
+	{"ARecountRepairsAndLosesToAnyWrite", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		ctx := context.Background()
+		for range 3 {
+			if _, _, err := st.CountJob(ctx, "a", 0, at(1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := st.CountHold(ctx, "a", 0, at(1)); err != nil {
+			t.Fatal(err)
+		}
+		busy, err := st.BusyOwners(ctx)
+		if err != nil || len(busy) != 1 || busy[0].Owner != "a" || busy[0].Unfinished != 3 {
+			t.Fatalf("busy owners %+v %v", busy, err)
+		}
+		u := usageOf(t, st, "a")
+		after, ok := job.DecideRecount(u, 1, u.UpdatedAt.Add(job.RecountQuiet))
+		if !ok {
+			t.Fatal("no recount decided")
+		}
+		// A count in between: the recount decided on u must lose.
+		if _, _, err := st.CountJob(ctx, "a", 0, at(2)); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := st.Recount(ctx, u, after); err != nil || ok {
+			t.Fatalf("a recount on stale counters: ok=%v %v", ok, err)
+		}
+		u = usageOf(t, st, "a")
+		after, _ = job.DecideRecount(u, 0, u.UpdatedAt.Add(job.RecountQuiet))
+		if ok, err := st.Recount(ctx, u, after); err != nil || !ok {
+			t.Fatalf("recount: ok=%v %v", ok, err)
+		}
+		if got := usageOf(t, st, "a"); got.Unfinished != 0 || got.Holds != 0 || got.Revision != after.Revision {
+			t.Fatalf("after the recount: %+v", got)
+		}
+		if busy, err := st.BusyOwners(ctx); err != nil || len(busy) != 0 {
+			t.Fatalf("an owner recounted to zero is still busy: %+v %v", busy, err)
+		}
+	}},
+	{"OpenJobsAreCountedByOwner", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		ctx := context.Background()
+		for i := range 3 {
+			createAt(t, st, "a", fmt.Sprint("k", i), at(i))
+		}
+		createAt(t, st, "b", "k", at(1))
+		done := createAt(t, st, "b", "done", at(2))
+		on(t, st).apply(job.DecideCancel(done, at(3)))
+		counts, err := st.OpenJobsByOwner(ctx)
+		if err != nil || len(counts) != 2 || counts["a"] != 3 || counts["b"] != 1 {
+			t.Fatalf("open jobs by owner %v %v", counts, err)
+		}
+	}},
+}
