@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/onejob/onejob/internal/job"
 )
 
 // AdminScope in the scope claim makes the caller an operator unless
@@ -66,6 +69,8 @@ type Handler struct {
 	console   map[string]consoleFile
 	admin     AdminRule
 	providers Providers
+	// ratePolicy is the RateLimit-Policy field value; empty without quotas.
+	ratePolicy string
 }
 
 // New validates the configuration.
@@ -106,6 +111,7 @@ func New(c Config) (*Handler, error) {
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
 		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin, providers: c.Providers}
 	h.routes = routes()
+	h.ratePolicy = ratePolicy(c.Jobs.Quotas())
 	files, err := consoleFiles()
 	if err != nil {
 		return nil, err
@@ -160,7 +166,27 @@ func (h *Handler) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	if err != nil {
 		resp = h.problemResponse(r, err)
 	}
+	if h.ratePolicy != "" {
+		if resp.Headers == nil {
+			resp.Headers = map[string]string{}
+		}
+		resp.Headers["RateLimit-Policy"] = h.ratePolicy
+	}
 	return resp, nil
+}
+
+// ratePolicy announces the owners' quotas as
+// draft-ietf-httpapi-ratelimit-headers' RateLimit-Policy field: each a
+// concurrency quota (no window) named by the limit it bounds.
+func ratePolicy(q job.Quotas) string {
+	var parts []string
+	if q.UnfinishedJobs > 0 {
+		parts = append(parts, fmt.Sprintf("%q;q=%d;qu=\"concurrent-requests\"", job.LimitUnfinishedJobs, q.UnfinishedJobs))
+	}
+	if q.HeldRequests > 0 {
+		parts = append(parts, fmt.Sprintf("%q;q=%d;qu=\"concurrent-requests\"", job.LimitHeldRequests, q.HeldRequests))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (h *Handler) serve(ctx context.Context, r *request) (reply, error) {

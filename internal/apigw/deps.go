@@ -53,6 +53,12 @@ type Jobs interface {
 	CancelBy(ctx context.Context, id string, c job.Cancellation) (job.Job, error)
 	ResolveOn(ctx context.Context, j job.Job, n int, r job.Resolution) (job.Job, error)
 	ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.Page, error)
+	// AcquireHold counts a held request of owner against its quota (a
+	// *job.QuotaError past it); ReleaseHold gives it back.
+	AcquireHold(ctx context.Context, owner string) error
+	ReleaseHold(ctx context.Context, owner string)
+	// Quotas are the per-owner bounds (the RateLimit-Policy field).
+	Quotas() job.Quotas
 }
 
 // FieldError is one entry of a validation-failed problem: what is wrong,

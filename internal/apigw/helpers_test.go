@@ -170,6 +170,12 @@ func missingTables(_ *apigw.Config, s *dynamo.Config) {
 
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
+	return newEnvWith(t, job.Quotas{}, opts...)
+}
+
+// newEnvWith is newEnv with per-owner quotas.
+func newEnvWith(t testing.TB, q job.Quotas, opts ...envOption) *env {
+	t.Helper()
 	db, names := harness.Tables(t)
 	logs := &testenv.SyncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
@@ -183,7 +189,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Logger: logger})
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Logger: logger, Owners: st, Quotas: q})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,9 @@ const (
 	// CodeResultViolatesContract: a resolution's result breaks the job
 	// type's output contract.
 	CodeResultViolatesContract Code = "result-violates-contract"
+	// CodeQuotaExceeded: the owner is at one of its quotas (limit names
+	// which); nothing was written.
+	CodeQuotaExceeded Code = "quota-exceeded"
 )
 
 // Codes lists every problem code, for documentation and tests.
@@ -51,6 +54,7 @@ func Codes() []Code {
 		CodeUnsupportedMediaType, CodePayloadTooLarge, CodeValidationFailed, CodeUnknownJobType,
 		CodeInvalidCursor, CodeInvalidQuery, CodeNotFound, CodeForbidden, CodeUnauthenticated, CodeConflict,
 		CodeMethodNotAllowed, CodeUnavailable, CodeInternal, CodeResolutionConflict, CodeResultViolatesContract,
+		CodeQuotaExceeded,
 	}
 }
 
@@ -96,6 +100,8 @@ func (c Code) describe() (int, string) {
 		return http.StatusConflict, "Resolution conflict"
 	case CodeResultViolatesContract:
 		return http.StatusUnprocessableEntity, "Result violates the job type's contract"
+	case CodeQuotaExceeded:
+		return http.StatusTooManyRequests, "Quota exceeded"
 	default:
 		return http.StatusInternalServerError, "Internal error"
 	}
@@ -137,8 +143,13 @@ type problem struct {
 	Errors    []FieldError `json:"errors,omitempty"`
 	// AttemptState is the attempt's state, for a resolution conflict.
 	AttemptState string `json:"attempt_state,omitempty"`
+	// Limit and Quota name the quota reached, for quota-exceeded.
+	Limit string `json:"limit,omitempty"`
+	Quota int    `json:"quota,omitempty"`
 
 	allow string
+	// retryAfter is the Retry-After of a quota-exceeded answer, seconds.
+	retryAfter int
 }
 
 // problemOf is the one table from errors to problems: the edge's own
@@ -153,6 +164,7 @@ func problemOf(err error) problem {
 		resolved *job.ResolutionConflictError
 		invalidJ *job.InvalidError
 		authErr  *AuthError
+		quota    *job.QuotaError
 	)
 	p := problem{}
 	code := CodeInternal
@@ -163,6 +175,10 @@ func problemOf(err error) problem {
 		code, p.Detail = CodeUnauthenticated, authErr.Reason
 	case errors.Is(err, ErrUnauthenticated):
 		code, p.Detail = CodeUnauthenticated, "a valid bearer token is required"
+	case errors.As(err, &quota):
+		code, p.Limit, p.Quota = CodeQuotaExceeded, quota.Limit, quota.Quota
+		p.retryAfter = max(1, int(quota.RetryAfter.Seconds()))
+		p.Detail = fmt.Sprintf("this owner is at its quota of %s (%d); retry after %d s", quota.Limit, quota.Quota, p.retryAfter)
 	case errors.As(err, &reused):
 		code, p.JobID = CodeIdempotencyKeyReused, reused.JobID
 		p.Detail = "this Idempotency-Key already names a job created from a different request"

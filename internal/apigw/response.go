@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +69,11 @@ func (h *Handler) problemResponse(r *request, err error) events.APIGatewayV2HTTP
 		headers["Allow"] = p.allow
 	case http.StatusServiceUnavailable:
 		headers["Retry-After"] = "1"
+	case http.StatusTooManyRequests:
+		headers["Retry-After"] = strconv.Itoa(p.retryAfter)
+		// draft-ietf-httpapi-ratelimit-headers: none of the quota left
+		// until a slot frees, in about retryAfter seconds.
+		headers["RateLimit"] = fmt.Sprintf("%q;r=0;t=%d", p.Limit, p.retryAfter)
 	}
 	b, merr := marshal(p)
 	if merr != nil {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"strconv"
-
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -136,11 +136,21 @@ func (s *Store) Recount(ctx context.Context, before, after job.OwnerUsage) (bool
 		update += " REMOVE #busy"
 		names["#busy"] = AttrBusyShard
 	}
+	cond := "#rev = :rev"
+	if before.Revision == 0 {
+		// Never counted (quotas turned on while its jobs ran).
+		cond = "attribute_not_exists(#rev)"
+		delete(values, ":rev")
+	}
+	if after.Unfinished != 0 || after.Holds != 0 {
+		update = strings.Replace(update, "SET ", "SET #busy = :busy, ", 1)
+		names["#busy"], values[":busy"] = AttrBusyShard, avS(BusyShard(before.Owner))
+	}
 	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.owners),
 		Key:                       map[string]types.AttributeValue{AttrOwner: avS(before.Owner)},
 		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String("#rev = :rev"),
+		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})

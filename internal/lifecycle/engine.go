@@ -23,6 +23,11 @@ type EngineConfig struct {
 	Logger  *slog.Logger
 	// Events receives lifecycle events; NoEvents when nil.
 	Events Events
+	// Owners keeps the owners' counters; required when Quotas are on.
+	Owners OwnerStore
+	// Quotas bound what one owner can have onejob do at once; zero: none,
+	// and no counter is kept (a create is then one write).
+	Quotas job.Quotas
 }
 
 // Engine creates jobs and executes their transitions: read, let package job
@@ -32,6 +37,8 @@ type Engine struct {
 	now    func() time.Time
 	log    *slog.Logger
 	events Events
+	owners OwnerStore
+	quotas job.Quotas
 }
 
 // NewEngine checks that a store is given and defaults the rest.
@@ -48,18 +55,108 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	if c.Events == nil {
 		c.Events = NoEvents{}
 	}
-	return &Engine{store: c.Store, now: c.NowFunc, log: c.Logger, events: c.Events}, nil
+	if err := c.Quotas.Validate(); err != nil {
+		return nil, fmt.Errorf("lifecycle: %w", err)
+	}
+	if c.Quotas.Enabled() && c.Owners == nil {
+		return nil, errors.New("lifecycle: quotas need an owner store")
+	}
+	return &Engine{store: c.Store, now: c.NowFunc, log: c.Logger, events: c.Events, owners: c.Owners, quotas: c.Quotas}, nil
 }
+
+// Quotas are the engine's per-owner bounds.
+func (e *Engine) Quotas() job.Quotas { return e.quotas }
 
 // Create creates the job for a request, or returns the job its
 // idempotency key already names (replayed = true). A key reused with a
 // different request yields *job.KeyReusedError.
+//
+// With quotas on, the owner's unfinished jobs are counted first (one more
+// conditional write): past the quota nothing is written and the create is
+// refused with a *job.QuotaError — unless the key names a job already,
+// which is answered as a replay: a quota never refuses a job that exists.
+// A create that turns out a replay or a conflict gives its count back.
 func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, error) {
 	j, err := job.New(r, e.now())
 	if err != nil {
 		return job.Job{}, false, err
 	}
-	return e.store.Create(ctx, j)
+	if !e.counting() {
+		return e.store.Create(ctx, j)
+	}
+	ok, _, err := e.owners.CountJob(ctx, j.Owner, e.quotas.UnfinishedJobs, e.now())
+	if err != nil {
+		return job.Job{}, false, err
+	}
+	if !ok {
+		existing, err := e.store.Get(ctx, j.ID)
+		switch {
+		case err == nil:
+			if err := job.SameRequest(existing, j); err != nil {
+				return existing, false, err
+			}
+			return existing, true, nil
+		case !errors.Is(err, job.ErrNotFound):
+			return job.Job{}, false, err
+		}
+		return job.Job{}, false, &job.QuotaError{Limit: job.LimitUnfinishedJobs, Quota: e.quotas.UnfinishedJobs,
+			RetryAfter: job.UnfinishedRetryAfter}
+	}
+	created, replayed, err := e.store.Create(ctx, j)
+	var reused *job.KeyReusedError
+	if replayed || errors.As(err, &reused) {
+		// The job was there already: this create counted nothing new. (A
+		// store fault leaves the count: whether the job was written is
+		// unknown, and a recount repairs a count too high.)
+		e.uncount(ctx, j.Owner)
+	}
+	return created, replayed, err
+}
+
+// counting reports whether owners' counters are kept.
+func (e *Engine) counting() bool { return e.quotas.Enabled() }
+
+// uncount gives back one unfinished job of owner. A failure leaves the
+// counter one too high until the sweeper's recount: logged, not returned.
+func (e *Engine) uncount(ctx context.Context, owner string) {
+	if err := e.owners.UncountJob(ctx, owner, e.now()); err != nil {
+		e.log.WarnContext(ctx, "owner_uncount_failed", "owner", owner, "error", err.Error())
+	}
+}
+
+// AcquireHold counts one more held request of owner, refusing past its
+// quota with a *job.QuotaError; ReleaseHold gives it back. Without a
+// held-request quota both do nothing.
+func (e *Engine) AcquireHold(ctx context.Context, owner string) error {
+	if e.quotas.HeldRequests == 0 {
+		return nil
+	}
+	ok, _, err := e.owners.CountHold(ctx, owner, e.quotas.HeldRequests, e.now())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &job.QuotaError{Limit: job.LimitHeldRequests, Quota: e.quotas.HeldRequests, RetryAfter: job.HeldRetryAfter}
+	}
+	return nil
+}
+
+// Usage is an owner's counters; zero without quotas.
+func (e *Engine) Usage(ctx context.Context, owner string) (job.OwnerUsage, error) {
+	if e.owners == nil {
+		return job.OwnerUsage{Owner: owner}, nil
+	}
+	return e.owners.Usage(ctx, owner)
+}
+
+// ReleaseHold gives back a held request AcquireHold counted.
+func (e *Engine) ReleaseHold(ctx context.Context, owner string) {
+	if e.quotas.HeldRequests == 0 {
+		return
+	}
+	if err := e.owners.UncountHold(ctx, owner, e.now()); err != nil {
+		e.log.WarnContext(ctx, "owner_uncount_failed", "owner", owner, "error", err.Error())
+	}
 }
 
 // Get reads a job (consistent read).
@@ -94,6 +191,11 @@ func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job
 			return job.Transition{}, j, err
 		}
 		if res.OK {
+			if t.Kind().Outcome() && !t.Noop() && e.counting() {
+				// The job is finished: one unfinished job fewer, once —
+				// only the write that applied the outcome gives it back.
+				e.uncount(ctx, res.Job.Owner)
+			}
 			return t, res.Job, nil
 		}
 		j = res.Job

@@ -42,6 +42,10 @@ type SweeperConfig struct {
 	Breakers *Breakers
 	// HealthStore lists the providers' health for that release.
 	HealthStore HealthStore
+	// Owners, when set, has each sweep recount the owners' counters that a
+	// crash left too high (or too low) once the owner has been quiet
+	// (job.DecideRecount).
+	Owners OwnerStore
 }
 
 // Sweeper starts the executions of jobs left pending — by an API crash
@@ -83,6 +87,51 @@ type SweepReport struct {
 	OldestUnknownSeconds float64 `json:"oldest_unknown_seconds"`
 	// Released counts attempts a provider's health held although closed.
 	Released int `json:"released"`
+	// Recounted counts owners whose counters were repaired.
+	Recounted int `json:"recounted"`
+}
+
+// recount repairs the counters of every owner that is busy or has open
+// jobs, from the open jobs themselves.
+func (w *Sweeper) recount(ctx context.Context, now time.Time) (int, error) {
+	busy, err := w.cfg.Owners.BusyOwners(ctx)
+	if err != nil {
+		return 0, err
+	}
+	open, err := w.cfg.Owners.OpenJobsByOwner(ctx)
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{}
+	for _, u := range busy {
+		seen[u.Owner] = true
+	}
+	for owner := range open {
+		if !seen[owner] {
+			u, err := w.cfg.Owners.Usage(ctx, owner)
+			if err != nil {
+				return 0, err
+			}
+			busy = append(busy, u)
+		}
+	}
+	repaired := 0
+	for _, u := range busy {
+		after, ok := job.DecideRecount(u, open[u.Owner], now)
+		if !ok {
+			continue
+		}
+		done, err := w.cfg.Owners.Recount(ctx, u, after)
+		if err != nil {
+			return repaired, err
+		}
+		if done {
+			repaired++
+			w.cfg.Logger.WarnContext(ctx, "owner_recounted", "owner", u.Owner, "unfinished_was", u.Unfinished,
+				"unfinished", after.Unfinished, "holds_was", u.Holds)
+		}
+	}
+	return repaired, nil
 }
 
 // Sweep runs once.
@@ -122,6 +171,13 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	}
 	rep.OldestUnknownSeconds = oldest.Seconds()
 	w.cfg.Events.OldestUnknown(ctx, oldest)
+	if w.cfg.Owners != nil {
+		n, err := w.recount(ctx, now)
+		rep.Recounted = n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if w.cfg.Breakers != nil && w.cfg.HealthStore != nil {
 		n, err := w.releaseHeld(ctx, now)
 		rep.Released = n
@@ -130,7 +186,7 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 	}
 	log.InfoContext(ctx, "sweep_done", "open", rep.Open, "pending", rep.Pending, "started", rep.Started,
-		"oldest_unknown_seconds", rep.OldestUnknownSeconds, "released", rep.Released)
+		"oldest_unknown_seconds", rep.OldestUnknownSeconds, "released", rep.Released, "recounted", rep.Recounted)
 	return rep, errors.Join(errs...)
 }
 

@@ -629,7 +629,11 @@ func (s *Store) Recount(ctx context.Context, before, after job.OwnerUsage) (bool
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u, ok := s.owners[before.Owner]
-	if !ok || u.usage.Revision != before.Revision {
+	if !ok && before.Revision == 0 {
+		u = &ownerRecord{usage: job.OwnerUsage{Owner: before.Owner}}
+		s.owners[before.Owner] = u
+	}
+	if u == nil || u.usage.Revision != before.Revision {
 		return false, nil
 	}
 	u.usage.Unfinished, u.usage.Holds = after.Unfinished, after.Holds

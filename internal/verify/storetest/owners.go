@@ -132,6 +132,27 @@ var ownerTests = []test{
 			t.Fatalf("an owner recounted to zero is still busy: %+v %v", busy, err)
 		}
 	}},
+	{"ARecountCountsAnOwnerNeverCounted", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		ctx := context.Background()
+		u := usageOf(t, st, "late")
+		after, ok := job.DecideRecount(u, 2, at(0))
+		if !ok {
+			t.Fatal("no recount decided")
+		}
+		if ok, err := st.Recount(ctx, u, after); err != nil || !ok {
+			t.Fatalf("recount: %v %v", ok, err)
+		}
+		if got := usageOf(t, st, "late"); got.Unfinished != 2 || got.Revision != 1 {
+			t.Fatalf("after the recount: %+v", got)
+		}
+		if busy, err := st.BusyOwners(ctx); err != nil || len(busy) != 1 || busy[0].Unfinished != 2 {
+			t.Fatalf("busy %+v %v", busy, err)
+		}
+		if ok, err := st.Recount(ctx, u, after); err != nil || ok {
+			t.Fatalf("the same recount again: %v %v, want a lost condition", ok, err)
+		}
+	}},
 	{"OpenJobsAreCountedByOwner", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		ctx := context.Background()
