@@ -9,11 +9,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/stack"
+	"github.com/onejob/onejob/internal/job"
 )
 
 // runCommand starts the whole system on this machine until Ctrl-C:
@@ -53,12 +56,16 @@ func runCommand(ctx context.Context, args []string) error {
 		}
 		*data = abs
 	}
+	quotas, err := quotasFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
 	started := time.Now()
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	s, err := stack.Start(startCtx, stack.Config{
 		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data,
-		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue,
+		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas,
 		IdleTimeout: *idle, KeepClosedExecutions: *keep,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
 	})
@@ -117,6 +124,28 @@ Ctrl-C stops everything.
 	<-ctx.Done()
 	fmt.Println("\nstopping…")
 	return nil
+}
+
+// quotasFromEnv is make run's per-owner quotas: stack.DefaultQuotas, each
+// replaced by ONEJOB_QUOTA_UNFINISHED_JOBS / ONEJOB_QUOTA_HELD_REQUESTS when
+// set (0: no bound), the variables the deployed functions read.
+func quotasFromEnv(getenv func(string) string) (job.Quotas, error) {
+	q := stack.DefaultQuotas()
+	for _, v := range []struct {
+		name string
+		into *int
+	}{{deploy.EnvQuotaUnfinishedJobs, &q.UnfinishedJobs}, {deploy.EnvQuotaHeldRequests, &q.HeldRequests}} {
+		s := getenv(v.name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return q, fmt.Errorf("%s=%q is not a count (0 or more; 0 is no bound)", v.name, s)
+		}
+		*v.into = n
+	}
+	return q, nil
 }
 
 // consoleText is the link to the operator console, which the API itself

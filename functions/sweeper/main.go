@@ -18,6 +18,15 @@ import (
 	"github.com/onejob/onejob/internal/stepfn"
 )
 
+// owners is the store of the owners' counters when quotas are on: the
+// sweeper recounts them.
+func owners(env deploy.Env, store *dynamo.Store) lifecycle.OwnerStore {
+	if env.QuotaUnfinishedJobs == 0 && env.QuotaHeldRequests == 0 {
+		return nil
+	}
+	return store
+}
+
 func main() {
 	env := deploy.LoadEnv(os.Getenv, dynamo.Logicals())
 	log := deploy.Logger(env.Name)
@@ -53,7 +62,7 @@ func main() {
 	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: log, Events: metrics})
 	deploy.Check(log, err)
 	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: deploy.SweepGrace,
-		Logger: log, Events: metrics, Breakers: breakers, HealthStore: store})
+		Logger: log, Events: metrics, Breakers: breakers, HealthStore: store, Owners: owners(env, store)})
 	deploy.Check(log, err)
 	lambda.Start(sweeper.Sweep)
 }

@@ -73,6 +73,9 @@ var (
 	// A provider's health: read (consistently, about once a second per
 	// container) and replaced by a conditional PutItem when it changes.
 	health = Grant{[]string{"dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())}
+	// An owner's counters: a finished job's slot given back (conditional
+	// UpdateItem).
+	uncount = Grant{[]string{"dynamodb:UpdateItem"}, table(dynamo.OwnersTable())}
 )
 
 // All returns every function's grants, by function name.
@@ -91,6 +94,10 @@ func All() map[string][]Grant {
 			// Operators list every provider's health (a Scan of a handful
 			// of items) and override one.
 			{[]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())},
+			// Owners' quotas: count and uncount (conditional UpdateItem;
+			// GetItem after a refused count where the store does not hand
+			// the item back).
+			{[]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, table(dynamo.OwnersTable())},
 		},
 		// The sweeper finds open jobs in the sparse by_open index (keys
 		// only: dynamo.ListOpen, no Scan), reads them by key in batches and
@@ -101,12 +108,16 @@ func All() map[string][]Grant {
 			{[]string{"states:StartExecution"}, stateMachine},
 			// Releases closed attempts a provider's health still holds.
 			{[]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())},
+			// Recounts the owners' counters: the busy owners, their
+			// counters, and a conditional update to repair them.
+			{[]string{"dynamodb:Query"}, index(dynamo.OwnersTable(), dynamo.IndexByBusy)},
+			{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.OwnersTable())},
 		},
 		// Runs a job's attempts: reads the job and the fallbacks'
 		// certifications, starts, claims, completes or fails attempts
 		// (conditional UpdateItem) and records them in the ledger. Only it
 		// calls providers, so only it reads their configuration.
-		deploy.FnRun: {jobRW, ledger, certs, health,
+		deploy.FnRun: {jobRW, ledger, certs, health, uncount,
 			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
 		// Marks a silent run's attempts unknown and decides the wait: no
 		// certifications, no providers.

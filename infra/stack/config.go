@@ -17,6 +17,7 @@ import (
 
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/job"
 )
 
 // profileFor returns the policy of one of the environments the stack can
@@ -122,6 +123,11 @@ type Config struct {
 	// API5xxAlarm: alarm when the HTTP API returns at least this many 5xx
 	// responses in five minutes.
 	API5xxAlarm float64
+
+	// Quotas bound each owner's unfinished jobs and held requests
+	// (cdk.json quotas.unfinishedJobs and quotas.heldRequests; 0 is no
+	// bound, and with both 0 no owner counter is kept).
+	Quotas job.Quotas
 }
 
 // envSettings is the per-environment block in cdk.json.
@@ -135,6 +141,10 @@ type envSettings struct {
 	CORSOrigins        []string `json:"corsOrigins"`
 	AdminClaim         string   `json:"adminClaim"`
 	AdminValue         string   `json:"adminValue"`
+	Quotas             *struct {
+		UnfinishedJobs int `json:"unfinishedJobs"`
+		HeldRequests   int `json:"heldRequests"`
+	} `json:"quotas"`
 }
 
 // DefaultConfig returns env's policy defaults with no deployment-specific
@@ -155,6 +165,8 @@ func DefaultConfig(env string) (Config, error) {
 		LostRaceRateAlarm:   0.2,
 		LostRaceWindow:      15 * time.Minute,
 		API5xxAlarm:         5,
+		// One person's normal use fits; a runaway client does not.
+		Quotas: job.Quotas{UnfinishedJobs: 100, HeldRequests: 20},
 	}, nil
 }
 
@@ -195,6 +207,9 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 	cfg.CORSOrigins = s.CORSOrigins
 	if s.AdminClaim != "" || s.AdminValue != "" {
 		cfg.Admin = apigw.AdminRule{Claim: s.AdminClaim, Value: s.AdminValue}
+	}
+	if q := s.Quotas; q != nil {
+		cfg.Quotas = job.Quotas{UnfinishedJobs: q.UnfinishedJobs, HeldRequests: q.HeldRequests}
 	}
 
 	if v := contextString(lookup, ContextJWTIssuer); v != "" {
@@ -307,6 +322,9 @@ func (c Config) Validate() error {
 	}
 	if c.API5xxAlarm < 1 {
 		bad("API 5xx alarm threshold must be at least 1")
+	}
+	if err := c.Quotas.Validate(); err != nil {
+		bad("%v (%s.%s.quotas in cdk.json)", err, ContextEnvironments, c.Env)
 	}
 
 	if !filepath.IsAbs(c.FunctionsDir) {

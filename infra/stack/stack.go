@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -109,7 +110,10 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 
 	// The variable names are the ones internal/app reads, so the two
 	// cannot drift.
-	common := map[string]*string{deploy.EnvName: jsii.String(cfg.Env)}
+	common := map[string]*string{deploy.EnvName: jsii.String(cfg.Env),
+		deploy.EnvQuotaUnfinishedJobs: jsii.String(strconv.Itoa(cfg.Quotas.UnfinishedJobs)),
+		deploy.EnvQuotaHeldRequests:   jsii.String(strconv.Itoa(cfg.Quotas.HeldRequests)),
+	}
 	for logical, t := range tables {
 		common[deploy.TableEnv(logical)] = t.TableName()
 	}

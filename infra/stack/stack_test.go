@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -269,7 +270,9 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		for k, v := range asMap(env["Variables"]) {
 			vars[k] = s.sym(v)
 		}
-		want := map[string]string{deploy.EnvName: s.env}
+		want := map[string]string{deploy.EnvName: s.env,
+			deploy.EnvQuotaUnfinishedJobs: strconv.Itoa(s.cfg.Quotas.UnfinishedJobs),
+			deploy.EnvQuotaHeldRequests:   strconv.Itoa(s.cfg.Quotas.HeldRequests)}
 		for _, logical := range dynamo.Logicals() {
 			want[deploy.TableEnv(logical)] = "ref:table:" + logical
 		}
@@ -617,15 +620,19 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:Query", "dynamodb:PutItem"}, "arn:table:attempts").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
+			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners").
 			add(xrayLambda, "*"),
 		"fn:" + deploy.FnRun: task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()).
-			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers"),
+			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
+			add([]string{"dynamodb:UpdateItem"}, "arn:table:owners"),
 		"fn:" + deploy.FnHold: task(true, false),
 		"fn:sweeper": grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOpen).
 			add([]string{"dynamodb:BatchGetItem", "dynamodb:GetItem"}, "arn:table:jobs").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
+			add([]string{"dynamodb:Query"}, "arn:table:owners/index/"+dynamo.IndexByBusy).
+			add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:owners").
 			add(xrayLambda, "*"),
 		"statemachine": grants{}.
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnHold, "arn:fn:"+deploy.FnRun).

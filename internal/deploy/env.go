@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -23,6 +24,12 @@ const (
 	// the scope claim holding jobs:admin.
 	EnvAdminClaim = "ONEJOB_ADMIN_CLAIM"
 	EnvAdminValue = "ONEJOB_ADMIN_VALUE"
+	// EnvQuotaUnfinishedJobs and EnvQuotaHeldRequests bound each owner's
+	// unfinished jobs and held requests (job.Quotas); unset or 0 is no
+	// bound. Every function reads them: a finished job gives its slot back
+	// wherever its outcome is written.
+	EnvQuotaUnfinishedJobs = "ONEJOB_QUOTA_UNFINISHED_JOBS"
+	EnvQuotaHeldRequests   = "ONEJOB_QUOTA_HELD_REQUESTS"
 )
 
 // TableEnv is the variable holding a table's physical name, by its logical
@@ -40,6 +47,10 @@ type Env struct {
 	ProvidersSecretARN     string
 	Providers              string
 	AdminClaim, AdminValue string
+	// QuotaUnfinishedJobs and QuotaHeldRequests are the owners' quotas.
+	QuotaUnfinishedJobs, QuotaHeldRequests int
+	// quotaErr is a quota variable that is not a count.
+	quotaErr error
 }
 
 // Table is a table's physical name, by its logical name.
@@ -52,8 +63,27 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 	for _, t := range tables {
 		names[t] = getenv(TableEnv(t))
 	}
+	count := func(name string, into *int, errs *[]error) {
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			*errs = append(*errs, fmt.Errorf("%s=%q is not a count (0 or more)", name, v))
+			return
+		}
+		*into = n
+	}
+	var quotaErrs []error
+	var unfinished, held int
+	count(EnvQuotaUnfinishedJobs, &unfinished, &quotaErrs)
+	count(EnvQuotaHeldRequests, &held, &quotaErrs)
 	return Env{
-		tables:             names,
+		QuotaUnfinishedJobs: unfinished,
+		QuotaHeldRequests:   held,
+		quotaErr:            errors.Join(quotaErrs...),
+		tables:              names,
 		Name:               getenv(EnvName),
 		StateMachineARN:    getenv(EnvStateMachineARN),
 		ProvidersSecretARN: getenv(EnvProvidersSecretARN),
@@ -82,6 +112,9 @@ func (e Env) Validate(needs Need) error {
 	}
 	if e.Name == "" {
 		missing = append(missing, fmt.Errorf("%s is not set", EnvName))
+	}
+	if e.quotaErr != nil {
+		missing = append(missing, e.quotaErr)
 	}
 	if needs&NeedStateMachine != 0 && e.StateMachineARN == "" {
 		missing = append(missing, fmt.Errorf("%s is not set", EnvStateMachineARN))

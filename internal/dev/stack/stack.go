@@ -73,6 +73,9 @@ type Config struct {
 	// OverdueGrace: how long an attempt may stay running past its timeout
 	// before StartAttempt declares it unknown (default: job.DefaultOverdueGrace).
 	OverdueGrace time.Duration
+	// Quotas bound each owner's unfinished jobs and held requests; nil is
+	// make run's defaults (DefaultQuotas), &job.Quotas{} none.
+	Quotas *job.Quotas
 	// MaxProviderWait bounds a job's wait for unavailable providers
 	// (locally 2 minutes, so that it shows; in AWS job.DefaultMaxProviderWait).
 	MaxProviderWait time.Duration
@@ -125,6 +128,10 @@ func (c *Config) defaults() error {
 	if c.MaxProviderWait <= 0 {
 		c.MaxProviderWait = 2 * time.Minute
 	}
+	if c.Quotas == nil {
+		q := DefaultQuotas()
+		c.Quotas = &q
+	}
 	if c.SweepGrace <= 0 {
 		c.SweepGrace = 5 * time.Second
 	}
@@ -143,6 +150,10 @@ func (c *Config) defaults() error {
 	}
 	return nil
 }
+
+// DefaultQuotas are make run's per-owner bounds: small enough to see,
+// large enough for one person's normal use.
+func DefaultQuotas() job.Quotas { return job.Quotas{UnfinishedJobs: 100, HeldRequests: 20} }
 
 // DefaultIdleTimeout is how long the local servers keep an idle
 // connection open.
@@ -220,7 +231,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.Metrics = emf.New(cfg.MetricsOut, "local", nil)
-	s.Engine, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: s.Store, Logger: log, Events: s.Metrics})
+	s.Engine, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: s.Store, Logger: log, Events: s.Metrics,
+		Owners: s.Store, Quotas: *cfg.Quotas})
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +342,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// The local Step Functions keeps executions in memory: a restarted
 	// stack has lost those of the jobs still open.
 	s.Sweeper, err = lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: s.Store, Starter: sweepStarter, Grace: cfg.SweepGrace,
-		RestartRunning: true, Logger: log, Events: s.Metrics, Breakers: s.Breakers, HealthStore: s.Store})
+		RestartRunning: true, Logger: log, Events: s.Metrics, Breakers: s.Breakers, HealthStore: s.Store, Owners: s.Store})
 	if err != nil {
 		return nil, err
 	}
