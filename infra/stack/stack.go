@@ -264,6 +264,9 @@ func newTable(stack awscdk.Stack, cfg Config, def dynamo.TableDef, removal awscd
 		DeletionProtection: jsii.Bool(cfg.RetainData),
 		RemovalPolicy:      removal,
 	}
+	if def.TTL != "" {
+		props.TimeToLiveAttribute = jsii.String(def.TTL)
+	}
 	if len(gsis) > 0 {
 		props.GlobalSecondaryIndexes = &gsis
 	}

@@ -34,6 +34,9 @@ type JobType interface {
 	// raced, if ever. They pace pollers (Retry-After).
 	Timeout() time.Duration
 	HedgeAfter() (time.Duration, bool)
+	// Retention is how long a finished job of the type (and its key) is
+	// kept.
+	Retention() time.Duration
 }
 
 // Starter starts a job's execution. It must be idempotent (Step Functions

@@ -64,6 +64,9 @@ func (fakeCatalog) Lookup(name string) (apigw.JobType, bool) {
 
 func (fakeCatalog) ProviderNames() []string { return []string{"sim-fallback", "sim-primary"} }
 
+// Retention is every job type's default.
+func (t fakeType) Retention() time.Duration { return job.DefaultRetention }
+
 func (t fakeType) Providers() []string { return append([]string(nil), t.providers...) }
 
 // Timeout and HedgeAfter are the demo types' (2 s; demo-hedge races after 500 ms).

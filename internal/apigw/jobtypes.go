@@ -56,3 +56,5 @@ func (a apiType) Providers() []string { return a.t.Providers() }
 func (a apiType) Timeout() time.Duration { return a.t.Timeout() }
 
 func (a apiType) HedgeAfter() (time.Duration, bool) { return a.t.HedgeAfter() }
+
+func (a apiType) Retention() time.Duration { return a.t.Retention() }

@@ -84,12 +84,12 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 		QuotaHeldRequests:   held,
 		quotaErr:            errors.Join(quotaErrs...),
 		tables:              names,
-		Name:               getenv(EnvName),
-		StateMachineARN:    getenv(EnvStateMachineARN),
-		ProvidersSecretARN: getenv(EnvProvidersSecretARN),
-		Providers:          getenv(EnvProviders),
-		AdminClaim:         getenv(EnvAdminClaim),
-		AdminValue:         getenv(EnvAdminValue),
+		Name:                getenv(EnvName),
+		StateMachineARN:     getenv(EnvStateMachineARN),
+		ProvidersSecretARN:  getenv(EnvProvidersSecretARN),
+		Providers:           getenv(EnvProviders),
+		AdminClaim:          getenv(EnvAdminClaim),
+		AdminValue:          getenv(EnvAdminValue),
 	}
 }
 

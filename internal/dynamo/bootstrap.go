@@ -132,6 +132,20 @@ func CreateTables(ctx context.Context, db *dynamodb.Client, names TableNames) er
 		if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(p.name)}, 30*time.Second); err != nil {
 			return fmt.Errorf("wait for table %s: %w", p.name, err)
 		}
+		if p.def.TTL != "" {
+			enableTTL(ctx, db, p.name, p.def.TTL)
+		}
 	}
 	return nil
+}
+
+// enableTTL turns TTL on where the local DynamoDB has it (moto, DynamoDB
+// Local, LocalStack); dynalite has none, and a table that has it already
+// refuses a second call: either way reads and the sweeper's purge already
+// treat expired items as gone, so a refusal is no error.
+func enableTTL(ctx context.Context, db *dynamodb.Client, table, attr string) {
+	_, _ = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName:               aws.String(table),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(attr), Enabled: aws.Bool(true)},
+	})
 }

@@ -18,9 +18,10 @@ type client struct {
 	query      func(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	scan       func(context.Context, *dynamodb.ScanInput, ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 	batchGet   func(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+	deleteItem func(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
 func newClient(c *dynamodb.Client) client {
 	return client{putItem: c.PutItem, getItem: c.GetItem, updateItem: c.UpdateItem, query: c.Query, scan: c.Scan,
-		batchGet: c.BatchGetItem}
+		batchGet: c.BatchGetItem, deleteItem: c.DeleteItem}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -18,8 +19,14 @@ import (
 // DynamoDB. Options apply to its client (countRequests).
 func newStoreOn(t *testing.T, h *ddbtest.Harness, optFns ...func(*dynamodb.Options)) (*dynamo.Store, storetest.Store) {
 	t.Helper()
+	return newStoreAt(t, h, time.Now, optFns...)
+}
+
+// newStoreAt is newStoreOn reading expiry against now.
+func newStoreAt(t *testing.T, h *ddbtest.Harness, now func() time.Time, optFns ...func(*dynamodb.Options)) (*dynamo.Store, storetest.Store) {
+	t.Helper()
 	db, names := h.Tables(t, optFns...)
-	st, err := dynamo.New(dynamo.Config{Client: db, Tables: names})
+	st, err := dynamo.New(dynamo.Config{Client: db, Tables: names, NowFunc: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +38,7 @@ func newStoreOn(t *testing.T, h *ddbtest.Harness, optFns ...func(*dynamodb.Optio
 		}
 		return int(out.Count)
 	}
-	return st, storetest.Store{Interface: st, Count: func(t *testing.T) storetest.Counts {
+	return st, storetest.Store{Interface: st, Purge: st.PurgeExpired, Count: func(t *testing.T) storetest.Counts {
 		t.Helper()
 		return storetest.Counts{Jobs: count(t, names.Jobs), Ledger: count(t, names.Attempts)}
 	}}
@@ -45,8 +52,8 @@ func TestConformance(t *testing.T) {
 	for _, h := range []*ddbtest.Harness{&harness, &motoHarness} {
 		t.Run(string(h.Backend)+"Backend", func(t *testing.T) {
 			t.Parallel()
-			storetest.Exercise(t, func(t *testing.T) storetest.Store {
-				_, st := newStoreOn(t, h)
+			storetest.Exercise(t, func(t *testing.T, now func() time.Time) storetest.Store {
+				_, st := newStoreAt(t, h, now)
 				return st
 			})
 		})

@@ -56,7 +56,13 @@ func (l *sentLog) take() []string {
 		case *dynamodb.PutItemInput:
 			out = append(out, "PutItem: "+aws.ToString(in.ConditionExpression))
 		case *dynamodb.UpdateItemInput:
-			out = append(out, "UpdateItem: "+aws.ToString(in.ConditionExpression)+" | "+aws.ToString(in.UpdateExpression))
+			u := aws.ToString(in.UpdateExpression)
+			if strings.HasPrefix(u, createUpdate) {
+				// A create sets every attribute of its job (expressions_test
+				// checks which): its shape is what matters here.
+				u = createUpdate + "…"
+			}
+			out = append(out, "UpdateItem: "+aws.ToString(in.ConditionExpression)+" | "+u)
 		case *dynamodb.GetItemInput:
 			out = append(out, "GetItem")
 		case *dynamodb.QueryInput:
@@ -65,6 +71,15 @@ func (l *sentLog) take() []string {
 	}
 	l.inputs = nil
 	return out
+}
+
+// createUpdate begins every create's update.
+const createUpdate = "SET #inc = if_not_exists(#inc, :minus) + :one, "
+
+// created is what a create sends.
+func createSent() string {
+	c, _ := dynamo.WantSent(dynamo.KindCreate)
+	return "UpdateItem: " + c + " | " + createUpdate + "…"
 }
 
 func put(k job.Kind) string {
@@ -210,7 +225,7 @@ func TestWritesAgainstDynalite(t *testing.T) {
 		if err != nil || replayed {
 			t.Fatalf("create: %v, replayed %v", err, replayed)
 		}
-		e.expect(t, "create", put(dynamo.KindCreate))
+		e.expect(t, "create", createSent())
 		if open := str(e.rawJob(t, j.ID), dynamo.AttrOpenShard); open != dynamo.OpenShard(j.ID) {
 			t.Errorf("a new job is not in the open index: %s", open)
 		}
@@ -231,7 +246,7 @@ func TestWritesAgainstDynalite(t *testing.T) {
 		if err != nil || !replayed || again.ID != j.ID {
 			t.Fatalf("replay: %v, replayed %v", err, replayed)
 		}
-		e.expect(t, "replayed create", put(dynamo.KindCreate), "GetItem")
+		e.expect(t, "replayed create", createSent(), "GetItem")
 	})
 
 	t.Run("StartClaimComplete", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -27,6 +28,8 @@ type Config struct {
 	Client *dynamodb.Client
 	Tables TableNames
 	Logger *slog.Logger
+	// NowFunc is the clock expiry is read against; time.Now when nil.
+	NowFunc func() time.Time
 }
 
 // Store is the DynamoDB adapter of every store port.
@@ -38,6 +41,7 @@ type Store struct {
 	providers string
 	owners    string
 	log       *slog.Logger
+	now       func() time.Time
 }
 
 // New validates the configuration.
@@ -51,27 +55,34 @@ func New(c Config) (*Store, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
 	t := c.Tables
 	return &Store{db: newClient(c.Client), jobs: t.Jobs, atts: t.Attempts, certs: t.Certifications, providers: t.Providers,
-		owners: t.Owners, log: c.Logger}, nil
+		owners: t.Owners, log: c.Logger, now: c.NowFunc}, nil
 }
 
-// Create stores a new job with one conditional PutItem on its ID, which is
-// derived from (owner, idempotency key). If the ID exists, the existing job
-// is returned: as a replay when the request fingerprints match, else with a
-// *job.KeyReusedError. Nothing is read before the write.
+// Create stores a new job with one conditional write on its ID, which is
+// derived from (owner, idempotency key): it applies when no job has the ID,
+// or when the one there has expired (then the new job is its next
+// incarnation, with an ID of its own). If a live job has it, the existing
+// job is returned: as a replay when the request fingerprints match, else
+// with a *job.KeyReusedError. Nothing is read before the write.
 func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 	j.WriteToken = newToken()
-	in, err := createInput(s.jobs, j)
+	item := encodeJob(j)
+	if err := checkSize(item); err != nil {
+		return job.Job{}, false, err
+	}
+	in, err := createInput(s.jobs, item, j.CreatedAt)
 	if err != nil {
 		return job.Job{}, false, err
 	}
-	if err := checkSize(in.Item); err != nil {
-		return job.Job{}, false, err
-	}
-	_, err = s.db.putItem(ctx, in)
+	out, err := s.db.updateItem(ctx, in)
 	if err == nil {
-		return j, false, nil
+		created, err := decodeJob(out.Attributes)
+		return created, false, err
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
@@ -98,19 +109,22 @@ func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 
 // current returns the item a failed condition carried (real DynamoDB with
 // ReturnValuesOnConditionCheckFailure), or else reads it consistently
-// (dynalite ignores that parameter).
+// (dynalite ignores that parameter): whichever job the (owner, key) of id
+// names now.
 func (s *Store) current(ctx context.Context, id string, ccf *types.ConditionalCheckFailedException) (job.Job, error) {
 	if ccf != nil && len(ccf.Item) > 0 {
 		return decodeJob(ccf.Item)
 	}
-	return s.Get(ctx, id)
+	return s.item(ctx, id)
 }
 
-// Get reads a job with a consistent read.
-func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
+// item reads the job stored under id's (owner, key), whatever its
+// incarnation, expired or not.
+func (s *Store) item(ctx context.Context, id string) (job.Job, error) {
+	base, _ := job.ItemKey(id)
 	out, err := s.db.getItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.jobs),
-		Key:            map[string]types.AttributeValue{AttrID: &types.AttributeValueMemberS{Value: id}},
+		Key:            map[string]types.AttributeValue{AttrID: &types.AttributeValueMemberS{Value: base}},
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -120,6 +134,20 @@ func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
 		return job.Job{}, job.ErrNotFound
 	}
 	return decodeJob(out.Item)
+}
+
+// Get reads a job with a consistent read. A job that expired, or was
+// followed by another incarnation of its key, is not found, whether or not
+// DynamoDB has deleted it yet.
+func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
+	j, err := s.item(ctx, id)
+	if err != nil {
+		return job.Job{}, err
+	}
+	if j.ID != id || j.Expired(s.now()) {
+		return job.Job{}, job.ErrNotFound
+	}
+	return j, nil
 }
 
 // Apply executes one decided transition as one conditional UpdateItem on the
@@ -145,7 +173,7 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	if err != nil {
 		return lifecycle.Applied{}, err
 	}
-	in, err := w.input(s.jobs, before.ID)
+	in, err := w.input(s.jobs, before)
 	if err != nil {
 		return lifecycle.Applied{}, err
 	}
@@ -158,6 +186,10 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 		cur, err := s.current(ctx, before.ID, ccf)
 		if err != nil {
 			return lifecycle.Applied{}, err
+		}
+		if cur.ID != before.ID {
+			// The job expired and its key names another now.
+			return lifecycle.Applied{}, job.ErrNotFound
 		}
 		if !wroteBy(cur, t.AttemptNumber(), token) {
 			return lifecycle.Applied{OK: false, Job: cur}, nil
@@ -172,7 +204,7 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	}
 	if t.RecordsAttempt() {
 		a, _ := applied.Attempt(t.AttemptNumber())
-		if err := s.record(ctx, a, applied.Revision); err != nil {
+		if err := s.record(ctx, a, applied.Revision, applied.Retention); err != nil {
 			return lifecycle.Applied{}, err
 		}
 	}
@@ -199,8 +231,8 @@ func newToken() string {
 // record mirrors an attempt into the ledger. The ledger only moves forward:
 // a copy stamped with an older revision never replaces a newer one, so
 // retries and reordered writes are harmless.
-func (s *Store) record(ctx context.Context, a job.Attempt, revision int64) error {
-	in, err := ledgerInput(s.atts, a, revision)
+func (s *Store) record(ctx context.Context, a job.Attempt, revision int64, retention time.Duration) error {
+	in, err := ledgerInput(s.atts, a, revision, retention)
 	if err != nil {
 		return err
 	}
@@ -281,15 +313,18 @@ func (s *Store) List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page
 		if err != nil || json.Unmarshal(raw, &c) != nil || c.Sort == "" || c.ID == "" {
 			return lifecycle.Page{}, lifecycle.ErrInvalidCursor
 		}
-		start = map[string]types.AttributeValue{AttrID: avS(c.ID), AttrOwner: avS(q.Owner), AttrOwnerSort: avS(c.Sort)}
+		base, _ := job.ItemKey(c.ID)
+		start = map[string]types.AttributeValue{AttrID: avS(base), AttrOwner: avS(q.Owner), AttrOwnerSort: avS(c.Sort)}
 	}
-	names := map[string]string{"#owner": AttrOwner}
-	values := map[string]types.AttributeValue{":owner": avS(q.Owner)}
-	var filter *string
+	// Expired jobs are gone for listings too, whether or not DynamoDB has
+	// deleted them yet.
+	names := map[string]string{"#owner": AttrOwner, "#exp": aExpiresAt}
+	values := map[string]types.AttributeValue{":owner": avS(q.Owner), ":now": avN(s.now().Unix())}
+	filter := aws.String("(attribute_not_exists(#exp) OR #exp > :now)")
 	if q.Status != "" {
 		names["#status"] = aStatus
 		values[":status"] = avS(string(q.Status))
-		filter = aws.String("#status = :status")
+		filter = aws.String(*filter + " AND #status = :status")
 	}
 	// One job more than the page holds tells whether another page follows,
 	// so a cursor is handed out only when it leads somewhere. A status

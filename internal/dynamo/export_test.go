@@ -23,7 +23,7 @@ func WantSent(k job.Kind) (condition, update string) {
 
 // Record mirrors an attempt into the ledger, stamped with revision.
 func (s *Store) Record(ctx context.Context, a job.Attempt, revision int64) error {
-	return s.record(ctx, a, revision)
+	return s.record(ctx, a, revision, job.DefaultRetention)
 }
 
 // StoreError exposes storeError to the external tests.

@@ -64,6 +64,14 @@ func versionIs(v int64) clause {
 	}}}
 }
 
+// incarnationIs: the item still holds incarnation n of its key.
+func incarnationIs(n int) clause {
+	return clause{text: "#incarnation = :incarnation", uses: []refs{{
+		names:  nameMap("#incarnation", aIncarnation),
+		values: map[string]types.AttributeValue{":incarnation": avN(int64(n))},
+	}}}
+}
+
 // noWinnerYet: no attempt's result has been written.
 func noWinnerYet() clause {
 	return clause{text: "attribute_not_exists(#completed)", uses: []refs{{names: nameMap("#completed", aCompletedBy)}}}
@@ -215,6 +223,12 @@ func outcomeFields(before, after job.Job) part {
 	}
 	w := setWaiting(before, after)
 	p.set, p.remove, p.uses = append(p.set, w.set...), append(p.remove, w.remove...), append(p.uses, w.uses...)
+	if !after.ExpiresAt.IsZero() {
+		// The outcome starts the retention (the tables' TTL attribute).
+		p.set = append(p.set, "#expires = :expires")
+		p.uses = append(p.uses, refs{names: nameMap("#expires", aExpiresAt),
+			values: map[string]types.AttributeValue{":expires": avEpoch(after.ExpiresAt)}})
+	}
 	return p
 }
 

@@ -78,35 +78,65 @@ func newFixtures(t *testing.T) fixtures {
 	return f
 }
 
-func TestCreateSendsJobAbsent(t *testing.T) {
+func TestCreateSendsJobAbsentOrExpired(t *testing.T) {
 	t.Parallel()
-	r := &recorder{}
 	j := newJob(t)
+	r := &recorder{onUpdate: func(in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+		// What DynamoDB answers for a first job: the item as written.
+		item := map[string]types.AttributeValue{AttrID: in.Key[AttrID], aIncarnation: avN(0)}
+		for n, attr := range in.ExpressionAttributeNames {
+			if v, ok := in.ExpressionAttributeValues[":v"+strings.TrimPrefix(n, "#a")]; ok && strings.HasPrefix(n, "#a") {
+				item[attr] = v
+			}
+		}
+		return &dynamodb.UpdateItemOutput{Attributes: item}, nil
+	}}
 	got, replayed, err := r.store().Create(context.Background(), j)
 	if err != nil || replayed {
 		t.Fatalf("Create = %v, replayed %v", err, replayed)
 	}
-	if ops := r.ops(); !slices.Equal(ops, []string{"PutItem jobs"}) {
+	if ops := r.ops(); !slices.Equal(ops, []string{"UpdateItem jobs"}) {
 		t.Fatalf("requests = %v", ops)
 	}
-	in := r.calls[0].(*dynamodb.PutItemInput)
+	in := r.calls[0].(*dynamodb.UpdateItemInput)
 	if c := aws.ToString(in.ConditionExpression); c != wantSent()[kindCreate].cond {
 		t.Errorf("ConditionExpression = %q", c)
 	}
-	equalMaps(t, "names", in.ExpressionAttributeNames, map[string]string{"#id": "id"})
-	if in.ExpressionAttributeValues != nil {
-		t.Errorf("values = %v, want none", renderValues(in.ExpressionAttributeValues))
-	}
-	if in.ReturnValuesOnConditionCheckFailure != types.ReturnValuesOnConditionCheckFailureAllOld {
-		t.Errorf("ReturnValuesOnConditionCheckFailure = %q", in.ReturnValuesOnConditionCheckFailure)
-	}
-	if got.WriteToken == "" {
-		t.Fatal("created job carries no write token")
+	if got.WriteToken == "" || got.ID != j.ID || got.Incarnation != 0 {
+		t.Fatalf("created job %+v", got)
 	}
 	j.WriteToken = got.WriteToken
-	equalMaps(t, "item", renderValues(in.Item), renderValues(encodeJob(j)))
-	if render(in.Item[AttrOpenShard]) != `"`+OpenShard(j.ID)+`"` {
-		t.Errorf("a new job must enter the open index: %s", render(in.Item[AttrOpenShard]))
+	// Every attribute of the job's item is set (its key is the item's key,
+	// its incarnation counted on); whatever an expired job may have left
+	// that this one lacks is removed.
+	item := encodeJob(j)
+	set, removed := map[string]string{}, map[string]bool{}
+	for n, attr := range in.ExpressionAttributeNames {
+		switch {
+		case strings.HasPrefix(n, "#a"):
+			set[attr] = render(in.ExpressionAttributeValues[":v"+strings.TrimPrefix(n, "#a")])
+		case strings.HasPrefix(n, "#r"):
+			removed[attr] = true
+		}
+	}
+	want := renderValues(item)
+	delete(want, AttrID)
+	delete(want, aIncarnation)
+	equalMaps(t, "set", set, want)
+	for _, attr := range []string{aCompletedBy, aResult, aError, aCancellation, aWaiting, aExpiresAt, aRetentionS} {
+		if !removed[attr] {
+			t.Errorf("%s is not removed", attr)
+		}
+	}
+	if !strings.HasPrefix(aws.ToString(in.UpdateExpression), "SET #inc = if_not_exists(#inc, :minus) + :one, ") ||
+		render(in.ExpressionAttributeValues[":now"]) != "1735787045" {
+		t.Errorf("UpdateExpression %s, :now %s", aws.ToString(in.UpdateExpression), render(in.ExpressionAttributeValues[":now"]))
+	}
+	if render(in.Key[AttrID]) != `"`+j.ID+`"` || set[AttrOpenShard] != `"`+OpenShard(j.ID)+`"` {
+		t.Errorf("key %s, open shard %s", render(in.Key[AttrID]), set[AttrOpenShard])
+	}
+	if in.ReturnValues != types.ReturnValueAllNew || in.ReturnValuesOnConditionCheckFailure != types.ReturnValuesOnConditionCheckFailureAllOld {
+		t.Errorf("ReturnValues %q / %q", in.ReturnValues, in.ReturnValuesOnConditionCheckFailure)
 	}
 }
 
@@ -122,18 +152,22 @@ const (
 // wantSent lists the expressions of every write the store makes.
 func wantSent() map[job.Kind]sent {
 	const stamp = "SET #status = :status, #updated = :updated, #revision = #revision + :one, #token = :token"
+	// Every job write also asks for the incarnation it was decided on.
+	const inc = " AND #incarnation = :incarnation"
 	return map[job.Kind]sent{
-		kindCreate:           {cond: "attribute_not_exists(#id)"},
-		job.KindStartAttempt: {cond: "#revision = :rev", update: stamp + ", #attempts.#n = :attempt, #count = :count"},
-		job.KindAttempt:      {cond: "#revision = :rev", update: stamp + ", #attempts.#n = :attempt"},
+		kindCreate:           {cond: "attribute_not_exists(#id) OR #exp <= :now"},
+		job.KindStartAttempt: {cond: "#revision = :rev" + inc, update: stamp + ", #attempts.#n = :attempt, #count = :count"},
+		job.KindAttempt:      {cond: "#revision = :rev" + inc, update: stamp + ", #attempts.#n = :attempt"},
 		job.KindComplete: {
-			cond: "#version = :read AND attribute_not_exists(#completed) AND #attempts.#n.#state IN (:allowed0, :allowed1)",
+			cond: "#version = :read AND attribute_not_exists(#completed) AND #attempts.#n.#state IN (:allowed0, :allowed1)" + inc,
 			update: stamp + ", #attempts.#n = :attempt, #version = :version, #completed = :completed, #result = :result" +
-				" REMOVE #open",
+				", #expires = :expires REMOVE #open",
 		},
-		job.KindFail:   {cond: "#version = :read AND attribute_not_exists(#completed)", update: stamp + ", #version = :version, #error = :error REMOVE #open"},
-		job.KindCancel: {cond: "#version = :read AND attribute_not_exists(#completed)", update: stamp + ", #version = :version, #cancellation = :cancellation REMOVE #open"},
-		kindLedger:     {cond: "attribute_not_exists(#job) OR #revision < :rev"},
+		job.KindFail: {cond: "#version = :read AND attribute_not_exists(#completed)" + inc,
+			update: stamp + ", #version = :version, #error = :error, #expires = :expires REMOVE #open"},
+		job.KindCancel: {cond: "#version = :read AND attribute_not_exists(#completed)" + inc,
+			update: stamp + ", #version = :version, #cancellation = :cancellation, #expires = :expires REMOVE #open"},
+		kindLedger: {cond: "attribute_not_exists(#job) OR #revision < :rev"},
 	}
 }
 
@@ -145,7 +179,11 @@ type write struct {
 }
 
 // Names every job-item write uses: status, update time, revision and token.
-var stampNames = map[string]string{"#status": "status", "#updated": "updated_at", "#revision": "revision", "#token": "write_token"}
+var stampNames = map[string]string{"#status": "status", "#updated": "updated_at", "#revision": "revision", "#token": "write_token",
+	"#incarnation": "incarnation"}
+
+// expiresAt is an outcome's expires_at value: the default retention after it.
+func expiresAt(at time.Time) string { return render(avEpoch(at.Add(job.DefaultRetention))) }
 
 func with(base map[string]string, more map[string]string) map[string]string {
 	out := map[string]string{}
@@ -162,7 +200,8 @@ func TestApplySendsNamedClauses(t *testing.T) {
 	t.Parallel()
 	f := newFixtures(t)
 	attemptNames := with(stampNames, map[string]string{"#attempts": "attempts", "#n": "1"})
-	outcomeNames := with(stampNames, map[string]string{"#version": "version", "#completed": "completed_by", "#open": "open_shard"})
+	outcomeNames := with(stampNames, map[string]string{"#version": "version", "#completed": "completed_by", "#open": "open_shard",
+		"#expires": "expires_at"})
 	cases := []struct {
 		name   string
 		tr     job.Transition
@@ -175,7 +214,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 			sent:  wantSent()[job.KindStartAttempt],
 			names: with(attemptNames, map[string]string{"#count": "attempt_count"}),
 			values: map[string]string{
-				":status": `"running"`, ":updated": rt0, ":one": "1", ":token": `"TOKEN"`, ":rev": "0", ":count": "1",
+				":status": `"running"`, ":updated": rt0, ":one": "1", ":token": `"TOKEN"`, ":rev": "0", ":count": "1", ":incarnation": "0",
 				":attempt": `{hedge: false, provider: "p1", read_version: 0, started_at: ` + rt0 + `, state: "starting", ` +
 					`updated_at: ` + rt0 + `, write_token: "TOKEN"}`,
 			},
@@ -188,7 +227,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 			sent:  wantSent()[job.KindAttempt],
 			names: attemptNames,
 			values: map[string]string{
-				":status": `"running"`, ":updated": rt1, ":one": "1", ":token": `"TOKEN"`, ":rev": "1",
+				":status": `"running"`, ":updated": rt1, ":one": "1", ":token": `"TOKEN"`, ":rev": "1", ":incarnation": "0",
 				":attempt": `{hedge: false, provider: "p1", read_version: 0, started_at: ` + rt0 + `, state: "running", ` +
 					`updated_at: ` + rt1 + `, write_token: "TOKEN"}`,
 			},
@@ -202,7 +241,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 			sent:  wantSent()[job.KindAttempt],
 			names: attemptNames,
 			values: map[string]string{
-				":status": `"running"`, ":updated": rt2, ":one": "1", ":token": `"TOKEN"`, ":rev": "2",
+				":status": `"running"`, ":updated": rt2, ":one": "1", ":token": `"TOKEN"`, ":rev": "2", ":incarnation": "0",
 				":attempt": `{error: {class: "non_retryable", message: "refused"}, finished_at: ` + rt2 + `, hedge: false, ` +
 					`provider: "p1", provider_request_id: "req-9", read_version: 0, started_at: ` + rt0 + `, state: "failed", ` +
 					`updated_at: ` + rt2 + `, write_token: "TOKEN"}`,
@@ -217,7 +256,8 @@ func TestApplySendsNamedClauses(t *testing.T) {
 			names: with(outcomeNames, map[string]string{"#attempts": "attempts", "#n": "1", "#result": "result", "#state": "state"}),
 			values: map[string]string{
 				":status": `"succeeded"`, ":updated": rt2, ":one": "1", ":token": `"TOKEN"`,
-				":read": "0", ":version": "1", ":completed": "1", ":result": `"{\"ok\":true}"`,
+				":read": "0", ":version": "1", ":completed": "1", ":result": `"{\"ok\":true}"`, ":incarnation": "0",
+				":expires":  expiresAt(t2),
 				":allowed0": `"running"`, ":allowed1": `"unknown"`,
 				":attempt": `{finished_at: ` + rt2 + `, hedge: false, outcome: "won", provider: "p1", provider_request_id: "req-9", ` +
 					`read_version: 0, started_at: ` + rt0 + `, state: "succeeded", updated_at: ` + rt2 + `, write_token: "TOKEN"}`,
@@ -232,7 +272,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 			names: with(outcomeNames, map[string]string{"#error": "error"}),
 			values: map[string]string{
 				":status": `"failed"`, ":updated": rt3, ":one": "1", ":token": `"TOKEN"`, ":read": "0", ":version": "1",
-				":error": `{class: "non_retryable", message: "every provider refused"}`,
+				":error": `{class: "non_retryable", message: "every provider refused"}`, ":incarnation": "0", ":expires": expiresAt(t3),
 			},
 		},
 	}, {
@@ -243,7 +283,7 @@ func TestApplySendsNamedClauses(t *testing.T) {
 			names: with(outcomeNames, map[string]string{"#cancellation": "cancellation"}),
 			values: map[string]string{
 				":status": `"cancelled"`, ":updated": rt1, ":one": "1", ":token": `"TOKEN"`, ":read": "0", ":version": "1",
-				":cancellation": `{at: ` + rt1 + `, by: "", reason: ""}`,
+				":cancellation": `{at: ` + rt1 + `, by: "", reason: ""}`, ":incarnation": "0", ":expires": expiresAt(t1),
 			},
 		},
 	}}
@@ -310,7 +350,7 @@ func checkLedgerPut(t *testing.T, in *dynamodb.PutItemInput, tr job.Transition, 
 	equalMaps(t, "ledger names", in.ExpressionAttributeNames, map[string]string{"#job": "job_id", "#revision": "revision"})
 	equalMaps(t, "ledger values", renderValues(in.ExpressionAttributeValues), map[string]string{":rev": render(avN(rev))})
 	a, _ := written(tr, token).Attempt(tr.AttemptNumber())
-	equalMaps(t, "ledger item", renderValues(in.Item), renderValues(ledgerItem(a, rev)))
+	equalMaps(t, "ledger item", renderValues(in.Item), renderValues(ledgerItem(a, rev, 0)))
 	for k, want := range map[string]string{AttrJobID: `"` + tr.Before().ID + `"`, AttrNumberKey: "1", aRevision: render(avN(rev)), aWriteToken: `"` + token + `"`} {
 		if got := render(in.Item[k]); got != want {
 			t.Errorf("ledger item %s = %s, want %s", k, got, want)
@@ -323,7 +363,7 @@ func TestLedgerRecordSendsLedgerOlderThan(t *testing.T) {
 	f := newFixtures(t)
 	a, _ := f.running.After().Attempt(1)
 	r := &recorder{}
-	if err := r.store().record(context.Background(), a, 7); err != nil {
+	if err := r.store().record(context.Background(), a, 7, job.DefaultRetention); err != nil {
 		t.Fatal(err)
 	}
 	if ops := r.ops(); !slices.Equal(ops, []string{"PutItem attempts"}) {
@@ -338,13 +378,15 @@ func TestLedgerRecordSendsLedgerOlderThan(t *testing.T) {
 	equalMaps(t, "item", renderValues(in.Item), map[string]string{
 		"job_id": `"` + a.JobID + `"`, "number": "1", "revision": "7",
 		"hedge": "false", "provider": `"p1"`, "read_version": "0", "started_at": rt0, "state": `"running"`, "updated_at": rt1,
+		// The copy goes a retention after it was written.
+		"expires_at": expiresAt(t1),
 	})
 
 	// A newer copy already there fails the condition: that is no error.
 	r = &recorder{onPut: func(*dynamodb.PutItemInput) (*dynamodb.PutItemOutput, error) {
 		return nil, &types.ConditionalCheckFailedException{Message: aws.String("newer copy")}
 	}}
-	if err := r.store().record(context.Background(), a, 7); err != nil {
+	if err := r.store().record(context.Background(), a, 7, job.DefaultRetention); err != nil {
 		t.Errorf("an older copy refused by the ledger: %v", err)
 	}
 }

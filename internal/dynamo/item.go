@@ -52,12 +52,18 @@ const (
 	aResolution   = "resolution"
 	aCancellation = "cancellation"
 	aWaiting      = "waiting"
-	aSince        = "since"
-	aUntil        = "until"
-	aDetail       = "detail"
-	aBy           = "by"
-	aReason       = "reason"
-	aAt           = "at"
+	// aIncarnation counts the jobs an (owner, key) named; aRetentionS is
+	// the job's retention in seconds; aExpiresAt (epoch seconds, the
+	// tables' TTL attribute) is when a finished job and its attempts go.
+	aIncarnation = "incarnation"
+	aRetentionS  = "retention_s"
+	aExpiresAt   = "expires_at"
+	aSince       = "since"
+	aUntil       = "until"
+	aDetail      = "detail"
+	aBy          = "by"
+	aReason      = "reason"
+	aAt          = "at"
 )
 
 const timeLayout = time.RFC3339Nano
@@ -96,8 +102,10 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	for _, a := range j.Attempts {
 		attempts[strconv.Itoa(a.Number)] = &types.AttributeValueMemberM{Value: encodeAttempt(a)}
 	}
+	base, _ := job.ItemKey(j.ID)
 	item := map[string]types.AttributeValue{
-		AttrID:        avS(j.ID),
+		AttrID:        avS(base),
+		aIncarnation:  avN(int64(j.Incarnation)),
 		AttrOwner:     avS(j.Owner),
 		AttrOwnerSort: avS(ownerSort(j)),
 		aIdemKey:      avS(j.IdempotencyKey),
@@ -134,7 +142,23 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	if j.Waiting != nil {
 		item[aWaiting] = encodeWaiting(*j.Waiting)
 	}
+	if j.Retention > 0 {
+		item[aRetentionS] = avN(int64(j.Retention / time.Second))
+	}
+	if !j.ExpiresAt.IsZero() {
+		item[aExpiresAt] = avEpoch(j.ExpiresAt)
+	}
 	return item
+}
+
+// avEpoch is a time as DynamoDB's TTL reads it: whole seconds since the
+// epoch, rounded up so nothing expires early.
+func avEpoch(t time.Time) types.AttributeValue {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return avN(s)
 }
 
 func encodeWaiting(w job.Waiting) types.AttributeValue {
@@ -208,12 +232,19 @@ func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
 }
 
 // ledgerItem is the attempt ledger's copy of an attempt, stamped with the
-// job revision it reflects so that late writes never overwrite newer ones.
-func ledgerItem(a job.Attempt, revision int64) map[string]types.AttributeValue {
+// job revision it reflects so that late writes never overwrite newer ones,
+// and expiring a retention after it was written: the ledger mirrors the
+// job item, which stays the authority, so a copy outliving its job (or
+// gone before it) loses nothing.
+func ledgerItem(a job.Attempt, revision int64, retention time.Duration) map[string]types.AttributeValue {
 	m := encodeAttempt(a)
 	m[AttrJobID] = avS(a.JobID)
 	m[AttrNumberKey] = avN(int64(a.Number))
 	m[aRevision] = avN(revision)
+	if retention <= 0 {
+		retention = job.DefaultRetention
+	}
+	m[aExpiresAt] = avEpoch(a.UpdatedAt.Add(retention))
 	return m
 }
 
@@ -338,8 +369,11 @@ func (d *decoder) resolved(name string) *job.Resolved {
 
 func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 	d := decoder{m: item}
+	incarnation := int(d.num(aIncarnation, false))
 	j := job.Job{
-		ID:             d.str(AttrID, true),
+		ID:             job.IncarnationID(d.str(AttrID, true), incarnation),
+		Incarnation:    incarnation,
+		Retention:      time.Duration(d.num(aRetentionS, false)) * time.Second,
 		Owner:          d.str(AttrOwner, true),
 		IdempotencyKey: d.str(aIdemKey, true),
 		Type:           d.str(aType, true),
@@ -359,6 +393,9 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 	}
 	if r := d.str(aResult, false); r != "" {
 		j.Result = json.RawMessage(r)
+	}
+	if s := d.num(aExpiresAt, false); s > 0 {
+		j.ExpiresAt = time.Unix(s, 0).UTC()
 	}
 	if l, ok := item[aProviders].(*types.AttributeValueMemberL); ok {
 		for _, v := range l.Value {

@@ -53,7 +53,7 @@ func TestListAttemptsMergesByUseLedgerCopy(t *testing.T) {
 	r := &recorder{onQuery: func(*dynamodb.QueryInput) (*dynamodb.QueryOutput, error) {
 		out := &dynamodb.QueryOutput{}
 		for _, l := range ledger {
-			out.Items = append(out.Items, ledgerItem(l, 1))
+			out.Items = append(out.Items, ledgerItem(l, 1, 0))
 		}
 		return out, nil
 	}}

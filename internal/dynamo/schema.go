@@ -49,6 +49,10 @@ type TableDef struct {
 	PartitionKey KeyAttr
 	SortKey      *KeyAttr
 	Indexes      []IndexDef
+	// TTL names the attribute DynamoDB expires items by (epoch seconds);
+	// empty for none. Reads never rely on it: an expired item stays
+	// readable until DynamoDB gets to it, so the store filters it out.
+	TTL string
 }
 
 // Attribute and index names shared by the store and the infrastructure.
@@ -78,6 +82,8 @@ func JobsTable() TableDef {
 	return TableDef{
 		Logical:      "jobs",
 		PartitionKey: KeyAttr{Name: AttrID, Type: AttrString},
+		// A finished job goes a retention after its outcome.
+		TTL: aExpiresAt,
 		Indexes: []IndexDef{{
 			Name:         IndexByOwner,
 			PartitionKey: KeyAttr{Name: AttrOwner, Type: AttrString},
@@ -107,6 +113,7 @@ func AttemptsTable() TableDef {
 		Logical:      "attempts",
 		PartitionKey: KeyAttr{Name: AttrJobID, Type: AttrString},
 		SortKey:      &KeyAttr{Name: AttrNumberKey, Type: AttrNumber},
+		TTL:          aExpiresAt,
 	}
 }
 

@@ -2,6 +2,10 @@ package dynamo
 
 import (
 	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -104,19 +108,23 @@ func writeFor(t job.Transition, token string) (jobWrite, error) {
 	return jobWrite{}, fmt.Errorf("store: no write for transition kind %q", t.Kind())
 }
 
-// input is the UpdateItem request for w on job id: ALL_NEW on success,
-// ALL_OLD on a failed condition.
-func (w jobWrite) input(table, id string) (*dynamodb.UpdateItemInput, error) {
+// input is the UpdateItem request for w on job j's item: ALL_NEW on
+// success, ALL_OLD on a failed condition. Every write also asks that the
+// item still hold j's incarnation, so nothing decided on an expired job
+// reaches the next job of its key.
+func (w jobWrite) input(table string, j job.Job) (*dynamodb.UpdateItemInput, error) {
 	update, uses := updateOf(w.update...)
-	ns, vs, err := attributeMaps(w.condition.uses, uses)
+	cond := allOf(w.condition, incarnationIs(j.Incarnation))
+	ns, vs, err := attributeMaps(cond.uses, uses)
 	if err != nil {
 		return nil, err
 	}
+	base, _ := job.ItemKey(j.ID)
 	return &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(table),
-		Key:                                 map[string]types.AttributeValue{AttrID: avS(id)},
+		Key:                                 map[string]types.AttributeValue{AttrID: avS(base)},
 		UpdateExpression:                    aws.String(update),
-		ConditionExpression:                 aws.String(w.condition.text),
+		ConditionExpression:                 aws.String(cond.text),
 		ExpressionAttributeNames:            ns,
 		ExpressionAttributeValues:           vs,
 		ReturnValues:                        types.ReturnValueAllNew,
@@ -124,16 +132,63 @@ func (w jobWrite) input(table, id string) (*dynamodb.UpdateItemInput, error) {
 	}, nil
 }
 
-// createInput puts a new job unless its ID exists; a failed condition
-// carries the existing item (ALL_OLD).
-func createInput(table string, j job.Job) (*dynamodb.PutItemInput, error) {
-	return putInput(table, encodeJob(j), jobAbsent(), types.ReturnValuesOnConditionCheckFailureAllOld)
+// createInput writes a new job unless its (owner, key) names one that has
+// not expired: one conditional UpdateItem that sets every attribute of
+// item, removes what an expired job left that item lacks, and counts the
+// incarnation on from the expired job's (the first job's is 0). ALL_NEW
+// hands back the job as written; a failed condition carries the existing
+// item (ALL_OLD).
+func createInput(table string, item map[string]types.AttributeValue, now time.Time) (*dynamodb.UpdateItemInput, error) {
+	names := map[string]string{"#inc": aIncarnation, "#id": AttrID, "#exp": aExpiresAt}
+	values := map[string]types.AttributeValue{":minus": avN(-1), ":one": avN(1), ":now": avEpoch(now)}
+	set := []string{"#inc = if_not_exists(#inc, :minus) + :one"}
+	keys := make([]string, 0, len(item))
+	for k := range item {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		if k == AttrID || k == aIncarnation {
+			continue
+		}
+		n, v := "#a"+strconv.Itoa(i), ":v"+strconv.Itoa(i)
+		names[n], values[v] = k, item[k]
+		set = append(set, n+" = "+v)
+	}
+	var remove []string
+	for i, k := range leftByExpired() {
+		if _, ok := item[k]; !ok {
+			n := "#r" + strconv.Itoa(i)
+			names[n] = k
+			remove = append(remove, n)
+		}
+	}
+	update := "SET " + strings.Join(set, ", ")
+	if len(remove) > 0 {
+		update += " REMOVE " + strings.Join(remove, ", ")
+	}
+	return &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(table),
+		Key:                                 map[string]types.AttributeValue{AttrID: item[AttrID]},
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String("attribute_not_exists(#id) OR #exp <= :now"),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, nil
+}
+
+// leftByExpired are the attributes an expired job may hold that a new one
+// does not: a create removes whichever its own item lacks.
+func leftByExpired() []string {
+	return []string{aCompletedBy, aResult, aError, aCancellation, aWaiting, aExpiresAt, aRetentionS, aWriteToken, AttrOpenShard}
 }
 
 // ledgerInput puts the ledger's copy of attempt a, stamped with revision,
 // unless the ledger already holds as new a copy.
-func ledgerInput(table string, a job.Attempt, revision int64) (*dynamodb.PutItemInput, error) {
-	return putInput(table, ledgerItem(a, revision), anyOf(ledgerAbsent(), ledgerOlderThan(revision)), "")
+func ledgerInput(table string, a job.Attempt, revision int64, retention time.Duration) (*dynamodb.PutItemInput, error) {
+	return putInput(table, ledgerItem(a, revision, retention), anyOf(ledgerAbsent(), ledgerOlderThan(revision)), "")
 }
 
 func putInput(table string, item map[string]types.AttributeValue, c clause,

@@ -36,6 +36,28 @@ const idAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
 
 var idEncoding = base32.NewEncoding(idAlphabet).WithPadding(base32.NoPadding)
 
+// IncarnationID is the ID of the n-th job an (owner, key) names: base
+// (NewID) for the first, base + "u" + n after (the base's alphabet has no
+// "u"). A key reused after its job expired names a new job, with an ID —
+// and so an execution name and provider Idempotency-Keys — of its own.
+func IncarnationID(base string, n int) string {
+	if n == 0 {
+		return base
+	}
+	return base + "u" + strconv.Itoa(n)
+}
+
+// ItemKey splits a job ID into its (owner, key)'s base ID, which keys the
+// stored job, and its incarnation.
+func ItemKey(id string) (base string, incarnation int) {
+	if i := strings.IndexByte(id, 'u'); i > 0 {
+		if n, err := strconv.Atoi(id[i+1:]); err == nil && n > 0 && strconv.Itoa(n) == id[i+1:] {
+			return id[:i], n
+		}
+	}
+	return id, 0
+}
+
 // ValidID reports whether id could name a job at all ("job_" and 1–64
 // lowercase letters or digits; every NewID passes), so that garbage from a
 // URL never reaches the store, whose key limits would make it a fault.

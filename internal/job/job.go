@@ -42,6 +42,39 @@ type Job struct {
 	// whose write was applied but whose reply was lost (and whose retry then
 	// failed its condition) recognises its own write by it.
 	WriteToken string
+	// Incarnation counts the jobs an (owner, key) has named: 0 for the
+	// first; a create with the key of an expired job makes the next, whose
+	// ID carries it (IncarnationID).
+	Incarnation int
+	// Retention is how long the job is kept once it has an outcome (its
+	// type's); ExpiresAt is when, set with the outcome. An unfinished job
+	// never expires.
+	Retention time.Duration
+	ExpiresAt time.Time
+}
+
+// Retention bounds: a finished job, and so its idempotency key, is kept
+// for its type's retention, 30 days unless the type says otherwise, from a
+// day (Stripe prunes keys after at least 24 h) to a year.
+const (
+	DefaultRetention = 30 * 24 * time.Hour
+	MinRetention     = 24 * time.Hour
+	MaxRetention     = 365 * 24 * time.Hour
+)
+
+// retention is the job's own, else the default.
+func (j Job) retention() time.Duration {
+	if j.Retention > 0 {
+		return j.Retention
+	}
+	return DefaultRetention
+}
+
+// Expired reports whether the job is gone for every reader at now: it has
+// an outcome and outlived its retention. It may stay stored a while (DynamoDB
+// deletes expired items within days), but no read, listing or key sees it.
+func (j Job) Expired(now time.Time) bool {
+	return j.Status.Terminal() && !j.ExpiresAt.IsZero() && !now.Before(j.ExpiresAt)
 }
 
 // Failure describes why a job or an attempt failed.

@@ -17,6 +17,9 @@ type Request struct {
 	Type           string
 	Input          json.RawMessage
 	Providers      []string
+	// Retention is how long the job is kept once finished (its type's);
+	// 0 means DefaultRetention.
+	Retention time.Duration
 }
 
 // Limits on a request, checked before anything is written.
@@ -108,6 +111,8 @@ func New(r Request, now time.Time) (Job, error) {
 		return Job{}, &InvalidError{Field: "type", Reason: "missing"}
 	case len(r.Input) > MaxInputBytes:
 		return Job{}, &InvalidError{Field: "input", Reason: "too large"}
+	case r.Retention != 0 && (r.Retention < MinRetention || r.Retention > MaxRetention):
+		return Job{}, &InvalidError{Field: "retention", Reason: "must be between a day and a year"}
 	}
 	if problems := checkProviders(r.Providers); len(problems) > 0 {
 		return Job{}, &InvalidError{Field: "providers", Reason: problems[0].Reason}
@@ -132,6 +137,7 @@ func New(r Request, now time.Time) (Job, error) {
 		Status:         StatusPending,
 		CreatedAt:      now,
 		UpdatedAt:      now,
+		Retention:      r.Retention,
 	}, nil
 }
 

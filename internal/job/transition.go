@@ -103,5 +103,11 @@ func outcome(before, after Job, kind Kind, n int, now time.Time) Transition {
 	after.Version = before.Version + 1
 	after.Revision = before.Revision + 1
 	after.UpdatedAt = now
+	// The outcome starts the job's retention, in whole seconds (as the
+	// store's TTL reads it), rounded up so nothing goes early.
+	after.ExpiresAt = now.Add(before.retention()).Truncate(time.Second)
+	if after.ExpiresAt.Before(now.Add(before.retention())) {
+		after.ExpiresAt = after.ExpiresAt.Add(time.Second)
+	}
 	return Transition{decided: true, kind: kind, before: before, after: after, attempt: n}
 }

@@ -37,9 +37,9 @@ const (
 	// DefaultRetention keeps a finished job, and so its idempotency key,
 	// for 30 days; a type may keep them from a day (Stripe prunes keys
 	// after at least 24 h) to a year.
-	DefaultRetention = 30 * 24 * time.Hour
-	MinRetention     = 24 * time.Hour
-	MaxRetention     = 365 * 24 * time.Hour
+	DefaultRetention = job.DefaultRetention
+	MinRetention     = job.MinRetention
+	MaxRetention     = job.MaxRetention
 )
 
 // ErrInvalidType is wrapped by every load error.

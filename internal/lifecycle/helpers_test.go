@@ -280,9 +280,10 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := &clock{now: t0}
 	r := &rig{
-		st:     &store{Store: memstore.New()},
-		clock:  &clock{now: t0},
+		st:     &store{Store: memstore.NewAt(c.Now)},
+		clock:  c,
 		timers: newTimers(),
 		events: &events{},
 		logs:   &testenv.SyncBuffer{},

@@ -117,6 +117,13 @@ type OwnerStore interface {
 	OpenJobsByOwner(ctx context.Context) (map[string]int, error)
 }
 
+// ExpiredPurger deletes what expired (finished jobs past their retention,
+// their attempt copies): DynamoDB's TTL in AWS, the sweeper locally, where
+// dynalite has none. Reads already treat expired jobs as gone.
+type ExpiredPurger interface {
+	PurgeExpired(ctx context.Context, now time.Time) (jobs, attempts int, err error)
+}
+
 // OpenQuery selects jobs without an outcome.
 type OpenQuery struct {
 	// CreatedBefore leaves out jobs created at or after it.

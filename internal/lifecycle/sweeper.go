@@ -46,6 +46,9 @@ type SweeperConfig struct {
 	// crash left too high (or too low) once the owner has been quiet
 	// (job.DecideRecount).
 	Owners OwnerStore
+	// Purger, when set, has each sweep delete what expired: locally, where
+	// the DynamoDB has no TTL. In AWS, TTL does it.
+	Purger ExpiredPurger
 }
 
 // Sweeper starts the executions of jobs left pending — by an API crash
@@ -89,6 +92,9 @@ type SweepReport struct {
 	Released int `json:"released"`
 	// Recounted counts owners whose counters were repaired.
 	Recounted int `json:"recounted"`
+	// PurgedJobs and PurgedAttempts count what expired and was deleted.
+	PurgedJobs     int `json:"purged_jobs"`
+	PurgedAttempts int `json:"purged_attempts"`
 }
 
 // recount repairs the counters of every owner that is busy or has open
@@ -171,6 +177,13 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	}
 	rep.OldestUnknownSeconds = oldest.Seconds()
 	w.cfg.Events.OldestUnknown(ctx, oldest)
+	if w.cfg.Purger != nil {
+		jobs, attempts, err := w.cfg.Purger.PurgeExpired(ctx, now)
+		rep.PurgedJobs, rep.PurgedAttempts = jobs, attempts
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if w.cfg.Owners != nil {
 		n, err := w.recount(ctx, now)
 		rep.Recounted = n
@@ -186,7 +199,8 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 	}
 	log.InfoContext(ctx, "sweep_done", "open", rep.Open, "pending", rep.Pending, "started", rep.Started,
-		"oldest_unknown_seconds", rep.OldestUnknownSeconds, "released", rep.Released, "recounted", rep.Recounted)
+		"oldest_unknown_seconds", rep.OldestUnknownSeconds, "released", rep.Released, "recounted", rep.Recounted,
+		"purged_jobs", rep.PurgedJobs, "purged_attempts", rep.PurgedAttempts)
 	return rep, errors.Join(errs...)
 }
 

@@ -38,6 +38,8 @@ type Store struct {
 	certs  map[certKey]job.Certification
 	health map[string]job.Health // by provider
 	owners map[string]*ownerRecord
+	// now is the clock expiry is read against.
+	now func() time.Time
 }
 
 // ownerRecord is one owner's counters and whether by_busy lists it.
@@ -57,6 +59,7 @@ type record struct {
 type ledgerEntry struct {
 	attempt  job.Attempt
 	revision int64
+	expires  time.Time // a retention after the copy was written, as dynamo's
 }
 
 type certKey struct{ contract, provider string }
@@ -68,27 +71,37 @@ var (
 	_ lifecycle.OwnerStore     = (*Store)(nil)
 )
 
-// New returns an empty store.
-func New() *Store {
+// New returns an empty store on the real clock.
+func New() *Store { return NewAt(time.Now) }
+
+// NewAt returns an empty store reading expiry against now.
+func NewAt(now func() time.Time) *Store {
 	return &Store{jobs: map[string]*record{}, ledger: map[string]map[int]ledgerEntry{}, certs: map[certKey]job.Certification{},
-		health: map[string]job.Health{}, owners: map[string]*ownerRecord{}}
+		health: map[string]job.Health{}, owners: map[string]*ownerRecord{}, now: now}
 }
 
-// Create stores j unless its ID exists. If it exists, the existing job is
-// returned: as a replay when the request fingerprints match, else with a
-// *job.KeyReusedError; a job of another (owner, key) under the same ID is
-// refused without being returned.
+// Create stores j unless its (owner, key) names a job that has not expired,
+// as dynamo.Store's conditional write does: over an expired job it stores
+// the key's next incarnation, with an ID of its own. If a live job is
+// there, it is returned: as a replay when the request fingerprints match,
+// else with a *job.KeyReusedError; a job of another (owner, key) under the
+// same ID is refused without being returned.
 func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return job.Job{}, false, err
 	}
 	j = clone(j)
 	j.WriteToken = newToken()
+	base, _ := job.ItemKey(j.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.jobs[j.ID]
-	if !ok {
-		s.jobs[j.ID] = &record{job: clone(j), open: !j.Status.Terminal()}
+	r, ok := s.jobs[base]
+	if !ok || r.job.Expired(j.CreatedAt) {
+		if ok {
+			j.Incarnation = r.job.Incarnation + 1
+			j.ID = job.IncarnationID(base, j.Incarnation)
+		}
+		s.jobs[base] = &record{job: clone(j), open: !j.Status.Terminal()}
 		return j, false, nil
 	}
 	existing := clone(r.job)
@@ -106,10 +119,11 @@ func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return job.Job{}, err
 	}
+	base, _ := job.ItemKey(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.jobs[id]
-	if !ok {
+	r, ok := s.jobs[base]
+	if !ok || r.job.ID != id || r.job.Expired(s.now()) {
 		return job.Job{}, job.ErrNotFound
 	}
 	return clone(r.job), nil
@@ -132,11 +146,13 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	}
 	before, after := t.Before(), clone(t.After())
 	num := t.AttemptNumber()
+	base, _ := job.ItemKey(before.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.jobs[before.ID]
-	if !ok {
-		// The condition fails on a missing item; re-reading it finds nothing.
+	r, ok := s.jobs[base]
+	if !ok || r.job.ID != before.ID {
+		// The condition fails on a missing item, or on the key's next
+		// incarnation; re-reading finds no job of before's.
 		return lifecycle.Applied{}, job.ErrNotFound
 	}
 	if !holds(r.job, t) {
@@ -163,6 +179,7 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	}
 	if t.Kind().Outcome() {
 		cur.Version = after.Version
+		cur.ExpiresAt = after.ExpiresAt.UTC()
 		if after.CompletedBy != 0 {
 			cur.CompletedBy = after.CompletedBy
 			cur.Result = after.Result
@@ -182,7 +199,7 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	applied := clone(*cur)
 	if t.RecordsAttempt() {
 		a, _ := applied.Attempt(num)
-		s.record(a, applied.Revision)
+		s.record(a, applied.Revision, applied.Retention)
 	}
 	return lifecycle.Applied{OK: true, Job: applied}, nil
 }
@@ -217,7 +234,7 @@ func withAttempt(attempts []job.Attempt, a job.Attempt) []job.Attempt {
 
 // record mirrors an attempt into the ledger; a copy stamped with an older
 // revision never replaces a newer one.
-func (s *Store) record(a job.Attempt, revision int64) {
+func (s *Store) record(a job.Attempt, revision int64, retention time.Duration) {
 	l := s.ledger[a.JobID]
 	if l == nil {
 		l = map[int]ledgerEntry{}
@@ -226,7 +243,10 @@ func (s *Store) record(a job.Attempt, revision int64) {
 	if old, ok := l[a.Number]; ok && old.revision >= revision {
 		return
 	}
-	l[a.Number] = ledgerEntry{attempt: cloneAttempt(a), revision: revision}
+	if retention <= 0 {
+		retention = job.DefaultRetention
+	}
+	l[a.Number] = ledgerEntry{attempt: cloneAttempt(a), revision: revision, expires: a.UpdatedAt.Add(retention)}
 }
 
 // ListAttempts returns j's attempts, oldest first: the ledger's copy where it
@@ -278,10 +298,11 @@ func (s *Store) List(ctx context.Context, q lifecycle.ListQuery) (lifecycle.Page
 		}
 		after = c.Sort
 	}
+	now := s.now()
 	s.mu.Lock()
 	var match []job.Job
 	for _, r := range s.jobs {
-		if r.job.Owner != q.Owner || (q.Status != "" && r.job.Status != q.Status) {
+		if r.job.Owner != q.Owner || (q.Status != "" && r.job.Status != q.Status) || r.job.Expired(now) {
 			continue
 		}
 		if after != "" && ownerSort(r.job) >= after {
@@ -417,6 +438,9 @@ func clone(j job.Job) job.Job {
 	j.Error = cloneFailure(j.Error)
 	j.Waiting = cloneWaiting(j.Waiting)
 	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
+	if !j.ExpiresAt.IsZero() {
+		j.ExpiresAt = j.ExpiresAt.UTC()
+	}
 	if len(j.Attempts) == 0 {
 		j.Attempts = nil
 	} else {
@@ -673,4 +697,32 @@ func (s *Store) OpenJobsByOwner(ctx context.Context) (map[string]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// PurgeExpired deletes the jobs that expired and the ledger copies past
+// their own expiry, as DynamoDB's TTL does in AWS.
+func (s *Store) PurgeExpired(ctx context.Context, now time.Time) (jobs, attempts int, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for base, r := range s.jobs {
+		if r.job.Expired(now) {
+			delete(s.jobs, base)
+			jobs++
+		}
+	}
+	for id, l := range s.ledger {
+		for n, e := range l {
+			if !now.Before(e.expires) {
+				delete(l, n)
+				attempts++
+			}
+		}
+		if len(l) == 0 {
+			delete(s.ledger, id)
+		}
+	}
+	return jobs, attempts, nil
 }

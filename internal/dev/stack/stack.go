@@ -342,7 +342,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// The local Step Functions keeps executions in memory: a restarted
 	// stack has lost those of the jobs still open.
 	s.Sweeper, err = lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: s.Store, Starter: sweepStarter, Grace: cfg.SweepGrace,
-		RestartRunning: true, Logger: log, Events: s.Metrics, Breakers: s.Breakers, HealthStore: s.Store, Owners: s.Store})
+		RestartRunning: true, Logger: log, Events: s.Metrics, Breakers: s.Breakers, HealthStore: s.Store, Owners: s.Store,
+		Purger: s.Store})
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,17 +54,45 @@ type Store struct {
 	// DynamoDB, a consistent scan of each table): the rules count what was
 	// written, not only what the port shows.
 	Count func(t *testing.T) Counts
+	// Purge deletes what expired by now, as TTL does (ExpiredPurger).
+	Purge func(ctx context.Context, now time.Time) (jobs, attempts int, err error)
+
+	clock *Clock
+}
+
+// Clock is a test's clock, which its store reads expiry against: it starts
+// an hour after the suite's fixed times and moves only when a test moves it.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock on.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 // Exercise runs the suite. newStore is called by every test, in parallel,
-// and must return a store holding nothing.
-func Exercise(t *testing.T, newStore func(t *testing.T) Store) {
+// with the test's clock, and must return a store holding nothing that reads
+// expiry against that clock.
+func Exercise(t *testing.T, newStore func(t *testing.T, now func() time.Time) Store) {
 	t.Helper()
 	fresh := func(t *testing.T) Store {
 		t.Helper()
-		st := newStore(t)
-		if st.Interface == nil || st.Count == nil {
-			t.Fatal("storetest: newStore must return a store and a Count")
+		c := &Clock{now: t0.Add(time.Hour)}
+		st := newStore(t, c.Now)
+		st.clock = c
+		if st.Interface == nil || st.Count == nil || st.Purge == nil {
+			t.Fatal("storetest: newStore must return a store, a Count and a Purge")
 		}
 		if c := st.Count(t); c != (Counts{}) {
 			t.Fatalf("storetest: new store holds %+v, want nothing", c)
@@ -84,6 +113,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) Store) {
 		{"Health", healthTests},
 		{"Waiting", waitingTests},
 		{"Owners", ownerTests},
+		{"Expiry", expiryTests},
 		{"Rules", ruleTests},
 	}
 	for _, g := range groups {
