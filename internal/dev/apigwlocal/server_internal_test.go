@@ -39,6 +39,8 @@ type noCatalog struct{}
 
 func (noCatalog) Lookup(string) (apigw.JobType, bool) { return nil, false }
 
+func (noCatalog) ProviderNames() []string { return nil }
+
 // TestLocalEventShape checks the event the local server builds against what
 // API Gateway sends (payload format 2.0).
 func TestLocalEventShape(t *testing.T) {
