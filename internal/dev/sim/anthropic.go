@@ -291,7 +291,7 @@ func (s *Simulator) Anthropic() http.Handler {
 			return
 		}
 		if s.admit(w, r, body, &c, f, validate) {
-			s.serve(w, r, &c, f)
+			s.serve(w, r, body, &c, f)
 		}
 	})
 }

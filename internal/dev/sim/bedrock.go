@@ -345,7 +345,7 @@ func (s *Simulator) Bedrock() http.Handler {
 			return
 		}
 		if s.admit(w, r, body, &c, f, validate) {
-			s.serve(w, r, &c, f)
+			s.serve(w, r, body, &c, f)
 		}
 	})
 }

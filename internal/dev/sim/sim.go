@@ -39,7 +39,8 @@ const (
 	ModeModelTimeout Mode = "model_timeout"
 	// ModeMalformed answers 200 with a body that is not valid JSON.
 	ModeMalformed Mode = "malformed"
-	// ModeHang never answers until the request's ctx is done.
+	// ModeHang never answers: the simulated work never finishes, and the
+	// request is held until its client gives up.
 	ModeHang Mode = "hang"
 	// ModeQuotaExhausted answers the format's billing or spent-quota error
 	// (OpenAI 429 insufficient_quota, Anthropic 402 billing_error).
@@ -76,6 +77,13 @@ type Call struct {
 	Refused string
 	// Usage is what the simulator answered it charged.
 	InputTokens, OutputTokens int
+	// Replay is "" for a request the simulator executed, else how it
+	// answered a repeat of the idempotency key without executing it
+	// (ReplayAnswered, ReplayInProgress, ReplayMismatch).
+	Replay string
+	// Store and Metadata are the OpenAI request's store and metadata.
+	Store    bool
+	Metadata map[string]string
 }
 
 // Oracle produces the outputs a simulated model returns.
@@ -116,6 +124,8 @@ type Simulator struct {
 	calls   []Call
 	counted []Call // token-counting requests (count_tokens, CountTokens)
 	seq     int
+	keys    *executions
+	stored  []storedCompletion // OpenAI completions created with store: true
 }
 
 // New returns a Simulator; an empty mode means ModeGood.
@@ -129,7 +139,7 @@ func New(opts Options) *Simulator {
 	if opts.ErrorStatus == 0 {
 		opts.ErrorStatus = http.StatusServiceUnavailable
 	}
-	return &Simulator{opts: opts}
+	return &Simulator{opts: opts, keys: newExecutions()}
 }
 
 // SetMode changes the behaviour for subsequent requests.
@@ -172,6 +182,32 @@ func (s *Simulator) record(c *Call) Options {
 	c.RequestID = fmt.Sprintf("sim-req-%d", s.seq)
 	s.calls = remember(s.calls, *c)
 	return s.opts
+}
+
+// recordAs stores a call answered with an earlier request id (a replay).
+func (s *Simulator) recordAs(c *Call, requestID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.RequestID = requestID
+	s.calls = remember(s.calls, *c)
+}
+
+// Finished returns a channel closed once the work of the latest request
+// with idempotency key has ended (its answer is kept, whether or not its
+// client waited for it); nil when the simulator has not seen the key. A
+// ModeHang request never finishes.
+func (s *Simulator) Finished(key string) <-chan struct{} { return s.keys.finished(key) }
+
+// Executions is how often the simulator executed a request with key (of
+// the last MaxCalls keys): at most 1 for a webhook, which answers repeats
+// from memory; one per request for the APIs without idempotency.
+func (s *Simulator) Executions(key string) int { return s.keys.count(key) }
+
+// ExecutedMoreThanOnce lists the idempotency keys the simulator executed
+// more than once.
+func (s *Simulator) ExecutedMoreThanOnce() []string {
+	_, twice := s.keys.stats()
+	return twice
 }
 
 // remember appends v, dropping all but the last MaxCalls entries once
