@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/onejob/onejob/internal/dev/sim"
 )
@@ -50,13 +51,28 @@ type reply struct {
 
 func hookPost(t *testing.T, h http.Handler, path, key, body string) reply {
 	t.Helper()
-	req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, path, strings.NewReader(body))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a hang fails, not the suite's timeout
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	data, _ := io.ReadAll(rec.Body)
 	return reply{rec.Code, string(data), rec.Header().Get("X-Request-Id")}
+}
+
+// await turns a hang into a failure.
+func await(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	if ch == nil {
+		t.Fatalf("waiting for %s: the simulator has not seen it", what)
+	}
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not happen within a minute", what)
+	}
 }
 
 func isClosed(ch <-chan struct{}) bool {
@@ -109,7 +125,7 @@ func TestWebhookNeverExecutesAKeyTwice(t *testing.T) {
 		if first.body != "" {
 			t.Fatalf("a client that left got %+v", first)
 		}
-		<-g.entered
+		await(t, g.entered, "the work's start")
 		busy := hookPost(t, s.Webhook(), "/hook", "j/1", hookBody)
 		var e map[string]string
 		if busy.status != http.StatusConflict || json.Unmarshal([]byte(busy.body), &e) != nil || !strings.Contains(e["error"], "still in progress") {
@@ -119,7 +135,7 @@ func TestWebhookNeverExecutesAKeyTwice(t *testing.T) {
 			t.Fatal("finished before its work ended")
 		}
 		close(g.open)
-		<-s.Finished("j/1") // the work ends although its client left
+		await(t, s.Finished("j/1"), "the end of the work") // although its client left
 		done := hookPost(t, s.Webhook(), "/hook", "j/1", hookBody)
 		var out struct {
 			Output map[string]string `json:"output"`
@@ -207,7 +223,7 @@ func TestDemoNeverExecutesAKeyTwice(t *testing.T) {
 		d := sim.NewDemo()
 		in := demoInput(`{"sim-primary":{"latency_ms":50}}`)
 		hookPost(t, gone(d), "/"+sim.DemoPrimary, "j/1", in)
-		<-d.Finished(sim.DemoPrimary, "j/1")
+		await(t, d.Finished(sim.DemoPrimary, "j/1"), "the end of the work")
 		r := hookPost(t, d, "/"+sim.DemoPrimary, "j/1", in)
 		if r.status != 200 || !strings.Contains(r.body, "sim-primary answered: hi") {
 			t.Fatalf("repeat = %+v, want the answer the work stored", r)

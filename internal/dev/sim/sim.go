@@ -126,6 +126,7 @@ type Simulator struct {
 	seq     int
 	keys    *executions
 	stored  []storedCompletion // OpenAI completions created with store: true
+	waiters map[string][]chan struct{}
 }
 
 // New returns a Simulator; an empty mode means ModeGood.
@@ -179,8 +180,7 @@ func (s *Simulator) record(c *Call) Options {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	c.RequestID = fmt.Sprintf("sim-req-%d", s.seq)
-	s.calls = remember(s.calls, *c)
+	s.keep(c, fmt.Sprintf("sim-req-%d", s.seq))
 	return s.opts
 }
 
@@ -188,8 +188,34 @@ func (s *Simulator) record(c *Call) Options {
 func (s *Simulator) recordAs(c *Call, requestID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.keep(c, requestID)
+}
+
+func (s *Simulator) keep(c *Call, requestID string) {
 	c.RequestID = requestID
 	s.calls = remember(s.calls, *c)
+	for _, ch := range s.waiters[c.IdempotencyKey] {
+		close(ch)
+	}
+	delete(s.waiters, c.IdempotencyKey)
+}
+
+// Arrived returns a channel closed once a call with the idempotency key
+// has been recorded (at once if one was): a test waits on it instead of
+// guessing how long a request takes to reach the simulator.
+func (s *Simulator) Arrived(key string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := make(chan struct{})
+	if slices.ContainsFunc(s.calls, func(c Call) bool { return c.IdempotencyKey == key }) {
+		close(ch)
+		return ch
+	}
+	if s.waiters == nil {
+		s.waiters = map[string][]chan struct{}{}
+	}
+	s.waiters[key] = append(s.waiters[key], ch)
+	return ch
 }
 
 // Finished returns a channel closed once the work of the latest request

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -157,6 +158,18 @@ func TestOpenAIRefusesInvalidRequests(t *testing.T) {
 			400, nil, "response_format", "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model."},
 		{"ReasoningModelTemperature", sim.Options{Model: "o3-mini"}, "", edit(t, openAIBase, func(m map[string]any) { m["model"] = "o3-mini" }),
 			400, "unsupported_value", "temperature", "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported."},
+		{"StoreString", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["store"] = "yes" }),
+			400, "invalid_type", "store", "Invalid type for 'store': expected a boolean, but got a string instead."},
+		{"MetadataNotAnObject", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = []any{"a"} }),
+			400, "invalid_type", "metadata", "Invalid type for 'metadata': expected an object, but got an array instead."},
+		{"MetadataSeventeenPairs", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = pairs(17) }),
+			400, "object_above_max_properties", "metadata", "Invalid 'metadata': too many properties. Expected an object with at most 16 properties, but got an object with 17 properties instead."},
+		{"MetadataKeyOf65", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = map[string]any{strings.Repeat("k", 65): "v"} }),
+			400, "invalid_value", "metadata", "Invalid 'metadata': key too long. Expected a key with maximum length 64, but got a key with length 65 instead."},
+		{"MetadataValueOf513", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = map[string]any{"k": strings.Repeat("é", 513)} }),
+			400, "string_above_max_length", "metadata.k", "Invalid 'metadata.k': string too long. Expected a string with maximum length 512, but got a string with length 513 instead."},
+		{"MetadataValueNumber", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = map[string]any{"k": 1} }),
+			400, "invalid_type", "metadata.k", "Invalid type for 'metadata.k': expected a string, but got a number instead."},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,6 +193,121 @@ func TestOpenAIRefusesInvalidRequests(t *testing.T) {
 				t.Errorf("refusal not recorded: request id %q, calls %+v", header.Get("x-request-id"), s.Calls())
 			}
 		})
+	}
+}
+
+// pairs is n metadata pairs.
+func pairs(n int) map[string]any {
+	m := map[string]any{}
+	for i := range n {
+		m[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return m
+}
+
+// TestOpenAIMetadataAtTheLimits: 16 pairs, a 64-character key and a
+// 512-character value are accepted.
+func TestOpenAIMetadataAtTheLimits(t *testing.T) {
+	t.Parallel()
+	_, url := serveSim(t, sim.Options{}, (*sim.Simulator).OpenAI)
+	for _, md := range []map[string]any{pairs(16), {strings.Repeat("k", 64): strings.Repeat("é", 512)}} {
+		body := edit(t, openAIBase, func(m map[string]any) { m["metadata"] = md; m["store"] = true })
+		if status, _, out := send(t, http.MethodPost, url+"/v1/chat/completions", nil, body); status != 200 {
+			t.Errorf("status %d: %v", status, out)
+		}
+	}
+}
+
+// TestOpenAIListsStoredCompletions: GET /v1/chat/completions as OpenAI's
+// OpenAPI describes it (listChatCompletions, ChatCompletionList).
+func TestOpenAIListsStoredCompletions(t *testing.T) {
+	t.Parallel()
+	s, url := serveSim(t, sim.Options{APIKey: "k"}, (*sim.Simulator).OpenAI)
+	auth := map[string]string{"Authorization": "Bearer k"}
+	create := func(model string, store any, md map[string]any) string {
+		t.Helper()
+		body := edit(t, openAIBase, func(m map[string]any) {
+			m["model"] = model
+			if store != nil {
+				m["store"] = store
+			}
+			if md != nil {
+				m["metadata"] = md
+			}
+		})
+		status, _, out := send(t, http.MethodPost, url+"/v1/chat/completions", auth, body)
+		if status != 200 {
+			t.Fatalf("create: %d %v", status, out)
+		}
+		return out["id"].(string)
+	}
+	a := create("gpt-4o", true, map[string]any{"onejob_attempt": "j/1", "team": "x"})
+	b := create("gpt-4o-mini", true, map[string]any{"onejob_attempt": "j/2", "team": "x"})
+	create("gpt-4o", false, map[string]any{"onejob_attempt": "j/3"}) // not stored
+	create("gpt-4o", nil, map[string]any{"onejob_attempt": "j/4"})   // store defaults to false
+	c := create("gpt-4o", true, nil)
+
+	ids := func(out map[string]any) []string {
+		var got []string
+		for _, d := range arr(out["data"]) {
+			got = append(got, obj(d)["id"].(string))
+		}
+		return got
+	}
+	tests := []struct {
+		name    string
+		query   string
+		want    []string
+		hasMore bool
+	}{
+		{"All", "", []string{a, b, c}, false},
+		{"Desc", "?order=desc", []string{c, b, a}, false},
+		{"ByMetadata", "?metadata[onejob_attempt]=j/2", []string{b}, false},
+		{"ByTwoPairs", "?metadata[onejob_attempt]=j/1&metadata[team]=x", []string{a}, false},
+		{"NotStored", "?metadata[onejob_attempt]=j/3", nil, false},
+		{"ByModel", "?model=gpt-4o", []string{a, c}, false},
+		{"Limit", "?limit=1", []string{a}, true},
+		{"After", "?limit=1&after=" + a, []string{b}, true},
+		{"AfterTheLast", "?after=" + c, nil, false},
+	}
+	for _, tc := range tests {
+		status, _, out := send(t, http.MethodGet, url+"/v1/chat/completions"+tc.query, auth, "")
+		if status != 200 {
+			t.Fatalf("%s: %d %v", tc.name, status, out)
+		}
+		hasKeys(t, "list", out, "object", "data", "first_id", "last_id", "has_more")
+		got := ids(out)
+		if out["object"] != "list" || strings.Join(got, ",") != strings.Join(tc.want, ",") || out["has_more"] != tc.hasMore {
+			t.Errorf("%s: data %v has_more %v, want %v %v", tc.name, got, out["has_more"], tc.want, tc.hasMore)
+		}
+		if len(got) > 0 && (out["first_id"] != got[0] || out["last_id"] != got[len(got)-1]) {
+			t.Errorf("%s: first_id %v last_id %v for %v", tc.name, out["first_id"], out["last_id"], got)
+		}
+	}
+	_, _, out := send(t, http.MethodGet, url+"/v1/chat/completions?metadata[onejob_attempt]=j/1", auth, "")
+	item := obj(arr(out["data"])[0])
+	hasKeys(t, "listed completion", item, "id", "object", "created", "model", "choices", "usage", "metadata")
+	if obj(item["metadata"])["onejob_attempt"] != "j/1" {
+		t.Errorf("listed completion metadata = %v", item["metadata"])
+	}
+	for _, bad := range []struct {
+		query  string
+		status int
+		param  any
+	}{
+		{"?order=newest", 400, "order"},
+		{"?limit=0", 400, "limit"},
+		{"?limit=x", 400, "limit"},
+	} {
+		if status, _, out := send(t, http.MethodGet, url+"/v1/chat/completions"+bad.query, auth, ""); status != bad.status || obj(out["error"])["param"] != bad.param {
+			t.Errorf("%s: %d %v", bad.query, status, out)
+		}
+	}
+	if status, _, _ := send(t, http.MethodGet, url+"/v1/chat/completions", nil, ""); status != 401 {
+		t.Errorf("unauthenticated list: %d", status)
+	}
+	if got := s.StoredCompletions(); strings.Join(got, ",") != strings.Join([]string{a, b, c}, ",") {
+		t.Errorf("StoredCompletions = %v", got)
 	}
 }
 

@@ -16,24 +16,43 @@ import (
 
 func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
 	t.Helper()
-	a, err := openai.New(openai.Config{
+	return newProvider(t, env, false)
+}
+
+func newProvider(t *testing.T, env providertest.Env, lookup bool) provider.Provider {
+	t.Helper()
+	p, err := openai.NewProvider(openai.Config{
 		Name: "openai-primary", BaseURL: env.BaseURL + "/v1", Model: "gpt-test",
-		APIKey: env.APIKey, Logger: env.Logger, Now: env.Now,
+		APIKey: env.APIKey, Logger: env.Logger, Now: env.Now, Lookup: lookup,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return a
+	return p
 }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	providertest.Run(t, providertest.Harness{
-		Handler:     (*sim.Simulator).OpenAI,
-		New:         newAdapter,
-		SendsSystem: true,
-		SendsSchema: true,
-	})
+	tests := []struct {
+		name    string
+		lookup  bool
+		settles providertest.Settles
+	}{
+		{"WithoutLookup", false, providertest.SettleNone},
+		{"WithLookup", true, providertest.SettleLookup},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			providertest.Run(t, providertest.Harness{
+				Handler:     (*sim.Simulator).OpenAI,
+				New:         func(t *testing.T, env providertest.Env) provider.Provider { return newProvider(t, env, tc.lookup) },
+				SendsSystem: true,
+				SendsSchema: true,
+				Settles:     tc.settles,
+			})
+		})
+	}
 }
 
 // TestWireFormat checks the request body against the Chat Completions contract.
