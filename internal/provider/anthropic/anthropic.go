@@ -1,6 +1,14 @@
 // Package anthropic adapts the Anthropic Messages API to provider.Provider.
 // Structured output is obtained by forcing a single tool whose input_schema is
 // the job type's output schema; the tool call's input is the output.
+//
+// The adapter is no provider.Settler: the Messages API offers no way to ask
+// about an earlier request. It has no idempotency key (the official SDK's
+// plumbing sends none: _idempotency_header = None) and no
+// GET /v1/messages/{id} or list of messages, so a request whose answer was
+// lost cannot be found (../shared/notes/provider-reconciliation.md, §1
+// "Anthropic" and §2). An unknown attempt on an Anthropic provider waits
+// for its job type's deadline rule or an operator.
 package anthropic
 
 import (

@@ -1,6 +1,15 @@
 // Package bedrock adapts Amazon Bedrock's Converse API to provider.Provider.
 // Structured output is obtained by forcing a single tool whose inputSchema is
 // the job type's output schema; the toolUse input is the output.
+//
+// The adapter is no provider.Settler: Converse takes no idempotency token
+// (ConverseRequest has no clientRequestToken member) and there is no way to
+// look a Converse request up afterwards; requestMetadata only reaches the
+// invocation logs. Bedrock's tokens (StartAsyncInvoke,
+// CreateModelInvocationJob) belong to other APIs, and StartAsyncInvoke is for
+// Nova Reel video only (../shared/notes/provider-reconciliation.md, §1
+// "Amazon Bedrock" and §2). An unknown attempt on a Bedrock provider waits
+// for its job type's deadline rule or an operator.
 package bedrock
 
 import (

@@ -279,3 +279,39 @@ func TestSpentQuotaIsExhaustedNotRateLimited(t *testing.T) {
 		t.Errorf("err = %v, want a 429 insufficient_quota classed exhausted with no back-off", err)
 	}
 }
+
+// TestLookupStoresEveryCall: with lookup every request carries store: true
+// and the attempt's key in metadata; without it, neither is sent.
+func TestLookupStoresEveryCall(t *testing.T) {
+	t.Parallel()
+	for _, lookup := range []bool{false, true} {
+		a, err := openai.New(openai.Config{Name: "o", Model: "gpt-4o", Lookup: lookup})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prep, err := a.Prepare(providertest.Request(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(prep.Body)
+		var body map[string]any
+		_ = json.Unmarshal(raw, &body)
+		_, hasStore := body["store"]
+		_, hasMetadata := body["metadata"]
+		if !lookup && (hasStore || hasMetadata) {
+			t.Errorf("without lookup: %s", raw)
+		}
+		if lookup {
+			md, _ := body["metadata"].(map[string]any)
+			if body["store"] != true || md[openai.MetadataKey] != "job-123/3" || len(md) != 1 {
+				t.Errorf("with lookup: %s", raw)
+			}
+		}
+	}
+	long := providertest.Request(1)
+	long.IdempotencyKey = strings.Repeat("k", 513)
+	a, _ := openai.New(openai.Config{Name: "o", Model: "gpt-4o", Lookup: true})
+	if _, err := a.Prepare(long); !errors.Is(err, provider.ErrInvalidRequest) {
+		t.Errorf("a key longer than a metadata value: %v", err)
+	}
+}
