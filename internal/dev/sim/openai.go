@@ -92,6 +92,7 @@ type openAIRequest struct {
 	prompt       string
 	schema       json.RawMessage
 	schemaName   string
+	strict       bool
 	temperature  *float64
 	maxTokens    int
 	promptTokens int
@@ -337,12 +338,15 @@ func (req *openAIRequest) validateResponseFormat(o object) *apiError {
 		req.schema = js["schema"]
 	}
 	if strict {
-		if ctx, problem := strictSchemaProblem(req.schema); problem != "" {
+		if p := strictSchemaProblem(req.schema, openAIStrictDialect); p != nil {
+			if p.kind == "root" {
+				return oaiInvalid("response_format", "", fmt.Sprintf("Invalid schema for response_format '%s': %s", name, p.openAI()))
+			}
 			return oaiInvalid("response_format", "",
-				fmt.Sprintf("Invalid schema for response_format '%s': In context=%s, %s", name, ctx, problem))
+				fmt.Sprintf("Invalid schema for response_format '%s': In context=%s, %s", name, p.context(), p.openAI()))
 		}
 	}
-	req.schemaName = name
+	req.schemaName, req.strict = name, strict
 	req.promptTokens += Tokens(name) + jsonTokens(req.schema)
 	return nil
 }
@@ -414,6 +418,7 @@ func (s *Simulator) OpenAI() http.Handler {
 			return e, func(c *Call) {
 				c.Model, c.System, c.Prompt = req.model, req.system, req.prompt
 				c.Schema, c.ToolName, c.Temperature, c.MaxTokens = req.schema, req.schemaName, req.temperature, req.maxTokens
+				c.Strict = req.strict
 				c.InputTokens = req.promptTokens
 				c.Store, c.Metadata = req.store, req.metadata
 			}

@@ -68,10 +68,13 @@ type Call struct {
 	Prompt         string
 	Input          json.RawMessage // webhook only
 	Schema         json.RawMessage // the output schema the provider was asked for
-	ToolName       string
-	Temperature    *float64
-	MaxTokens      int
-	Authorized     bool
+	// Strict: the schema was sent for the API to enforce (OpenAI's strict
+	// response_format, a strict forced tool).
+	Strict      bool
+	ToolName    string
+	Temperature *float64
+	MaxTokens   int
+	Authorized  bool
 	// Refused is the error the simulator answered a request that breaks
 	// its API's rules with; "" for a valid request.
 	Refused string

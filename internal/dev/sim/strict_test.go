@@ -140,6 +140,22 @@ func TestOpenAIRefusesInvalidRequests(t *testing.T) {
 		{"StrictSchemaOptionalProperty", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
 			obj(obj(obj(m["response_format"])["json_schema"])["schema"])["required"] = []any{}
 		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=(), 'required' is required to be supplied and to be an array including every key in properties. Missing 'text'."},
+		{"StrictSchemaMinLength", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(obj(obj(obj(m["response_format"])["json_schema"])["schema"])["properties"])["text"])["minLength"] = 1
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=('properties', 'text'), 'minLength' is not permitted."},
+		{"StrictSchemaUnsupportedFormat", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(obj(obj(obj(m["response_format"])["json_schema"])["schema"])["properties"])["text"])["format"] = "uri"
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=('properties', 'text'), 'uri' is not a supported format."},
+		{"StrictSchemaAllOf", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(obj(m["response_format"])["json_schema"])["schema"])["allOf"] = []any{}
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=(), 'allOf' is not permitted."},
+		{"StrictSchemaRootArray", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(m["response_format"])["json_schema"])["schema"] = map[string]any{"type": "array", "items": map[string]any{"type": "string"}}
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': schema must be a JSON Schema of 'type: \"object\"'"},
+		{"StrictSchemaNested", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(obj(obj(m["response_format"])["json_schema"])["schema"])["properties"])["o"] = map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"type": "integer"}}, "required": []any{"x"}}
+			obj(obj(obj(m["response_format"])["json_schema"])["schema"])["required"] = []any{"text", "o"}
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=('properties', 'o'), 'additionalProperties' is required to be supplied and to be false."},
 		{"UnknownField", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["foo"] = 1 }),
 			400, nil, nil, "Unrecognized request argument supplied: foo"},
 		{"NotJSON", sim.Options{}, "", `{"model":`, 400, nil, nil, "We could not parse the JSON body of your request."},
@@ -311,6 +327,33 @@ func TestOpenAIListsStoredCompletions(t *testing.T) {
 	}
 }
 
+// TestGuidedSchemasAreNotChecked: a schema not sent for strict enforcement
+// (strict false or absent) may use all of JSON Schema.
+func TestGuidedSchemasAreNotChecked(t *testing.T) {
+	t.Parallel()
+	lengths := map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string", "minLength": 1, "maxLength": 9}}, "required": []any{"text"}}
+	_, oai := serveSim(t, sim.Options{}, (*sim.Simulator).OpenAI)
+	body := edit(t, openAIBase, func(m map[string]any) {
+		js := obj(obj(m["response_format"])["json_schema"])
+		js["strict"], js["schema"] = false, lengths
+	})
+	if status, _, out := send(t, http.MethodPost, oai+"/v1/chat/completions", nil, body); status != 200 {
+		t.Errorf("openai, strict false: %d %v", status, out)
+	}
+	_, ant := serveSim(t, sim.Options{APIKey: "k"}, (*sim.Simulator).Anthropic)
+	body = edit(t, anthropicBase, func(m map[string]any) { obj(arr(m["tools"])[0])["input_schema"] = lengths })
+	if status, _, out := send(t, http.MethodPost, ant+"/v1/messages", anthropicHeaders, body); status != 200 {
+		t.Errorf("anthropic, no strict: %d %v", status, out)
+	}
+	_, br := serveSim(t, sim.Options{}, (*sim.Simulator).Bedrock)
+	body = edit(t, bedrockBase, func(m map[string]any) {
+		obj(obj(obj(arr(obj(m["toolConfig"])["tools"])[0])["toolSpec"])["inputSchema"])["json"] = lengths
+	})
+	if status, _, out := send(t, http.MethodPost, br+"/model/"+claudeOnBedrock+"/converse", nil, body); status != 200 {
+		t.Errorf("bedrock, no strict: %d %v", status, out)
+	}
+}
+
 func TestOpenAIAnswerCarriesDocumentedFields(t *testing.T) {
 	t.Parallel()
 	s, url := serveSim(t, sim.Options{}, (*sim.Simulator).OpenAI)
@@ -370,6 +413,23 @@ func TestAnthropicRefusesInvalidRequests(t *testing.T) {
 			400, "invalid_request_error", "tool_choice.name: Tool 'other' not found in tools"},
 		{"ToolSchemaNotObject", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) { obj(arr(m["tools"])[0])["input_schema"] = map[string]any{"type": "string"} }),
 			400, "invalid_request_error", "tools.0.input_schema.type: Input should be 'object'"},
+		{"StrictToolMinLength", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) {
+			tool := obj(arr(m["tools"])[0])
+			tool["strict"] = true
+			obj(obj(obj(tool["input_schema"])["properties"])["text"])["minLength"] = 1
+		}), 400, "invalid_request_error", "tools.0.input_schema: For 'string' type, property 'minLength' is not supported (at /properties/text)"},
+		{"StrictToolOpenObject", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) {
+			tool := obj(arr(m["tools"])[0])
+			tool["strict"] = true
+			delete(obj(tool["input_schema"]), "additionalProperties")
+		}), 400, "invalid_request_error", "tools.0.input_schema: For 'object' type, 'additionalProperties' must be explicitly set to false (at /)"},
+		{"StrictToolMinItems", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) {
+			tool := obj(arr(m["tools"])[0])
+			tool["strict"] = true
+			obj(obj(tool["input_schema"])["properties"])["l"] = map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "minItems": 2}
+		}), 400, "invalid_request_error", "tools.0.input_schema: For 'array' type, 'minItems' values other than 0 or 1 are not supported (at /properties/l)"},
+		{"StrictNotBoolean", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) { obj(arr(m["tools"])[0])["strict"] = "yes" }),
+			400, "invalid_request_error", "tools.0.strict: Input should be a valid boolean"},
 		{"OverTheModelsOutputCap", sim.Options{MaxOutputTokens: 64}, "", nil, anthropicBase,
 			400, "invalid_request_error", "max_tokens: 100 > 64, which is the maximum allowed number of output tokens for claude-sonnet-4-5"},
 		{"UnknownModel", sim.Options{Model: "claude-opus-4-1"}, "", nil, anthropicBase, 404, "not_found_error", "model: claude-sonnet-4-5"},
@@ -477,6 +537,11 @@ func TestBedrockRefusesInvalidRequests(t *testing.T) {
 			400, "ValidationException", "1 validation error detected: Value 'j?1' at 'requestMetadata.job_id' failed to satisfy constraint: Map value must satisfy constraint"},
 		{"OverTheModelsOutputCap", sim.Options{MaxOutputTokens: 64}, "", "", bedrockBase,
 			400, "ValidationException", "The maximum tokens you requested exceeds the model limit of 64. Try again with a maximum tokens value that is lower than 64."},
+		{"StrictToolMaxLength", sim.Options{}, "", "", edit(t, bedrockBase, func(m map[string]any) {
+			spec := obj(obj(arr(obj(m["toolConfig"])["tools"])[0])["toolSpec"])
+			spec["strict"] = true
+			obj(obj(obj(obj(spec["inputSchema"])["json"])["properties"])["text"])["maxLength"] = 10
+		}), 400, "ValidationException", "The JSON schema of toolConfig.tools.1.member.toolSpec.inputSchema is not supported for strict tool use: For 'string' type, property 'maxLength' is not supported (at /properties/text)"},
 		{"UnknownMember", sim.Options{}, "", "", edit(t, bedrockBase, func(m map[string]any) { m["temperature"] = 0 }), 400, "SerializationException", "Unknown member: temperature"},
 		{"UnknownModel", sim.Options{Model: "anthropic.claude-sonnet-4-20250514-v1:0"}, "", "", bedrockBase, 400, "ValidationException", "The provided model identifier is invalid."},
 		{"WrongOperation", sim.Options{}, "", "converse-stream", bedrockBase, 404, "UnknownOperationException", "Unknown operation"},

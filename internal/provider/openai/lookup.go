@@ -93,6 +93,7 @@ func (l *Lookup) Settle(ctx context.Context, req provider.Request) (s provider.S
 		return provider.Settlement{Evidence: provider.EvidenceRefused, Err: aerr,
 			Detail: provider.Excerpt(fmt.Sprintf("completion %s found by %s%s, an answer onejob cannot use: %v", c.ID, by, more, aerr))}, nil
 	}
+	resp.Output = restore(req, resp.Output)
 	return provider.Settlement{Evidence: provider.EvidenceAnswered, Response: resp,
 		Detail: provider.Excerpt(fmt.Sprintf("completion %s found by %s%s", c.ID, by, more))}, nil
 }

@@ -222,16 +222,21 @@ func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 			"it does not support response_format json_schema (Structured Outputs), which the adapter needs")
 	}
 	var notes []string
+	format := JSONSchemaFormat{Name: provider.ToolName(req.JobType), Schema: req.OutputSchema, Strict: true}
+	if strict, err := provider.OpenAIStrict.Strict(req.OutputSchema); err != nil {
+		// Strict mode would refuse it: the model is asked without it, and
+		// onejob's output check enforces the whole contract, as always.
+		format.Strict = false
+		notes = append(notes, "output schema sent without strict: "+err.Error())
+	} else {
+		format.Schema = strict.Schema
+		if d := strict.Describe(provider.OpenAIStrict); d != "" {
+			notes = append(notes, d)
+		}
+	}
 	body := &ChatRequest{
-		Model: a.cfg.Model,
-		ResponseFormat: ResponseFormat{
-			Type: "json_schema",
-			JSONSchema: JSONSchemaFormat{
-				Name:   provider.ToolName(req.JobType),
-				Schema: req.OutputSchema,
-				Strict: true,
-			},
-		},
+		Model:          a.cfg.Model,
+		ResponseFormat: ResponseFormat{Type: "json_schema", JSONSchema: format},
 	}
 	if req.System != "" {
 		body.Messages = append(body.Messages, Message{Role: "system", Content: req.System})
@@ -296,7 +301,22 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		// identifies the call in their logs.
 		hresp.RequestID = c.ID
 	}
-	return a.answer(hresp, c)
+	resp, err = a.answer(hresp, c)
+	if err != nil {
+		return provider.Response{}, err
+	}
+	resp.Output = restore(req, resp.Output)
+	return resp, nil
+}
+
+// restore removes from an answer the nulls strict mode made the model give
+// for the schema's optional properties (provider.StrictSchema.Restore).
+func restore(req provider.Request, output json.RawMessage) json.RawMessage {
+	strict, err := provider.OpenAIStrict.Strict(req.OutputSchema)
+	if err != nil {
+		return output
+	}
+	return strict.Restore(output)
 }
 
 func (a *Adapter) url() string { return strings.TrimRight(a.cfg.BaseURL, "/") + "/chat/completions" }

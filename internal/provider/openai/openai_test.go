@@ -315,3 +315,75 @@ func TestLookupStoresEveryCall(t *testing.T) {
 		t.Errorf("a key longer than a metadata value: %v", err)
 	}
 }
+
+// TestSchemaInTheStrictSubset: the output schema goes out in OpenAI's
+// strict subset, with a note naming what onejob's own check keeps; a schema
+// the subset cannot express goes out as written, without strict.
+func TestSchemaInTheStrictSubset(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, schema, want string
+		strict             bool
+		note               string
+	}{
+		{"LengthsDropped", `{"type":"object","properties":{"s":{"type":"string","minLength":1,"maxLength":9}},"required":["s"],"additionalProperties":false}`,
+			`{"type":"object","properties":{"s":{"type":"string"}},"required":["s"],"additionalProperties":false}`, true, "minLength at /properties/s, maxLength at /properties/s"},
+		{"AlreadyStrict", `{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"],"additionalProperties":false}`,
+			`{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"],"additionalProperties":false}`, true, ""},
+		{"Inexpressible", `{"type":"object","properties":{"v":{"not":{"type":"null"}}},"required":["v"]}`,
+			`{"type":"object","properties":{"v":{"not":{"type":"null"}}},"required":["v"]}`, false, "output schema sent without strict"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, err := openai.New(openai.Config{Name: "o", Model: "gpt-4o"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := providertest.Request(1)
+			req.OutputSchema = json.RawMessage(tc.schema)
+			prep, err := a.Prepare(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			js := prep.Body.(*openai.ChatRequest).ResponseFormat.JSONSchema
+			if string(js.Schema) != tc.want || js.Strict != tc.strict {
+				t.Errorf("schema %s strict %v, want %s strict %v", js.Schema, js.Strict, tc.want, tc.strict)
+			}
+			notes := strings.Join(prep.Notes, "; ")
+			if (tc.note == "") != (notes == "") || !strings.Contains(notes, tc.note) {
+				t.Errorf("notes %q, want %q", notes, tc.note)
+			}
+		})
+	}
+}
+
+// TestOptionalPropertiesComeBackAbsent: strict mode makes every property
+// required, so an optional one is sent nullable; the model's null for it is
+// an absent property again in the answer (and in a settled one).
+func TestOptionalPropertiesComeBackAbsent(t *testing.T) {
+	t.Parallel()
+	s := sim.New(sim.Options{Oracle: sim.Fixed{GoodOutput: json.RawMessage(`{"a":"x","b":null}`)}})
+	srv, err := sim.Start(s.OpenAI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	p := newProvider(t, providertest.Env{BaseURL: srv.URL()}, true)
+	req := providertest.Request(1)
+	req.OutputSchema = json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":["a"],"additionalProperties":false}`)
+	resp, err := p.Call(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(resp.Output) != `{"a":"x"}` {
+		t.Errorf("Output = %s", resp.Output)
+	}
+	if got := string(s.Calls()[0].Schema); !strings.Contains(got, `"b":{"type":["string","null"]}`) || !strings.Contains(got, `"required":["a","b"]`) {
+		t.Errorf("schema sent %s", got)
+	}
+	settled, err := p.(provider.Settler).Settle(t.Context(), req)
+	if err != nil || string(settled.Response.Output) != `{"a":"x"}` {
+		t.Errorf("Settle = %+v, %v", settled, err)
+	}
+}
