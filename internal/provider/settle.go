@@ -49,7 +49,7 @@ type Settlement struct {
 	// *CallError).
 	Err error
 	// Detail is what onejob records as the evidence, for people: "re-sent
-	// with Idempotency-Key job_x/1: 200 (its first answer)", "completion
+	// with Idempotency-Key job_x/1: 200, its first answer", "completion
 	// chatcmpl-123 found by metadata onejob_attempt=job_x/1", "no stored
 	// completion has metadata onejob_attempt=job_x/1". Bounded (Excerpt),
 	// never a credential.
