@@ -123,11 +123,12 @@ func (x *executions) begin(key string, body []byte, dedup bool) (*execution, key
 		if e.executions == 2 {
 			x.twice = remember(x.twice, key)
 		}
-	} else {
+	}
+	x.byKey[key] = e
+	if !seen {
 		x.order = append(x.order, key)
 		x.evict()
 	}
-	x.byKey[key] = e
 	x.total++
 	return e, keyNew
 }
