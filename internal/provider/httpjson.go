@@ -56,8 +56,22 @@ func (c *JSONClient) PostJSON(ctx context.Context, url string, header http.Heade
 	if err != nil {
 		return HTTPResponse{}, c.fail(ClassNonRetryable, 0, "", "encode request", fmt.Errorf("%w: %w", ErrInvalidRequest, err))
 	}
+	return c.do(ctx, http.MethodPost, url, header, payload)
+}
+
+// GetJSON GETs url with the given extra headers and returns the 2xx answer.
+// Any other outcome is a *CallError.
+func (c *JSONClient) GetJSON(ctx context.Context, url string, header http.Header) (HTTPResponse, error) {
+	return c.do(ctx, http.MethodGet, url, header, nil)
+}
+
+func (c *JSONClient) do(ctx context.Context, method, url string, header http.Header, payload []byte) (HTTPResponse, error) {
 	ctx, sent := TrackSent(ctx)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return HTTPResponse{}, c.fail(ClassNonRetryable, 0, "", "build request", fmt.Errorf("%w: %w", ErrInvalidRequest, err))
 	}
@@ -66,7 +80,9 @@ func (c *JSONClient) PostJSON(ctx context.Context, url string, header http.Heade
 			hreq.Header.Add(k, v)
 		}
 	}
-	hreq.Header.Set("Content-Type", "application/json")
+	if payload != nil {
+		hreq.Header.Set("Content-Type", "application/json")
+	}
 	hreq.Header.Set("Accept", "application/json")
 
 	resp, err := c.client().Do(hreq)

@@ -44,6 +44,31 @@ func LogCall(ctx context.Context, log *slog.Logger, providerName string, req Req
 	log.LogAttrs(ctx, slog.LevelWarn, "provider call failed", attrs...)
 }
 
+// LogSettle writes the one log line per question about an earlier attempt
+// (Settler.Settle): the evidence and its detail, or why there was none.
+func LogSettle(ctx context.Context, log *slog.Logger, providerName string, req Request, elapsed time.Duration, s Settlement, err error) {
+	if log == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("job_id", req.JobID),
+		slog.Int("attempt", req.Attempt),
+		slog.String("provider", providerName),
+		slog.String("idempotency_key", req.IdempotencyKey),
+		slog.Int64("duration_ms", elapsed.Milliseconds()),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+		log.LogAttrs(ctx, slog.LevelWarn, "provider settle got no answer", attrs...)
+		return
+	}
+	attrs = append(attrs, slog.String("evidence", string(s.Evidence)), slog.String("detail", s.Detail))
+	if s.Evidence == EvidenceAnswered {
+		attrs = append(attrs, slog.String("provider_request_id", s.Response.ProviderRequestID))
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "provider settle", attrs...)
+}
+
 // DiscardLogger is the logger adapters use when none is configured.
 func DiscardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 

@@ -30,9 +30,13 @@ const (
 	// Whether that proves nothing happened depends on how long ago it was
 	// sent (the provider's max processing time): package job decides.
 	EvidenceAbsent Evidence = "absent"
-	// EvidenceRefused: the provider's answer to the attempt was a refusal
-	// (a webhook answering the repeat with its first 4xx): the request was
-	// not acted on. Settlement.Err is the *CallError, with its class.
+	// EvidenceRefused: the provider's answer to the attempt, given again or
+	// found, is a failure: a refusal of the request (a webhook answering
+	// the repeat with its first 4xx: the request was not acted on), or an
+	// answer Call could not have used (malformed, no structured output, a
+	// model's refusal or a content filter). Either way the request is over
+	// at the provider and nothing is in flight. Settlement.Err is the
+	// *CallError Call would have returned, with its class.
 	EvidenceRefused Evidence = "refused"
 )
 
@@ -41,10 +45,11 @@ type Settlement struct {
 	Evidence Evidence
 	// Response is the attempt's answer, for EvidenceAnswered.
 	Response Response
-	// Err is the provider's refusal, for EvidenceRefused (a *CallError).
+	// Err is the failure Call would have returned, for EvidenceRefused (a
+	// *CallError).
 	Err error
 	// Detail is what onejob records as the evidence, for people: "re-sent
-	// with Idempotency-Key job_x/1: 200 (its first answer)", "completion
+	// with Idempotency-Key job_x/1: 200, its first answer", "completion
 	// chatcmpl-123 found by metadata onejob_attempt=job_x/1", "no stored
 	// completion has metadata onejob_attempt=job_x/1". Bounded (Excerpt),
 	// never a credential.

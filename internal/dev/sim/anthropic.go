@@ -35,6 +35,7 @@ type anthropicRequest struct {
 	model, system, prompt string
 	toolName              string
 	schema                json.RawMessage
+	strict                bool
 	temperature           *float64
 	maxTokens             int
 	inputTokens           int
@@ -159,6 +160,7 @@ func validateAnthropic(r *http.Request, body []byte, opts Options, count bool) (
 	}
 
 	tools := map[string]json.RawMessage{}
+	strictTools := map[string]bool{}
 	if o.has("tools") {
 		list, ok := o.array("tools")
 		if !ok {
@@ -190,6 +192,17 @@ func validateAnthropic(r *http.Request, body []byte, opts Options, count bool) (
 			if typ, _ := schema.str("type"); typ != "object" {
 				return req, antInvalid(at + ".input_schema.type: Input should be 'object'")
 			}
+			if t.has("strict") {
+				if jsonKind(t["strict"]) != "boolean" {
+					return req, antInvalid(at + ".strict: Input should be a valid boolean")
+				}
+				var strict bool
+				_ = json.Unmarshal(t["strict"], &strict)
+				if p := strictSchemaProblem(t["input_schema"], claudeStrictDialect); strict && p != nil {
+					return req, antInvalid(at + ".input_schema: " + p.claude())
+				}
+				strictTools[name] = strict
+			}
 			desc, _ := t.str("description")
 			tools[name] = t["input_schema"]
 			req.inputTokens += Tokens(name) + Tokens(desc) + jsonTokens(t["input_schema"])
@@ -213,7 +226,7 @@ func validateAnthropic(r *http.Request, body []byte, opts Options, count bool) (
 			if !found {
 				return req, antInvalid(fmt.Sprintf("tool_choice.name: Tool '%s' not found in tools", name))
 			}
-			req.toolName, req.schema = name, schema
+			req.toolName, req.schema, req.strict = name, schema, strictTools[name]
 		}
 		if len(tools) > 0 && (typ == "tool" || typ == "any") {
 			req.inputTokens += toolUseSystemPrompt
@@ -282,7 +295,7 @@ func (s *Simulator) Anthropic() http.Handler {
 			var e *apiError
 			req, e = validateAnthropic(r, body, opts, count)
 			return e, func(c *Call) {
-				c.Model, c.System, c.Prompt, c.ToolName, c.Schema = req.model, req.system, req.prompt, req.toolName, req.schema
+				c.Model, c.System, c.Prompt, c.ToolName, c.Schema, c.Strict = req.model, req.system, req.prompt, req.toolName, req.schema, req.strict
 				c.Temperature, c.MaxTokens, c.InputTokens = req.temperature, req.maxTokens, req.inputTokens
 			}
 		}
@@ -291,7 +304,7 @@ func (s *Simulator) Anthropic() http.Handler {
 			return
 		}
 		if s.admit(w, r, body, &c, f, validate) {
-			s.serve(w, r, &c, f)
+			s.serve(w, r, body, &c, f)
 		}
 	})
 }

@@ -83,6 +83,7 @@ func notNull(at string) *apiError { return constraint("null", at, "Member must n
 type bedrockRequest struct {
 	system, prompt, toolName string
 	schema                   json.RawMessage
+	strict                   bool
 	temperature              *float64
 	maxTokens                int
 	metadata                 map[string]string
@@ -229,6 +230,7 @@ func (req *bedrockRequest) validateToolConfig(o object, model string) *apiError 
 		return constraint("'[]'", "toolConfig.tools", "Member must have length greater than or equal to 1")
 	}
 	specs := map[string]json.RawMessage{}
+	strictSpecs := map[string]bool{}
 	for i, raw := range tools {
 		at := fmt.Sprintf("toolConfig.tools.%d.member", i+1)
 		t, _ := parseObject(raw)
@@ -253,6 +255,20 @@ func (req *bedrockRequest) validateToolConfig(o object, model string) *apiError 
 		if !is.has("json") {
 			return validation("The inputSchema at " + at + ".toolSpec must set json.")
 		}
+		if spec.has("strict") {
+			if jsonKind(spec["strict"]) != "boolean" {
+				return &apiError{status: http.StatusBadRequest, typ: "SerializationException", msg: "strict must be a boolean"}
+			}
+			var strict bool
+			_ = json.Unmarshal(spec["strict"], &strict)
+			// Bedrock applies Claude's structured-output subset to its
+			// Claude models (its user guide's "Get validated JSON results
+			// from models").
+			if p := strictSchemaProblem(is["json"], claudeStrictDialect); strict && p != nil {
+				return validation("The JSON schema of " + at + ".toolSpec.inputSchema is not supported for strict tool use: " + p.claude())
+			}
+			strictSpecs[name] = strict
+		}
 		desc, _ := spec.str("description")
 		specs[name] = is["json"]
 		req.inputTokens += Tokens(name) + Tokens(desc) + jsonTokens(is["json"])
@@ -271,7 +287,7 @@ func (req *bedrockRequest) validateToolConfig(o object, model string) *apiError 
 		if !found {
 			return validation(fmt.Sprintf("The tool %s named by toolConfig.toolChoice.tool is not in toolConfig.tools.", name))
 		}
-		req.toolName, req.schema = name, schema
+		req.toolName, req.schema, req.strict = name, schema, strictSpecs[name]
 		req.inputTokens += toolUseSystemPrompt
 	}
 	return nil
@@ -336,7 +352,7 @@ func (s *Simulator) Bedrock() http.Handler {
 			req, e = validateBedrock(body, modelID, op, opts)
 			return e, func(c *Call) {
 				c.IdempotencyKey, c.JobID = req.metadata["idempotency_key"], req.metadata["job_id"]
-				c.System, c.Prompt, c.ToolName, c.Schema = req.system, req.prompt, req.toolName, req.schema
+				c.System, c.Prompt, c.ToolName, c.Schema, c.Strict = req.system, req.prompt, req.toolName, req.schema, req.strict
 				c.Temperature, c.MaxTokens, c.InputTokens = req.temperature, req.maxTokens, req.inputTokens
 			}
 		}
@@ -345,7 +361,7 @@ func (s *Simulator) Bedrock() http.Handler {
 			return
 		}
 		if s.admit(w, r, body, &c, f, validate) {
-			s.serve(w, r, &c, f)
+			s.serve(w, r, body, &c, f)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -34,13 +35,31 @@ const (
 // DynamoDB's 400 KB item, by a margin.
 const OversizedBytes = 450 << 10
 
-// MaxDemoLatency caps a scripted latency so a typo cannot park a handler.
+// MaxDemoLatency caps a scripted latency so a typo cannot park a handler;
+// brownout drills hang a provider 20 s per call.
 const MaxDemoLatency = time.Minute
 
-// DemoScript is one provider's scripted behaviour in a demo job input.
+// DemoScript is one provider's scripted behaviour: in a demo job input's
+// "simulate" object, or provider-wide (PUT /control/{provider}) for every
+// call whose input scripts nothing for that provider.
 type DemoScript struct {
 	LatencyMS int    `json:"latency_ms"`
 	Outcome   string `json:"outcome"`
+}
+
+// DemoOutcomes are the outcomes a script may name ("" is ok).
+var DemoOutcomes = []string{OutcomeOK, OutcomeError, OutcomeTimeout, OutcomeMalformed, OutcomeOversized}
+
+// Validate refuses an outcome the simulator does not know and a latency
+// outside [0, MaxDemoLatency].
+func (s DemoScript) Validate() error {
+	if s.Outcome != "" && !slices.Contains(DemoOutcomes, s.Outcome) {
+		return fmt.Errorf("outcome %q must be one of %s", s.Outcome, strings.Join(DemoOutcomes, ", "))
+	}
+	if s.LatencyMS < 0 || time.Duration(s.LatencyMS)*time.Millisecond > MaxDemoLatency {
+		return fmt.Errorf("latency_ms %d must be between 0 and %d", s.LatencyMS, MaxDemoLatency.Milliseconds())
+	}
+	return nil
 }
 
 // DemoInput is the demo job type's input.
@@ -49,26 +68,50 @@ type DemoInput struct {
 	Simulate map[string]DemoScript `json:"simulate,omitempty"`
 }
 
-// DemoStats is what the simulator saw for one provider: every call
-// counted, the idempotency keys of the last MaxCalls.
+// DemoStats is what the simulator saw for one provider: every request
+// counted (repeats of a key included), the idempotency keys of the last
+// MaxCalls, how many requests it executed, and the keys it executed more
+// than once (a drill asserts there are none: a repeat of a key is answered
+// from memory, never executed again).
 type DemoStats struct {
-	Calls           int      `json:"calls"`
-	IdempotencyKeys []string `json:"idempotency_keys"`
+	Calls                int      `json:"calls"`
+	IdempotencyKeys      []string `json:"idempotency_keys"`
+	Executions           int      `json:"executions"`
+	ExecutedMoreThanOnce []string `json:"executed_more_than_once"`
+	// Replays counts repeats answered with the first answer, InProgress
+	// those answered 409 because the first request still ran.
+	Replays    int `json:"replays"`
+	InProgress int `json:"in_progress"`
 }
 
 // DemoSimulator serves any number of webhook providers on /{provider} (e.g.
-// /sim-primary, /sim-fallback). Each call's behaviour is scripted by the job
-// input it carries; unscripted providers answer ok at once. GET /calls
-// returns the per-provider stats as JSON for out-of-process end-to-end suites.
+// /sim-primary, /sim-fallback), each honouring onejob's webhook provider
+// contract (docs/webhook-provider-contract.md): a request's work runs to
+// completion even if its client gives up, and a repeat of an
+// Idempotency-Key is never executed again (409 while the first runs, then
+// the first answer). Each call's behaviour is scripted by the job input it
+// carries, else by the provider-wide script (PUT /control/{provider} with a
+// DemoScript; DELETE clears it); unscripted calls answer ok at once. GET
+// /calls returns the per-provider stats as JSON for out-of-process
+// end-to-end suites.
 type DemoSimulator struct {
-	mu    sync.Mutex
-	stats map[string]*DemoStats
-	seq   int
+	mu      sync.Mutex
+	stats   map[string]*demoProvider
+	scripts map[string]DemoScript
+	seq     int
+}
+
+type demoProvider struct {
+	calls      int
+	keys       []string
+	replays    int
+	inProgress int
+	runs       *executions
 }
 
 // NewDemo returns an empty DemoSimulator.
 func NewDemo() *DemoSimulator {
-	return &DemoSimulator{stats: map[string]*DemoStats{}}
+	return &DemoSimulator{stats: map[string]*demoProvider{}, scripts: map[string]DemoScript{}}
 }
 
 // StartDemo serves a new DemoSimulator on a loopback port.
@@ -102,12 +145,12 @@ func DemoConfig(baseURL string) provider.Config {
 }
 
 // Calls returns how many requests reached the provider, including ones that
-// timed out or failed.
+// timed out or failed and repeats of a key.
 func (d *DemoSimulator) Calls(providerName string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if st, ok := d.stats[providerName]; ok {
-		return st.Calls
+		return st.calls
 	}
 	return 0
 }
@@ -118,9 +161,15 @@ func (d *DemoSimulator) IdempotencyKeys(providerName string) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if st, ok := d.stats[providerName]; ok {
-		return slices.Clone(latest(st.IdempotencyKeys))
+		return slices.Clone(latest(st.keys))
 	}
 	return nil
+}
+
+// Finished returns a channel closed once the provider's work on key has
+// ended (nil when it has not seen the key). A "timeout" never ends.
+func (d *DemoSimulator) Finished(providerName, key string) <-chan struct{} {
+	return d.provider(providerName).runs.finished(key)
 }
 
 // Stats returns a snapshot of every provider's stats.
@@ -129,30 +178,66 @@ func (d *DemoSimulator) Stats() map[string]DemoStats {
 	defer d.mu.Unlock()
 	out := make(map[string]DemoStats, len(d.stats))
 	for name, st := range d.stats {
-		out[name] = DemoStats{Calls: st.Calls, IdempotencyKeys: slices.Clone(latest(st.IdempotencyKeys))}
+		total, twice := st.runs.stats()
+		if twice == nil {
+			twice = []string{}
+		}
+		out[name] = DemoStats{Calls: st.calls, IdempotencyKeys: slices.Clone(latest(st.keys)),
+			Executions: total, ExecutedMoreThanOnce: twice, Replays: st.replays, InProgress: st.inProgress}
 	}
 	return out
 }
 
-// Reset forgets all recorded calls.
+// Reset forgets all recorded calls and provider-wide scripts.
 func (d *DemoSimulator) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.stats = map[string]*DemoStats{}
+	d.stats = map[string]*demoProvider{}
+	d.scripts = map[string]DemoScript{}
 }
 
-func (d *DemoSimulator) record(name, key string) string {
+// SetScript scripts every call to providerName that carries no script of
+// its own (what PUT /control/{provider} does).
+func (d *DemoSimulator) SetScript(providerName string, s DemoScript) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.scripts[providerName] = s
+	return nil
+}
+
+// ClearScript removes providerName's provider-wide script.
+func (d *DemoSimulator) ClearScript(providerName string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.scripts, providerName)
+}
+
+// provider returns (creating) a provider's records.
+func (d *DemoSimulator) provider(name string) *demoProvider {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st, ok := d.stats[name]
 	if !ok {
-		st = &DemoStats{}
+		st = &demoProvider{runs: newExecutions()}
 		d.stats[name] = st
 	}
-	st.Calls++
-	st.IdempotencyKeys = remember(st.IdempotencyKeys, key)
+	return st
+}
+
+// record counts a request and returns its provider's records, a fresh
+// request id and the provider-wide script.
+func (d *DemoSimulator) record(name, key string) (*demoProvider, string, DemoScript, bool) {
+	st := d.provider(name)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st.calls++
+	st.keys = remember(st.keys, key)
 	d.seq++
-	return fmt.Sprintf("sim-%s-%d", name, d.seq)
+	script, scripted := d.scripts[name]
+	return st, fmt.Sprintf("sim-%s-%d", name, d.seq), script, scripted
 }
 
 func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -161,41 +246,81 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.Stats())
 		return
 	}
+	if target, ok := strings.CutPrefix(name, "control/"); ok {
+		d.control(w, r, target)
+		return
+	}
 	if name == "" || strings.Contains(name, "/") {
 		http.NotFound(w, r)
 		return
 	}
 	var body webhook.Request
-	if _, ok := decode(w, r, &body); !ok {
+	raw, ok := decode(w, r, &body)
+	if !ok {
 		return
 	}
-	w.Header().Set("X-Request-Id", d.record(name, r.Header.Get("Idempotency-Key")))
+	key := r.Header.Get("Idempotency-Key")
+	st, requestID, wide, scripted := d.record(name, key)
 
 	var in DemoInput
 	if err := json.Unmarshal(body.Input, &in); err != nil {
+		w.Header().Set("X-Request-Id", requestID)
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "input is not a demo input: " + err.Error()})
 		return
 	}
-	script := in.Simulate[name]
+	script, own := in.Simulate[name]
+	if !own && scripted {
+		script = wide
+	}
+
+	e, state := &execution{done: make(chan struct{})}, keyNew
+	if key != "" {
+		e, state = st.runs.begin(key, raw, true)
+	}
+	switch state {
+	case keyAnswered:
+		d.count(func() { st.replays++ })
+		e.answer.writeTo(w)
+		return
+	case keyInProgress:
+		d.count(func() { st.inProgress++ })
+		w.Header().Set("X-Request-Id", requestID)
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "a request with Idempotency-Key " + key + " is still in progress"})
+		return
+	case keyMismatch:
+		w.Header().Set("X-Request-Id", requestID)
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"error": "Idempotency-Key " + key + " was used with a different request"})
+		return
+	}
 	if script.Outcome == OutcomeTimeout {
+		// The work never finishes: repeats of the key get 409 for as long
+		// as the simulator runs.
+		w.Header().Set("X-Request-Id", requestID)
 		hang(r)
 		return
 	}
-	latency := min(time.Duration(max(script.LatencyMS, 0))*time.Millisecond, MaxDemoLatency)
-	if latency > 0 {
-		t := time.NewTimer(latency)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		}
+	st.runs.run(w, r, e, func(w http.ResponseWriter) {
+		w.Header().Set("X-Request-Id", requestID)
+		demoWork(w, name, in.Prompt, script)
+	})
+}
+
+func (d *DemoSimulator) count(f func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f()
+}
+
+// demoWork is one call's work: its scripted latency, then its answer.
+func demoWork(w http.ResponseWriter, name, prompt string, script DemoScript) {
+	if latency := min(time.Duration(max(script.LatencyMS, 0))*time.Millisecond, MaxDemoLatency); latency > 0 {
+		time.Sleep(latency)
 	}
 	switch script.Outcome {
 	case OutcomeError:
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "simulated outage of " + name})
 	case OutcomeOversized:
-		out := demoOutput(name, in.Prompt)
+		out := demoOutput(name, prompt)
 		out["text"] += " " + strings.Repeat("x", OversizedBytes)
 		writeJSON(w, http.StatusOK, map[string]any{"output": out, "model": "sim"})
 	case OutcomeMalformed:
@@ -203,9 +328,39 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("this is not JSON {"))
 	default:
-		out := demoOutput(name, in.Prompt)
+		out := demoOutput(name, prompt)
 		// Usage as a model-backed webhook may report it: words for tokens.
 		writeJSON(w, http.StatusOK, map[string]any{"output": out, "model": "sim",
-			"usage": map[string]int{"input_tokens": len(strings.Fields(in.Prompt)), "output_tokens": len(strings.Fields(out["text"]))}})
+			"usage": map[string]int{"input_tokens": len(strings.Fields(prompt)), "output_tokens": len(strings.Fields(out["text"]))}})
+	}
+}
+
+// control serves PUT and DELETE /control/{provider}: the provider-wide
+// script for brownout drills.
+func (d *DemoSimulator) control(w http.ResponseWriter, r *http.Request, name string) {
+	if name == "" || strings.Contains(name, "/") {
+		http.NotFound(w, r)
+		return
+	}
+	switch r.Method {
+	case http.MethodPut:
+		var s DemoScript
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body is not a script: " + err.Error()})
+			return
+		}
+		if err := d.SetScript(name, s); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, s)
+	case http.MethodDelete:
+		d.ClearScript(name)
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		w.Header().Set("Allow", "PUT, DELETE")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
 	}
 }

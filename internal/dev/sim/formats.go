@@ -33,6 +33,12 @@ type format struct {
 	structured func(c Call, model string, obj map[string]any) any
 	prose      func(c Call, model string) any
 	filtered   func(c Call, model string) any
+	// idempotent: the API honours Idempotency-Key (onejob's webhook
+	// contract): a repeat of a key is never executed again.
+	idempotent bool
+	// keep, when set, sees every 200 answer the simulated work gave (the
+	// OpenAI simulator stores completions).
+	keep func(c Call, answer any)
 }
 
 // maxBody bounds what a simulator reads of a request.
@@ -79,9 +85,65 @@ func (s *Simulator) options() Options {
 	return s.opts
 }
 
-// serve plays the scripted mode for an admitted request.
-func (s *Simulator) serve(w http.ResponseWriter, r *http.Request, c *Call, f format) {
+// serve plays the scripted mode for an admitted request, detached from the
+// client (replay.go): the work ends even if the client gives up. A format
+// that honours Idempotency-Key answers a repeat of a key from memory and
+// never executes it twice; the others execute every request.
+func (s *Simulator) serve(w http.ResponseWriter, r *http.Request, body []byte, c *Call, f format) {
 	opts := s.options()
+	e := &execution{done: make(chan struct{})}
+	if c.IdempotencyKey != "" {
+		var state keyState
+		e, state = s.keys.begin(c.IdempotencyKey, body, f.idempotent)
+		if state != keyNew {
+			s.repeat(w, c, f, e, state)
+			return
+		}
+	}
+	if opts.Mode == ModeHang {
+		// The work never finishes: a repeat of the key stays in progress.
+		s.record(c)
+		w.Header().Set(f.requestIDHeader, c.RequestID)
+		hang(r)
+		return
+	}
+	s.keys.run(w, r, e, func(w http.ResponseWriter) { s.play(w, c, f, opts) })
+}
+
+// Replay says how a simulator answered a repeat of an idempotency key.
+const (
+	// ReplayAnswered: the first answer, given again.
+	ReplayAnswered = "answered"
+	// ReplayInProgress: 409, the first request with the key still runs.
+	ReplayInProgress = "in_progress"
+	// ReplayMismatch: 422, the key was used with another request body.
+	ReplayMismatch = "mismatch"
+)
+
+// repeat answers a request whose key was seen before, without executing it.
+func (s *Simulator) repeat(w http.ResponseWriter, c *Call, f format, e *execution, state keyState) {
+	switch state {
+	case keyAnswered:
+		c.Replay = ReplayAnswered
+		s.recordAs(c, e.answer.header.Get(f.requestIDHeader))
+		e.answer.writeTo(w)
+	case keyInProgress:
+		c.Replay = ReplayInProgress
+		s.record(c)
+		w.Header().Set(f.requestIDHeader, c.RequestID)
+		f.refuse(w, *c, &apiError{status: http.StatusConflict, typ: http.StatusText(http.StatusConflict),
+			msg: "a request with Idempotency-Key " + c.IdempotencyKey + " is still in progress"})
+	default:
+		c.Replay = ReplayMismatch
+		s.record(c)
+		w.Header().Set(f.requestIDHeader, c.RequestID)
+		f.refuse(w, *c, &apiError{status: http.StatusUnprocessableEntity, typ: http.StatusText(http.StatusUnprocessableEntity),
+			msg: "Idempotency-Key " + c.IdempotencyKey + " was used with a different request"})
+	}
+}
+
+// play answers as the scripted mode says; it is the simulated work.
+func (s *Simulator) play(w http.ResponseWriter, c *Call, f format, opts Options) {
 	var obj map[string]any
 	var outErr error
 	switch opts.Mode {
@@ -97,10 +159,14 @@ func (s *Simulator) serve(w http.ResponseWriter, r *http.Request, c *Call, f for
 	s.record(c)
 	w.Header().Set(f.requestIDHeader, c.RequestID)
 	model := c.Model
+	answered := func(v any) {
+		writeJSON(w, http.StatusOK, v)
+		if f.keep != nil {
+			f.keep(*c, v)
+		}
+	}
 
 	switch opts.Mode {
-	case ModeHang:
-		hang(r)
 	case ModeRateLimited:
 		w.Header().Set("Retry-After", opts.RetryAfter)
 		f.refuse(w, *c, f.fail(failRateLimit, http.StatusTooManyRequests))
@@ -119,15 +185,15 @@ func (s *Simulator) serve(w http.ResponseWriter, r *http.Request, c *Call, f for
 	case ModeMalformed:
 		writeMalformed(w)
 	case ModeProse:
-		writeJSON(w, http.StatusOK, f.prose(*c, model))
+		answered(f.prose(*c, model))
 	case ModeContentFilter:
-		writeJSON(w, http.StatusOK, f.filtered(*c, model))
+		answered(f.filtered(*c, model))
 	default:
 		if outErr != nil {
 			http.Error(w, outErr.Error(), http.StatusInternalServerError)
 			return
 		}
-		writeJSON(w, http.StatusOK, f.structured(*c, model, obj))
+		answered(f.structured(*c, model, obj))
 	}
 }
 

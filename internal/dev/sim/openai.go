@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // The OpenAI simulator serves POST /v1/chat/completions as the Chat
@@ -91,9 +92,12 @@ type openAIRequest struct {
 	prompt       string
 	schema       json.RawMessage
 	schemaName   string
+	strict       bool
 	temperature  *float64
 	maxTokens    int
 	promptTokens int
+	store        bool
+	metadata     map[string]string
 }
 
 // validateOpenAI checks a chat completion request body against the API's
@@ -220,7 +224,64 @@ func validateOpenAI(body []byte, opts Options) (openAIRequest, *apiError) {
 			return req, e
 		}
 	}
+	if o.has("store") {
+		if jsonKind(o["store"]) != "boolean" {
+			return req, oaiType("store", "a boolean", o["store"])
+		}
+		_ = json.Unmarshal(o["store"], &req.store)
+	}
+	if o.has("metadata") {
+		md, e := validateMetadata(o["metadata"])
+		if e != nil {
+			return req, e
+		}
+		req.metadata = md
+	}
 	return req, nil
+}
+
+// OpenAI's Metadata: "Set of 16 key-value pairs ... Keys are strings with a
+// maximum length of 64 characters. Values are strings with a maximum length
+// of 512 characters." (openai/openai-openapi openapi.yaml, components.schemas.Metadata,
+// commit f85dbe22). The messages follow the API's documented shape for
+// such refusals (string_above_max_length and the like).
+const (
+	metadataMaxPairs    = 16
+	metadataMaxKeyLen   = 64
+	metadataMaxValueLen = 512
+)
+
+func validateMetadata(raw json.RawMessage) (map[string]string, *apiError) {
+	o, ok := parseObject(raw)
+	if !ok {
+		return nil, oaiType("metadata", "an object", raw)
+	}
+	if len(o) > metadataMaxPairs {
+		return nil, oaiInvalid("metadata", "object_above_max_properties",
+			fmt.Sprintf("Invalid 'metadata': too many properties. Expected an object with at most %d properties, but got an object with %d properties instead.", metadataMaxPairs, len(o)))
+	}
+	keys := make([]string, 0, len(o))
+	for k := range o {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	md := make(map[string]string, len(o))
+	for _, k := range keys {
+		if n := utf8.RuneCountInString(k); n > metadataMaxKeyLen {
+			return nil, oaiInvalid("metadata", "invalid_value",
+				fmt.Sprintf("Invalid 'metadata': key too long. Expected a key with maximum length %d, but got a key with length %d instead.", metadataMaxKeyLen, n))
+		}
+		v, ok := o.str(k)
+		if !ok {
+			return nil, oaiType("metadata."+k, "a string", o[k])
+		}
+		if n := utf8.RuneCountInString(v); n > metadataMaxValueLen {
+			return nil, oaiInvalid("metadata."+k, "string_above_max_length",
+				fmt.Sprintf("Invalid 'metadata.%s': string too long. Expected a string with maximum length %d, but got a string with length %d instead.", k, metadataMaxValueLen, n))
+		}
+		md[k] = v
+	}
+	return md, nil
 }
 
 func (req *openAIRequest) validateResponseFormat(o object) *apiError {
@@ -277,18 +338,22 @@ func (req *openAIRequest) validateResponseFormat(o object) *apiError {
 		req.schema = js["schema"]
 	}
 	if strict {
-		if ctx, problem := strictSchemaProblem(req.schema); problem != "" {
+		if p := strictSchemaProblem(req.schema, openAIStrictDialect); p != nil {
+			if p.kind == "root" {
+				return oaiInvalid("response_format", "", fmt.Sprintf("Invalid schema for response_format '%s': %s", name, p.openAI()))
+			}
 			return oaiInvalid("response_format", "",
-				fmt.Sprintf("Invalid schema for response_format '%s': In context=%s, %s", name, ctx, problem))
+				fmt.Sprintf("Invalid schema for response_format '%s': In context=%s, %s", name, p.context(), p.openAI()))
 		}
 	}
-	req.schemaName = name
+	req.schemaName, req.strict = name, strict
 	req.promptTokens += Tokens(name) + jsonTokens(req.schema)
 	return nil
 }
 
 // OpenAI serves POST /v1/chat/completions in the OpenAI Chat Completions
-// format with response_format json_schema.
+// format with response_format json_schema, and GET /v1/chat/completions,
+// the list of the completions created with store: true (completions.go).
 func (s *Simulator) OpenAI() http.Handler {
 	f := format{
 		name:            "openai",
@@ -325,8 +390,17 @@ func (s *Simulator) OpenAI() http.Handler {
 		filtered: func(c Call, model string) any {
 			return openAICompletion(c, model, "", "content_filter")
 		},
+		keep: func(c Call, v any) {
+			if c.Store {
+				s.storeCompletion(c, v)
+			}
+		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/chat/completions" {
+			s.listCompletions(w, r, f)
+			return
+		}
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
 			f.refuse(w, Call{}, &apiError{status: http.StatusNotFound, typ: "invalid_request_error",
 				msg: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})
@@ -344,11 +418,13 @@ func (s *Simulator) OpenAI() http.Handler {
 			return e, func(c *Call) {
 				c.Model, c.System, c.Prompt = req.model, req.system, req.prompt
 				c.Schema, c.ToolName, c.Temperature, c.MaxTokens = req.schema, req.schemaName, req.temperature, req.maxTokens
+				c.Strict = req.strict
 				c.InputTokens = req.promptTokens
+				c.Store, c.Metadata = req.store, req.metadata
 			}
 		})
 		if ok {
-			s.serve(w, r, &c, f)
+			s.serve(w, r, body, &c, f)
 		}
 	})
 }

@@ -3,7 +3,6 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,63 +140,4 @@ func orList(values []string) string {
 		return strings.Join(q, "")
 	}
 	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
-}
-
-// strictSchemaProblem checks a JSON Schema against the rules OpenAI and
-// Anthropic document for strict structured output: every object sets
-// additionalProperties to false and lists every property as required. It
-// returns the context path and the problem, or "" when the schema is fine.
-func strictSchemaProblem(schema json.RawMessage) (context, problem string) {
-	var v any
-	if json.Unmarshal(schema, &v) != nil {
-		return "()", "schema must be a JSON object"
-	}
-	return walkStrict(v, nil)
-}
-
-func walkStrict(v any, path []string) (string, string) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return "", ""
-	}
-	ctx := "()"
-	if len(path) > 0 {
-		ctx = "('" + strings.Join(path, "', '") + "',)"
-		if len(path) > 1 {
-			ctx = "('" + strings.Join(path, "', '") + "')"
-		}
-	}
-	if m["type"] == "object" {
-		if ap, ok := m["additionalProperties"].(bool); !ok || ap {
-			return ctx, "'additionalProperties' is required to be supplied and to be false."
-		}
-		props, _ := m["properties"].(map[string]any)
-		required := map[string]bool{}
-		if rs, ok := m["required"].([]any); ok {
-			for _, r := range rs {
-				if s, ok := r.(string); ok {
-					required[s] = true
-				}
-			}
-		}
-		keys := make([]string, 0, len(props))
-		for k := range props {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if !required[k] {
-				return ctx, fmt.Sprintf("'required' is required to be supplied and to be an array including every key in properties. Missing '%s'.", k)
-			}
-		}
-		for _, k := range keys {
-			if c, p := walkStrict(props[k], append(slices.Clone(path), "properties", k)); p != "" {
-				return c, p
-			}
-		}
-	}
-	if items, ok := m["items"]; ok {
-		return walkStrict(items, append(slices.Clone(path), "items"))
-	}
-	return "", ""
 }

@@ -39,7 +39,8 @@ const (
 	ModeModelTimeout Mode = "model_timeout"
 	// ModeMalformed answers 200 with a body that is not valid JSON.
 	ModeMalformed Mode = "malformed"
-	// ModeHang never answers until the request's ctx is done.
+	// ModeHang never answers: the simulated work never finishes, and the
+	// request is held until its client gives up.
 	ModeHang Mode = "hang"
 	// ModeQuotaExhausted answers the format's billing or spent-quota error
 	// (OpenAI 429 insufficient_quota, Anthropic 402 billing_error).
@@ -67,15 +68,25 @@ type Call struct {
 	Prompt         string
 	Input          json.RawMessage // webhook only
 	Schema         json.RawMessage // the output schema the provider was asked for
-	ToolName       string
-	Temperature    *float64
-	MaxTokens      int
-	Authorized     bool
+	// Strict: the schema was sent for the API to enforce (OpenAI's strict
+	// response_format, a strict forced tool).
+	Strict      bool
+	ToolName    string
+	Temperature *float64
+	MaxTokens   int
+	Authorized  bool
 	// Refused is the error the simulator answered a request that breaks
 	// its API's rules with; "" for a valid request.
 	Refused string
 	// Usage is what the simulator answered it charged.
 	InputTokens, OutputTokens int
+	// Replay is "" for a request the simulator executed, else how it
+	// answered a repeat of the idempotency key without executing it
+	// (ReplayAnswered, ReplayInProgress, ReplayMismatch).
+	Replay string
+	// Store and Metadata are the OpenAI request's store and metadata.
+	Store    bool
+	Metadata map[string]string
 }
 
 // Oracle produces the outputs a simulated model returns.
@@ -116,6 +127,9 @@ type Simulator struct {
 	calls   []Call
 	counted []Call // token-counting requests (count_tokens, CountTokens)
 	seq     int
+	keys    *executions
+	stored  []storedCompletion // OpenAI completions created with store: true
+	waiters map[string][]chan struct{}
 }
 
 // New returns a Simulator; an empty mode means ModeGood.
@@ -129,7 +143,7 @@ func New(opts Options) *Simulator {
 	if opts.ErrorStatus == 0 {
 		opts.ErrorStatus = http.StatusServiceUnavailable
 	}
-	return &Simulator{opts: opts}
+	return &Simulator{opts: opts, keys: newExecutions()}
 }
 
 // SetMode changes the behaviour for subsequent requests.
@@ -169,9 +183,60 @@ func (s *Simulator) record(c *Call) Options {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	c.RequestID = fmt.Sprintf("sim-req-%d", s.seq)
-	s.calls = remember(s.calls, *c)
+	s.keep(c, fmt.Sprintf("sim-req-%d", s.seq))
 	return s.opts
+}
+
+// recordAs stores a call answered with an earlier request id (a replay).
+func (s *Simulator) recordAs(c *Call, requestID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keep(c, requestID)
+}
+
+func (s *Simulator) keep(c *Call, requestID string) {
+	c.RequestID = requestID
+	s.calls = remember(s.calls, *c)
+	for _, ch := range s.waiters[c.IdempotencyKey] {
+		close(ch)
+	}
+	delete(s.waiters, c.IdempotencyKey)
+}
+
+// Arrived returns a channel closed once a call with the idempotency key
+// has been recorded (at once if one was): a test waits on it instead of
+// guessing how long a request takes to reach the simulator.
+func (s *Simulator) Arrived(key string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := make(chan struct{})
+	if slices.ContainsFunc(s.calls, func(c Call) bool { return c.IdempotencyKey == key }) {
+		close(ch)
+		return ch
+	}
+	if s.waiters == nil {
+		s.waiters = map[string][]chan struct{}{}
+	}
+	s.waiters[key] = append(s.waiters[key], ch)
+	return ch
+}
+
+// Finished returns a channel closed once the work of the latest request
+// with idempotency key has ended (its answer is kept, whether or not its
+// client waited for it); nil when the simulator has not seen the key. A
+// ModeHang request never finishes.
+func (s *Simulator) Finished(key string) <-chan struct{} { return s.keys.finished(key) }
+
+// Executions is how often the simulator executed a request with key (of
+// the last MaxCalls keys): at most 1 for a webhook, which answers repeats
+// from memory; one per request for the APIs without idempotency.
+func (s *Simulator) Executions(key string) int { return s.keys.count(key) }
+
+// ExecutedMoreThanOnce lists the idempotency keys the simulator executed
+// more than once.
+func (s *Simulator) ExecutedMoreThanOnce() []string {
+	_, twice := s.keys.stats()
+	return twice
 }
 
 // remember appends v, dropping all but the last MaxCalls entries once

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -139,6 +140,22 @@ func TestOpenAIRefusesInvalidRequests(t *testing.T) {
 		{"StrictSchemaOptionalProperty", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
 			obj(obj(obj(m["response_format"])["json_schema"])["schema"])["required"] = []any{}
 		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=(), 'required' is required to be supplied and to be an array including every key in properties. Missing 'text'."},
+		{"StrictSchemaMinLength", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(obj(obj(obj(m["response_format"])["json_schema"])["schema"])["properties"])["text"])["minLength"] = 1
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=('properties', 'text'), 'minLength' is not permitted."},
+		{"StrictSchemaUnsupportedFormat", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(obj(obj(obj(m["response_format"])["json_schema"])["schema"])["properties"])["text"])["format"] = "uri"
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=('properties', 'text'), 'uri' is not a supported format."},
+		{"StrictSchemaAllOf", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(obj(m["response_format"])["json_schema"])["schema"])["allOf"] = []any{}
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=(), 'allOf' is not permitted."},
+		{"StrictSchemaRootArray", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(m["response_format"])["json_schema"])["schema"] = map[string]any{"type": "array", "items": map[string]any{"type": "string"}}
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': schema must be a JSON Schema of 'type: \"object\"'"},
+		{"StrictSchemaNested", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			obj(obj(obj(obj(m["response_format"])["json_schema"])["schema"])["properties"])["o"] = map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"type": "integer"}}, "required": []any{"x"}}
+			obj(obj(obj(m["response_format"])["json_schema"])["schema"])["required"] = []any{"text", "o"}
+		}), 400, nil, "response_format", "Invalid schema for response_format 'demo': In context=('properties', 'o'), 'additionalProperties' is required to be supplied and to be false."},
 		{"UnknownField", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["foo"] = 1 }),
 			400, nil, nil, "Unrecognized request argument supplied: foo"},
 		{"NotJSON", sim.Options{}, "", `{"model":`, 400, nil, nil, "We could not parse the JSON body of your request."},
@@ -157,6 +174,18 @@ func TestOpenAIRefusesInvalidRequests(t *testing.T) {
 			400, nil, "response_format", "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model."},
 		{"ReasoningModelTemperature", sim.Options{Model: "o3-mini"}, "", edit(t, openAIBase, func(m map[string]any) { m["model"] = "o3-mini" }),
 			400, "unsupported_value", "temperature", "Unsupported value: 'temperature' does not support 0 with this model. Only the default (1) value is supported."},
+		{"StoreString", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["store"] = "yes" }),
+			400, "invalid_type", "store", "Invalid type for 'store': expected a boolean, but got a string instead."},
+		{"MetadataNotAnObject", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = []any{"a"} }),
+			400, "invalid_type", "metadata", "Invalid type for 'metadata': expected an object, but got an array instead."},
+		{"MetadataSeventeenPairs", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = pairs(17) }),
+			400, "object_above_max_properties", "metadata", "Invalid 'metadata': too many properties. Expected an object with at most 16 properties, but got an object with 17 properties instead."},
+		{"MetadataKeyOf65", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = map[string]any{strings.Repeat("k", 65): "v"} }),
+			400, "invalid_value", "metadata", "Invalid 'metadata': key too long. Expected a key with maximum length 64, but got a key with length 65 instead."},
+		{"MetadataValueOf513", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = map[string]any{"k": strings.Repeat("é", 513)} }),
+			400, "string_above_max_length", "metadata.k", "Invalid 'metadata.k': string too long. Expected a string with maximum length 512, but got a string with length 513 instead."},
+		{"MetadataValueNumber", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = map[string]any{"k": 1} }),
+			400, "invalid_type", "metadata.k", "Invalid type for 'metadata.k': expected a string, but got a number instead."},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,6 +209,148 @@ func TestOpenAIRefusesInvalidRequests(t *testing.T) {
 				t.Errorf("refusal not recorded: request id %q, calls %+v", header.Get("x-request-id"), s.Calls())
 			}
 		})
+	}
+}
+
+// pairs is n metadata pairs.
+func pairs(n int) map[string]any {
+	m := map[string]any{}
+	for i := range n {
+		m[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return m
+}
+
+// TestOpenAIMetadataAtTheLimits: 16 pairs, a 64-character key and a
+// 512-character value are accepted.
+func TestOpenAIMetadataAtTheLimits(t *testing.T) {
+	t.Parallel()
+	_, url := serveSim(t, sim.Options{}, (*sim.Simulator).OpenAI)
+	for _, md := range []map[string]any{pairs(16), {strings.Repeat("k", 64): strings.Repeat("é", 512)}} {
+		body := edit(t, openAIBase, func(m map[string]any) { m["metadata"] = md; m["store"] = true })
+		if status, _, out := send(t, http.MethodPost, url+"/v1/chat/completions", nil, body); status != 200 {
+			t.Errorf("status %d: %v", status, out)
+		}
+	}
+}
+
+// TestOpenAIListsStoredCompletions: GET /v1/chat/completions as OpenAI's
+// OpenAPI describes it (listChatCompletions, ChatCompletionList).
+func TestOpenAIListsStoredCompletions(t *testing.T) {
+	t.Parallel()
+	s, url := serveSim(t, sim.Options{APIKey: "k"}, (*sim.Simulator).OpenAI)
+	auth := map[string]string{"Authorization": "Bearer k"}
+	create := func(model string, store any, md map[string]any) string {
+		t.Helper()
+		body := edit(t, openAIBase, func(m map[string]any) {
+			m["model"] = model
+			if store != nil {
+				m["store"] = store
+			}
+			if md != nil {
+				m["metadata"] = md
+			}
+		})
+		status, _, out := send(t, http.MethodPost, url+"/v1/chat/completions", auth, body)
+		if status != 200 {
+			t.Fatalf("create: %d %v", status, out)
+		}
+		return out["id"].(string)
+	}
+	a := create("gpt-4o", true, map[string]any{"onejob_attempt": "j/1", "team": "x"})
+	b := create("gpt-4o-mini", true, map[string]any{"onejob_attempt": "j/2", "team": "x"})
+	create("gpt-4o", false, map[string]any{"onejob_attempt": "j/3"}) // not stored
+	create("gpt-4o", nil, map[string]any{"onejob_attempt": "j/4"})   // store defaults to false
+	c := create("gpt-4o", true, nil)
+
+	ids := func(out map[string]any) []string {
+		var got []string
+		for _, d := range arr(out["data"]) {
+			got = append(got, obj(d)["id"].(string))
+		}
+		return got
+	}
+	tests := []struct {
+		name    string
+		query   string
+		want    []string
+		hasMore bool
+	}{
+		{"All", "", []string{a, b, c}, false},
+		{"Desc", "?order=desc", []string{c, b, a}, false},
+		{"ByMetadata", "?metadata[onejob_attempt]=j/2", []string{b}, false},
+		{"ByTwoPairs", "?metadata[onejob_attempt]=j/1&metadata[team]=x", []string{a}, false},
+		{"NotStored", "?metadata[onejob_attempt]=j/3", nil, false},
+		{"ByModel", "?model=gpt-4o", []string{a, c}, false},
+		{"Limit", "?limit=1", []string{a}, true},
+		{"After", "?limit=1&after=" + a, []string{b}, true},
+		{"AfterTheLast", "?after=" + c, nil, false},
+	}
+	for _, tc := range tests {
+		status, _, out := send(t, http.MethodGet, url+"/v1/chat/completions"+tc.query, auth, "")
+		if status != 200 {
+			t.Fatalf("%s: %d %v", tc.name, status, out)
+		}
+		hasKeys(t, "list", out, "object", "data", "first_id", "last_id", "has_more")
+		got := ids(out)
+		if out["object"] != "list" || strings.Join(got, ",") != strings.Join(tc.want, ",") || out["has_more"] != tc.hasMore {
+			t.Errorf("%s: data %v has_more %v, want %v %v", tc.name, got, out["has_more"], tc.want, tc.hasMore)
+		}
+		if len(got) > 0 && (out["first_id"] != got[0] || out["last_id"] != got[len(got)-1]) {
+			t.Errorf("%s: first_id %v last_id %v for %v", tc.name, out["first_id"], out["last_id"], got)
+		}
+	}
+	_, _, out := send(t, http.MethodGet, url+"/v1/chat/completions?metadata[onejob_attempt]=j/1", auth, "")
+	item := obj(arr(out["data"])[0])
+	hasKeys(t, "listed completion", item, "id", "object", "created", "model", "choices", "usage", "metadata")
+	if obj(item["metadata"])["onejob_attempt"] != "j/1" {
+		t.Errorf("listed completion metadata = %v", item["metadata"])
+	}
+	for _, bad := range []struct {
+		query  string
+		status int
+		param  any
+	}{
+		{"?order=newest", 400, "order"},
+		{"?limit=0", 400, "limit"},
+		{"?limit=x", 400, "limit"},
+	} {
+		if status, _, out := send(t, http.MethodGet, url+"/v1/chat/completions"+bad.query, auth, ""); status != bad.status || obj(out["error"])["param"] != bad.param {
+			t.Errorf("%s: %d %v", bad.query, status, out)
+		}
+	}
+	if status, _, _ := send(t, http.MethodGet, url+"/v1/chat/completions", nil, ""); status != 401 {
+		t.Errorf("unauthenticated list: %d", status)
+	}
+	if got := s.StoredCompletions(); strings.Join(got, ",") != strings.Join([]string{a, b, c}, ",") {
+		t.Errorf("StoredCompletions = %v", got)
+	}
+}
+
+// TestGuidedSchemasAreNotChecked: a schema not sent for strict enforcement
+// (strict false or absent) may use all of JSON Schema.
+func TestGuidedSchemasAreNotChecked(t *testing.T) {
+	t.Parallel()
+	lengths := map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string", "minLength": 1, "maxLength": 9}}, "required": []any{"text"}}
+	_, oai := serveSim(t, sim.Options{}, (*sim.Simulator).OpenAI)
+	body := edit(t, openAIBase, func(m map[string]any) {
+		js := obj(obj(m["response_format"])["json_schema"])
+		js["strict"], js["schema"] = false, lengths
+	})
+	if status, _, out := send(t, http.MethodPost, oai+"/v1/chat/completions", nil, body); status != 200 {
+		t.Errorf("openai, strict false: %d %v", status, out)
+	}
+	_, ant := serveSim(t, sim.Options{APIKey: "k"}, (*sim.Simulator).Anthropic)
+	body = edit(t, anthropicBase, func(m map[string]any) { obj(arr(m["tools"])[0])["input_schema"] = lengths })
+	if status, _, out := send(t, http.MethodPost, ant+"/v1/messages", anthropicHeaders, body); status != 200 {
+		t.Errorf("anthropic, no strict: %d %v", status, out)
+	}
+	_, br := serveSim(t, sim.Options{}, (*sim.Simulator).Bedrock)
+	body = edit(t, bedrockBase, func(m map[string]any) {
+		obj(obj(obj(arr(obj(m["toolConfig"])["tools"])[0])["toolSpec"])["inputSchema"])["json"] = lengths
+	})
+	if status, _, out := send(t, http.MethodPost, br+"/model/"+claudeOnBedrock+"/converse", nil, body); status != 200 {
+		t.Errorf("bedrock, no strict: %d %v", status, out)
 	}
 }
 
@@ -242,6 +413,23 @@ func TestAnthropicRefusesInvalidRequests(t *testing.T) {
 			400, "invalid_request_error", "tool_choice.name: Tool 'other' not found in tools"},
 		{"ToolSchemaNotObject", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) { obj(arr(m["tools"])[0])["input_schema"] = map[string]any{"type": "string"} }),
 			400, "invalid_request_error", "tools.0.input_schema.type: Input should be 'object'"},
+		{"StrictToolMinLength", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) {
+			tool := obj(arr(m["tools"])[0])
+			tool["strict"] = true
+			obj(obj(obj(tool["input_schema"])["properties"])["text"])["minLength"] = 1
+		}), 400, "invalid_request_error", "tools.0.input_schema: For 'string' type, property 'minLength' is not supported (at /properties/text)"},
+		{"StrictToolOpenObject", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) {
+			tool := obj(arr(m["tools"])[0])
+			tool["strict"] = true
+			delete(obj(tool["input_schema"]), "additionalProperties")
+		}), 400, "invalid_request_error", "tools.0.input_schema: For 'object' type, 'additionalProperties' must be explicitly set to false (at /)"},
+		{"StrictToolMinItems", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) {
+			tool := obj(arr(m["tools"])[0])
+			tool["strict"] = true
+			obj(obj(tool["input_schema"])["properties"])["l"] = map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "minItems": 2}
+		}), 400, "invalid_request_error", "tools.0.input_schema: For 'array' type, 'minItems' values other than 0 or 1 are not supported (at /properties/l)"},
+		{"StrictNotBoolean", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) { obj(arr(m["tools"])[0])["strict"] = "yes" }),
+			400, "invalid_request_error", "tools.0.strict: Input should be a valid boolean"},
 		{"OverTheModelsOutputCap", sim.Options{MaxOutputTokens: 64}, "", nil, anthropicBase,
 			400, "invalid_request_error", "max_tokens: 100 > 64, which is the maximum allowed number of output tokens for claude-sonnet-4-5"},
 		{"UnknownModel", sim.Options{Model: "claude-opus-4-1"}, "", nil, anthropicBase, 404, "not_found_error", "model: claude-sonnet-4-5"},
@@ -349,6 +537,11 @@ func TestBedrockRefusesInvalidRequests(t *testing.T) {
 			400, "ValidationException", "1 validation error detected: Value 'j?1' at 'requestMetadata.job_id' failed to satisfy constraint: Map value must satisfy constraint"},
 		{"OverTheModelsOutputCap", sim.Options{MaxOutputTokens: 64}, "", "", bedrockBase,
 			400, "ValidationException", "The maximum tokens you requested exceeds the model limit of 64. Try again with a maximum tokens value that is lower than 64."},
+		{"StrictToolMaxLength", sim.Options{}, "", "", edit(t, bedrockBase, func(m map[string]any) {
+			spec := obj(obj(arr(obj(m["toolConfig"])["tools"])[0])["toolSpec"])
+			spec["strict"] = true
+			obj(obj(obj(obj(spec["inputSchema"])["json"])["properties"])["text"])["maxLength"] = 10
+		}), 400, "ValidationException", "The JSON schema of toolConfig.tools.1.member.toolSpec.inputSchema is not supported for strict tool use: For 'string' type, property 'maxLength' is not supported (at /properties/text)"},
 		{"UnknownMember", sim.Options{}, "", "", edit(t, bedrockBase, func(m map[string]any) { m["temperature"] = 0 }), 400, "SerializationException", "Unknown member: temperature"},
 		{"UnknownModel", sim.Options{Model: "anthropic.claude-sonnet-4-20250514-v1:0"}, "", "", bedrockBase, 400, "ValidationException", "The provided model identifier is invalid."},
 		{"WrongOperation", sim.Options{}, "", "converse-stream", bedrockBase, 404, "UnknownOperationException", "Unknown operation"},

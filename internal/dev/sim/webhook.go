@@ -73,7 +73,10 @@ func validateWebhook(r *http.Request, body []byte) (webhookRequest, *apiError) {
 
 // Webhook serves POST on any path in the generic webhook format: the answer
 // is {"output": {...}, "model": "...", "usage": {...}}; prose is a
-// text/plain body.
+// text/plain body. It honours onejob's webhook provider contract
+// (docs/webhook-provider-contract.md): a repeat of an Idempotency-Key is
+// never executed again; it gets 409 while the first request runs, the first
+// answer (status and body) once it ended, and 422 if its body differs.
 func (s *Simulator) Webhook() http.Handler {
 	f := format{
 		name:            "webhook",
@@ -99,6 +102,7 @@ func (s *Simulator) Webhook() http.Handler {
 		filtered: func(c Call, model string) any {
 			return map[string]any{"error": "the content filter stopped the answer"}
 		},
+		idempotent: true,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -122,7 +126,7 @@ func (s *Simulator) Webhook() http.Handler {
 				c.InputTokens = Tokens(req.prompt)
 			}
 		}) {
-			s.serve(w, r, &c, f)
+			s.serve(w, r, body, &c, f)
 		}
 	})
 }

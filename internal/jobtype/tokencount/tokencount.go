@@ -112,6 +112,9 @@ var ErrNoCounter = errors.New("tokencount: no token counter for this provider")
 // internal/provider/adapters), with the limits pc declares.
 func For(pc provider.ProviderConfig, p provider.Provider, opts Options) (jobtype.Budget, error) {
 	limits := jobtype.Limits{ContextWindow: pc.ContextWindow, MaxOutputTokens: pc.MaxOutputTokens, MaxRequestBytes: pc.MaxRequestBytes}
+	if l, ok := p.(*openai.Lookup); ok {
+		p = l.Adapter // a provider with lookup sends the same messages
+	}
 	switch a := p.(type) {
 	case *openai.Adapter:
 		name := pc.Encoding

@@ -155,6 +155,16 @@ func TestForNeedsAKnownEncoding(t *testing.T) {
 	if _, err := tokencount.For(pc, p, tokencount.Options{}); err != nil {
 		t.Errorf("For with an encoding: %v", err)
 	}
+	// A provider with lookup (openai.Lookup) is counted as the adapter it wraps.
+	pc.Lookup = true
+	reg, err = adapters.NewRegistry(t.Context(), provider.Config{Providers: []provider.ProviderConfig{pc}}, nil, adapters.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ = reg.Get(pc.Name)
+	if _, err := tokencount.For(pc, p, tokencount.Options{}); err != nil {
+		t.Errorf("For a provider with lookup: %v", err)
+	}
 }
 
 // TestOpenAICountsWhatIsSent: the system prompt and the schema are counted.

@@ -38,9 +38,9 @@ type Options struct {
 func Factories(opts Options) map[string]provider.Factory {
 	return map[string]provider.Factory{
 		provider.KindOpenAI: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
-			return openai.New(openai.Config{
+			return openai.NewProvider(openai.Config{
 				Name: pc.Name, BaseURL: pc.BaseURL, Model: pc.Model, APIKey: cred,
-				MaxTokensField: pc.MaxTokensField, Reasoning: pc.Reasoning,
+				MaxTokensField: pc.MaxTokensField, Reasoning: pc.Reasoning, Lookup: pc.Lookup,
 				HTTPClient: opts.HTTPClient, Logger: opts.Logger, Now: opts.Now,
 			})
 		},

@@ -113,3 +113,33 @@ func TestRegistryConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestSettlersFromConfig: what the registry holds settles an unknown
+// attempt exactly when its provider offers a way (the lead's reconciler
+// type-asserts provider.Settler): webhooks and OpenAI with "lookup" do,
+// OpenAI without it, Anthropic and Bedrock do not.
+func TestSettlersFromConfig(t *testing.T) {
+	t.Parallel()
+	cfg, err := provider.ParseConfig([]byte(`{"providers":[
+		{"name":"oai","kind":"openai","base_url":"http://127.0.0.1:9/v1","model":"gpt-4o"},
+		{"name":"oai-lookup","kind":"openai","base_url":"http://127.0.0.1:9/v1","model":"gpt-4o","lookup":true},
+		{"name":"ant","kind":"anthropic","base_url":"http://127.0.0.1:9","model":"claude-x","credential_ref":"K"},
+		{"name":"br","kind":"bedrock","base_url":"http://127.0.0.1:9","model":"anthropic.claude-x","region":"eu-west-1"},
+		{"name":"hook","kind":"webhook","base_url":"http://127.0.0.1:9/run"}
+	]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := adapters.NewRegistry(t.Context(), cfg, provider.EnvSecrets{Lookup: func(string) (string, bool) { return "k", true }},
+		adapters.Options{AWSCredentials: credentials.NewStaticCredentialsProvider("AKID", "s", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"oai": false, "oai-lookup": true, "ant": false, "br": false, "hook": true}
+	for name, settles := range want {
+		p, _ := reg.Get(name)
+		if _, ok := p.(provider.Settler); ok != settles {
+			t.Errorf("%s (%T) is a Settler: %v, want %v", name, p, ok, settles)
+		}
+	}
+}

@@ -1,6 +1,14 @@
 // Package anthropic adapts the Anthropic Messages API to provider.Provider.
 // Structured output is obtained by forcing a single tool whose input_schema is
 // the job type's output schema; the tool call's input is the output.
+//
+// The adapter is no provider.Settler: the Messages API offers no way to ask
+// about an earlier request. It has no idempotency key (the official SDK's
+// plumbing sends none: _idempotency_header = None) and no
+// GET /v1/messages/{id} or list of messages, so a request whose answer was
+// lost cannot be found (../shared/notes/provider-reconciliation.md, §1
+// "Anthropic" and §2). An unknown attempt on an Anthropic provider waits
+// for its job type's deadline rule or an operator.
 package anthropic
 
 import (
@@ -87,6 +95,9 @@ type Tool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"input_schema"`
+	// Strict asks for strict tool use: the model's input is constrained to
+	// the schema (Claude 4.5 and later, provider.ClaudeStrictTools).
+	Strict bool `json:"strict,omitempty"`
 }
 
 // ToolChoice forces the named tool.
@@ -146,25 +157,46 @@ func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 		return provider.Prepared{}, err
 	}
 	toolName := provider.ToolName(req.JobType)
+	tool, notes := forcedTool(a.cfg.Model, toolName, req)
 	body := &MessagesRequest{
 		Model:       a.cfg.Model,
 		MaxTokens:   req.MaxOutputTokens,
 		System:      req.System,
 		Temperature: req.Temperature,
 		Messages:    []Message{{Role: "user", Content: req.Prompt}},
-		Tools: []Tool{{
-			Name:        toolName,
-			Description: "Record the " + req.JobType + " result. Always call this tool with the complete result.",
-			InputSchema: req.OutputSchema,
-		}},
-		ToolChoice: ToolChoice{Type: "tool", Name: toolName},
+		Tools:       []Tool{tool},
+		ToolChoice:  ToolChoice{Type: "tool", Name: toolName},
 	}
-	var notes []string
 	if body.MaxTokens <= 0 {
 		body.MaxTokens = DefaultMaxTokens
 		notes = append(notes, fmt.Sprintf("max_tokens %d sent: the API requires one", DefaultMaxTokens))
 	}
 	return provider.Prepared{Model: a.cfg.Model, Body: body, Notes: notes}, nil
+}
+
+// forcedTool is the tool the model is made to call. A model that takes
+// strict tool use gets the output schema in Claude's strict subset
+// (provider.ClaudeStrict) and strict: true, so the API enforces that much;
+// another model gets the schema as written, which guides it without being
+// enforced. onejob's output check enforces the whole contract either way.
+func forcedTool(model, name string, req provider.Request) (Tool, []string) {
+	tool := Tool{
+		Name:        name,
+		Description: "Record the " + req.JobType + " result. Always call this tool with the complete result.",
+		InputSchema: req.OutputSchema,
+	}
+	if !provider.ClaudeStrictTools(model) {
+		return tool, nil
+	}
+	strict, err := provider.ClaudeStrict.Strict(req.OutputSchema)
+	if err != nil {
+		return tool, []string{"tool sent without strict: " + err.Error()}
+	}
+	tool.InputSchema, tool.Strict = strict.Schema, true
+	if d := strict.Describe(provider.ClaudeStrict); d != "" {
+		return tool, []string{d}
+	}
+	return tool, nil
 }
 
 func (a *Adapter) header() http.Header {

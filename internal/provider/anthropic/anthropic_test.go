@@ -122,3 +122,39 @@ func TestCountTokensOverHTTP(t *testing.T) {
 		t.Errorf("count with a wrong key = %v", err)
 	}
 }
+
+// TestStrictToolForClaude45AndLater: a model that takes strict tool use
+// gets the schema in Claude's strict subset and strict: true; an older one
+// gets the schema as written.
+func TestStrictToolForClaude45AndLater(t *testing.T) {
+	t.Parallel()
+	schema := `{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"]}`
+	tests := []struct {
+		model, want string
+		strict      bool
+	}{
+		{"claude-sonnet-4-5", `{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}`, true},
+		{"claude-opus-4-6", `{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}`, true},
+		{"claude-3-5-haiku-20241022", schema, false},
+		{"claude-sonnet-4-20250514", schema, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.model, func(t *testing.T) {
+			t.Parallel()
+			a, err := anthropic.New(anthropic.Config{Name: "a", Model: tc.model, APIKey: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := providertest.Request(1)
+			req.OutputSchema = json.RawMessage(schema)
+			prep, err := a.Prepare(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tool := prep.Body.(*anthropic.MessagesRequest).Tools[0]
+			if string(tool.InputSchema) != tc.want || tool.Strict != tc.strict {
+				t.Errorf("tool schema %s strict %v, want %s %v", tool.InputSchema, tool.Strict, tc.want, tc.strict)
+			}
+		})
+	}
+}

@@ -1,6 +1,15 @@
 // Package bedrock adapts Amazon Bedrock's Converse API to provider.Provider.
 // Structured output is obtained by forcing a single tool whose inputSchema is
 // the job type's output schema; the toolUse input is the output.
+//
+// The adapter is no provider.Settler: Converse takes no idempotency token
+// (ConverseRequest has no clientRequestToken member) and there is no way to
+// look a Converse request up afterwards; requestMetadata only reaches the
+// invocation logs. Bedrock's tokens (StartAsyncInvoke,
+// CreateModelInvocationJob) belong to other APIs, and StartAsyncInvoke is for
+// Nova Reel video only (../shared/notes/provider-reconciliation.md, §1
+// "Amazon Bedrock" and §2). An unknown attempt on a Bedrock provider waits
+// for its job type's deadline rule or an operator.
 package bedrock
 
 import (
@@ -176,13 +185,29 @@ func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 	if err := provider.CheckRequest(a.cfg.Name, req, true); err != nil {
 		return provider.Prepared{}, err
 	}
-	var schema any
-	if err := json.Unmarshal(req.OutputSchema, &schema); err != nil {
-		return provider.Prepared{}, a.fail(provider.ClassNonRetryable, 0, "", "decode output schema", fmt.Errorf("%w: %w", provider.ErrInvalidRequest, err))
-	}
 	if !ForcesTool(a.cfg.ModelID) {
 		return provider.Prepared{}, provider.ModelRuleError(a.cfg.Name, a.cfg.ModelID,
 			"the adapter forces its tool (toolConfig.toolChoice.tool), which Bedrock accepts only for Anthropic Claude 3 and later, Amazon Nova and Mistral Large 2")
+	}
+	// A Claude model that takes strict tool use gets the schema in
+	// Claude's strict subset and strict: true (Bedrock's structured outputs
+	// for Claude 4.5 and later); another model gets it as written, as
+	// guidance. onejob's output check enforces the whole contract either way.
+	raw, strict := req.OutputSchema, false
+	var notes []string
+	if provider.ClaudeStrictTools(a.cfg.ModelID) {
+		if s, err := provider.ClaudeStrict.Strict(req.OutputSchema); err != nil {
+			notes = append(notes, "tool sent without strict: "+err.Error())
+		} else {
+			raw, strict = s.Schema, true
+			if d := s.Describe(provider.ClaudeStrict); d != "" {
+				notes = append(notes, d)
+			}
+		}
+	}
+	var schema any
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		return provider.Prepared{}, a.fail(provider.ClassNonRetryable, 0, "", "decode output schema", fmt.Errorf("%w: %w", provider.ErrInvalidRequest, err))
 	}
 	toolName := provider.ToolName(req.JobType)
 	in := &bedrockruntime.ConverseInput{
@@ -209,10 +234,14 @@ func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 	if req.System != "" {
 		in.System = []types.SystemContentBlock{&types.SystemContentBlockMemberText{Value: req.System}}
 	}
+	if strict {
+		spec := in.ToolConfig.Tools[0].(*types.ToolMemberToolSpec)
+		spec.Value.Strict = aws.Bool(true)
+	}
 	if req.MaxOutputTokens > 0 {
 		in.InferenceConfig.MaxTokens = aws.Int32(int32(min(req.MaxOutputTokens, 1<<30)))
 	}
-	return provider.Prepared{Model: a.cfg.ModelID, Body: in}, nil
+	return provider.Prepared{Model: a.cfg.ModelID, Body: in, Notes: notes}, nil
 }
 
 // Call implements provider.Provider.

@@ -1,6 +1,16 @@
 // Package openai adapts OpenAI-compatible Chat Completions APIs (OpenAI,
 // vLLM, Ollama, ...) to provider.Provider, using response_format json_schema
 // for structured output.
+//
+// Chat Completions has no idempotency key (no public mechanism: see
+// ../shared/notes/provider-reconciliation.md §1), but a completion created
+// with store: true can be listed by its metadata. A provider configured
+// with lookup (NewProvider, Config.Lookup) sends store: true and metadata
+// {"onejob_attempt": "<job_id>/<attempt>"} with every call, and settles an
+// attempt whose answer was lost by listing the completions with that
+// metadata (Lookup.Settle). OpenAI then keeps the prompt and the completion
+// (stored completions), which is why it is opt-in. Without lookup the
+// adapter is no provider.Settler.
 package openai
 
 import (
@@ -42,7 +52,11 @@ type Config struct {
 	MaxTokensField string
 	// Reasoning overrides ReasoningModel(Model): a reasoning model accepts
 	// only its default temperature, so none is sent.
-	Reasoning  *bool
+	Reasoning *bool
+	// Lookup sends store: true and metadata {MetadataKey: the attempt's
+	// idempotency key} with every call, so that NewProvider's Lookup can
+	// find the completion again.
+	Lookup     bool
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	Now        func() time.Time
@@ -165,7 +179,19 @@ type ChatRequest struct {
 	MaxTokens           *int           `json:"max_tokens,omitempty"`
 	MaxCompletionTokens *int           `json:"max_completion_tokens,omitempty"`
 	ResponseFormat      ResponseFormat `json:"response_format"`
+	// Store and Metadata are sent by a provider with lookup.
+	Store    *bool             `json:"store,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// MetadataKey is the metadata key a provider with lookup tags every
+// completion with; its value is the attempt's idempotency key.
+const MetadataKey = "onejob_attempt"
+
+// maxMetadataValue is the longest metadata value the API accepts
+// (components.schemas.Metadata: "Values are strings with a maximum length
+// of 512 characters").
+const maxMetadataValue = 512
 
 type completion struct {
 	ID      string `json:"id"`
@@ -196,16 +222,21 @@ func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 			"it does not support response_format json_schema (Structured Outputs), which the adapter needs")
 	}
 	var notes []string
+	format := JSONSchemaFormat{Name: provider.ToolName(req.JobType), Schema: req.OutputSchema, Strict: true}
+	if strict, err := provider.OpenAIStrict.Strict(req.OutputSchema); err != nil {
+		// Strict mode would refuse it: the model is asked without it, and
+		// onejob's output check enforces the whole contract, as always.
+		format.Strict = false
+		notes = append(notes, "output schema sent without strict: "+err.Error())
+	} else {
+		format.Schema = strict.Schema
+		if d := strict.Describe(provider.OpenAIStrict); d != "" {
+			notes = append(notes, d)
+		}
+	}
 	body := &ChatRequest{
-		Model: a.cfg.Model,
-		ResponseFormat: ResponseFormat{
-			Type: "json_schema",
-			JSONSchema: JSONSchemaFormat{
-				Name:   provider.ToolName(req.JobType),
-				Schema: req.OutputSchema,
-				Strict: true,
-			},
-		},
+		Model:          a.cfg.Model,
+		ResponseFormat: ResponseFormat{Type: "json_schema", JSONSchema: format},
 	}
 	if req.System != "" {
 		body.Messages = append(body.Messages, Message{Role: "system", Content: req.System})
@@ -231,6 +262,14 @@ func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 			body.MaxCompletionTokens = &n
 		}
 	}
+	if a.cfg.Lookup {
+		if len([]rune(req.IdempotencyKey)) > maxMetadataValue {
+			return provider.Prepared{}, &provider.CallError{Provider: a.cfg.Name, Class: provider.ClassNonRetryable,
+				Msg: fmt.Sprintf("idempotency key longer than the %d characters a metadata value may have", maxMetadataValue), Err: provider.ErrInvalidRequest}
+		}
+		store := true
+		body.Store, body.Metadata = &store, map[string]string{MetadataKey: req.IdempotencyKey}
+	}
 	return provider.Prepared{Model: a.cfg.Model, Body: body, Notes: notes}, nil
 }
 
@@ -242,13 +281,9 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if err != nil {
 		return provider.Response{}, err
 	}
-	header := http.Header{}
+	header := a.header()
 	header.Set("Idempotency-Key", req.IdempotencyKey)
-	if !a.cfg.APIKey.IsZero() {
-		header.Set("Authorization", "Bearer "+a.cfg.APIKey.Reveal())
-	}
-
-	hresp, err := a.Client().PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/chat/completions", header, prep.Body)
+	hresp, err := a.Client().PostJSON(ctx, a.url(), header, prep.Body)
 	if err != nil {
 		var ce *provider.CallError
 		// A spent quota answers 429 like a rate limit; waiting will not fix it.
@@ -266,6 +301,37 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		// identifies the call in their logs.
 		hresp.RequestID = c.ID
 	}
+	resp, err = a.answer(hresp, c)
+	if err != nil {
+		return provider.Response{}, err
+	}
+	resp.Output = restore(req, resp.Output)
+	return resp, nil
+}
+
+// restore removes from an answer the nulls strict mode made the model give
+// for the schema's optional properties (provider.StrictSchema.Restore).
+func restore(req provider.Request, output json.RawMessage) json.RawMessage {
+	strict, err := provider.OpenAIStrict.Strict(req.OutputSchema)
+	if err != nil {
+		return output
+	}
+	return strict.Restore(output)
+}
+
+func (a *Adapter) url() string { return strings.TrimRight(a.cfg.BaseURL, "/") + "/chat/completions" }
+
+func (a *Adapter) header() http.Header {
+	header := http.Header{}
+	if !a.cfg.APIKey.IsZero() {
+		header.Set("Authorization", "Bearer "+a.cfg.APIKey.Reveal())
+	}
+	return header
+}
+
+// answer reads a chat completion as Call uses it; hresp says where it came
+// from (status, request id) for the errors.
+func (a *Adapter) answer(hresp provider.HTTPResponse, c completion) (resp provider.Response, err error) {
 	if len(c.Choices) == 0 {
 		return provider.Response{}, a.Client().Malformed(hresp, "no choices in chat completion", nil)
 	}

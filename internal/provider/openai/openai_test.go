@@ -16,24 +16,43 @@ import (
 
 func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
 	t.Helper()
-	a, err := openai.New(openai.Config{
+	return newProvider(t, env, false)
+}
+
+func newProvider(t *testing.T, env providertest.Env, lookup bool) provider.Provider {
+	t.Helper()
+	p, err := openai.NewProvider(openai.Config{
 		Name: "openai-primary", BaseURL: env.BaseURL + "/v1", Model: "gpt-test",
-		APIKey: env.APIKey, Logger: env.Logger, Now: env.Now,
+		APIKey: env.APIKey, Logger: env.Logger, Now: env.Now, Lookup: lookup,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return a
+	return p
 }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	providertest.Run(t, providertest.Harness{
-		Handler:     (*sim.Simulator).OpenAI,
-		New:         newAdapter,
-		SendsSystem: true,
-		SendsSchema: true,
-	})
+	tests := []struct {
+		name    string
+		lookup  bool
+		settles providertest.Settles
+	}{
+		{"WithoutLookup", false, providertest.SettleNone},
+		{"WithLookup", true, providertest.SettleLookup},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			providertest.Run(t, providertest.Harness{
+				Handler:     (*sim.Simulator).OpenAI,
+				New:         func(t *testing.T, env providertest.Env) provider.Provider { return newProvider(t, env, tc.lookup) },
+				SendsSystem: true,
+				SendsSchema: true,
+				Settles:     tc.settles,
+			})
+		})
+	}
 }
 
 // TestWireFormat checks the request body against the Chat Completions contract.
@@ -258,5 +277,113 @@ func TestSpentQuotaIsExhaustedNotRateLimited(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Status != http.StatusTooManyRequests || ce.Class != provider.ClassExhausted ||
 		!errors.Is(err, provider.ErrAccountExhausted) || ce.RetryAfter != 0 || !strings.Contains(err.Error(), "insufficient_quota") {
 		t.Errorf("err = %v, want a 429 insufficient_quota classed exhausted with no back-off", err)
+	}
+}
+
+// TestLookupStoresEveryCall: with lookup every request carries store: true
+// and the attempt's key in metadata; without it, neither is sent.
+func TestLookupStoresEveryCall(t *testing.T) {
+	t.Parallel()
+	for _, lookup := range []bool{false, true} {
+		a, err := openai.New(openai.Config{Name: "o", Model: "gpt-4o", Lookup: lookup})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prep, err := a.Prepare(providertest.Request(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(prep.Body)
+		var body map[string]any
+		_ = json.Unmarshal(raw, &body)
+		_, hasStore := body["store"]
+		_, hasMetadata := body["metadata"]
+		if !lookup && (hasStore || hasMetadata) {
+			t.Errorf("without lookup: %s", raw)
+		}
+		if lookup {
+			md, _ := body["metadata"].(map[string]any)
+			if body["store"] != true || md[openai.MetadataKey] != "job-123/3" || len(md) != 1 {
+				t.Errorf("with lookup: %s", raw)
+			}
+		}
+	}
+	long := providertest.Request(1)
+	long.IdempotencyKey = strings.Repeat("k", 513)
+	a, _ := openai.New(openai.Config{Name: "o", Model: "gpt-4o", Lookup: true})
+	if _, err := a.Prepare(long); !errors.Is(err, provider.ErrInvalidRequest) {
+		t.Errorf("a key longer than a metadata value: %v", err)
+	}
+}
+
+// TestSchemaInTheStrictSubset: the output schema goes out in OpenAI's
+// strict subset, with a note naming what onejob's own check keeps; a schema
+// the subset cannot express goes out as written, without strict.
+func TestSchemaInTheStrictSubset(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, schema, want string
+		strict             bool
+		note               string
+	}{
+		{"LengthsDropped", `{"type":"object","properties":{"s":{"type":"string","minLength":1,"maxLength":9}},"required":["s"],"additionalProperties":false}`,
+			`{"type":"object","properties":{"s":{"type":"string"}},"required":["s"],"additionalProperties":false}`, true, "minLength at /properties/s, maxLength at /properties/s"},
+		{"AlreadyStrict", `{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"],"additionalProperties":false}`,
+			`{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"],"additionalProperties":false}`, true, ""},
+		{"Inexpressible", `{"type":"object","properties":{"v":{"not":{"type":"null"}}},"required":["v"]}`,
+			`{"type":"object","properties":{"v":{"not":{"type":"null"}}},"required":["v"]}`, false, "output schema sent without strict"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, err := openai.New(openai.Config{Name: "o", Model: "gpt-4o"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := providertest.Request(1)
+			req.OutputSchema = json.RawMessage(tc.schema)
+			prep, err := a.Prepare(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			js := prep.Body.(*openai.ChatRequest).ResponseFormat.JSONSchema
+			if string(js.Schema) != tc.want || js.Strict != tc.strict {
+				t.Errorf("schema %s strict %v, want %s strict %v", js.Schema, js.Strict, tc.want, tc.strict)
+			}
+			notes := strings.Join(prep.Notes, "; ")
+			if (tc.note == "") != (notes == "") || !strings.Contains(notes, tc.note) {
+				t.Errorf("notes %q, want %q", notes, tc.note)
+			}
+		})
+	}
+}
+
+// TestOptionalPropertiesComeBackAbsent: strict mode makes every property
+// required, so an optional one is sent nullable; the model's null for it is
+// an absent property again in the answer (and in a settled one).
+func TestOptionalPropertiesComeBackAbsent(t *testing.T) {
+	t.Parallel()
+	s := sim.New(sim.Options{Oracle: sim.Fixed{GoodOutput: json.RawMessage(`{"a":"x","b":null}`)}})
+	srv, err := sim.Start(s.OpenAI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	p := newProvider(t, providertest.Env{BaseURL: srv.URL()}, true)
+	req := providertest.Request(1)
+	req.OutputSchema = json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":["a"],"additionalProperties":false}`)
+	resp, err := p.Call(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(resp.Output) != `{"a":"x"}` {
+		t.Errorf("Output = %s", resp.Output)
+	}
+	if got := string(s.Calls()[0].Schema); !strings.Contains(got, `"b":{"type":["string","null"]}`) || !strings.Contains(got, `"required":["a","b"]`) {
+		t.Errorf("schema sent %s", got)
+	}
+	settled, err := p.(provider.Settler).Settle(t.Context(), req)
+	if err != nil || string(settled.Response.Output) != `{"a":"x"}` {
+		t.Errorf("Settle = %+v, %v", settled, err)
 	}
 }

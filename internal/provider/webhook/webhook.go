@@ -10,8 +10,14 @@
 //
 // The envelope (rather than the bare object) keeps room for metadata and makes
 // a proxy's stray JSON distinguishable from an answer. The request id is read
-// from X-Request-Id. Endpoints with side effects must deduplicate on
-// Idempotency-Key: a malformed 2xx is classified retryable.
+// from X-Request-Id.
+//
+// A receiver keeps onejob's webhook provider contract
+// (docs/webhook-provider-contract.md): it answers a repeat of an
+// Idempotency-Key with its first answer (same status, same body), or 409
+// while the first request with the key is still in progress. That is what
+// lets the adapter settle an attempt whose answer was lost (Settle): it
+// sends the same request again, under the same key.
 package webhook
 
 import (
@@ -23,6 +29,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -130,15 +137,24 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if err != nil {
 		return provider.Response{}, err
 	}
+	hresp, err := a.Client().PostJSON(ctx, a.cfg.URL, a.header(req), prep.Body)
+	if err != nil {
+		return provider.Response{}, err
+	}
+	return a.parse(hresp)
+}
+
+func (a *Adapter) header(req provider.Request) http.Header {
 	header := http.Header{}
 	header.Set("Idempotency-Key", req.IdempotencyKey)
 	if !a.cfg.Token.IsZero() {
 		header.Set("Authorization", "Bearer "+a.cfg.Token.Reveal())
 	}
-	hresp, err := a.Client().PostJSON(ctx, a.cfg.URL, header, prep.Body)
-	if err != nil {
-		return provider.Response{}, err
-	}
+	return header
+}
+
+// parse reads a 2xx answer as Call uses it.
+func (a *Adapter) parse(hresp provider.HTTPResponse) (provider.Response, error) {
 	var body Response
 	if err := json.Unmarshal(hresp.Body, &body); err != nil {
 		return provider.Response{}, a.Client().Malformed(hresp, "decode webhook response: "+provider.Excerpt(string(hresp.Body)), err)
@@ -151,4 +167,59 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		model = a.cfg.Name
 	}
 	return provider.Response{Output: body.Output, ProviderRequestID: hresp.RequestID, Model: model, Usage: body.Usage}, nil
+}
+
+// Settle implements provider.Settler: it sends the attempt's request again,
+// same body, same Idempotency-Key, which a receiver keeping the contract
+// answers without executing it again:
+//
+//   - 2xx: the first answer, read as Call reads it: EvidenceAnswered (or
+//     EvidenceRefused with Call's error when Call could not have used it);
+//   - 409: the first request is still in progress: EvidenceInProgress;
+//   - another 4xx: the first answer was a refusal: EvidenceRefused with the
+//     *CallError — except the statuses in notAboutTheAttempt, which speak
+//     of the re-send, not of the attempt;
+//   - 5xx, 429, no answer: an error; ask again later.
+func (a *Adapter) Settle(ctx context.Context, req provider.Request) (s provider.Settlement, err error) {
+	start := a.Clock()()
+	defer func() { provider.LogSettle(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), s, err) }()
+	prep, err := a.Prepare(req)
+	if err != nil {
+		return provider.Settlement{}, err
+	}
+	resent := "re-sent with Idempotency-Key " + req.IdempotencyKey
+	hresp, err := a.Client().PostJSON(ctx, a.cfg.URL, a.header(req), prep.Body)
+	if err == nil {
+		resp, perr := a.parse(hresp)
+		if perr != nil {
+			return provider.Settlement{Evidence: provider.EvidenceRefused, Err: perr,
+				Detail: provider.Excerpt(fmt.Sprintf("%s: %d, its first answer, which onejob cannot use: %v", resent, hresp.Status, perr))}, nil
+		}
+		detail := fmt.Sprintf("%s: %d, its first answer", resent, hresp.Status)
+		if resp.ProviderRequestID != "" {
+			detail += " (request " + resp.ProviderRequestID + ")"
+		}
+		return provider.Settlement{Evidence: provider.EvidenceAnswered, Response: resp, Detail: provider.Excerpt(detail)}, nil
+	}
+	var ce *provider.CallError
+	if !errors.As(err, &ce) || ce.Status < 400 || ce.Status >= 500 || slices.Contains(notAboutTheAttempt, ce.Status) {
+		return provider.Settlement{}, err
+	}
+	if ce.Status == http.StatusConflict {
+		return provider.Settlement{Evidence: provider.EvidenceInProgress,
+			Detail: provider.Excerpt(resent + ": 409, the first request with this key is still in progress")}, nil
+	}
+	return provider.Settlement{Evidence: provider.EvidenceRefused, Err: ce,
+		Detail: provider.Excerpt(fmt.Sprintf("%s: %d, its first answer was a refusal: %s", resent, ce.Status, ce.Msg))}, nil
+}
+
+// notAboutTheAttempt are the 4xx a re-send can get that say nothing of what
+// became of the first request: its credentials (401, 403, 407), an endpoint
+// gone (404), the re-send itself timed out, came too early or too often
+// (408, 425, 429), and 422, which the Idempotency-Key draft gives for a key
+// reused with a different request. They are errors: ask again later, or an
+// operator looks.
+var notAboutTheAttempt = []int{
+	http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusProxyAuthRequired,
+	http.StatusRequestTimeout, http.StatusUnprocessableEntity, http.StatusTooEarly, http.StatusTooManyRequests,
 }

@@ -27,7 +27,7 @@ func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	providertest.Run(t, providertest.Harness{Handler: (*sim.Simulator).Webhook, New: newAdapter})
+	providertest.Run(t, providertest.Harness{Handler: (*sim.Simulator).Webhook, New: newAdapter, Settles: providertest.SettleResend})
 }
 
 func TestWireFormat(t *testing.T) {
@@ -177,6 +177,67 @@ func TestDemoSimulator(t *testing.T) {
 			}
 			if got := demo.IdempotencyKeys(sim.DemoPrimary); !reflect.DeepEqual(got, []string{"job-demo/1"}) {
 				t.Errorf("idempotency keys = %v", got)
+			}
+		})
+	}
+}
+
+// TestSettleAgainstTheDemoSimulator: the adapter settles attempts on the
+// demo simulator (sim-primary of make run) as the contract says: a call
+// that never finishes stays in progress, an answered one answers again
+// without running again.
+func TestSettleAgainstTheDemoSimulator(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		simulate string
+		deadline time.Duration
+		want     provider.Evidence
+	}{
+		{"AnsweredCall", `{}`, 0, provider.EvidenceAnswered},
+		{"RefusedCall", `{"sim-primary":{"outcome":"error"}}`, 0, ""}, // a 503 first answer: no evidence, ask again
+		{"TimedOutCall", `{"sim-primary":{"outcome":"timeout"}}`, time.Second, provider.EvidenceInProgress},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			demo, srv, err := sim.StartDemo()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Close() })
+			a, err := webhook.New(webhook.Config{Name: sim.DemoPrimary, URL: srv.URL() + "/" + sim.DemoPrimary})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := provider.Request{JobID: "job-demo", Attempt: 1, IdempotencyKey: "job-demo/1", JobType: "demo", Prompt: "hello",
+				Input: json.RawMessage(`{"prompt":"hello","simulate":` + tc.simulate + `}`)}
+			ctx := t.Context()
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+				defer cancel()
+			}
+			first, callErr := a.Call(ctx, req)
+			if tc.deadline > 0 && provider.Classify(callErr) != provider.ClassAmbiguous {
+				t.Fatalf("Call = %v, want it sent and timed out", callErr)
+			}
+			settleCtx, cancel := context.WithTimeout(t.Context(), time.Minute) // a repeat run again would hang
+			defer cancel()
+			got, err := a.Settle(settleCtx, req)
+			if tc.want == "" {
+				if err == nil {
+					t.Fatalf("Settle = %+v, want an error", got)
+				}
+			} else if err != nil || got.Evidence != tc.want {
+				t.Fatalf("Settle = %+v, %v; want %s", got, err, tc.want)
+			}
+			if tc.want == provider.EvidenceAnswered && (callErr != nil || string(got.Response.Output) != string(first.Output) || got.Response.ProviderRequestID != first.ProviderRequestID) {
+				t.Errorf("settled %+v, the call answered %+v (%v)", got.Response, first, callErr)
+			}
+			st := demo.Stats()[sim.DemoPrimary]
+			if st.Calls != 2 || st.Executions != 1 || len(st.ExecutedMoreThanOnce) != 0 {
+				t.Errorf("stats = %+v: one execution for two requests", st)
 			}
 		})
 	}

@@ -2,8 +2,10 @@
 // its loopback simulator: success and structured-output parsing, the usage
 // charged, rate limits with Retry-After, a spent quota, 5xx, malformed
 // bodies, prose, content filtering, client errors, timeouts, connection
-// refusal, idempotency keys, credential hygiene, and Prepare building
-// without sending.
+// refusal, idempotency keys, credential hygiene, Prepare building without
+// sending, and settling an attempt whose answer was lost (settle.go): an
+// adapter whose provider offers a way implements provider.Settler, the
+// others must not.
 package providertest
 
 import (
@@ -52,6 +54,9 @@ type Harness struct {
 	QuotaClass provider.Class
 	// NoUsage says the wire format reports no usage.
 	NoUsage bool
+	// Settles says how the adapter settles an attempt whose answer was
+	// lost; SettleNone (the zero value) requires that it cannot.
+	Settles Settles
 }
 
 // goodOutput is what the suite's oracle answers.
@@ -331,6 +336,8 @@ func Run(t *testing.T, h Harness) {
 		if elapsed := time.Since(start); elapsed > 5*time.Second {
 			t.Errorf("Call took %v after a 150ms deadline", elapsed)
 		}
+		// The request was written; the simulator may record it a little later.
+		<-r.sim.Arrived(Request(1).IdempotencyKey)
 		if got := len(r.sim.Calls()); got != 1 {
 			t.Errorf("simulator saw %d calls, want 1 (the request was sent)", got)
 		}
@@ -382,6 +389,8 @@ func Run(t *testing.T, h Harness) {
 		t.Parallel()
 		usageOnEveryAttempt(t, h)
 	})
+
+	runSettle(t, h)
 }
 
 // refusingURL returns a loopback URL whose port is bound but not listening,
