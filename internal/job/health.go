@@ -84,6 +84,11 @@ type HealthEvent struct {
 	Kind HealthEventKind
 	// Attempt is the attempt's key (AttemptKey).
 	Attempt string
+	// Answered is how many calls the reporter saw answered since it last
+	// wrote this provider's health: answers write nothing on their own, so
+	// they ride along with the next write, and the failure rate counts
+	// them.
+	Answered int
 }
 
 // Forced is an operator's override of a provider's breaker.
@@ -102,9 +107,11 @@ type Health struct {
 	Since  time.Time
 	Reason string
 	// Failures counts the failures of the current window by kind, the
-	// window having begun at WindowStart.
+	// window having begun at WindowStart; Answered the answers reported
+	// with them (HealthEvent.Answered).
 	WindowStart time.Time
 	Failures    map[HealthEventKind]int
+	Answered    int
 	// OpenUntil is when an open breaker's cooldown ends; Cooldown is its
 	// length, Trips how many times it opened without closing in between.
 	OpenUntil time.Time
@@ -166,9 +173,12 @@ func (h Health) clone() Health {
 
 // BreakerPolicy tunes a breaker.
 type BreakerPolicy struct {
-	// Failures within Window open a closed breaker.
-	Failures int
-	Window   time.Duration
+	// Failures within Window open a closed breaker, if they are at least
+	// FailureRate of the calls reported in it: a busy provider failing 1%
+	// of its calls keeps working.
+	Failures    int
+	FailureRate float64
+	Window      time.Duration
 	// Cooldown is the first open period; each re-trip doubles it, up to
 	// MaxCooldown.
 	Cooldown, MaxCooldown time.Duration
@@ -198,8 +208,8 @@ type HealthPolicy struct {
 // slow bounds; calls slow past 30 s; at most 64 attempts held.
 func DefaultHealthPolicy() HealthPolicy {
 	return HealthPolicy{
-		Breaker: BreakerPolicy{Failures: 5, Window: time.Minute, Cooldown: 30 * time.Second, MaxCooldown: 10 * time.Minute,
-			Probes: 1, HalfOpenMax: time.Minute},
+		Breaker: BreakerPolicy{Failures: 5, FailureRate: 0.5, Window: time.Minute, Cooldown: 30 * time.Second,
+			MaxCooldown: 10 * time.Minute, Probes: 1, HalfOpenMax: time.Minute},
 		SlowCallAfter:     30 * time.Second,
 		MaxProcessingTime: 10 * time.Minute,
 		MaxConcurrent:     64,
@@ -212,6 +222,8 @@ func (p HealthPolicy) Validate() error {
 	switch {
 	case b.Failures < 1 || b.Probes < 1:
 		return errors.New("breaker failures and probes must be at least 1")
+	case b.FailureRate <= 0 || b.FailureRate > 1:
+		return errors.New("breaker failure_rate must be in (0, 1]")
 	case b.Window <= 0 || b.Cooldown <= 0 || b.HalfOpenMax <= 0:
 		return errors.New("breaker window, cooldown and half_open_max must be positive")
 	case b.MaxCooldown < b.Cooldown:
@@ -281,17 +293,22 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 	_, probe := h.Probes[e.Attempt]
 	switch h.State {
 	case ProviderClosed:
-		if counts {
+		if counts || (changed && e.Answered > 0) {
 			if h.WindowStart.IsZero() || now.Sub(h.WindowStart) >= p.Breaker.Window {
-				h.WindowStart, h.Failures = now, map[HealthEventKind]int{}
+				h.WindowStart, h.Failures, h.Answered = now, map[HealthEventKind]int{}, 0
 			}
+			h.Answered += e.Answered
+		}
+		if counts {
 			if h.Failures == nil {
 				h.Failures = map[HealthEventKind]int{}
 			}
 			h.Failures[e.Kind]++
 			changed = true
-			if n := h.FailureCount(); n >= p.Breaker.Failures {
-				h = open(h, p, fmt.Sprintf("%d failures within %s (%s)", n, p.Breaker.Window, failureSummary(h.Failures)), now)
+			n := h.FailureCount()
+			if rate := float64(n) / float64(n+h.Answered); n >= p.Breaker.Failures && rate >= p.Breaker.FailureRate {
+				h = open(h, p, fmt.Sprintf("%d failures within %s, %.0f%% of the calls reported (%s)", n, p.Breaker.Window, rate*100,
+					failureSummary(h.Failures)), now)
 			}
 		}
 	case ProviderHalfOpen:
@@ -349,7 +366,7 @@ func closeBreaker(h Health, reason string, now time.Time) Health {
 	h.State, h.Since, h.Reason = ProviderClosed, now, reason
 	h.OpenUntil, h.Cooldown, h.Trips = time.Time{}, 0, 0
 	h.Probes, h.Passed = nil, 0
-	h.WindowStart, h.Failures = time.Time{}, nil
+	h.WindowStart, h.Failures, h.Answered = time.Time{}, nil, 0
 	return h
 }
 
@@ -483,4 +500,55 @@ func (h Health) HeldKeys() []string {
 		return keys[i] < keys[k]
 	})
 	return keys
+}
+
+// Report is what one reporter (a process running attempts) saw of a
+// provider since it last wrote the provider's health, in aggregate: the
+// failures that hold nothing (5xx, transport, 429), by kind, and the
+// answers. Aggregating them keeps a busy provider's health one write per
+// reporter per second, not one per failing call.
+type Report struct {
+	Failures map[HealthEventKind]int
+	Answered int
+}
+
+// Empty reports nothing to write.
+func (r Report) Empty() bool { return len(r.Failures) == 0 && r.Answered == 0 }
+
+// DecideReport applies a reporter's aggregate. On a closed breaker its
+// failures and answers join the window's, and may open it; on an open or
+// half-open one they are stragglers of attempts started before (a probe
+// reports alone, through DecideHealth), counted for operators only.
+func DecideReport(h Health, r Report, p HealthPolicy, now time.Time) (HealthChange, bool) {
+	if r.Empty() {
+		return HealthChange{}, false
+	}
+	now = now.UTC()
+	before := h
+	h = h.clone()
+	if h.State == "" {
+		h.State = ProviderClosed
+	}
+	if h.WindowStart.IsZero() || now.Sub(h.WindowStart) >= p.Breaker.Window {
+		if h.State == ProviderClosed {
+			h.WindowStart, h.Failures, h.Answered = now, map[HealthEventKind]int{}, 0
+		}
+	}
+	if h.Failures == nil {
+		h.Failures = map[HealthEventKind]int{}
+	}
+	for _, k := range FailureKinds() {
+		if n := r.Failures[k]; n > 0 {
+			h.Failures[k] += n
+		}
+	}
+	h.Answered += r.Answered
+	if h.State == ProviderClosed {
+		n := h.FailureCount()
+		if rate := float64(n) / float64(max(n+h.Answered, 1)); n >= p.Breaker.Failures && rate >= p.Breaker.FailureRate {
+			h = open(h, p, fmt.Sprintf("%d failures within %s, %.0f%% of the calls reported (%s)", n, p.Breaker.Window, rate*100,
+				failureSummary(h.Failures)), now)
+		}
+	}
+	return healthChange(before, h, now), true
 }

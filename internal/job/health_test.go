@@ -17,7 +17,7 @@ func hat(seconds float64) time.Time { return h0.Add(time.Duration(seconds * floa
 // one probe, half-open for at most 4 s; calls slow past 1 s; 4 held at most.
 func testPolicy() job.HealthPolicy {
 	return job.HealthPolicy{
-		Breaker: job.BreakerPolicy{Failures: 3, Window: 10 * time.Second, Cooldown: 5 * time.Second,
+		Breaker: job.BreakerPolicy{Failures: 3, FailureRate: 0.5, Window: 10 * time.Second, Cooldown: 5 * time.Second,
 			MaxCooldown: 20 * time.Second, Probes: 1, HalfOpenMax: 4 * time.Second},
 		SlowCallAfter: time.Second, MaxProcessingTime: time.Minute, MaxConcurrent: 4,
 	}
@@ -26,16 +26,17 @@ func testPolicy() job.HealthPolicy {
 // observe applies events in order, each at its time, and returns the health
 // and whether each event changed it.
 type step struct {
-	at   float64
-	kind job.HealthEventKind
-	key  string
+	at       float64
+	kind     job.HealthEventKind
+	key      string
+	answered int
 }
 
 func observe(t *testing.T, h job.Health, steps ...step) (job.Health, []bool) {
 	t.Helper()
 	var changed []bool
 	for _, s := range steps {
-		c, ok := job.DecideHealth(h, job.HealthEvent{Kind: s.kind, Attempt: s.key}, testPolicy(), hat(s.at))
+		c, ok := job.DecideHealth(h, job.HealthEvent{Kind: s.kind, Attempt: s.key, Answered: s.answered}, testPolicy(), hat(s.at))
 		changed = append(changed, ok)
 		if ok {
 			if !c.Decided() || c.Before().Revision != h.Revision || c.After().Revision != h.Revision+1 {
@@ -59,23 +60,27 @@ func TestDecideHealth(t *testing.T) {
 		openUntil float64
 		reason    string
 	}{
-		{"AnswersOnAClosedBreakerWriteNothing", []step{{1, job.HealthAnswered, "a/1"}, {2, job.HealthAnswered, "b/1"}},
+		{"AnswersOnAClosedBreakerWriteNothing", []step{{1, job.HealthAnswered, "a/1", 0}, {2, job.HealthAnswered, "b/1", 0}},
 			job.ProviderClosed, 0, 0, 0, 0, ""},
-		{"FailuresBelowTheThresholdStayClosed", []step{{1, job.HealthServerError, "a/1"}, {2, job.HealthRateLimited, "b/1"}},
+		{"FailuresBelowTheThresholdStayClosed", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthRateLimited, "b/1", 0}},
 			job.ProviderClosed, 2, 0, 2, 0, ""},
-		{"ThresholdWithinTheWindowOpens", []step{{1, job.HealthServerError, "a/1"}, {2, job.HealthTransport, "b/1"}, {3, job.HealthSlow, "c/1"}},
-			job.ProviderOpen, 3, 1, 3, 8, "3 failures within 10s (1 server_error, 1 transport, 1 slow)"},
-		{"AWindowThatEndedStartsOver", []step{{1, job.HealthServerError, "a/1"}, {2, job.HealthServerError, "b/1"}, {12, job.HealthServerError, "c/1"}},
+		{"ThresholdWithinTheWindowOpens", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthTransport, "b/1", 0}, {3, job.HealthSlow, "c/1", 0}},
+			job.ProviderOpen, 3, 1, 3, 8, "3 failures within 10s, 100% of the calls reported (1 server_error, 1 transport, 1 slow)"},
+		{"AFewFailuresAmongManyAnswersStayClosed", []step{{1, job.HealthServerError, "a/1", 4}, {2, job.HealthServerError, "b/1", 3},
+			{3, job.HealthServerError, "c/1", 2}}, job.ProviderClosed, 3, 0, 3, 0, ""},
+		{"ThenAFailureRateAboveHalfOpens", []step{{1, job.HealthServerError, "a/1", 2}, {2, job.HealthServerError, "b/1", 0},
+			{3, job.HealthServerError, "c/1", 0}}, job.ProviderOpen, 3, 0, 3, 8, "3 failures within 10s, 60% of the calls reported (3 server_error)"},
+		{"AWindowThatEndedStartsOver", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthServerError, "b/1", 0}, {12, job.HealthServerError, "c/1", 0}},
 			job.ProviderClosed, 1, 0, 3, 0, ""},
-		{"SlowThenUnknownIsOneFailure", []step{{1, job.HealthSlow, "a/1"}, {3, job.HealthUnknown, "a/1"}, {4, job.HealthServerError, "b/1"}},
+		{"SlowThenUnknownIsOneFailure", []step{{1, job.HealthSlow, "a/1", 0}, {3, job.HealthUnknown, "a/1", 0}, {4, job.HealthServerError, "b/1", 0}},
 			job.ProviderClosed, 2, 1, 2, 0, ""},
-		{"AnAnswerAfterSlowReleasesTheSlot", []step{{1, job.HealthSlow, "a/1"}, {2, job.HealthAnswered, "a/1"}},
+		{"AnAnswerAfterSlowReleasesTheSlot", []step{{1, job.HealthSlow, "a/1", 0}, {2, job.HealthAnswered, "a/1", 0}},
 			job.ProviderClosed, 1, 0, 2, 0, ""},
-		{"ReleasedOfAnUnheldAttemptWritesNothing", []step{{1, job.HealthReleased, "a/1"}},
+		{"ReleasedOfAnUnheldAttemptWritesNothing", []step{{1, job.HealthReleased, "a/1", 0}},
 			job.ProviderClosed, 0, 0, 0, 0, ""},
-		{"StragglersWhileOpenNeitherShortenNorLengthen", []step{{1, job.HealthServerError, "a/1"}, {2, job.HealthServerError, "b/1"},
-			{3, job.HealthServerError, "c/1"}, {6, job.HealthUnknown, "d/1"}, {7, job.HealthServerError, "e/1"}},
-			job.ProviderOpen, 5, 1, 5, 8, "3 failures within 10s (3 server_error)"},
+		{"StragglersWhileOpenNeitherShortenNorLengthen", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthServerError, "b/1", 0},
+			{3, job.HealthServerError, "c/1", 0}, {6, job.HealthUnknown, "d/1", 0}, {7, job.HealthServerError, "e/1", 0}},
+			job.ProviderOpen, 5, 1, 5, 8, "3 failures within 10s, 100% of the calls reported (3 server_error)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,8 +109,8 @@ func TestDecideHealth(t *testing.T) {
 // tripped is a breaker that opened at 3 s, until 8 s.
 func tripped(t *testing.T) job.Health {
 	t.Helper()
-	h, _ := observe(t, job.NewHealth("p"), step{1, job.HealthServerError, "a/1"}, step{2, job.HealthServerError, "b/1"},
-		step{3, job.HealthServerError, "c/1"})
+	h, _ := observe(t, job.NewHealth("p"), step{1, job.HealthServerError, "a/1", 0}, step{2, job.HealthServerError, "b/1", 0},
+		step{3, job.HealthServerError, "c/1", 0})
 	if h.State != job.ProviderOpen {
 		t.Fatalf("not open: %+v", h)
 	}
@@ -142,7 +147,7 @@ func TestAdmitThroughTheCycle(t *testing.T) {
 		t.Fatalf("second attempt while the probe runs: %+v, want refused", a)
 	}
 	// The probe answers: closed, counts reset, trips forgotten.
-	h, _ = observe(t, h, step{9, job.HealthAnswered, "x/1"})
+	h, _ = observe(t, h, step{9, job.HealthAnswered, "x/1", 0})
 	if h.State != job.ProviderClosed || h.Trips != 0 || h.FailureCount() != 0 || h.Opened != 1 {
 		t.Fatalf("after the probe answered: %+v, want closed with nothing counted, opened once", h)
 	}
@@ -163,7 +168,7 @@ func TestReTripLengthensTheCooldownUpToItsCap(t *testing.T) {
 		if !a.Probe {
 			t.Fatalf("round %d: %+v at %v, want a probe (%+v)", i, a, at, h)
 		}
-		h, _ = observe(t, h, step{at + 1, job.HealthSlow, key}) // the probe hangs: open again
+		h, _ = observe(t, h, step{at + 1, job.HealthSlow, key, 0}) // the probe hangs: open again
 		if h.State != job.ProviderOpen {
 			t.Fatalf("round %d: a slow probe left it %s", i, h.State)
 		}
@@ -196,12 +201,12 @@ func TestARunningCooldownIsNeverShortened(t *testing.T) {
 	// A record whose open period still runs (written by a longer trip that
 	// raced this one): a re-trip keeps the later end.
 	h.OpenUntil = hat(200)
-	h, _ = observe(t, h, step{9, job.HealthServerError, "p/1"})
+	h, _ = observe(t, h, step{9, job.HealthServerError, "p/1", 0})
 	if h.State != job.ProviderOpen || !h.OpenUntil.Equal(hat(200)) {
 		t.Fatalf("re-trip: %s until %v, want open until 200 s", h.State, h.OpenUntil)
 	}
 	// A straggler failure while open moves the end neither way.
-	h, _ = observe(t, h, step{10, job.HealthServerError, "old/1"})
+	h, _ = observe(t, h, step{10, job.HealthServerError, "old/1", 0})
 	if !h.OpenUntil.Equal(hat(200)) {
 		t.Fatalf("a straggler moved the end to %v", h.OpenUntil)
 	}
@@ -280,5 +285,45 @@ func TestHealthPolicyValidate(t *testing.T) {
 		if p.Validate() == nil {
 			t.Errorf("bad policy %d accepted", i)
 		}
+	}
+}
+
+func TestDecideReport(t *testing.T) {
+	t.Parallel()
+	report := func(failures, answered int) job.Report {
+		return job.Report{Failures: map[job.HealthEventKind]int{job.HealthServerError: failures}, Answered: answered}
+	}
+	tests := []struct {
+		name   string
+		h      func(t *testing.T) job.Health
+		r      job.Report
+		state  job.ProviderState
+		count  int
+		writes bool
+	}{
+		{"NothingGatheredWritesNothing", func(*testing.T) job.Health { return job.NewHealth("p") }, job.Report{}, job.ProviderClosed, 0, false},
+		{"AFewFailuresAmongManyAnswers", func(*testing.T) job.Health { return job.NewHealth("p") }, report(4, 40), job.ProviderClosed, 4, true},
+		{"EnoughFailuresAtTheRateOpen", func(*testing.T) job.Health { return job.NewHealth("p") }, report(3, 2), job.ProviderOpen, 3, true},
+		{"StragglersWhileOpenAreCountedOnly", tripped, report(10, 0), job.ProviderOpen, 13, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := tc.h(t)
+			c, ok := job.DecideReport(h, tc.r, testPolicy(), hat(4))
+			if ok != tc.writes {
+				t.Fatalf("writes %v, want %v", ok, tc.writes)
+			}
+			if !ok {
+				return
+			}
+			after := c.After()
+			if after.Effective() != tc.state || after.FailureCount() != tc.count || after.Revision != h.Revision+1 {
+				t.Fatalf("after %+v", after)
+			}
+			if tc.state == job.ProviderOpen && h.State == job.ProviderOpen && !after.OpenUntil.Equal(h.OpenUntil) {
+				t.Fatalf("stragglers moved the cooldown: %v → %v", h.OpenUntil, after.OpenUntil)
+			}
+		})
 	}
 }

@@ -22,6 +22,9 @@ type BreakersConfig struct {
 	// admissions of this process (default a second): about one read per
 	// container per second, whatever the traffic.
 	CacheFor time.Duration
+	// FlushEvery is how often at most this process writes the failures it
+	// gathered for a provider (default a second; see Observe).
+	FlushEvery time.Duration
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
 	Logger  *slog.Logger
@@ -43,6 +46,15 @@ type Breakers struct {
 	cfg   BreakersConfig
 	mu    sync.Mutex
 	cache map[string]cachedHealth
+	// reports gathers, per provider, what this process saw since it last
+	// wrote the provider's health (failures that hold nothing, answers):
+	// see Observe.
+	reports map[string]gathered
+}
+
+type gathered struct {
+	report  job.Report
+	flushed time.Time
 }
 
 type cachedHealth struct {
@@ -74,7 +86,10 @@ func NewBreakers(c BreakersConfig) (*Breakers, error) {
 	if c.Events == nil {
 		c.Events = NoEvents{}
 	}
-	return &Breakers{cfg: c, cache: map[string]cachedHealth{}}, nil
+	if c.FlushEvery <= 0 {
+		c.FlushEvery = time.Second
+	}
+	return &Breakers{cfg: c, cache: map[string]cachedHealth{}, reports: map[string]gathered{}}, nil
 }
 
 // Policy is the provider's health policy.
@@ -144,25 +159,132 @@ func (b *Breakers) Admit(ctx context.Context, provider, key string) job.Admissio
 	return job.Admission{Reason: "its health kept changing under contention"}
 }
 
-// Observe records what an attempt saw of its provider. Most observations
-// (an answer on a closed breaker) change nothing and write nothing.
+// Observe records what an attempt saw of its provider. A failure that
+// holds nothing (5xx, transport, 429) and an answer are gathered in this
+// process and written together, at most about once a second per provider
+// (at once when this process alone has seen enough failures to open the
+// breaker): a busy provider's health is not one write per call, and an
+// answer on a closed breaker writes nothing of its own. What concerns one
+// attempt — slow or unknown (the bulkhead holds it), its release, a probe's
+// result — is written at once.
 func (b *Breakers) Observe(ctx context.Context, provider string, e job.HealthEvent) {
 	h, err := b.read(ctx, provider, false)
+	if err != nil {
+		b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "event", string(e.Kind), "error", err.Error())
+		return
+	}
+	_, held := h.Held[e.Attempt]
+	_, probe := h.Probes[e.Attempt]
+	switch {
+	case probe || held || e.Kind == job.HealthSlow || e.Kind == job.HealthUnknown || e.Kind == job.HealthReleased:
+		b.observeNow(ctx, provider, h, e)
+	case e.Kind == job.HealthAnswered:
+		b.gather(provider, func(r *job.Report) { r.Answered++ })
+	default:
+		b.gather(provider, func(r *job.Report) {
+			if r.Failures == nil {
+				r.Failures = map[job.HealthEventKind]int{}
+			}
+			r.Failures[e.Kind]++
+		})
+		b.flush(ctx, provider, h)
+	}
+}
+
+// gather adds to the provider's report of this process.
+func (b *Breakers) gather(provider string, add func(*job.Report)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.reports[provider]
+	add(&r.report)
+	b.reports[provider] = r
+}
+
+// flush writes the provider's gathered report when one is due: a second
+// after the last, or at once when it alone could open the breaker.
+func (b *Breakers) flush(ctx context.Context, provider string, h job.Health) {
+	now := b.cfg.NowFunc()
+	pol := b.Policy(provider)
+	b.mu.Lock()
+	r := b.reports[provider]
+	failures := 0
+	for _, n := range r.report.Failures {
+		failures += n
+	}
+	// Due a second after the last write, or at once when what is written
+	// already and what this process gathered would open the breaker.
+	n, answered := h.FailureCount()+failures, h.Answered+r.report.Answered
+	trips := h.Effective() == job.ProviderClosed && n >= pol.Breaker.Failures &&
+		float64(n)/float64(n+answered) >= pol.Breaker.FailureRate
+	due := failures > 0 && (now.Sub(r.flushed) >= b.cfg.FlushEvery || trips)
+	rep := r.report
+	b.mu.Unlock()
+	if !due {
+		return
+	}
+	var err error
 	for range maxHealthRounds {
-		if err != nil {
-			b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "event", string(e.Kind), "error", err.Error())
+		c, changed := job.DecideReport(h, rep, pol, now)
+		if !changed {
 			return
 		}
+		var ok bool
+		if ok, h, err = b.save(ctx, c); err != nil {
+			break
+		}
+		if ok {
+			b.mu.Lock()
+			r := b.reports[provider]
+			r.report = subtract(r.report, rep)
+			r.flushed = now
+			b.reports[provider] = r
+			b.mu.Unlock()
+			return
+		}
+	}
+	b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "error", fmt.Sprint(err))
+}
+
+// subtract is what remains of a report once sent was written.
+func subtract(r, sent job.Report) job.Report {
+	out := job.Report{Answered: r.Answered - sent.Answered}
+	for k, n := range r.Failures {
+		if left := n - sent.Failures[k]; left > 0 {
+			if out.Failures == nil {
+				out.Failures = map[job.HealthEventKind]int{}
+			}
+			out.Failures[k] = left
+		}
+	}
+	return out
+}
+
+// observeNow writes one attempt's observation, the answers gathered so far
+// riding along.
+func (b *Breakers) observeNow(ctx context.Context, provider string, h job.Health, e job.HealthEvent) {
+	var err error
+	for range maxHealthRounds {
+		b.mu.Lock()
+		e.Answered = b.reports[provider].report.Answered
+		b.mu.Unlock()
 		c, changed := job.DecideHealth(h, e, b.Policy(provider), b.cfg.NowFunc())
 		if !changed {
 			return
 		}
 		var ok bool
-		if ok, h, err = b.save(ctx, c); ok {
+		if ok, h, err = b.save(ctx, c); err != nil {
+			break
+		}
+		if ok {
+			b.mu.Lock()
+			r := b.reports[provider]
+			r.report.Answered -= e.Answered
+			b.reports[provider] = r
+			b.mu.Unlock()
 			return
 		}
 	}
-	b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "event", string(e.Kind), "error", "contention")
+	b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "event", string(e.Kind), "error", fmt.Sprint(err))
 }
 
 // save writes a change; a lost condition hands back the stored health

@@ -555,3 +555,39 @@ func TestSweeperReleasesHeldAttemptsThatClosed(t *testing.T) {
 		t.Fatalf("held after the sweep: %v", h.Held)
 	}
 }
+
+func TestAnswersCountInTheFailureRateWithoutWritesOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	b, hs, _ := r.withBreakers(t, nil)
+	ctx := context.Background()
+	for i := range 8 {
+		b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthAnswered, Attempt: "ok/" + string(rune('a'+i))})
+	}
+	if hs.writes.Load() != 0 {
+		t.Fatalf("answers wrote %d times", hs.writes.Load())
+	}
+	// 2 failures among 10 calls: 20%, under the 50% rate. The first is
+	// written at once, the second gathered: it could not open the breaker.
+	for _, k := range []string{"x/1", "y/1"} {
+		b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthServerError, Attempt: k})
+	}
+	h, _ := r.st.Health(ctx, primary)
+	if h.Effective() != job.ProviderClosed || h.Answered != 8 || h.FailureCount() != 1 || hs.writes.Load() != 1 {
+		t.Fatalf("after 8 answers and 2 failures in a second: %+v, %d writes", h, hs.writes.Load())
+	}
+	// A second later, the next failure writes what was gathered.
+	r.clock.Advance(time.Second)
+	b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthServerError, Attempt: "w/1"})
+	if h, _ := r.st.Health(ctx, primary); h.FailureCount() != 3 || h.Effective() != job.ProviderClosed {
+		t.Fatalf("a second later: %+v", h)
+	}
+	// More failures: written at once as soon as they would open it (8 of
+	// 16 calls).
+	for i := range 5 {
+		b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthServerError, Attempt: "z/" + string(rune('a'+i))})
+	}
+	if h, _ := r.st.Health(ctx, primary); h.Effective() != job.ProviderOpen || h.FailureCount() != 8 {
+		t.Fatalf("after 8 failures of 16 calls: %+v", h)
+	}
+}

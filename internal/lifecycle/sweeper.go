@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
@@ -46,9 +47,11 @@ type SweeperConfig struct {
 	// crash left too high (or too low) once the owner has been quiet
 	// (job.DecideRecount).
 	Owners OwnerStore
-	// Purger, when set, has each sweep delete what expired: locally, where
+	// Purger, when set, has a sweep delete what expired, at most once per
+	// PurgeEvery (default 10 minutes: it scans the tables): locally, where
 	// the DynamoDB has no TTL. In AWS, TTL does it.
-	Purger ExpiredPurger
+	Purger     ExpiredPurger
+	PurgeEvery time.Duration
 }
 
 // Sweeper starts the executions of jobs left pending — by an API crash
@@ -57,6 +60,9 @@ type SweeperConfig struct {
 // (RestartRunning), and reports the age of the oldest unknown attempt.
 type Sweeper struct {
 	cfg SweeperConfig
+	mu  sync.Mutex
+	// purged is when the last purge ran.
+	purged time.Time
 }
 
 // NewSweeper checks the store and starter and defaults the rest.
@@ -79,6 +85,9 @@ func NewSweeper(c SweeperConfig) (*Sweeper, error) {
 	if c.Events == nil {
 		c.Events = NoEvents{}
 	}
+	if c.PurgeEvery <= 0 {
+		c.PurgeEvery = 10 * time.Minute
+	}
 	return &Sweeper{cfg: c}, nil
 }
 
@@ -95,6 +104,17 @@ type SweepReport struct {
 	// PurgedJobs and PurgedAttempts count what expired and was deleted.
 	PurgedJobs     int `json:"purged_jobs"`
 	PurgedAttempts int `json:"purged_attempts"`
+}
+
+// purgeDue reports whether a purge is due at now, and if so marks it done.
+func (w *Sweeper) purgeDue(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.purged.IsZero() && now.Sub(w.purged) < w.cfg.PurgeEvery {
+		return false
+	}
+	w.purged = now
+	return true
 }
 
 // recount repairs the counters of every owner that is busy or has open
@@ -177,7 +197,7 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	}
 	rep.OldestUnknownSeconds = oldest.Seconds()
 	w.cfg.Events.OldestUnknown(ctx, oldest)
-	if w.cfg.Purger != nil {
+	if w.cfg.Purger != nil && w.purgeDue(now) {
 		jobs, attempts, err := w.cfg.Purger.PurgeExpired(ctx, now)
 		rep.PurgedJobs, rep.PurgedAttempts = jobs, attempts
 		if err != nil {

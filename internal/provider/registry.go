@@ -106,9 +106,11 @@ type ProviderConfig struct {
 // BreakerConfig tunes one provider's circuit breaker (durations as Go
 // durations: "30s", "10m").
 type BreakerConfig struct {
-	// Failures within Window open the breaker.
-	Failures int    `json:"failures,omitempty"`
-	Window   string `json:"window,omitempty"`
+	// Failures within Window open the breaker, if they are at least
+	// FailureRate (0 to 1) of the calls in it.
+	Failures    int     `json:"failures,omitempty"`
+	FailureRate float64 `json:"failure_rate,omitempty"`
+	Window      string  `json:"window,omitempty"`
 	// Cooldown is the first open period; each re-trip doubles it, up to
 	// MaxCooldown.
 	Cooldown    string `json:"cooldown,omitempty"`
@@ -366,6 +368,9 @@ func (p ProviderConfig) Limits() (job.HealthPolicy, error) {
 		}
 		if b.Failures > 0 {
 			pol.Breaker.Failures = b.Failures
+		}
+		if b.FailureRate != 0 {
+			pol.Breaker.FailureRate = b.FailureRate
 		}
 		if b.Probes > 0 {
 			pol.Breaker.Probes = b.Probes

@@ -25,6 +25,12 @@ type Attempt struct {
 	State    string          `json:"state"`
 	Hedge    bool            `json:"hedge"`
 	Error    json.RawMessage `json:"error"`
+	// Resolution says who settled an unknown attempt out of band (in
+	// GET /v1/jobs/{id}/attempts): "reconciler", or an operator.
+	Resolution *struct {
+		Outcome string `json:"outcome"`
+		By      string `json:"by"`
+	} `json:"resolution"`
 }
 
 // Terminal reports a job that reached its outcome.

@@ -69,16 +69,19 @@ func TestTimeoutBlocksUntilResolved(t *testing.T) {
 	s := defaultStack(t)
 	c := newClient(t, s, "timeout")
 	admin := newClient(t, s, "operator", "jobs:admin")
-	// Attempt 1 answers after 9 s, long after its 2 s timeout.
-	j := c.submit("demo", "to-1", script{sim.DemoPrimary: {"outcome": "ok", "latency_ms": 9000}})
+	// Attempt 1 never answers: asked again, the provider says it is still
+	// in progress (409), so nothing settles it but an operator.
+	j := c.submit("demo", "to-1", script{sim.DemoPrimary: {"outcome": "timeout"}})
 	j = c.await(j.ID, 10*time.Second, "status unknown", func(j apiclient.Job) bool { return j.Status == "unknown" })
 	if j.States() != "1:sim-primary:unknown" {
 		t.Fatalf("after timeout: %s", j.States())
 	}
 	// Blocked: no attempt 2 through three rounds of the execution deciding
-	// again (Run, Hold, Wait), although a fallback exists.
+	// again (Run, Hold, Wait), although a fallback exists; each round asks
+	// the provider about attempt 1 and hears it is still in progress.
 	blocked := `"msg":"attempt_blocked","job_id":"` + j.ID + `"`
 	awaitLogs(t, s, blocked, 3, 30*time.Second)
+	awaitLogs(t, s, `"msg":"settle_pending","job_id":"`+j.ID+`","attempt":1`, 2, 30*time.Second)
 	if got := c.get(j.ID); len(got.Attempts) != 1 || got.Status != "unknown" {
 		t.Fatalf("new attempt while unknown: %s (%s)", got.Status, got.States())
 	}
@@ -91,27 +94,35 @@ func TestTimeoutBlocksUntilResolved(t *testing.T) {
 		t.Fatalf("resolve: %d %s", code, body)
 	}
 	j = c.await(j.ID, 10*time.Second, "an outcome", apiclient.Job.Terminal)
-	if j.Status != "succeeded" || j.CompletedBy != 2 || j.ResultProvider() != sim.DemoFallback {
+	if j.Status != "succeeded" || j.CompletedBy != 2 || j.ResultProvider() != sim.DemoFallback ||
+		j.States() != "1:sim-primary:failed,2:sim-fallback:succeeded" {
 		t.Fatalf("after resolve: %+v (%s)", j, j.States())
 	}
-	// Attempt 1's late answer arrives at ~9 s and must be discarded.
-	awaitLogs(t, s, `"msg":"late_result_discarded","job_id":"`+j.ID+`","attempt":1`, 1, 30*time.Second)
-	final := c.get(j.ID)
-	if final.Version != j.Version || final.CompletedBy != 2 || final.ResultProvider() != sim.DemoFallback ||
-		final.States() != "1:sim-primary:failed,2:sim-fallback:succeeded" {
-		t.Fatalf("late result changed the job: %+v (%s)", final, final.States())
+	// Asked again and again, the primary ran attempt 1 once.
+	if st := s.Sim.Stats()[sim.DemoPrimary]; slices.Contains(st.ExecutedMoreThanOnce, j.ID+"/1") || st.InProgress == 0 {
+		t.Fatalf("the primary's stats %+v: attempt 1 executed more than once, or never asked again", st)
 	}
 }
 
-func TestLateResultClearsUnknownWhenAlone(t *testing.T) {
+func TestAnUnknownAttemptIsSettledByAskingAgain(t *testing.T) {
 	t.Parallel()
 	s := defaultStack(t)
 	c := newClient(t, s, "late")
+	// The answer comes after the attempt's 2 s timeout: the attempt goes
+	// unknown, and the reconciler, asking the provider again under the same
+	// key, gets the first answer once the work is done.
 	j := c.submit("demo", "late-1", script{sim.DemoPrimary: {"outcome": "ok", "latency_ms": 3500}})
 	c.await(j.ID, 10*time.Second, "status unknown", func(j apiclient.Job) bool { return j.Status == "unknown" })
 	j = c.await(j.ID, 15*time.Second, "an outcome", apiclient.Job.Terminal)
 	if j.Status != "succeeded" || j.States() != "1:sim-primary:succeeded" || j.ResultProvider() != sim.DemoPrimary {
 		t.Fatalf("job = %+v (%s)", j, j.States())
+	}
+	atts := c.attempts(j.ID)
+	if len(atts) != 1 || atts[0].Resolution == nil || atts[0].Resolution.By != "reconciler" {
+		t.Fatalf("attempts %+v, want attempt 1 settled by the reconciler", atts)
+	}
+	if st := s.Sim.Stats()[sim.DemoPrimary]; slices.Contains(st.ExecutedMoreThanOnce, j.ID+"/1") {
+		t.Fatalf("the primary executed attempt 1 more than once: %+v", st)
 	}
 }
 

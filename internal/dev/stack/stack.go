@@ -73,6 +73,9 @@ type Config struct {
 	// OverdueGrace: how long an attempt may stay running past its timeout
 	// before StartAttempt declares it unknown (default: job.DefaultOverdueGrace).
 	OverdueGrace time.Duration
+	// DemoProviders, when set, adjusts the demo providers' configuration
+	// (their health limits, say) before the stack uses it.
+	DemoProviders func(provider.Config) provider.Config
 	// Quotas bound each owner's unfinished jobs and held requests; nil is
 	// make run's defaults (DefaultQuotas), &job.Quotas{} none.
 	Quotas *job.Quotas
@@ -249,7 +252,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// reuse (http.DefaultClient keeps two per host, so concurrent calls
 	// dialled anew each time) and closed before the simulator would.
 	providerHTTP := &http.Client{Transport: pooled(http.DefaultTransport.(*http.Transport).Clone(), 0, providerIdleConns, cfg.IdleTimeout/2)}
-	s.Providers, err = adapters.NewRegistry(ctx, sim.DemoConfig(simServer.URL()), nil,
+	demo := sim.DemoConfig(simServer.URL())
+	if cfg.DemoProviders != nil {
+		demo = cfg.DemoProviders(demo)
+	}
+	s.Providers, err = adapters.NewRegistry(ctx, demo, nil,
 		adapters.Options{Logger: log, HTTPClient: providerHTTP})
 	if err != nil {
 		return nil, err
