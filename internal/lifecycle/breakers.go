@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -217,7 +218,7 @@ func (b *Breakers) flush(ctx context.Context, provider string, h job.Health) {
 	trips := h.Effective() == job.ProviderClosed && n >= pol.Breaker.Failures &&
 		float64(n)/float64(n+answered) >= pol.Breaker.FailureRate
 	due := failures > 0 && (now.Sub(r.flushed) >= b.cfg.FlushEvery || trips)
-	rep := r.report
+	rep := job.Report{Failures: maps.Clone(r.report.Failures), Answered: r.report.Answered}
 	b.mu.Unlock()
 	if !due {
 		return
