@@ -150,3 +150,23 @@ func GoBuild(ctx context.Context, root, pkg, out string) error {
 	}
 	return nil
 }
+
+// NodePath is the Node.js binary every Node tool of the checkout at root
+// runs on (dynalite, the local Step Functions server, jsii under the CDK,
+// the linters, the client tests): the release pinned in package.json
+// (node-linux-<arch>), which `npm ci` links as node_modules/.bin/node. Never
+// "node" on PATH, whose version nobody chose.
+func NodePath(root string) string {
+	return filepath.Join(root, "node_modules", ".bin", "node")
+}
+
+// Node is NodePath after checking that the binary is installed; the error
+// says how to install it.
+func Node(root string) (string, error) {
+	p := NodePath(root)
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("the pinned node (%s) is not installed: run `make tools` (npm ci) in %s", p, root)
+	}
+	return p, nil
+}
