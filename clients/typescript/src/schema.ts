@@ -36,6 +36,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -68,11 +69,18 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
         };
-        /** The job's attempts, oldest first. */
+        /**
+         * The job's attempts, oldest first.
+         * @description Every attempt of the job with what it cost (usage), how it ended and,
+         *     for operators, the provider's request ID and the resolution's author
+         *     and reason. Another owner's job answers exactly like one that does
+         *     not exist.
+         */
         get: operations["listAttempts"];
         put?: never;
         post?: never;
@@ -87,6 +95,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -134,8 +143,9 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
-                /** @description The attempt number, from 1. */
+                /** @description The attempt number, from 1 (a number past 1048576 names no attempt). */
                 n: number;
             };
             cookie?: never;
@@ -208,7 +218,11 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** The console's script and stylesheet (no token needed). */
+        /**
+         * The console's script and stylesheet (no token needed).
+         * @description The files the console's page loads, with the same headers as the
+         *     page; any other name is not-found.
+         */
         get: operations["getConsoleFile"];
         put?: never;
         post?: never;
@@ -222,6 +236,9 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        JobID: string;
+        /** @description Opaque; issued by this API for one listing. */
+        Cursor: string;
         CreateJobRequest: {
             /** @example demo */
             type: string;
@@ -261,22 +278,32 @@ export interface components {
             message: string;
             /** @description Operators only. The detail, for a provider's failure its own error text. */
             provider_message?: string;
-            /** @description Operators only. The provider's HTTP status. */
+            /**
+             * Format: int32
+             * @description Operators only. The provider's HTTP status.
+             */
             provider_status?: number;
         };
         /** @description What one provider call cost, from the provider's own usage fields, and how long it took. */
         Usage: {
             /** @description The model that answered. */
             model?: string;
+            /** Format: int64 */
             input_tokens: number;
+            /** Format: int64 */
             output_tokens: number;
+            /** Format: int64 */
             latency_ms: number;
         };
         /** @description The sum over the job's attempts that called a provider — discarded and losing ones too, since each was paid for. */
         JobUsage: {
+            /** Format: int64 */
             input_tokens: number;
+            /** Format: int64 */
             output_tokens: number;
+            /** Format: int64 */
             latency_ms: number;
+            /** Format: int32 */
             attempts: number;
         };
         Resolution: {
@@ -288,6 +315,7 @@ export interface components {
             reason?: string;
         };
         AttemptSummary: {
+            /** Format: int32 */
             number: number;
             provider: string;
             state: components["schemas"]["AttemptState"];
@@ -296,6 +324,7 @@ export interface components {
             error?: components["schemas"]["Failure"];
         };
         Attempt: {
+            /** Format: int32 */
             number: number;
             provider: string;
             state: components["schemas"]["AttemptState"];
@@ -313,8 +342,8 @@ export interface components {
             resolution?: components["schemas"]["Resolution"];
         };
         Job: {
-            id: string;
-            /** @description Operators only. */
+            id: components["schemas"]["JobID"];
+            /** @description Operators only. The creator's `sub`. */
             owner?: string;
             type: string;
             status: components["schemas"]["JobStatus"];
@@ -324,13 +353,19 @@ export interface components {
             providers: string[];
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
-            /** @description Moves only when the outcome is written. */
+            /**
+             * Format: int64
+             * @description Moves only when the outcome is written.
+             */
             version: number;
             attempts: components["schemas"]["AttemptSummary"][];
             usage?: components["schemas"]["JobUsage"];
             /** @description The winning attempt's result; present once the job succeeded. */
             result?: unknown;
-            /** @description The number of the attempt whose result won. */
+            /**
+             * Format: int32
+             * @description The number of the attempt whose result won.
+             */
             completed_by?: number;
             error?: components["schemas"]["Failure"];
             cancellation?: {
@@ -340,16 +375,16 @@ export interface components {
             };
         };
         AttemptList: {
-            job_id: string;
+            job_id: components["schemas"]["JobID"];
             attempts: components["schemas"]["Attempt"][];
         };
         JobList: {
             jobs: components["schemas"]["Job"][];
             /** @description Present when more jobs follow; pass it as `cursor`. */
-            next_cursor?: string;
+            next_cursor?: components["schemas"]["Cursor"];
         };
         FieldError: {
-            /** @description JSON Pointer (RFC 6901) into the request body; "" is the whole body. */
+            /** @description JSON Pointer (RFC 6901) into the request body; "" is the whole body. At most twice the body's size (escaped keys). */
             pointer?: string;
             /** @description The query parameter at fault. */
             parameter?: string;
@@ -359,14 +394,19 @@ export interface components {
             /** Format: uri */
             type: string;
             title: string;
+            /** Format: int32 */
             status: number;
             detail: string;
+            /** @description The request's path, when it is printable. */
             instance?: string;
             request_id: string;
             /** @description For idempotency-key-reused, the job the key names. */
-            job_id?: string;
+            job_id?: components["schemas"]["JobID"];
             attempt_state?: components["schemas"]["AttemptState"];
+            /** @description What is wrong, each with where; at most the first 100. */
             errors?: components["schemas"]["FieldError"][];
+            /** @description For quota-exceeded, the RateLimit-Policy policies whose quota is spent (draft-ietf-httpapi-ratelimit-headers-11 §5.1). */
+            violated_policies?: string[];
         };
     };
     responses: {
@@ -376,13 +416,19 @@ export interface components {
          *     literal over 40 characters or with a decimal exponent beyond ±308,
          *     nesting deeper than 64, an object with more than 10,000 members),
          *     invalid-cursor, or invalid-query (a query string that does not decode,
-         *     or names a parameter twice).
+         *     or names a parameter twice). A request line that does not parse at
+         *     all (a path with a bad percent-escape, such as `/v1/jobs/%zz`) is
+         *     refused before the API sees it, by the gateway (locally, by Go's
+         *     HTTP server), with a bare 400 that is no problem document.
          */
         BadRequest: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
+                "text/plain": string;
                 "application/problem+json": components["schemas"]["Problem"] & {
                     /** @constant */
                     status?: 400;
@@ -394,7 +440,10 @@ export interface components {
         /** @description unauthenticated — no valid bearer token, or no `sub` claim. */
         Unauthenticated: {
             headers: {
+                /** @description The scheme to authenticate with (RFC 6750). */
                 "WWW-Authenticate"?: string;
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -409,6 +458,8 @@ export interface components {
         /** @description forbidden — the operation needs the jobs:admin scope. */
         Forbidden: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -423,6 +474,8 @@ export interface components {
         /** @description not-found — no such job for this caller (another owner's job included), or no such attempt. */
         NotFound: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -440,6 +493,8 @@ export interface components {
          */
         Conflict: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -454,6 +509,8 @@ export interface components {
         /** @description payload-too-large — the body exceeds 256 KiB. */
         PayloadTooLarge: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -468,6 +525,8 @@ export interface components {
         /** @description unsupported-media-type — the body must be application/json in UTF-8. */
         UnsupportedMediaType: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -482,6 +541,8 @@ export interface components {
         /** @description validation-failed (with `errors`), unknown-job-type, or result-violates-contract (with `errors`, pointers into the request body's `result`). */
         Unprocessable: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -490,6 +551,34 @@ export interface components {
                     status?: 422;
                     /** @enum {unknown} */
                     type?: "https://onejob.dev/problems/validation-failed" | "https://onejob.dev/problems/unknown-job-type" | "https://onejob.dev/problems/result-violates-contract";
+                };
+            };
+        };
+        /**
+         * @description quota-exceeded — the caller is past one of its quotas (the policies
+         *     of RateLimit-Policy; `violated_policies` names the spent ones); try
+         *     again after `Retry-After`. A replay of an accepted Idempotency-Key is
+         *     never refused by a quota. The gateway's own throttling (each stage's
+         *     rate and burst, shared by every caller) also answers 429, as
+         *     `{"message":"Too Many Requests"}` without these fields.
+         */
+        TooManyRequests: {
+            headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
+                "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 429;
+                    /** @constant */
+                    type?: "https://onejob.dev/problems/quota-exceeded";
+                };
+                "application/json": {
+                    /** @constant */
+                    message: "Too Many Requests";
                 };
             };
         };
@@ -510,7 +599,7 @@ export interface components {
         /** @description unavailable — a dependency is failing or overloaded; retry (with the same Idempotency-Key). */
         Unavailable: {
             headers: {
-                "Retry-After"?: string;
+                "Retry-After": components["headers"]["RetryAfter"];
                 [name: string]: unknown;
             };
             content: {
@@ -526,6 +615,7 @@ export interface components {
     parameters: {
         /** @description The `ETag` of the copy the browser holds; it answers 304 while the file is unchanged. */
         IfNoneMatchFile: string;
+        /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
         JobID: string;
         /** @description Names the intent; 1–255 visible ASCII characters, scoped to the caller. */
         IdempotencyKey: string;
@@ -538,6 +628,39 @@ export interface components {
         PollAfter: string;
         /** @description The wait applied (RFC 7240), present when the request asked for one with If-None-Match. */
         PreferenceApplied: string;
+        /**
+         * @description The quota policies that apply to the caller, as defined by
+         *     draft-ietf-httpapi-ratelimit-headers-11 §3: a Structured Field List
+         *     (RFC 9651) of quota policy Items. Each Item is a String naming the
+         *     policy, with the Parameters `q` (the quota in quota units, a
+         *     non-negative Integer; required), `qu` (the quota unit, a String:
+         *     "requests" (the default), "content-bytes" or
+         *     "concurrent-requests"), `w` (the time window in seconds, a positive
+         *     Integer) and `pk` (the partition key, a Byte Sequence); other
+         *     Parameters are comments. onejob's quotas are per owner, for example
+         *     unfinished jobs and concurrent held GETs:
+         *     `"unfinished-jobs";q=100, "held-gets";q=20;qu="concurrent-requests"`.
+         *     Present on answers to an owner when the deployment enforces quotas.
+         */
+        RateLimitPolicy: string;
+        /**
+         * @description The caller's current service limit under each policy of
+         *     RateLimit-Policy, as defined by draft-ietf-httpapi-ratelimit-headers-11
+         *     §4: a Structured Field List of Items, each the String naming the
+         *     policy, with the Parameters `r` (the quota still available, in the
+         *     policy's units, a non-negative Integer; required), `t` (the effective
+         *     window: seconds within which no more than `r` may be used, a
+         *     non-negative Integer) and `pk` (the partition key, a Byte Sequence).
+         *     A positive `r` is no promise that the next request is served.
+         *     Present on answers to an owner when the deployment enforces quotas.
+         */
+        RateLimit: string;
+        /**
+         * @description Seconds to wait before trying again (RFC 9110 §10.2.3,
+         *     delay-seconds). With RateLimit, never earlier than the end of its
+         *     effective window.
+         */
+        RetryAfter: string;
         /** @description The console's files are revalidated with their ETag on every use. */
         Revalidate: "no-cache";
         /**
@@ -555,10 +678,12 @@ export interface operations {
     listJobs: {
         parameters: {
             query?: {
+                /** @description Only jobs in this status. */
                 status?: components["schemas"]["JobStatus"];
+                /** @description Jobs per page, at most 100. */
                 limit?: number;
                 /** @description The `next_cursor` of the previous page; opaque. */
-                cursor?: string;
+                cursor?: components["schemas"]["Cursor"];
             };
             header?: never;
             path?: never;
@@ -569,6 +694,8 @@ export interface operations {
             /** @description One page. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -578,6 +705,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -601,7 +729,10 @@ export interface operations {
             /** @description Replayed: the job this key already names, unchanged. */
             200: {
                 headers: {
+                    /** @description This answer is a replay of the create that made the job. */
                     "Idempotent-Replayed": "true";
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -611,7 +742,10 @@ export interface operations {
             /** @description Created. */
             201: {
                 headers: {
+                    /** @description The job's URL, relative to the API's. */
                     Location: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -624,6 +758,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -638,6 +773,7 @@ export interface operations {
                 Prefer?: string;
             };
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -650,6 +786,8 @@ export interface operations {
                     ETag: components["headers"]["ETag"];
                     "Retry-After": components["headers"]["PollAfter"];
                     "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -669,8 +807,10 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -680,6 +820,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -689,14 +830,18 @@ export interface operations {
             /** @description The attempts. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["AttemptList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -706,6 +851,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -721,6 +867,8 @@ export interface operations {
             /** @description The cancelled job. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -734,6 +882,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -741,9 +890,12 @@ export interface operations {
     listOpenJobs: {
         parameters: {
             query?: {
+                /** @description Only jobs in this status (applied after the read). */
                 status?: "pending" | "running" | "unknown";
+                /** @description Jobs per page, at most 100. */
                 limit?: number;
-                cursor?: string;
+                /** @description The `next_cursor` of the previous page; opaque. */
+                cursor?: components["schemas"]["Cursor"];
             };
             header?: never;
             path?: never;
@@ -754,6 +906,8 @@ export interface operations {
             /** @description A page of jobs, oldest first, each with its owner. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -764,6 +918,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -773,8 +928,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
-                /** @description The attempt number, from 1. */
+                /** @description The attempt number, from 1 (a number past 1048576 names no attempt). */
                 n: number;
             };
             cookie?: never;
@@ -788,6 +944,8 @@ export interface operations {
             /** @description The job after the resolution. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -802,6 +960,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -839,6 +998,9 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
         };
     };
     getConsoleFile: {
@@ -879,7 +1041,10 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
         };
     };
 }
