@@ -47,7 +47,24 @@ unit: tools
 	$(GO) test -race -count=1 ./...
 
 # Function binaries must stay small (cold starts): make build check-sizes.
-test: tools preflight vet lint unit sizes-gate test-clients
+test: tools preflight vet lint lint-api unit sizes-gate test-clients
+
+# The API description and the state machine, checked by the tools API and
+# AWS teams use, pinned in package.json and run offline on the pinned node
+# (never npx): Spectral with spectral:oas and the OWASP API Security ruleset
+# (internal/apigw/spectral.yaml; any warning fails), Redocly CLI's
+# recommended rules (internal/apigw/redocly.yaml; any warning fails) and
+# asl-validator. Each rule turned off is turned off in its ruleset file,
+# with the reason.
+SPECTRAL := $(NODE) node_modules/@stoplight/spectral-cli/dist/index.js
+REDOCLY := REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(NODE) node_modules/@redocly/cli/bin/cli.js
+ASL_VALIDATOR := $(NODE) node_modules/asl-validator/dist/bin/asl-validator.js
+.PHONY: lint-api
+lint-api: tools
+	$(SPECTRAL) lint --ruleset internal/apigw/spectral.yaml --fail-severity warn internal/apigw/openapi.yaml
+	@out=$$($(REDOCLY) lint --config internal/apigw/redocly.yaml internal/apigw/openapi.yaml 2>&1); rc=$$?; echo "$$out"; \
+		if [ $$rc -ne 0 ] || grep -qi warning <<<"$$out"; then echo "redocly: openapi.yaml has errors or warnings" >&2; exit 1; fi
+	$(ASL_VALIDATOR) --json-path statemachine/onejob.asl.json
 
 # What the tests need beyond Go and the npm tools, checked up front so a
 # missing one is one clear line rather than a failed test. moto_server (a
