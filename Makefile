@@ -12,7 +12,7 @@ export GOFLAGS ?= -mod=readonly
 NODE := $(CURDIR)/node_modules/.bin/node
 export JSII_NODE := $(NODE)
 
-.PHONY: all run test tools preflight vet lint unit
+.PHONY: all run test tools vet lint unit
 
 all: test
 
@@ -47,7 +47,7 @@ unit: tools
 	$(GO) test -race -count=1 ./...
 
 # Function binaries must stay small (cold starts): make build check-sizes.
-test: tools preflight vet lint lint-api unit sizes-gate test-clients
+test: tools python-tools vet lint lint-api unit sizes-gate test-clients
 
 # The API description and the state machine, checked by the tools API and
 # AWS teams use, pinned in package.json and run offline on the pinned node
@@ -66,12 +66,14 @@ lint-api: tools
 		if [ $$rc -ne 0 ] || grep -qi warning <<<"$$out"; then echo "redocly: openapi.yaml has errors or warnings" >&2; exit 1; fi
 	$(ASL_VALIDATOR) --json-path statemachine/onejob.asl.json
 
-# What the tests need beyond Go and the npm tools, checked up front so a
-# missing one is one clear line rather than a failed test. moto_server (a
-# second DynamoDB for the store's conformance suite) comes from PyPI, which
-# this Makefile cannot reach.
-preflight:
-	@command -v moto_server >/dev/null || { echo "moto_server not found: install it with pip install 'moto[server]' (moto 5.2.1 is known to work)" >&2; exit 1; }
+# The Python tools the tests need (requirements.txt: moto_server, a second
+# DynamoDB for the store's conformance suite, and cfn-lint): on PATH, or
+# installed into .local/venv when the Python package index answers (the Go
+# side looks there too: testenv.PythonTool); otherwise one line says what
+# to install, before any test runs.
+.PHONY: python-tools
+python-tools:
+	@bash internal/dev/pytools/ensure.sh
 
 sizes-gate: build
 	@$(MAKE) --no-print-directory check-sizes

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 )
@@ -169,4 +170,29 @@ func Node(root string) (string, error) {
 		return "", fmt.Errorf("the pinned node (%s) is not installed: run `make tools` (npm ci) in %s", p, root)
 	}
 	return p, nil
+}
+
+// pythonTools are the Python programs `make test` needs, pinned in
+// requirements.txt: moto_server (a second DynamoDB) and cfn-lint.
+var pythonTools = []string{"moto_server", "cfn-lint"}
+
+// VenvBin is the folder of the checkout's own virtual environment, where
+// `make python-tools` installs requirements.txt when the tools are not on
+// PATH.
+func VenvBin(root string) string { return filepath.Join(root, ".local", "venv", "bin") }
+
+// PythonTool finds one of the Python tools of requirements.txt: on PATH,
+// else in the checkout's virtual environment (VenvBin).
+func PythonTool(root, name string) (string, error) {
+	if !slices.Contains(pythonTools, name) {
+		return "", fmt.Errorf("%s is not one of the Python tools of requirements.txt (%v)", name, pythonTools)
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(VenvBin(root), name)
+	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s is neither on PATH nor in %s: run `make python-tools` (or pip install -r requirements.txt)", name, VenvBin(root))
 }
