@@ -45,7 +45,7 @@ const (
 	DefaultStateMachineARN = "arn:aws:states:" + testenv.Region + ":" + testenv.AccountID + ":stateMachine:onejob"
 	// DefaultDefinitionPath is relative to the repository root.
 	DefaultDefinitionPath = "statemachine/onejob.asl.json"
-	defaultStartTimeout   = 10 * time.Second
+	defaultStartTimeout   = 30 * time.Second
 	stopGrace             = 5 * time.Second
 )
 
@@ -74,7 +74,8 @@ type Config struct {
 	// tests need not wait out IntervalSeconds/BackoffRate. Zero keeps the
 	// definition's timing.
 	RetryPause time.Duration
-	// StartTimeout bounds the wait for READY; default 10 s.
+	// StartTimeout bounds the wait for READY; default 30 s (loading the
+	// library and validating the definition takes seconds on a busy machine).
 	StartTimeout time.Duration
 	// IdleTimeout closes a connection to the server idle that long;
 	// default 30 s.
