@@ -270,8 +270,6 @@ async function importPatchedLibrary() {
 
 const opts = parseArgs(process.argv.slice(2));
 if (opts.lambdaEndpoint) process.env.AWS_ENDPOINT_URL_LAMBDA = opts.lambdaEndpoint;
-// Node 20 is what this machine has; the SDK's upgrade notice is noise here.
-process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = 'true';
 
 const { StateMachine, ExecutionAbortedError, ExecutionTimeoutError, ExecutionError } = await importPatchedLibrary();
 
