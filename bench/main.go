@@ -138,7 +138,7 @@ func run(ctx context.Context, o options) error {
 	rep := report{
 		GeneratedAt: time.Now().UTC().Format(time.RFC3339),
 		Host: map[string]any{"goos": runtime.GOOS, "goarch": runtime.GOARCH, "cpus": runtime.NumCPU(),
-			"go": runtime.Version(), "node": nodeVersion()},
+			"go": runtime.Version(), "node": nodeVersion(o.root)},
 		PricesCheckedOn: pricesCheckedOn,
 		Prices:          prices(),
 		Notes: []string{
@@ -244,8 +244,9 @@ func checkReport(rep report) error {
 	return errors.Join(errs...)
 }
 
-func nodeVersion() string {
-	out, err := exec.Command("node", "--version").Output()
+// nodeVersion is the version of the pinned node the servers ran on.
+func nodeVersion(root string) string {
+	out, err := exec.Command(testenv.NodePath(root), "--version").Output()
 	if err != nil {
 		return "unknown"
 	}

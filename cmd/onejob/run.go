@@ -17,12 +17,13 @@ import (
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/provider"
 )
 
 // runCommand starts the whole system on this machine until Ctrl-C:
 //
 //	onejob run [--data .local/dynalite] [--duplicate-delivery] [--log FILE] [--sweep-interval 10s] [--overdue-grace 0]
-//	           [--idle-timeout 30s] [--keep-executions 1000]
+//	           [--idle-timeout 30s] [--keep-executions 1000] [--breakers on|off]
 func runCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	data := fs.String("data", "", "keep DynamoDB data on disk in this folder (default: in memory)")
@@ -33,8 +34,17 @@ func runCommand(ctx context.Context, args []string) error {
 	overdue := fs.Duration("overdue-grace", 0, "how long past its timeout a running attempt nobody watches may stay running before it is declared unknown (0: the worker's default)")
 	idle := fs.Duration("idle-timeout", stack.DefaultIdleTimeout, "how long the local servers keep an idle connection open")
 	keep := fs.Int("keep-executions", 0, "closed executions the local Step Functions server keeps whole, history included (0: its default, 1000)")
+	breakers := fs.String("breakers", "on", "the demo providers' circuit breakers: on, or off (they never open nor fill: for drills that script provider failures)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var demoProviders func(provider.Config) provider.Config
+	switch *breakers {
+	case "on":
+	case "off":
+		demoProviders = stack.BreakersNeverAct
+	default:
+		return fmt.Errorf("--breakers %q: want on or off", *breakers)
 	}
 	settings := apigwlocal.LocalSettingsFromEnv(os.Getenv)
 	var logOut io.Writer = os.Stderr
@@ -66,7 +76,7 @@ func runCommand(ctx context.Context, args []string) error {
 	s, err := stack.Start(startCtx, stack.Config{
 		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas,
-		IdleTimeout: *idle, KeepClosedExecutions: *keep,
+		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
 	})
 	if err != nil {

@@ -4,14 +4,17 @@
 package stack
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,16 +30,20 @@ func profileFor(env string) (profile, bool) {
 	switch env {
 	case "dev":
 		// Throwaway data, chatty logs; pages on a developer's machine may
-		// call it.
-		return profile{retainData: false, logDays: 7, fullExecutionLogs: true, loopbackOrigins: true}, true
+		// call it. Small guards: a developer's account may have little
+		// concurrency to reserve.
+		return profile{retainData: false, logDays: 7, fullExecutionLogs: true, loopbackOrigins: true,
+			throttle: Throttle{Rate: 20, Burst: 40}, reserved: map[string]int{deploy.FnAPI: 10, deploy.FnRun: 10, deploy.FnHold: 5}}, true
 	case "staging":
 		// Mirrors prod's shape but its data is rebuildable; retaining it
 		// would leave tables whose fixed names block the next deploy.
-		return profile{retainData: false, logDays: 30, fullExecutionLogs: true}, true
+		return profile{retainData: false, logDays: 30, fullExecutionLogs: true,
+			throttle: Throttle{Rate: 50, Burst: 100}, reserved: map[string]int{deploy.FnAPI: 20, deploy.FnRun: 40, deploy.FnHold: 20}}, true
 	case "prod":
 		// Keeps its data when the stack or a table goes away, and keeps
 		// job payloads out of the Step Functions logs.
-		return profile{retainData: true, logDays: 90, fullExecutionLogs: false}, true
+		return profile{retainData: true, logDays: 90, fullExecutionLogs: false,
+			throttle: Throttle{Rate: 200, Burst: 400}, reserved: map[string]int{deploy.FnAPI: 100, deploy.FnRun: 200, deploy.FnHold: 100}}, true
 	}
 	return profile{}, false
 }
@@ -51,7 +58,30 @@ type profile struct {
 	// loopbackOrigins lets plain-http loopback origins (a page on a
 	// developer's machine) call the API.
 	loopbackOrigins bool
+	// throttle and reserved are the defaults of Config's guards, which
+	// cdk.json may change per environment.
+	throttle Throttle
+	reserved map[string]int
 }
+
+// Throttle is an HTTP API stage's default route throttling: a token
+// bucket of Burst requests refilled at Rate per second, shared by every
+// caller of every route; past it API Gateway answers 429 itself.
+type Throttle struct {
+	Rate  float64 `json:"rate"`
+	Burst int     `json:"burst"`
+}
+
+// Bounds on the guards. API Gateway's account-level limits per Region are
+// 10,000 requests per second with a burst of 5,000 by default, and a
+// stage's throttling cannot exceed them; Lambda keeps at least 100 of an
+// account's concurrency (1,000 by default) unreserved.
+const (
+	maxThrottleRate  = 10000
+	maxThrottleBurst = 5000
+	maxReservedInAll = 900
+	accountRaiseHint = "raise the account's quotas and these bounds together"
+)
 
 // Context keys read by LoadConfig. Per-environment settings live under
 // ContextEnvironments in cdk.json; single keys given with -c override them.
@@ -68,6 +98,12 @@ const (
 	ContextAdminClaim   = "adminClaim"
 	ContextAdminValue   = "adminValue"
 )
+
+// guardedFunctions must each have reserved concurrency: the api function's
+// reservation caps it (every held GET keeps an instance for up to 20 s),
+// and run's and hold's keep instances for the jobs whatever the API's
+// load, so one owner's held GETs cannot starve every job.
+func guardedFunctions() []string { return []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold} }
 
 // Config is everything the stack needs to know about one environment.
 // Build it with LoadConfig (or by hand in tests) and call Validate before
@@ -111,8 +147,15 @@ type Config struct {
 	// LogRetentionDays for every log group.
 	LogRetentionDays int
 	// FullExecutionLogs logs every state machine event with its input and
-	// output; otherwise only errors, without data.
+	// output; otherwise every event without its data (inputs hold prompts).
 	FullExecutionLogs bool
+
+	// Throttle is the HTTP API stage's throttling (cdk.json "throttle").
+	Throttle Throttle
+	// ReservedConcurrency reserves, and so caps, concurrent instances per
+	// function (deploy.Functions names; cdk.json "reservedConcurrency"); a
+	// function not named is unreserved. api, run and hold must be named.
+	ReservedConcurrency map[string]int
 
 	// UnknownAttemptAlarm: alarm when the oldest unknown attempt is older.
 	UnknownAttemptAlarm time.Duration
@@ -145,6 +188,10 @@ type envSettings struct {
 		UnfinishedJobs int `json:"unfinishedJobs"`
 		HeldRequests   int `json:"heldRequests"`
 	} `json:"quotas"`
+	// Throttle and ReservedConcurrency replace the profile's defaults
+	// when given (the whole object: a partial one would be a typo).
+	Throttle            *Throttle      `json:"throttle"`
+	ReservedConcurrency map[string]int `json:"reservedConcurrency"`
 }
 
 // DefaultConfig returns env's policy defaults with no deployment-specific
@@ -160,6 +207,8 @@ func DefaultConfig(env string) (Config, error) {
 		LogRetentionDays:    p.logDays,
 		FullExecutionLogs:   p.fullExecutionLogs,
 		LoopbackOrigins:     p.loopbackOrigins,
+		Throttle:            p.throttle,
+		ReservedConcurrency: maps.Clone(p.reserved),
 		Admin:               apigw.DefaultAdminRule(),
 		UnknownAttemptAlarm: 30 * time.Minute,
 		LostRaceRateAlarm:   0.2,
@@ -196,7 +245,10 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 		if err != nil {
 			return Config{}, fmt.Errorf("context %s: %w", ContextEnvironments, err)
 		}
-		if err := json.Unmarshal(b, &all); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		// A misspelt key would silently keep a default guard.
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&all); err != nil {
 			return Config{}, fmt.Errorf("context %s: %w", ContextEnvironments, err)
 		}
 	}
@@ -205,6 +257,12 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 	cfg.JWTIssuer, cfg.JWTAudience = s.JWTIssuer, s.JWTAudience
 	cfg.ProvidersSecretArn, cfg.AlarmEmail = s.ProvidersSecretArn, s.AlarmEmail
 	cfg.CORSOrigins = s.CORSOrigins
+	if s.Throttle != nil {
+		cfg.Throttle = *s.Throttle
+	}
+	if s.ReservedConcurrency != nil {
+		cfg.ReservedConcurrency = s.ReservedConcurrency
+	}
 	if s.AdminClaim != "" || s.AdminValue != "" {
 		cfg.Admin = apigw.AdminRule{Claim: s.AdminClaim, Value: s.AdminValue}
 	}
@@ -325,6 +383,36 @@ func (c Config) Validate() error {
 	}
 	if err := c.Quotas.Validate(); err != nil {
 		bad("%v (%s.%s.quotas in cdk.json)", err, ContextEnvironments, c.Env)
+	}
+	where := ContextEnvironments + "." + c.Env
+	if c.Throttle.Rate <= 0 || c.Throttle.Rate > maxThrottleRate {
+		bad("throttle rate %v must be in (0, %d] requests per second (%s.throttle.rate; %s)", c.Throttle.Rate, maxThrottleRate, where, accountRaiseHint)
+	}
+	if c.Throttle.Burst < 1 || c.Throttle.Burst > maxThrottleBurst {
+		bad("throttle burst %d must be in [1, %d] (%s.throttle.burst; %s)", c.Throttle.Burst, maxThrottleBurst, where, accountRaiseHint)
+	}
+	known := map[string]bool{}
+	for _, n := range deploy.Names() {
+		known[n] = true
+	}
+	sum := 0
+	for _, name := range slices.Sorted(maps.Keys(c.ReservedConcurrency)) {
+		n := c.ReservedConcurrency[name]
+		if !known[name] {
+			bad("reserved concurrency for %q, which is no function (%s.reservedConcurrency; functions: %s)", name, where, strings.Join(deploy.Names(), ", "))
+		}
+		if n < 1 {
+			bad("reserved concurrency of %s is %d; it must be at least 1 (leave the function out to reserve nothing)", name, n)
+		}
+		sum += n
+	}
+	for _, name := range guardedFunctions() {
+		if _, ok := c.ReservedConcurrency[name]; !ok {
+			bad("function %s needs reserved concurrency (%s.reservedConcurrency.%s): without it the api function can starve run and hold", name, where, name)
+		}
+	}
+	if sum > maxReservedInAll {
+		bad("reserved concurrency adds up to %d, more than %d (%s.reservedConcurrency; %s)", sum, maxReservedInAll, where, accountRaiseHint)
 	}
 
 	if !filepath.IsAbs(c.FunctionsDir) {

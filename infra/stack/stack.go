@@ -29,6 +29,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctions"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/onejob/onejob/infra/permissions"
 	"github.com/onejob/onejob/internal/apigw"
@@ -105,6 +106,8 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 			SecretStringValue: awscdk.SecretValue_UnsafePlainText(jsii.String("{}")),
 			RemovalPolicy:     removal,
 		})
+		suppress(secret, "AwsSolutions-SMG4", "The secret holds third-party providers' API keys, which only their consoles can rotate; "+
+			"an operator replaces them by hand, so no rotation Lambda could do it.")
 		secretArn = *secret.SecretArn()
 	}
 
@@ -147,10 +150,10 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		Retention:     retention,
 		RemovalPolicy: removal,
 	})
-	logLevel, withData := awsstepfunctions.LogLevel_ERROR, false
-	if cfg.FullExecutionLogs {
-		logLevel, withData = awsstepfunctions.LogLevel_ALL, true
-	}
+	// Every event is logged everywhere (cdk-nag's SF1); their data (the
+	// job's input, a prompt, and the provider's result) only where
+	// FullExecutionLogs allows it.
+	logLevel, withData := awsstepfunctions.LogLevel_ALL, cfg.FullExecutionLogs
 	sm := awsstepfunctions.NewStateMachine(stack, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{
 		StateMachineName: jsii.String("onejob-" + cfg.Env),
 		StateMachineType: awsstepfunctions.StateMachineType_STANDARD,
@@ -173,6 +176,9 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		Actions:   jsii.Strings("lambda:InvokeFunction"),
 		Resources: &taskArns,
 	}))
+	suppressStar(sm.Role(), "Step Functions delivers logs (logs:CreateLogDelivery and the other log-delivery APIs) and "+
+		"traces (xray:PutTraceSegments, PutTelemetryRecords, GetSampling*) through APIs that take no resource ARN; "+
+		"CDK adds exactly these for logging and tracing.")
 
 	// Each function's role gets exactly its entry in infra/permissions,
 	// the list the local invoke test checks the real binaries against.
@@ -226,7 +232,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		})},
 	})
 
-	httpAPI := newHTTPAPI(stack, cfg, api)
+	httpAPI := newHTTPAPI(stack, cfg, api, retention, removal)
 	topic := newAlarms(stack, cfg, httpAPI, sm, sweeper)
 
 	out := func(id string, value *string, desc string) {
@@ -245,13 +251,17 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 func newTable(stack awscdk.Stack, cfg Config, def dynamo.TableDef, removal awscdk.RemovalPolicy) awsdynamodb.TableV2 {
 	var gsis []*awsdynamodb.GlobalSecondaryIndexPropsV2
 	for _, idx := range def.Indexes {
-		gsis = append(gsis, &awsdynamodb.GlobalSecondaryIndexPropsV2{
-			IndexName:        jsii.String(idx.Name),
-			PartitionKey:     attribute(&idx.PartitionKey),
-			SortKey:          attribute(idx.SortKey),
-			ProjectionType:   awsdynamodb.ProjectionType(idx.Projection),
-			NonKeyAttributes: jsii.Strings(idx.Include...),
-		})
+		gsi := &awsdynamodb.GlobalSecondaryIndexPropsV2{
+			IndexName:      jsii.String(idx.Name),
+			PartitionKey:   attribute(&idx.PartitionKey),
+			SortKey:        attribute(idx.SortKey),
+			ProjectionType: awsdynamodb.ProjectionType(idx.Projection),
+		}
+		// CDK refuses even an empty list unless the projection is INCLUDE.
+		if len(idx.Include) > 0 {
+			gsi.NonKeyAttributes = jsii.Strings(idx.Include...)
+		}
+		gsis = append(gsis, gsi)
 	}
 	props := &awsdynamodb.TablePropsV2{
 		TableName:    physical(cfg.Env, def.Logical),
@@ -293,8 +303,22 @@ func newFunction(stack awscdk.Stack, cfg Config, spec deploy.Function, vars map[
 		Retention:     retention,
 		RemovalPolicy: removal,
 	})
+	// An explicit role instead of the AWS managed AWSLambdaBasicExecutionRole
+	// (logs on every log group in the account): writing to its own log
+	// group is all a function logs to.
+	role := awsiam.NewRole(stack, jsii.String(id+"Role"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		Description: jsii.String("onejob " + cfg.Env + " " + spec.Name + " function"),
+	})
+	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("logs:CreateLogStream", "logs:PutLogEvents"),
+		Resources: jsii.Strings(*logs.LogGroupArn()),
+	}))
+	suppressStar(role, "X-Ray's PutTraceSegments and PutTelemetryRecords take no resource ARN; CDK grants exactly these "+
+		"for active tracing.")
 	props := &awslambda.FunctionProps{
 		FunctionName: physical(cfg.Env, spec.Name),
+		Role:         role,
 		Description:  jsii.String("onejob " + cfg.Env + ": " + spec.Description),
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture: awslambda.Architecture_ARM_64(),
@@ -309,6 +333,9 @@ func newFunction(stack awscdk.Stack, cfg Config, spec deploy.Function, vars map[
 	if spec.Name == deploy.FnSweeper {
 		// The schedule invokes asynchronously; the next tick is the retry.
 		props.RetryAttempts = jsii.Number(0)
+	}
+	if n, ok := cfg.ReservedConcurrency[spec.Name]; ok {
+		props.ReservedConcurrentExecutions = jsii.Number(n)
 	}
 	fn := awslambda.NewFunction(stack, jsii.String(id), props)
 	fn.Node().DefaultChild().(awscdk.CfnResource).OverrideLogicalId(jsii.String(spec.LogicalID))
@@ -327,7 +354,17 @@ func indexArn(t awsdynamodb.TableV2, index string) *string {
 	return jsii.String(*t.TableArn() + "/index/" + index)
 }
 
-func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function) awsapigatewayv2.HttpApi {
+// accessLogFormat is one JSON line per request in the HTTP API's access
+// log: who asked for what and how it went, in the gateway's and the
+// integration's words. Quoted values may be "-" when absent (an answer
+// the gateway gave itself has no integration latency).
+const accessLogFormat = `{"request_id":"$context.requestId","time_epoch_ms":$context.requestTimeEpoch,` +
+	`"route_key":"$context.routeKey","method":"$context.httpMethod","status":$context.status,` +
+	`"latency_ms":$context.responseLatency,"integration_latency_ms":"$context.integrationLatency",` +
+	`"integration_status":"$context.integrationStatus","integration_error":"$context.integrationErrorMessage",` +
+	`"error":"$context.error.message","authorizer_error":"$context.authorizer.error","response_length":"$context.responseLength"}`
+
+func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function, retention awslogs.RetentionDays, removal awscdk.RemovalPolicy) awsapigatewayv2.HttpApi {
 	auth := awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("JwtAuthorizer"), jsii.String(cfg.JWTIssuer),
 		&awsapigatewayv2authorizers.HttpJwtAuthorizerProps{
 			AuthorizerName: physical(cfg.Env, "jwt"),
@@ -351,13 +388,36 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function) awsapiga
 			// opening the page sends no token.
 			authorizer = awsapigatewayv2.NewHttpNoneAuthorizer()
 		}
-		httpAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+		added := httpAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
 			Integration: integration,
 			Authorizer:  authorizer,
 		})
+		if r.Public {
+			for _, route := range *added {
+				suppress(route, "AwsSolutions-APIG4", "The operator console's page and files ("+r.Key()+") hold no data and a browser "+
+					"opening them sends no token; everything the page shows it reads from routes behind the JWT authorizer.")
+			}
+		}
 	}
+
+	// The default stage: its access log and its throttling, set on the L1
+	// stage (the L2 stage takes them only when it is created by hand).
+	accessLogs := awslogs.NewLogGroup(stack, jsii.String("ApiAccessLogs"), &awslogs.LogGroupProps{
+		LogGroupName:  jsii.String("/aws/vendedlogs/apigateway/onejob-" + cfg.Env),
+		Retention:     retention,
+		RemovalPolicy: removal,
+	})
+	stage := httpAPI.DefaultStage().Node().DefaultChild().(awsapigatewayv2.CfnStage)
+	stage.SetAccessLogSettings(&awsapigatewayv2.CfnStage_AccessLogSettingsProperty{
+		DestinationArn: accessLogs.LogGroupArn(),
+		Format:         jsii.String(accessLogFormat),
+	})
+	stage.SetDefaultRouteSettings(&awsapigatewayv2.CfnStage_RouteSettingsProperty{
+		ThrottlingRateLimit:  jsii.Number(cfg.Throttle.Rate),
+		ThrottlingBurstLimit: jsii.Number(cfg.Throttle.Burst),
+	})
 	return httpAPI
 }
 
@@ -387,6 +447,9 @@ func corsPreflight(cfg Config) *awsapigatewayv2.CorsPreflightOptions {
 func newAlarms(stack awscdk.Stack, cfg Config, httpAPI awsapigatewayv2.HttpApi, sm awsstepfunctions.StateMachine, sweeper awslambda.Function) awssns.Topic {
 	topic := awssns.NewTopic(stack, jsii.String("AlarmTopic"), &awssns.TopicProps{
 		TopicName: physical(cfg.Env, "alarms"),
+		// A policy denying publishes and subscriptions that are not over
+		// TLS (aws:SecureTransport).
+		EnforceSSL: jsii.Bool(true),
 	})
 	if cfg.AlarmEmail != "" {
 		topic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(cfg.AlarmEmail), nil))
@@ -543,4 +606,20 @@ func title(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// suppress accepts one cdk-nag finding on construct and its children, with
+// the reason it does not apply (shown in cdk-nag's report).
+func suppress(construct constructs.IConstruct, rule, reason string) {
+	cdknag.NagSuppressions_AddResourceSuppressions(construct, &[]*cdknag.NagPackSuppression{
+		{Id: jsii.String(rule), Reason: jsii.String(reason)},
+	}, jsii.Bool(true))
+}
+
+// suppressStar accepts AwsSolutions-IAM5 for the "*" resource only, on
+// role and its default policy: any other wildcard is still reported.
+func suppressStar(role awsiam.IRole, reason string) {
+	cdknag.NagSuppressions_AddResourceSuppressions(role, &[]*cdknag.NagPackSuppression{
+		{Id: jsii.String("AwsSolutions-IAM5"), Reason: jsii.String(reason), AppliesTo: &[]any{"Resource::*"}},
+	}, jsii.Bool(true))
 }

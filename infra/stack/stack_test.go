@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
@@ -38,6 +39,18 @@ type synthesized struct {
 	template map[string]any // the CloudFormation template
 	names    map[string]string
 	path     string // the template, written out
+	// nag is cdk-nag's AwsSolutions report of this synthesis.
+	nag []nagLine
+}
+
+// nagLine is one line of cdk-nag's JSON report.
+type nagLine struct {
+	RuleID          string `json:"ruleId"`
+	ResourceID      string `json:"resourceId"`
+	Compliance      string `json:"compliance"`
+	ExceptionReason string `json:"exceptionReason"`
+	RuleLevel       string `json:"ruleLevel"`
+	RuleInfo        string `json:"ruleInfo"`
 }
 
 // TestStack synthesizes each environment once (jsii is one node process;
@@ -63,6 +76,8 @@ func TestStack(t *testing.T) {
 			t.Run("no dependency cycle", func(t *testing.T) { t.Parallel(); checkAcyclic(t, s) })
 			t.Run("cors", func(t *testing.T) { t.Parallel(); checkCORS(t, s) })
 			t.Run("cfn-lint", func(t *testing.T) { t.Parallel(); checkCfnLint(t, s) })
+			t.Run("cdk-nag", func(t *testing.T) { t.Parallel(); checkNag(t, s) })
+			t.Run("guards", func(t *testing.T) { t.Parallel(); checkGuards(t, s) })
 		})
 	}
 }
@@ -81,7 +96,13 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 	if env == "staging" {
 		ctx[ContextSecretArn] = stagingSecretArn
 	}
-	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(t.TempDir())})
+	outdir := t.TempDir()
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(outdir)})
+	// cdk-nag's AwsSolutions pack runs in this one synthesis and writes its
+	// report to outdir; checkNag reads it.
+	awscdk.Aspects_Of(app).Add(cdknag.NewAwsSolutionsChecks(&cdknag.NagPackProps{
+		Verbose: jsii.Bool(true), Reports: jsii.Bool(true), ReportFormats: &[]cdknag.NagReportFormat{cdknag.NagReportFormat_JSON},
+	}), nil)
 	cfg, err := LoadConfig(func(k string) any { return app.Node().TryGetContext(jsii.String(k)) },
 		func(string) string { return "" })
 	if err != nil {
@@ -95,8 +116,14 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 	func() {
 		// Synthesis errors (including CDK's own validation, which catches
 		// dependency cycles) arrive as jsii panics.
+		// An unsuppressed cdk-nag error fails CDK's validation (this
+		// project's feature flags) after the report is written: list its
+		// findings rather than the validation's wall of text.
 		defer func() {
 			if r := recover(); r != nil {
+				if lines, err := readNag(outdir); err == nil && len(nagFindings(lines)) > 0 {
+					t.Fatalf("%s: synth failed on cdk-nag findings:\n%s", env, strings.Join(nagFindings(lines), "\n"))
+				}
 				t.Fatalf("%s: synth: %v", env, r)
 			}
 		}()
@@ -112,7 +139,9 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 		}()
 		f()
 	}
-	expect("three on-demand tables", func() { tmpl.ResourceCountIs(jsii.String("AWS::DynamoDB::GlobalTable"), jsii.Number(3)) })
+	expect("one on-demand table per dynamo.Tables entry", func() {
+		tmpl.ResourceCountIs(jsii.String("AWS::DynamoDB::GlobalTable"), jsii.Number(float64(len(dynamo.Tables()))))
+	})
 	expect("tables PAY_PER_REQUEST", func() {
 		tmpl.AllResourcesProperties(jsii.String("AWS::DynamoDB::GlobalTable"), map[string]any{"BillingMode": "PAY_PER_REQUEST"})
 	})
@@ -182,7 +211,47 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template), path: path}
+	nag, err := readNag(outdir)
+	if err != nil {
+		t.Fatalf("%s: %v", env, err)
+	}
+	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template), path: path, nag: nag}
+}
+
+// readNag reads cdk-nag's JSON report(s) in outdir.
+func readNag(outdir string) ([]nagLine, error) {
+	files, err := filepath.Glob(filepath.Join(outdir, "AwsSolutions-*NagReport.json"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no cdk-nag report in %s (%v)", outdir, err)
+	}
+	var lines []nagLine
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var report struct {
+			Lines []nagLine `json:"lines"`
+		}
+		if err := json.Unmarshal(b, &report); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		lines = append(lines, report.Lines...)
+	}
+	return lines, nil
+}
+
+// nagFindings lists the report's unsuppressed findings, errors and
+// warnings alike.
+func nagFindings(lines []nagLine) []string {
+	var out []string
+	for _, l := range lines {
+		if l.Compliance == "Non-Compliant" || l.Compliance == "UNKNOWN" {
+			out = append(out, fmt.Sprintf("  %s %s %s: %s", l.RuleLevel, l.RuleID, l.ResourceID, l.RuleInfo))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // --- checks (pure Go over the template) -----------------------------------
@@ -310,10 +379,9 @@ func checkStateMachine(t *testing.T, s *synthesized) {
 			t.Errorf("tracing %v", p["TracingConfiguration"])
 		}
 		lc, _ := p["LoggingConfiguration"].(map[string]any)
-		wantLevel, wantData := "ALL", true
-		if s.env == "prod" {
-			wantLevel, wantData = "ERROR", false
-		}
+		// Every event everywhere; prod keeps the data (prompts, results)
+		// out of its logs.
+		wantLevel, wantData := "ALL", s.env != "prod"
 		if lc["Level"] != wantLevel || lc["IncludeExecutionData"] != wantData {
 			t.Errorf("logging level %v data %v, want %v %v", lc["Level"], lc["IncludeExecutionData"], wantLevel, wantData)
 		}
@@ -502,9 +570,9 @@ func checkCORS(t *testing.T, s *synthesized) {
 // on the synthesized template: errors fail, warnings are logged (CDK's
 // redundant DependsOn gives W3005).
 func checkCfnLint(t *testing.T, s *synthesized) {
-	bin, err := exec.LookPath("cfn-lint")
+	bin, err := testenv.PythonTool(testenv.MustRoot(t), "cfn-lint")
 	if err != nil {
-		t.Fatalf("cfn-lint is not on PATH (it lints the synthesized template; install cfn-lint 1.x, e.g. pip install cfn-lint)")
+		t.Fatal(err)
 	}
 	out, err := exec.Command(bin, "--format", "parseable", "--", s.path).CombinedOutput()
 	var exit *exec.ExitError
@@ -643,6 +711,12 @@ func checkIAM(t *testing.T, s *synthesized) {
 				"xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTelemetryRecords", "xray:PutTraceSegments"}, "*"),
 	}
 
+	// Each function writes its own log group, and no other.
+	for _, name := range deploy.Names() {
+		if g := want["fn:"+name]; g != nil {
+			g.add([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "arn:logs:"+name)
+		}
+	}
 	owners := roleOwners(t, s)
 	got := map[string]grants{}
 	addDoc := func(role string, doc any) {
@@ -693,13 +767,10 @@ func checkIAM(t *testing.T, s *synthesized) {
 		for _, m := range list(p["ManagedPolicyArns"]) {
 			managed = append(managed, s.sym(m))
 		}
-		wantManaged := []string(nil)
-		if strings.HasPrefix(owners[id], "fn:") {
-			// Only CreateLogGroup/CreateLogStream/PutLogEvents.
-			wantManaged = []string{"arn:ref:AWS::Partition:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"}
-		}
-		if !slices.Equal(managed, wantManaged) {
-			t.Errorf("%s: managed policies %v, want %v", owners[id], managed, wantManaged)
+		// No AWS managed policy (AWSLambdaBasicExecutionRole would allow
+		// logs on every log group): every grant is in the lists above.
+		if len(managed) > 0 {
+			t.Errorf("%s: managed policies %v, want none", owners[id], managed)
 		}
 	}
 	for owner := range want {
@@ -1056,6 +1127,11 @@ func friendlyNames(tmpl map[string]any) map[string]string {
 			names[id] = "statemachine"
 		case "AWS::SecretsManager::Secret":
 			names[id] = "secret"
+		case "AWS::Logs::LogGroup":
+			n, _ := p["LogGroupName"].(string)
+			if fn, ok := strings.CutPrefix(n, "/aws/lambda/onejob-"); ok {
+				names[id] = "logs:" + fn[strings.Index(fn, "-")+1:]
+			}
 		}
 	}
 	return names
@@ -1309,5 +1385,168 @@ func TestFunctionFolders(t *testing.T) {
 	want := slices.Sorted(slices.Values(deploy.Names()))
 	if !slices.Equal(got, want) {
 		t.Errorf("functions/ holds %v, deploy.Functions() lists %v", got, want)
+	}
+}
+
+// checkNag: cdk-nag's AwsSolutions pack ran on this synthesis and left no
+// unsuppressed finding, error or warning. Every suppression carries its
+// reason in the stack (next to its resource) and is one of the accepted
+// kinds below; a new kind must be added here, with why.
+func checkNag(t *testing.T, s *synthesized) {
+	if len(s.nag) == 0 {
+		t.Fatal("empty cdk-nag report")
+	}
+	if f := nagFindings(s.nag); len(f) > 0 {
+		t.Errorf("unsuppressed cdk-nag findings:\n%s", strings.Join(f, "\n"))
+	}
+	accepted := map[string]string{
+		"AwsSolutions-APIG4": "the console's public routes",
+		"AwsSolutions-IAM5":  "X-Ray's and Step Functions' log delivery's Resource::*",
+		"AwsSolutions-SMG4":  "the providers' secret, rotated by hand",
+	}
+	compliant := 0
+	for _, l := range s.nag {
+		switch l.Compliance {
+		case "Compliant":
+			compliant++
+		case "Suppressed":
+			if _, ok := accepted[l.RuleID]; !ok {
+				t.Errorf("%s suppressed on %s: not an accepted kind of suppression (%s)", l.RuleID, l.ResourceID, l.ExceptionReason)
+			}
+			if len(l.ExceptionReason) < 40 {
+				t.Errorf("%s on %s: suppressed without a real reason: %q", l.RuleID, l.ResourceID, l.ExceptionReason)
+			}
+		}
+	}
+	if compliant == 0 {
+		t.Error("cdk-nag found nothing compliant: did the pack run?")
+	}
+}
+
+// checkGuards: the stage's throttling and access log, and each function's
+// reserved concurrency, as the environment's Config says (cdk.json).
+func checkGuards(t *testing.T, s *synthesized) {
+	stages := resources(s, "AWS::ApiGatewayV2::Stage")
+	if len(stages) != 1 {
+		t.Fatalf("%d stages", len(stages))
+	}
+	for _, r := range stages {
+		p := props(r)
+		rs := asMap(p["DefaultRouteSettings"])
+		if rs["ThrottlingRateLimit"] != s.cfg.Throttle.Rate || rs["ThrottlingBurstLimit"] != float64(s.cfg.Throttle.Burst) {
+			t.Errorf("stage throttling %v, want rate %v burst %d", rs, s.cfg.Throttle.Rate, s.cfg.Throttle.Burst)
+		}
+		al := asMap(p["AccessLogSettings"])
+		if dest := s.sym(al["DestinationArn"]); !strings.HasPrefix(dest, "arn:") {
+			t.Errorf("access log destination %v", al["DestinationArn"])
+		}
+		format, _ := al["Format"].(string)
+		asJSON := regexp.MustCompile(`\$context\.[A-Za-z.]+`).ReplaceAllString(format, "0")
+		var line map[string]any
+		if err := json.Unmarshal([]byte(asJSON), &line); err != nil {
+			t.Errorf("access log format is not one JSON object: %v\n%s", err, format)
+		}
+		for key, variable := range map[string]string{"request_id": "requestId", "route_key": "routeKey", "status": "status",
+			"latency_ms": "responseLatency", "integration_latency_ms": "integrationLatency", "integration_error": "integrationErrorMessage"} {
+			if _, ok := line[key]; !ok || !strings.Contains(format, "$context."+variable) {
+				t.Errorf("access log format lacks %s ($context.%s): %s", key, variable, format)
+			}
+		}
+	}
+	for _, name := range guardedFunctions() {
+		if s.cfg.ReservedConcurrency[name] < 1 {
+			t.Errorf("%s has no reserved concurrency", name)
+		}
+	}
+	for _, r := range resources(s, "AWS::Lambda::Function") {
+		p := props(r)
+		fname, _ := p["FunctionName"].(string)
+		name := strings.TrimPrefix(fname, "onejob-"+s.env+"-")
+		got, set := p["ReservedConcurrentExecutions"]
+		want, reserved := s.cfg.ReservedConcurrency[name]
+		if set != reserved || (reserved && got != float64(want)) {
+			t.Errorf("%s: reserved concurrency %v, want %d (reserved: %v)", fname, got, want, reserved)
+		}
+	}
+}
+
+// TestGuardsConfig: the throttling and reserved concurrency of each
+// environment come from cdk.json, and a bad one is refused at load.
+func TestGuardsConfig(t *testing.T) {
+	t.Parallel()
+	root := testenv.MustRoot(t)
+	fnDir := stubFunctions(t)
+	base := cdkContext(t, root)
+	// load replaces prod's block in cdk.json's environments with edit's
+	// result.
+	load := func(t *testing.T, edit func(map[string]any)) (Config, error) {
+		t.Helper()
+		b, err := json.Marshal(base[ContextEnvironments])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var envs map[string]map[string]any
+		if err := json.Unmarshal(b, &envs); err != nil {
+			t.Fatal(err)
+		}
+		edit(envs["prod"])
+		ctx := map[string]any{ContextEnv: "prod", ContextEnvironments: envs, ContextFunctionsDir: fnDir,
+			ContextDefinition: filepath.Join(root, "statemachine", "onejob.asl.json")}
+		return LoadConfig(func(k string) any { return ctx[k] }, func(string) string { return "" })
+	}
+	t.Run("FromCDKJSON", func(t *testing.T) {
+		t.Parallel()
+		c, err := load(t, func(map[string]any) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var envs map[string]envSettings
+		b, _ := json.Marshal(base[ContextEnvironments])
+		if err := json.Unmarshal(b, &envs); err != nil {
+			t.Fatal(err)
+		}
+		for _, env := range []string{"dev", "staging", "prod"} {
+			if envs[env].Throttle == nil || envs[env].ReservedConcurrency == nil {
+				t.Errorf("cdk.json: %s has no throttle or reservedConcurrency", env)
+			}
+		}
+		if c.Throttle != *envs["prod"].Throttle || !maps.Equal(c.ReservedConcurrency, envs["prod"].ReservedConcurrency) {
+			t.Errorf("prod: %+v %v, cdk.json says %+v %v", c.Throttle, c.ReservedConcurrency, *envs["prod"].Throttle, envs["prod"].ReservedConcurrency)
+		}
+	})
+	t.Run("DefaultedWhenAbsent", func(t *testing.T) {
+		t.Parallel()
+		c, err := load(t, func(m map[string]any) { delete(m, "throttle"); delete(m, "reservedConcurrency") })
+		d, _ := DefaultConfig("prod")
+		if err != nil || c.Throttle != d.Throttle || !maps.Equal(c.ReservedConcurrency, d.ReservedConcurrency) {
+			t.Fatalf("%+v %v %v", c.Throttle, c.ReservedConcurrency, err)
+		}
+	})
+	for _, tc := range []struct {
+		name    string
+		edit    func(map[string]any)
+		wantErr string
+	}{
+		{"ZeroRate", func(m map[string]any) { m["throttle"] = map[string]any{"rate": 0, "burst": 10} }, "throttle rate"},
+		{"RateAboveAccount", func(m map[string]any) { m["throttle"] = map[string]any{"rate": 20000, "burst": 10} }, "throttle rate"},
+		{"BurstAboveAccount", func(m map[string]any) { m["throttle"] = map[string]any{"rate": 10, "burst": 6000} }, "throttle burst"},
+		{"NoBurst", func(m map[string]any) { m["throttle"] = map[string]any{"rate": 10} }, "throttle burst"},
+		{"MisspeltKey", func(m map[string]any) { m["throtle"] = map[string]any{"rate": 10, "burst": 10} }, "unknown field"},
+		{"HoldUnreserved", func(m map[string]any) { m["reservedConcurrency"] = map[string]any{"api": 10, "run": 10} }, "hold needs reserved concurrency"},
+		{"APIUnreserved", func(m map[string]any) { m["reservedConcurrency"] = map[string]any{"run": 10, "hold": 10} }, "api needs reserved concurrency"},
+		{"UnknownFunction", func(m map[string]any) {
+			m["reservedConcurrency"] = map[string]any{"api": 1, "run": 1, "hold": 1, "apy": 1}
+		}, "which is no function"},
+		{"ZeroReserved", func(m map[string]any) { m["reservedConcurrency"] = map[string]any{"api": 0, "run": 1, "hold": 1} }, "at least 1"},
+		{"TooMuchReserved", func(m map[string]any) {
+			m["reservedConcurrency"] = map[string]any{"api": 500, "run": 300, "hold": 200}
+		}, "adds up to 1000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := load(t, tc.edit); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }

@@ -25,7 +25,9 @@ const (
 	maxTypeBytes   = 128
 	maxReasonBytes = 1024
 	maxCursorBytes = 2048
-	maxResultBytes = 64 << 10 // with a 256 KiB input, still within a 400 KB item
+	// maxRequestIDBytes bounds the request ID a problem quotes.
+	maxRequestIDBytes = 128
+	maxResultBytes    = 64 << 10 // with a 256 KiB input, still within a 400 KB item
 )
 
 // Config wires a Handler. Validate it with New.
@@ -147,7 +149,8 @@ type reply struct {
 func (h *Handler) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, _ error) {
 	start := h.now()
 	r := &request{ev: &ev, requestID: ev.RequestContext.RequestID, headers: lowerKeys(ev.Headers)}
-	if r.requestID == "" {
+	if r.requestID == "" || len(r.requestID) > maxRequestIDBytes {
+		// API Gateway's IDs are short; openapi.yaml bounds request_id.
 		r.requestID = NewRequestID()
 	}
 	var rep reply

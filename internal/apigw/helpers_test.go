@@ -352,6 +352,9 @@ func loadContract(t testing.TB) *contract {
 	if err := doc.Validate(loader.Context); err != nil {
 		t.Fatalf("openapi.yaml is invalid: %v", err)
 	}
+	// The router matches requests against the servers too; the document
+	// names the deployed API's, and these tests call loopback servers.
+	doc.Servers = nil
 	router, err := legacy.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)

@@ -146,6 +146,9 @@ type problem struct {
 	// Limit and Quota name the quota reached, for quota-exceeded.
 	Limit string `json:"limit,omitempty"`
 	Quota int    `json:"quota,omitempty"`
+	// ViolatedPolicies names the spent RateLimit-Policy policies
+	// (draft-ietf-httpapi-ratelimit-headers §5.1), for quota-exceeded.
+	ViolatedPolicies []string `json:"violated_policies,omitempty"`
 
 	allow string
 	// retryAfter is the Retry-After of a quota-exceeded answer, seconds.
@@ -177,6 +180,7 @@ func problemOf(err error) problem {
 		code, p.Detail = CodeUnauthenticated, "a valid bearer token is required"
 	case errors.As(err, &quota):
 		code, p.Limit, p.Quota = CodeQuotaExceeded, quota.Limit, quota.Quota
+		p.ViolatedPolicies = []string{quota.Limit}
 		p.retryAfter = max(1, int(quota.RetryAfter.Seconds()))
 		p.Detail = fmt.Sprintf("this owner is at its quota of %s (%d); retry after %d s", quota.Limit, quota.Quota, p.retryAfter)
 	case errors.As(err, &reused):

@@ -85,6 +85,11 @@ func (h *Handler) listProviders(ctx context.Context, r *request) (reply, error) 
 	if !r.admin {
 		return reply{}, h.operatorsOnly("reading the providers' health")
 	}
+	// It takes no parameters, but a query that does not decode is refused
+	// as on every other route.
+	if _, err := r.query(); err != nil {
+		return reply{}, err
+	}
 	if h.providers == nil {
 		return reply{}, fail(CodeNotFound, "this deployment keeps no provider health")
 	}

@@ -25,7 +25,8 @@ func TestQuotaOfUnfinishedJobs(t *testing.T) {
 	}
 	r := e.create(t, "mallory", "k3", demoBody)
 	p := wantProblem(t, r, http.StatusTooManyRequests, apigw.CodeQuotaExceeded)
-	if p["limit"] != job.LimitUnfinishedJobs || p["quota"] != float64(3) || r.header.Get("Retry-After") != "10" ||
+	if p["limit"] != job.LimitUnfinishedJobs || p["quota"] != float64(3) || fmt.Sprint(p["violated_policies"]) != "[unfinished-jobs]" ||
+		r.header.Get("Retry-After") != "10" ||
 		r.header.Get("RateLimit") != `"unfinished-jobs";r=0;t=10` {
 		t.Fatalf("429: %s %v", r.body, r.header)
 	}
@@ -44,8 +45,6 @@ func TestQuotaOfUnfinishedJobs(t *testing.T) {
 		t.Fatalf("another owner: %d %s", r.status, r.body)
 	}
 	// A finished job frees its slot.
-	id := e.mustCreate(t, "alice", "k1", demoBody)
-	_ = id
 	mal := e.do(t, call{method: http.MethodGet, path: "/v1/jobs?limit=1", token: e.token(t, "mallory")}).jobBody(t)
 	first := mal["jobs"].([]any)[0].(map[string]any)["id"].(string)
 	if r := e.do(t, call{method: http.MethodPost, path: "/v1/jobs/" + first + "/cancel", token: e.token(t, "mallory")}); r.status != http.StatusOK {

@@ -55,9 +55,17 @@ func (h *Handler) Problem(requestID, rawPath string, err error) events.APIGatewa
 	return h.problemResponse(&request{ev: &events.APIGatewayV2HTTPRequest{RawPath: rawPath}, requestID: requestID}, err)
 }
 
+// MaxFieldErrors bounds a problem's errors (openapi.yaml's Problem.errors):
+// a body can be wrong in as many places as it has members.
+const MaxFieldErrors = 100
+
 func (h *Handler) problemResponse(r *request, err error) events.APIGatewayV2HTTPResponse {
 	p := problemOf(err)
 	p.RequestID = r.requestID
+	if len(p.Errors) > MaxFieldErrors {
+		// openapi.yaml promises a bound; the first errors say what to fix.
+		p.Errors = p.Errors[:MaxFieldErrors]
+	}
 	if r.ev != nil {
 		p.Instance = instance(r.ev)
 	}

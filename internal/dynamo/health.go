@@ -27,6 +27,9 @@ const (
 	hReason      = "reason"
 	hWindowStart = "window_start"
 	hFailures    = "failures"
+	hAnswered    = "answered"
+	hPrevFail    = "previous_failures"
+	hPrevAnswer  = "previous_answered"
 	hOpenUntil   = "open_until"
 	hCooldownMS  = "cooldown_ms"
 	hTrips       = "trips"
@@ -135,6 +138,9 @@ func encodeHealth(h job.Health) map[string]types.AttributeValue {
 		hState:       avS(string(h.State)),
 		hReason:      avS(h.Reason),
 		hFailures:    &types.AttributeValueMemberM{Value: failures},
+		hAnswered:    avN(int64(h.Answered)),
+		hPrevFail:    avN(int64(h.PreviousFailures)),
+		hPrevAnswer:  avN(int64(h.PreviousAnswered)),
 		hCooldownMS:  avN(h.Cooldown.Milliseconds()),
 		hTrips:       avN(int64(h.Trips)),
 		hProbes:      encodeTimes(h.Probes),
@@ -176,20 +182,23 @@ func (d *decoder) times(name string) map[string]time.Time {
 func decodeHealth(item map[string]types.AttributeValue) (job.Health, error) {
 	d := decoder{m: item}
 	h := job.Health{
-		Provider:    d.str(AttrProvider, true),
-		State:       job.ProviderState(d.str(hState, true)),
-		Since:       d.time(hSince, false),
-		Reason:      d.str(hReason, false),
-		WindowStart: d.time(hWindowStart, false),
-		OpenUntil:   d.time(hOpenUntil, false),
-		Cooldown:    time.Duration(d.num(hCooldownMS, false)) * time.Millisecond,
-		Trips:       int(d.num(hTrips, false)),
-		Probes:      d.times(hProbes),
-		Passed:      int(d.num(hPassed, false)),
-		Held:        d.times(hHeld),
-		Opened:      int(d.num(hOpened, false)),
-		UpdatedAt:   d.time(aUpdatedAt, true),
-		Revision:    d.num(aRevision, true),
+		Provider:         d.str(AttrProvider, true),
+		State:            job.ProviderState(d.str(hState, true)),
+		Since:            d.time(hSince, false),
+		Reason:           d.str(hReason, false),
+		WindowStart:      d.time(hWindowStart, false),
+		OpenUntil:        d.time(hOpenUntil, false),
+		Answered:         int(d.num(hAnswered, false)),
+		PreviousFailures: int(d.num(hPrevFail, false)),
+		PreviousAnswered: int(d.num(hPrevAnswer, false)),
+		Cooldown:         time.Duration(d.num(hCooldownMS, false)) * time.Millisecond,
+		Trips:            int(d.num(hTrips, false)),
+		Probes:           d.times(hProbes),
+		Passed:           int(d.num(hPassed, false)),
+		Held:             d.times(hHeld),
+		Opened:           int(d.num(hOpened, false)),
+		UpdatedAt:        d.time(aUpdatedAt, true),
+		Revision:         d.num(aRevision, true),
 	}
 	if m, ok := item[hFailures].(*types.AttributeValueMemberM); ok && len(m.Value) > 0 {
 		h.Failures = map[job.HealthEventKind]int{}

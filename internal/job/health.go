@@ -108,10 +108,14 @@ type Health struct {
 	Reason string
 	// Failures counts the failures of the current window by kind, the
 	// window having begun at WindowStart; Answered the answers reported
-	// with them (HealthEvent.Answered).
-	WindowStart time.Time
-	Failures    map[HealthEventKind]int
-	Answered    int
+	// with them (HealthEvent.Answered). PreviousFailures and
+	// PreviousAnswered are the totals of the window just before, which the
+	// estimate slides over (FailureEstimate).
+	WindowStart      time.Time
+	Failures         map[HealthEventKind]int
+	Answered         int
+	PreviousFailures int
+	PreviousAnswered int
 	// OpenUntil is when an open breaker's cooldown ends; Cooldown is its
 	// length, Trips how many times it opened without closing in between.
 	OpenUntil time.Time
@@ -157,6 +161,50 @@ func (h Health) FailureCount() int {
 		n += c
 	}
 	return n
+}
+
+// roll moves a closed breaker's window on to the one holding now. Windows
+// are contiguous spans of w: the one just before now's is kept as totals,
+// so that the estimate slides across a boundary instead of forgetting every
+// answer at once (a burst of failures just after a boundary is not "100% of
+// the calls" when hundreds answered a moment before); older ones are
+// dropped. A now before the window's start (another runner's clock) is
+// within it.
+func (h *Health) roll(now time.Time, w time.Duration) {
+	switch elapsed := now.Sub(h.WindowStart); {
+	case h.WindowStart.IsZero() || elapsed >= 2*w:
+		h.PreviousFailures, h.PreviousAnswered = 0, 0
+		h.WindowStart = now
+	case elapsed >= w:
+		h.PreviousFailures, h.PreviousAnswered = h.FailureCount(), h.Answered
+		h.WindowStart = h.WindowStart.Add(w)
+	default:
+		return
+	}
+	h.Failures, h.Answered = map[HealthEventKind]int{}, 0
+}
+
+// FailureEstimate is the failures and the calls (failures and answers)
+// within the last w at now: the current window's, and the previous
+// window's in proportion to how much of it that last w still covers.
+func (h Health) FailureEstimate(now time.Time, w time.Duration) (failures, calls float64) {
+	weight := 0.0
+	if in := now.Sub(h.WindowStart); in < w {
+		weight = min(1, 1-float64(in)/float64(w))
+	}
+	failures = float64(h.FailureCount()) + float64(h.PreviousFailures)*weight
+	return failures, failures + float64(h.Answered) + float64(h.PreviousAnswered)*weight
+}
+
+// tripped opens a closed breaker whose failures within the last Window
+// reach Failures and FailureRate of its calls.
+func tripped(h Health, p HealthPolicy, now time.Time) Health {
+	f, calls := h.FailureEstimate(now, p.Breaker.Window)
+	if f < float64(p.Breaker.Failures) || f/max(calls, 1) < p.Breaker.FailureRate {
+		return h
+	}
+	return open(h, p, fmt.Sprintf("%.0f failures within %s, %.0f%% of %.0f calls reported (this window: %s)", f, p.Breaker.Window,
+		100*f/max(calls, 1), calls, failureSummary(h.Failures)), now)
 }
 
 func (h Health) clone() Health {
@@ -294,9 +342,7 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 	switch h.State {
 	case ProviderClosed:
 		if counts || (changed && e.Answered > 0) {
-			if h.WindowStart.IsZero() || now.Sub(h.WindowStart) >= p.Breaker.Window {
-				h.WindowStart, h.Failures, h.Answered = now, map[HealthEventKind]int{}, 0
-			}
+			h.roll(now, p.Breaker.Window)
 			h.Answered += e.Answered
 		}
 		if counts {
@@ -305,11 +351,7 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 			}
 			h.Failures[e.Kind]++
 			changed = true
-			n := h.FailureCount()
-			if rate := float64(n) / float64(n+h.Answered); n >= p.Breaker.Failures && rate >= p.Breaker.FailureRate {
-				h = open(h, p, fmt.Sprintf("%d failures within %s, %.0f%% of the calls reported (%s)", n, p.Breaker.Window, rate*100,
-					failureSummary(h.Failures)), now)
-			}
+			h = tripped(h, p, now)
 		}
 	case ProviderHalfOpen:
 		switch {
@@ -367,6 +409,7 @@ func closeBreaker(h Health, reason string, now time.Time) Health {
 	h.OpenUntil, h.Cooldown, h.Trips = time.Time{}, 0, 0
 	h.Probes, h.Passed = nil, 0
 	h.WindowStart, h.Failures, h.Answered = time.Time{}, nil, 0
+	h.PreviousFailures, h.PreviousAnswered = 0, 0
 	return h
 }
 
@@ -529,10 +572,8 @@ func DecideReport(h Health, r Report, p HealthPolicy, now time.Time) (HealthChan
 	if h.State == "" {
 		h.State = ProviderClosed
 	}
-	if h.WindowStart.IsZero() || now.Sub(h.WindowStart) >= p.Breaker.Window {
-		if h.State == ProviderClosed {
-			h.WindowStart, h.Failures, h.Answered = now, map[HealthEventKind]int{}, 0
-		}
+	if h.State == ProviderClosed {
+		h.roll(now, p.Breaker.Window)
 	}
 	if h.Failures == nil {
 		h.Failures = map[HealthEventKind]int{}
@@ -543,12 +584,8 @@ func DecideReport(h Health, r Report, p HealthPolicy, now time.Time) (HealthChan
 		}
 	}
 	h.Answered += r.Answered
-	if h.State == ProviderClosed {
-		n := h.FailureCount()
-		if rate := float64(n) / float64(max(n+h.Answered, 1)); n >= p.Breaker.Failures && rate >= p.Breaker.FailureRate {
-			h = open(h, p, fmt.Sprintf("%d failures within %s, %.0f%% of the calls reported (%s)", n, p.Breaker.Window, rate*100,
-				failureSummary(h.Failures)), now)
-		}
+	if h.State == ProviderClosed && r.Failures != nil {
+		h = tripped(h, p, now)
 	}
 	return healthChange(before, h, now), true
 }

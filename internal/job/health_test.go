@@ -65,13 +65,23 @@ func TestDecideHealth(t *testing.T) {
 		{"FailuresBelowTheThresholdStayClosed", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthRateLimited, "b/1", 0}},
 			job.ProviderClosed, 2, 0, 2, 0, ""},
 		{"ThresholdWithinTheWindowOpens", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthTransport, "b/1", 0}, {3, job.HealthSlow, "c/1", 0}},
-			job.ProviderOpen, 3, 1, 3, 8, "3 failures within 10s, 100% of the calls reported (1 server_error, 1 transport, 1 slow)"},
+			job.ProviderOpen, 3, 1, 3, 8, "3 failures within 10s, 100% of 3 calls reported (this window: 1 server_error, 1 transport, 1 slow)"},
 		{"AFewFailuresAmongManyAnswersStayClosed", []step{{1, job.HealthServerError, "a/1", 4}, {2, job.HealthServerError, "b/1", 3},
 			{3, job.HealthServerError, "c/1", 2}}, job.ProviderClosed, 3, 0, 3, 0, ""},
 		{"ThenAFailureRateAboveHalfOpens", []step{{1, job.HealthServerError, "a/1", 2}, {2, job.HealthServerError, "b/1", 0},
-			{3, job.HealthServerError, "c/1", 0}}, job.ProviderOpen, 3, 0, 3, 8, "3 failures within 10s, 60% of the calls reported (3 server_error)"},
+			{3, job.HealthServerError, "c/1", 0}}, job.ProviderOpen, 3, 0, 3, 8, "3 failures within 10s, 60% of 5 calls reported (this window: 3 server_error)"},
 		{"AWindowThatEndedStartsOver", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthServerError, "b/1", 0}, {12, job.HealthServerError, "c/1", 0}},
 			job.ProviderClosed, 1, 0, 3, 0, ""},
+		// The estimate slides: the window before weighs in proportion to
+		// how much of it the last 10 s still cover.
+		{"AnswersJustBeforeABoundaryStillCount", []step{{1, job.HealthServerError, "a/1", 20}, {11.5, job.HealthServerError, "b/1", 0},
+			{11.6, job.HealthServerError, "c/1", 0}, {11.7, job.HealthServerError, "d/1", 0}}, job.ProviderClosed, 3, 0, 4, 0, ""},
+		{"FailuresJustBeforeABoundaryStillCount", []step{{1, job.HealthServerError, "a/1", 0}, {9.5, job.HealthServerError, "b/1", 0},
+			{11.5, job.HealthServerError, "c/1", 0}, {12, job.HealthServerError, "d/1", 0}}, job.ProviderOpen, 2, 0, 4, 17,
+			"4 failures within 10s, 100% of 4 calls reported (this window: 2 server_error)"},
+		{"TwoWindowsAgoIsForgotten", []step{{1, job.HealthServerError, "a/1", 20}, {21.5, job.HealthServerError, "b/1", 0},
+			{21.6, job.HealthServerError, "c/1", 0}, {21.7, job.HealthServerError, "d/1", 0}}, job.ProviderOpen, 3, 0, 4, 26.7,
+			"3 failures within 10s, 100% of 3 calls reported (this window: 3 server_error)"},
 		{"SlowThenUnknownIsOneFailure", []step{{1, job.HealthSlow, "a/1", 0}, {3, job.HealthUnknown, "a/1", 0}, {4, job.HealthServerError, "b/1", 0}},
 			job.ProviderClosed, 2, 1, 2, 0, ""},
 		{"AnAnswerAfterSlowReleasesTheSlot", []step{{1, job.HealthSlow, "a/1", 0}, {2, job.HealthAnswered, "a/1", 0}},
@@ -80,7 +90,7 @@ func TestDecideHealth(t *testing.T) {
 			job.ProviderClosed, 0, 0, 0, 0, ""},
 		{"StragglersWhileOpenNeitherShortenNorLengthen", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthServerError, "b/1", 0},
 			{3, job.HealthServerError, "c/1", 0}, {6, job.HealthUnknown, "d/1", 0}, {7, job.HealthServerError, "e/1", 0}},
-			job.ProviderOpen, 5, 1, 5, 8, "3 failures within 10s, 100% of the calls reported (3 server_error)"},
+			job.ProviderOpen, 5, 1, 5, 8, "3 failures within 10s, 100% of 3 calls reported (this window: 3 server_error)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

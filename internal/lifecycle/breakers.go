@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -202,7 +201,10 @@ func (b *Breakers) gather(provider string, add func(*job.Report)) {
 }
 
 // flush writes the provider's gathered report when one is due: a second
-// after the last, or at once when it alone could open the breaker.
+// after the last, or at once when it alone could open the breaker. The
+// report is taken out of the gathering while it is written (observeNow may
+// write answers meanwhile: each answer is sent once) and put back if the
+// write fails.
 func (b *Breakers) flush(ctx context.Context, provider string, h job.Health) {
 	now := b.cfg.NowFunc()
 	pol := b.Policy(provider)
@@ -214,15 +216,13 @@ func (b *Breakers) flush(ctx context.Context, provider string, h job.Health) {
 	}
 	// Due a second after the last write, or at once when what is written
 	// already and what this process gathered would open the breaker.
-	n, answered := h.FailureCount()+failures, h.Answered+r.report.Answered
-	trips := h.Effective() == job.ProviderClosed && n >= pol.Breaker.Failures &&
-		float64(n)/float64(n+answered) >= pol.Breaker.FailureRate
-	due := failures > 0 && (now.Sub(r.flushed) >= b.cfg.FlushEvery || trips)
-	rep := job.Report{Failures: maps.Clone(r.report.Failures), Answered: r.report.Answered}
-	b.mu.Unlock()
-	if !due {
+	if failures == 0 || (now.Sub(r.flushed) < b.cfg.FlushEvery && !opens(h, r.report, pol, now)) {
+		b.mu.Unlock()
 		return
 	}
+	rep := r.report
+	b.reports[provider] = gathered{flushed: now}
+	b.mu.Unlock()
 	var err error
 	for range maxHealthRounds {
 		c, changed := job.DecideReport(h, rep, pol, now)
@@ -234,42 +234,47 @@ func (b *Breakers) flush(ctx context.Context, provider string, h job.Health) {
 			break
 		}
 		if ok {
-			b.mu.Lock()
-			r := b.reports[provider]
-			r.report = subtract(r.report, rep)
-			r.flushed = now
-			b.reports[provider] = r
-			b.mu.Unlock()
 			return
 		}
 	}
+	b.putBack(provider, rep)
 	b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "error", fmt.Sprint(err))
 }
 
-// subtract is what remains of a report once sent was written.
-func subtract(r, sent job.Report) job.Report {
-	out := job.Report{Answered: r.Answered - sent.Answered}
-	for k, n := range r.Failures {
-		if left := n - sent.Failures[k]; left > 0 {
-			if out.Failures == nil {
-				out.Failures = map[job.HealthEventKind]int{}
-			}
-			out.Failures[k] = left
+// opens reports whether writing rep would open the breaker.
+func opens(h job.Health, rep job.Report, pol job.HealthPolicy, now time.Time) bool {
+	c, changed := job.DecideReport(h, rep, pol, now)
+	return changed && c.Opened()
+}
+
+// putBack returns a report that could not be written to the gathering.
+func (b *Breakers) putBack(provider string, rep job.Report) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.reports[provider]
+	r.report.Answered += rep.Answered
+	for k, n := range rep.Failures {
+		if r.report.Failures == nil {
+			r.report.Failures = map[job.HealthEventKind]int{}
 		}
+		r.report.Failures[k] += n
 	}
-	return out
+	b.reports[provider] = r
 }
 
 // observeNow writes one attempt's observation, the answers gathered so far
-// riding along.
+// riding along (taken out of the gathering; put back if not written).
 func (b *Breakers) observeNow(ctx context.Context, provider string, h job.Health, e job.HealthEvent) {
+	b.mu.Lock()
+	r := b.reports[provider]
+	e.Answered, r.report.Answered = r.report.Answered, 0
+	b.reports[provider] = r
+	b.mu.Unlock()
 	var err error
 	for range maxHealthRounds {
-		b.mu.Lock()
-		e.Answered = b.reports[provider].report.Answered
-		b.mu.Unlock()
 		c, changed := job.DecideHealth(h, e, b.Policy(provider), b.cfg.NowFunc())
 		if !changed {
+			b.putBack(provider, job.Report{Answered: e.Answered})
 			return
 		}
 		var ok bool
@@ -277,14 +282,10 @@ func (b *Breakers) observeNow(ctx context.Context, provider string, h job.Health
 			break
 		}
 		if ok {
-			b.mu.Lock()
-			r := b.reports[provider]
-			r.report.Answered -= e.Answered
-			b.reports[provider] = r
-			b.mu.Unlock()
 			return
 		}
 	}
+	b.putBack(provider, job.Report{Answered: e.Answered})
 	b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "event", string(e.Kind), "error", fmt.Sprint(err))
 }
 

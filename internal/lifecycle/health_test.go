@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -590,4 +591,69 @@ func TestAnswersCountInTheFailureRateWithoutWritesOfTheirOwn(t *testing.T) {
 	if h, _ := r.st.Health(ctx, primary); h.Effective() != job.ProviderOpen || h.FailureCount() != 8 {
 		t.Fatalf("after 8 failures of 16 calls: %+v", h)
 	}
+}
+
+// TestEveryAnswerIsCountedOnce races answers against both writers of the
+// gathered answers (a failure's report and a held attempt's observation):
+// each answer must reach the store exactly once, or the failure rate drifts
+// and a healthy provider opens.
+func TestEveryAnswerIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	// No write may ever store more answers than were observed by then.
+	var observed atomic.Int64
+	hs := &answersStore{healthStore: healthStore{HealthStore: r.st.Store}, observed: &observed, t: t}
+	pol := healthPolicy()
+	pol.Breaker.Failures = 1_000_000 // never opens: count everything
+	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: hs, PolicyFunc: func(string) job.HealthPolicy { return pol },
+		NowFunc: r.clock.Now, FlushEvery: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const workers, each = 8, 40
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				key := fmt.Sprintf("w%d/%d", w, i)
+				observed.Add(1)
+				b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthAnswered, Attempt: key})
+				switch i % 3 {
+				case 0:
+					b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthServerError, Attempt: key})
+				case 1:
+					b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthSlow, Attempt: key})
+					b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthReleased, Attempt: key})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r.clock.Advance(time.Second)
+	// One more failure writes whatever is still gathered.
+	b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthServerError, Attempt: "last/1"})
+	h, err := r.st.Health(ctx, primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Answered != workers*each {
+		t.Fatalf("%d answers stored, want %d (%d writes)", h.Answered, workers*each, hs.writes.Load())
+	}
+}
+
+// answersStore fails the test when a write stores more answers than were
+// observed.
+type answersStore struct {
+	healthStore
+	observed *atomic.Int64
+	t        *testing.T
+}
+
+func (s *answersStore) SaveHealth(ctx context.Context, c job.HealthChange) (bool, job.Health, error) {
+	ok, cur, err := s.healthStore.SaveHealth(ctx, c)
+	if n := s.observed.Load(); ok && int64(cur.Answered) > n {
+		s.t.Errorf("a write stored %d answers, %d observed", cur.Answered, n)
+	}
+	return ok, cur, err
 }

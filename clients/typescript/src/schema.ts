@@ -36,6 +36,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -68,11 +69,18 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
         };
-        /** The job's attempts, oldest first. */
+        /**
+         * The job's attempts, oldest first.
+         * @description Every attempt of the job with what it cost (usage), how it ended and,
+         *     for operators, the provider's request ID and the resolution's author
+         *     and reason. Another owner's job answers exactly like one that does
+         *     not exist.
+         */
         get: operations["listAttempts"];
         put?: never;
         post?: never;
@@ -87,6 +95,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -134,8 +143,9 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
-                /** @description The attempt number, from 1. */
+                /** @description The attempt number, from 1 (a number past 1048576 names no attempt). */
                 n: number;
             };
             cookie?: never;
@@ -166,6 +176,86 @@ export interface paths {
          *     who resolved it (the token's `sub`), when and why.
          */
         post: operations["resolveAttempt"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/attempts/resolve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resolve many unknown attempts of one provider at once (operators only).
+         * @description An incident's tool: every `unknown` attempt on `provider` that became
+         *     unknown within `[unknown_since_from, unknown_since_to)` (either end
+         *     open when absent) is resolved `failed` or `cancelled` with the
+         *     required `reason`. Each attempt is its own conditional write, exactly
+         *     as `POST /v1/jobs/{id}/attempts/{n}/resolve` (idempotent, one
+         *     resolution applies, who, when and why kept); an attempt that ended or
+         *     was resolved meanwhile is a `conflict`, left as it is. Send
+         *     `dry_run: true` first to count. One request reads at most 1,000 open
+         *     jobs and names at most 200 of the attempts it matched; repeat it with
+         *     `next_cursor` until none comes back.
+         */
+        post: operations["resolveAttempts"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/providers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every provider's health (operators only).
+         * @description Each provider's circuit breaker: its state as attempts see it
+         *     (`state`; an operator's override wins) and its own
+         *     (`breaker_state`), why and since when, when an open one takes
+         *     attempts again, the failures of its current window by kind, how many
+         *     attempts hold it (running past its slow bound, or unknown), its
+         *     probes, and how often it opened.
+         */
+        get: operations["listProviders"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/providers/{name}/force": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A provider a job type names. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Force a provider open or closed, or lift the override (operators only).
+         * @description `open` keeps new attempts off the provider until lifted; `closed`
+         *     sends them to it whatever its breaker says (and closes the breaker);
+         *     `auto` lifts the override. The reason is required; who and when are
+         *     kept with it and logged.
+         */
+        post: operations["forceProvider"];
         delete?: never;
         options?: never;
         head?: never;
@@ -208,7 +298,11 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** The console's script and stylesheet (no token needed). */
+        /**
+         * The console's script and stylesheet (no token needed).
+         * @description The files the console's page loads, with the same headers as the
+         *     page; any other name is not-found.
+         */
         get: operations["getConsoleFile"];
         put?: never;
         post?: never;
@@ -222,6 +316,9 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        JobID: string;
+        /** @description Opaque; issued by this API for one listing. */
+        Cursor: string;
         CreateJobRequest: {
             /** @example demo */
             type: string;
@@ -255,39 +352,52 @@ export interface components {
              * @example contract_violation
              * @example uncertified
              * @example resolved
+             * @example unavailable
+             * @example settled
              */
             class: string;
             /** @description A short, fixed message for the class. */
             message: string;
             /** @description Operators only. The detail, for a provider's failure its own error text. */
             provider_message?: string;
-            /** @description Operators only. The provider's HTTP status. */
+            /**
+             * Format: int32
+             * @description Operators only. The provider's HTTP status.
+             */
             provider_status?: number;
         };
         /** @description What one provider call cost, from the provider's own usage fields, and how long it took. */
         Usage: {
             /** @description The model that answered. */
             model?: string;
+            /** Format: int64 */
             input_tokens: number;
+            /** Format: int64 */
             output_tokens: number;
+            /** Format: int64 */
             latency_ms: number;
         };
         /** @description The sum over the job's attempts that called a provider — discarded and losing ones too, since each was paid for. */
         JobUsage: {
+            /** Format: int64 */
             input_tokens: number;
+            /** Format: int64 */
             output_tokens: number;
+            /** Format: int64 */
             latency_ms: number;
+            /** Format: int32 */
             attempts: number;
         };
         Resolution: {
             outcome: components["schemas"]["AttemptState"];
             at: components["schemas"]["Timestamp"];
-            /** @description Operators only. The resolving operator's subject. */
+            /** @description "reconciler" for an attempt settled automatically (shown to owners too); an operator's subject, to operators only. */
             by?: string;
-            /** @description Operators only. */
+            /** @description Operators only. The operator's reason, or the provider's evidence the reconciler settled on. */
             reason?: string;
         };
         AttemptSummary: {
+            /** Format: int32 */
             number: number;
             provider: string;
             state: components["schemas"]["AttemptState"];
@@ -296,6 +406,7 @@ export interface components {
             error?: components["schemas"]["Failure"];
         };
         Attempt: {
+            /** Format: int32 */
             number: number;
             provider: string;
             state: components["schemas"]["AttemptState"];
@@ -313,8 +424,8 @@ export interface components {
             resolution?: components["schemas"]["Resolution"];
         };
         Job: {
-            id: string;
-            /** @description Operators only. */
+            id: components["schemas"]["JobID"];
+            /** @description Operators only. The creator's `sub`. */
             owner?: string;
             type: string;
             status: components["schemas"]["JobStatus"];
@@ -324,13 +435,19 @@ export interface components {
             providers: string[];
             created_at: components["schemas"]["Timestamp"];
             updated_at: components["schemas"]["Timestamp"];
-            /** @description Moves only when the outcome is written. */
+            /**
+             * Format: int64
+             * @description Moves only when the outcome is written.
+             */
             version: number;
             attempts: components["schemas"]["AttemptSummary"][];
             usage?: components["schemas"]["JobUsage"];
             /** @description The winning attempt's result; present once the job succeeded. */
             result?: unknown;
-            /** @description The number of the attempt whose result won. */
+            /**
+             * Format: int32
+             * @description The number of the attempt whose result won.
+             */
             completed_by?: number;
             error?: components["schemas"]["Failure"];
             cancellation?: {
@@ -338,18 +455,125 @@ export interface components {
                 by?: string;
                 reason?: string;
             };
+            waiting?: components["schemas"]["Waiting"];
+        };
+        /**
+         * @description Why an open job waits. `attempt_unknown`: an attempt's outcome is
+         *     unknown (its provider is asked about it again on a back-off; no other
+         *     attempt starts meanwhile). `providers_unavailable`: every provider
+         *     the job may run on next is unavailable (its circuit breaker open);
+         *     the job stays as it is until `until`, for at most 30 minutes in all,
+         *     then fails with class `unavailable`.
+         */
+        Waiting: {
+            /** @enum {string} */
+            reason: "attempt_unknown" | "providers_unavailable";
+            since?: components["schemas"]["Timestamp"];
+            until?: components["schemas"]["Timestamp"];
+            /** Format: int32 */
+            attempt?: number;
+            provider?: string;
+            /** @description Operators only. Which providers are unavailable, and why. */
+            detail?: string;
+        };
+        Provider: {
+            name: string;
+            /**
+             * @description What attempts see; an operator's override wins.
+             * @enum {string}
+             */
+            state: "closed" | "open" | "half_open";
+            /** @enum {string} */
+            breaker_state: "closed" | "open" | "half_open";
+            since?: components["schemas"]["Timestamp"];
+            reason?: string;
+            open_until?: components["schemas"]["Timestamp"];
+            /** Format: int32 */
+            cooldown_seconds?: number;
+            /**
+             * Format: int32
+             * @description Openings since it last closed; each doubles the cooldown, up to its cap.
+             */
+            trips: number;
+            window_start?: components["schemas"]["Timestamp"];
+            /** @description The current window's failures by kind (unknown, server_error, transport, rate_limited, slow). */
+            failures: {
+                [key: string]: number;
+            };
+            /**
+             * Format: int32
+             * @description Attempts holding it (running past its slow bound, or unknown), against its max_concurrent.
+             */
+            held: number;
+            /** Format: int32 */
+            probes: number;
+            /** Format: int32 */
+            opened: number;
+            forced?: {
+                /** @enum {string} */
+                state: "open" | "closed";
+                by: string;
+                reason: string;
+                at: components["schemas"]["Timestamp"];
+            };
+            updated_at?: components["schemas"]["Timestamp"];
+        };
+        ProviderList: {
+            providers: components["schemas"]["Provider"][];
+        };
+        ForceRequest: {
+            /** @enum {string} */
+            state: "open" | "closed" | "auto";
+            reason: string;
+        };
+        BulkResolveRequest: {
+            provider: string;
+            /** Format: date-time */
+            unknown_since_from?: string;
+            /** Format: date-time */
+            unknown_since_to?: string;
+            /** @enum {string} */
+            outcome: "failed" | "cancelled";
+            reason: string;
+            /** @default false */
+            dry_run: boolean;
+            cursor?: string;
+        };
+        BulkResolveResult: {
+            dry_run: boolean;
+            /** Format: int32 */
+            matched: number;
+            /** Format: int32 */
+            resolved: number;
+            /** Format: int32 */
+            conflicts: number;
+            /**
+             * Format: int32
+             * @description Open jobs read.
+             */
+            scanned: number;
+            attempts: {
+                job_id: components["schemas"]["JobID"];
+                owner: string;
+                /** Format: int32 */
+                attempt: number;
+                unknown_since: components["schemas"]["Timestamp"];
+                /** @description would_resolve (a dry run), resolved, or conflict: … (it ended or was resolved meanwhile). */
+                result: string;
+            }[];
+            next_cursor?: string;
         };
         AttemptList: {
-            job_id: string;
+            job_id: components["schemas"]["JobID"];
             attempts: components["schemas"]["Attempt"][];
         };
         JobList: {
             jobs: components["schemas"]["Job"][];
             /** @description Present when more jobs follow; pass it as `cursor`. */
-            next_cursor?: string;
+            next_cursor?: components["schemas"]["Cursor"];
         };
         FieldError: {
-            /** @description JSON Pointer (RFC 6901) into the request body; "" is the whole body. */
+            /** @description JSON Pointer (RFC 6901) into the request body; "" is the whole body. At most twice the body's size (escaped keys). */
             pointer?: string;
             /** @description The query parameter at fault. */
             parameter?: string;
@@ -359,14 +583,29 @@ export interface components {
             /** Format: uri */
             type: string;
             title: string;
+            /** Format: int32 */
             status: number;
             detail: string;
+            /** @description The request's path, when it is printable. */
             instance?: string;
             request_id: string;
             /** @description For idempotency-key-reused, the job the key names. */
-            job_id?: string;
+            job_id?: components["schemas"]["JobID"];
             attempt_state?: components["schemas"]["AttemptState"];
+            /**
+             * @description For quota-exceeded, the quota reached.
+             * @enum {string}
+             */
+            limit?: "unfinished-jobs" | "held-requests";
+            /**
+             * Format: int32
+             * @description For quota-exceeded, its bound.
+             */
+            quota?: number;
+            /** @description What is wrong, each with where; at most the first 100. */
             errors?: components["schemas"]["FieldError"][];
+            /** @description For quota-exceeded, the RateLimit-Policy policies whose quota is spent (draft-ietf-httpapi-ratelimit-headers-11 §5.1). */
+            violated_policies?: string[];
         };
     };
     responses: {
@@ -376,13 +615,19 @@ export interface components {
          *     literal over 40 characters or with a decimal exponent beyond ±308,
          *     nesting deeper than 64, an object with more than 10,000 members),
          *     invalid-cursor, or invalid-query (a query string that does not decode,
-         *     or names a parameter twice).
+         *     or names a parameter twice). A request line that does not parse at
+         *     all (a path with a bad percent-escape, such as `/v1/jobs/%zz`) is
+         *     refused before the API sees it, by the gateway (locally, by Go's
+         *     HTTP server), with a bare 400 that is no problem document.
          */
         BadRequest: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
+                "text/plain": string;
                 "application/problem+json": components["schemas"]["Problem"] & {
                     /** @constant */
                     status?: 400;
@@ -394,7 +639,10 @@ export interface components {
         /** @description unauthenticated — no valid bearer token, or no `sub` claim. */
         Unauthenticated: {
             headers: {
+                /** @description The scheme to authenticate with (RFC 6750). */
                 "WWW-Authenticate"?: string;
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -409,6 +657,8 @@ export interface components {
         /** @description forbidden — the operation needs the jobs:admin scope. */
         Forbidden: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -423,6 +673,8 @@ export interface components {
         /** @description not-found — no such job for this caller (another owner's job included), or no such attempt. */
         NotFound: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -440,6 +692,8 @@ export interface components {
          */
         Conflict: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -454,6 +708,8 @@ export interface components {
         /** @description payload-too-large — the body exceeds 256 KiB. */
         PayloadTooLarge: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -468,6 +724,8 @@ export interface components {
         /** @description unsupported-media-type — the body must be application/json in UTF-8. */
         UnsupportedMediaType: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -482,6 +740,8 @@ export interface components {
         /** @description validation-failed (with `errors`), unknown-job-type, or result-violates-contract (with `errors`, pointers into the request body's `result`). */
         Unprocessable: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -490,6 +750,36 @@ export interface components {
                     status?: 422;
                     /** @enum {unknown} */
                     type?: "https://onejob.dev/problems/validation-failed" | "https://onejob.dev/problems/unknown-job-type" | "https://onejob.dev/problems/result-violates-contract";
+                };
+            };
+        };
+        /**
+         * @description quota-exceeded — the owner is at one of its quotas: its unfinished
+         *     jobs, or its held requests at once (`limit` and `quota`;
+         *     `violated_policies` names the spent RateLimit-Policy policy). Nothing
+         *     was written; retry after `Retry-After` seconds, with the same
+         *     Idempotency-Key. A replay of a key already accepted is never refused
+         *     by a quota. The gateway's own throttling (each stage's
+         *     rate and burst, shared by every caller) also answers 429, as
+         *     `{"message":"Too Many Requests"}` without these fields.
+         */
+        TooManyRequests: {
+            headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
+                "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 429;
+                    /** @constant */
+                    type?: "https://onejob.dev/problems/quota-exceeded";
+                };
+                "application/json": {
+                    /** @constant */
+                    message: "Too Many Requests";
                 };
             };
         };
@@ -510,7 +800,7 @@ export interface components {
         /** @description unavailable — a dependency is failing or overloaded; retry (with the same Idempotency-Key). */
         Unavailable: {
             headers: {
-                "Retry-After"?: string;
+                "Retry-After": components["headers"]["RetryAfter"];
                 [name: string]: unknown;
             };
             content: {
@@ -526,8 +816,17 @@ export interface components {
     parameters: {
         /** @description The `ETag` of the copy the browser holds; it answers 304 while the file is unchanged. */
         IfNoneMatchFile: string;
+        /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
         JobID: string;
-        /** @description Names the intent; 1–255 visible ASCII characters, scoped to the caller. */
+        /**
+         * @description Names the intent; 1–255 visible ASCII characters, scoped to the
+         *     caller. Key expiry (the policy the IETF Idempotency-Key draft asks a
+         *     server to publish): a key is remembered as long as its job is
+         *     unfinished, and for the job type's retention once it has an outcome
+         *     (30 days unless the type declares another, from 1 to 365 days).
+         *     After that the job is gone (404, not listed) and the same key names
+         *     a new job, whose ID carries the key's incarnation (`job_…u1`).
+         */
         IdempotencyKey: string;
     };
     requestBodies: never;
@@ -538,6 +837,40 @@ export interface components {
         PollAfter: string;
         /** @description The wait applied (RFC 7240), present when the request asked for one with If-None-Match. */
         PreferenceApplied: string;
+        /**
+         * @description The quota policies that apply to the caller, as defined by
+         *     draft-ietf-httpapi-ratelimit-headers-11 §3: a Structured Field List
+         *     (RFC 9651) of quota policy Items. Each Item is a String naming the
+         *     policy, with the Parameters `q` (the quota in quota units, a
+         *     non-negative Integer; required), `qu` (the quota unit, a String:
+         *     "requests" (the default), "content-bytes" or
+         *     "concurrent-requests"), `w` (the time window in seconds, a positive
+         *     Integer) and `pk` (the partition key, a Byte Sequence); other
+         *     Parameters are comments. onejob's quotas are per owner, for example
+         *     unfinished jobs and concurrent held GETs:
+         *     `"unfinished-jobs";q=100;qu="concurrent-requests", "held-requests";q=20;qu="concurrent-requests"`.
+         *     Present on answers to an owner when the deployment enforces quotas.
+         */
+        RateLimitPolicy: string;
+        /**
+         * @description The caller's current service limit under each policy of
+         *     RateLimit-Policy, as defined by draft-ietf-httpapi-ratelimit-headers-11
+         *     §4: a Structured Field List of Items, each the String naming the
+         *     policy, with the Parameters `r` (the quota still available, in the
+         *     policy's units, a non-negative Integer; required), `t` (the effective
+         *     window: seconds within which no more than `r` may be used, a
+         *     non-negative Integer) and `pk` (the partition key, a Byte Sequence).
+         *     A positive `r` is no promise that the next request is served.
+         *     onejob sends it on quota-exceeded answers: the spent policy, `r=0`,
+         *     and `t`, the seconds after which a slot may free.
+         */
+        RateLimit: string;
+        /**
+         * @description Seconds to wait before trying again (RFC 9110 §10.2.3,
+         *     delay-seconds). With RateLimit, never earlier than the end of its
+         *     effective window.
+         */
+        RetryAfter: string;
         /** @description The console's files are revalidated with their ETag on every use. */
         Revalidate: "no-cache";
         /**
@@ -555,10 +888,12 @@ export interface operations {
     listJobs: {
         parameters: {
             query?: {
+                /** @description Only jobs in this status. */
                 status?: components["schemas"]["JobStatus"];
+                /** @description Jobs per page, at most 100. */
                 limit?: number;
                 /** @description The `next_cursor` of the previous page; opaque. */
-                cursor?: string;
+                cursor?: components["schemas"]["Cursor"];
             };
             header?: never;
             path?: never;
@@ -569,6 +904,8 @@ export interface operations {
             /** @description One page. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -578,6 +915,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -586,7 +924,15 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Names the intent; 1–255 visible ASCII characters, scoped to the caller. */
+                /**
+                 * @description Names the intent; 1–255 visible ASCII characters, scoped to the
+                 *     caller. Key expiry (the policy the IETF Idempotency-Key draft asks a
+                 *     server to publish): a key is remembered as long as its job is
+                 *     unfinished, and for the job type's retention once it has an outcome
+                 *     (30 days unless the type declares another, from 1 to 365 days).
+                 *     After that the job is gone (404, not listed) and the same key names
+                 *     a new job, whose ID carries the key's incarnation (`job_…u1`).
+                 */
                 "Idempotency-Key": components["parameters"]["IdempotencyKey"];
             };
             path?: never;
@@ -601,7 +947,10 @@ export interface operations {
             /** @description Replayed: the job this key already names, unchanged. */
             200: {
                 headers: {
+                    /** @description This answer is a replay of the create that made the job. */
                     "Idempotent-Replayed": "true";
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -611,7 +960,10 @@ export interface operations {
             /** @description Created. */
             201: {
                 headers: {
+                    /** @description The job's URL, relative to the API's. */
                     Location: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -624,6 +976,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -638,6 +991,7 @@ export interface operations {
                 Prefer?: string;
             };
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -650,6 +1004,8 @@ export interface operations {
                     ETag: components["headers"]["ETag"];
                     "Retry-After": components["headers"]["PollAfter"];
                     "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -669,8 +1025,10 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -680,6 +1038,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -689,14 +1048,18 @@ export interface operations {
             /** @description The attempts. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["AttemptList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -706,6 +1069,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
             };
             cookie?: never;
@@ -721,6 +1085,8 @@ export interface operations {
             /** @description The cancelled job. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -734,6 +1100,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -741,9 +1108,12 @@ export interface operations {
     listOpenJobs: {
         parameters: {
             query?: {
+                /** @description Only jobs in this status (applied after the read). */
                 status?: "pending" | "running" | "unknown";
+                /** @description Jobs per page, at most 100. */
                 limit?: number;
-                cursor?: string;
+                /** @description The `next_cursor` of the previous page; opaque. */
+                cursor?: components["schemas"]["Cursor"];
             };
             header?: never;
             path?: never;
@@ -754,6 +1124,8 @@ export interface operations {
             /** @description A page of jobs, oldest first, each with its owner. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -764,6 +1136,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -773,8 +1146,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
                 id: components["parameters"]["JobID"];
-                /** @description The attempt number, from 1. */
+                /** @description The attempt number, from 1 (a number past 1048576 names no attempt). */
                 n: number;
             };
             cookie?: never;
@@ -788,6 +1162,8 @@ export interface operations {
             /** @description The job after the resolution. */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -802,6 +1178,110 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    resolveAttempts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BulkResolveRequest"];
+            };
+        };
+        responses: {
+            /** @description What the request matched and did. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BulkResolveResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listProviders: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The providers, by name. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProviderList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    forceProvider: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A provider a job type names. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForceRequest"];
+            };
+        };
+        responses: {
+            /** @description The provider's health after. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Provider"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -839,6 +1319,9 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
         };
     };
     getConsoleFile: {
@@ -879,7 +1362,10 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
         };
     };
 }

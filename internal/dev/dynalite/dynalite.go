@@ -63,9 +63,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, fmt.Errorf("dynalite not installed (run `make tools` or `npm ci`): %w", err)
 	}
 	script := filepath.Join(o.Root, "internal", "dev", "dynalite", "server.cjs")
-	node, err := exec.LookPath("node")
+	node, err := testenv.Node(o.Root)
 	if err != nil {
-		return nil, fmt.Errorf("node not found: %w", err)
+		return nil, err
 	}
 	if o.Port == 0 {
 		if o.Port, err = testenv.FreePort(); err != nil {

@@ -18,9 +18,6 @@ import (
 	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
-// ErrMissing reports that moto_server is not installed.
-var ErrMissing = errors.New("moto_server not found on PATH: install it with pip install 'moto[server]' (moto 5.2.1 is known to work)")
-
 // Server is a running moto_server.
 type Server struct {
 	cmd      *exec.Cmd
@@ -31,12 +28,17 @@ type Server struct {
 // Endpoint is the server's base URL.
 func (s *Server) Endpoint() string { return s.endpoint }
 
-// Start launches moto_server and waits until it answers. Output goes to out
-// (nil discards it).
+// Start launches moto_server (on PATH, or in the checkout's virtual
+// environment: testenv.PythonTool) and waits until it answers. Output goes
+// to out (nil discards it).
 func Start(ctx context.Context, out io.Writer) (*Server, error) {
-	bin, err := exec.LookPath("moto_server")
+	root, err := testenv.Root()
 	if err != nil {
-		return nil, ErrMissing
+		return nil, err
+	}
+	bin, err := testenv.PythonTool(root, "moto_server")
+	if err != nil {
+		return nil, err
 	}
 	port, err := testenv.FreePort()
 	if err != nil {

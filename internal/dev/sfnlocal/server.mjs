@@ -59,20 +59,6 @@ import nodegc from '../nodegc/gc.cjs';
 
 const { serveGC } = nodegc;
 
-// aws-local-stepfunctions 3.0.0 calls Promise.withResolvers (Node >= 22);
-// this machine runs Node 20, so polyfill before the library is loaded.
-if (typeof Promise.withResolvers !== 'function') {
-  Promise.withResolvers = function withResolvers() {
-    let resolve;
-    let reject;
-    const promise = new this((res, rej) => {
-      resolve = res;
-      reject = rej;
-    });
-    return { promise, resolve, reject };
-  };
-}
-
 function log(level, msg, fields = {}) {
   process.stderr.write(JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }) + '\n');
 }
@@ -284,8 +270,6 @@ async function importPatchedLibrary() {
 
 const opts = parseArgs(process.argv.slice(2));
 if (opts.lambdaEndpoint) process.env.AWS_ENDPOINT_URL_LAMBDA = opts.lambdaEndpoint;
-// Node 20 is what this machine has; the SDK's upgrade notice is noise here.
-process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = 'true';
 
 const { StateMachine, ExecutionAbortedError, ExecutionTimeoutError, ExecutionError } = await importPatchedLibrary();
 

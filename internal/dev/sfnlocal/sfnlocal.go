@@ -53,8 +53,6 @@ const (
 // placeholders) and LambdaEndpoint (for definitions with Task states) are
 // usually needed.
 type Config struct {
-	// NodeBin defaults to "node" on PATH.
-	NodeBin string
 	// RepoRoot defaults to the nearest directory above the working directory
 	// holding go.mod; node runs there so node_modules resolves.
 	RepoRoot string
@@ -115,13 +113,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	var err error
-	nodeBin := cfg.NodeBin
-	if nodeBin == "" {
-		if nodeBin, err = exec.LookPath("node"); err != nil {
-			return nil, fmt.Errorf("sfnlocal: node not found: %w", err)
-		}
-	}
 	root := cfg.RepoRoot
 	if root == "" {
 		wd, err := os.Getwd()
@@ -131,6 +122,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if root, err = testenv.RootFrom(wd); err != nil {
 			return nil, err
 		}
+	}
+	nodeBin, err := testenv.Node(root)
+	if err != nil {
+		return nil, fmt.Errorf("sfnlocal: %w", err)
 	}
 	script := cfg.ScriptPath
 	if script == "" {

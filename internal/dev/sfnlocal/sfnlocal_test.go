@@ -231,7 +231,9 @@ func startStack(ctx context.Context, lcfg lambdalocal.Config, scfg sfnlocal.Conf
 var shared *stack
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	// A bound, not a wait: the server loads its library and validates the
+	// definition in seconds, many more on a machine that is busy.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	s, err := startTestStack(ctx, stackOptions{})
 	cancel()
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/dev/testenv"
-	"github.com/onejob/onejob/internal/provider"
 )
 
 // stacks are started once per test binary and shared by the tests.
@@ -59,7 +58,7 @@ func sharedStack(t *testing.T, flavour string, cfg stack.Config) *stack.Stack {
 	cfg.Logger = slog.New(slog.NewJSONHandler(w, nil))
 	cfg.TablePrefix = "e2e-" + flavour
 	if cfg.DemoProviders == nil {
-		cfg.DemoProviders = actsNever
+		cfg.DemoProviders = stack.BreakersNeverAct
 	}
 	if cfg.Wait.Steps == nil {
 		cfg.Wait.Steps = []time.Duration{time.Second}
@@ -73,19 +72,6 @@ func sharedStack(t *testing.T, flavour string, cfg stack.Config) *stack.Stack {
 	shared.byID[flavour] = s
 	shared.logs[s] = logs
 	return s
-}
-
-// actsNever sets the demo providers' health limits so loose that their
-// breakers never open and their bulkhead never fills: a shared stack runs
-// many tests' scripted failures side by side, each expecting its job to run
-// where its script says. The drills of provider health start stacks of
-// their own.
-func actsNever(c provider.Config) provider.Config {
-	for i := range c.Providers {
-		c.Providers[i].Breaker = &provider.BreakerConfig{Failures: 1_000_000}
-		c.Providers[i].MaxConcurrent = 1_000_000
-	}
-	return c
 }
 
 // client talks to the local HTTP API as one owner.

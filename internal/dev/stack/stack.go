@@ -74,7 +74,8 @@ type Config struct {
 	// before StartAttempt declares it unknown (default: job.DefaultOverdueGrace).
 	OverdueGrace time.Duration
 	// DemoProviders, when set, adjusts the demo providers' configuration
-	// (their health limits, say) before the stack uses it.
+	// (their health limits, say) before the stack uses it;
+	// BreakersNeverAct is the one drills use.
 	DemoProviders func(provider.Config) provider.Config
 	// Quotas bound each owner's unfinished jobs and held requests; nil is
 	// make run's defaults (DefaultQuotas), &job.Quotas{} none.
@@ -537,4 +538,17 @@ func (s *Stack) pageMounts(root string) ([]apigwlocal.Mount, error) {
 	}
 	s.Pages = pages
 	return mounts, nil
+}
+
+// BreakersNeverAct sets the demo providers' health limits so loose that
+// their breakers never open and their bulkhead never fills: for stacks
+// that run scripted provider failures side by side (shared test stacks,
+// the crash and soak drills), each expecting its job to run where its
+// script says. The drills of provider health keep the demo's limits.
+func BreakersNeverAct(c provider.Config) provider.Config {
+	for i := range c.Providers {
+		c.Providers[i].Breaker = &provider.BreakerConfig{Failures: 1_000_000}
+		c.Providers[i].MaxConcurrent = 1_000_000
+	}
+	return c
 }

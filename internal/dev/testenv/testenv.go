@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 )
@@ -149,4 +150,49 @@ func GoBuild(ctx context.Context, root, pkg, out string) error {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return nil
+}
+
+// NodePath is the Node.js binary every Node tool of the checkout at root
+// runs on (dynalite, the local Step Functions server, jsii under the CDK,
+// the linters, the client tests): the release pinned in package.json
+// (node-linux-<arch>), which `npm ci` links as node_modules/.bin/node. Never
+// "node" on PATH, whose version nobody chose.
+func NodePath(root string) string {
+	return filepath.Join(root, "node_modules", ".bin", "node")
+}
+
+// Node is NodePath after checking that the binary is installed; the error
+// says how to install it.
+func Node(root string) (string, error) {
+	p := NodePath(root)
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("the pinned node (%s) is not installed: run `make tools` (npm ci) in %s", p, root)
+	}
+	return p, nil
+}
+
+// pythonTools are the Python programs `make test` needs, pinned in
+// requirements.txt: moto_server (a second DynamoDB) and cfn-lint.
+var pythonTools = []string{"moto_server", "cfn-lint"}
+
+// VenvBin is the folder of the checkout's own virtual environment, where
+// `make python-tools` installs requirements.txt when the tools are not on
+// PATH.
+func VenvBin(root string) string { return filepath.Join(root, ".local", "venv", "bin") }
+
+// PythonTool finds one of the Python tools of requirements.txt: on PATH,
+// else in the checkout's virtual environment (VenvBin).
+func PythonTool(root, name string) (string, error) {
+	if !slices.Contains(pythonTools, name) {
+		return "", fmt.Errorf("%s is not one of the Python tools of requirements.txt (%v)", name, pythonTools)
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(VenvBin(root), name)
+	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s is neither on PATH nor in %s: run `make python-tools` (or pip install -r requirements.txt)", name, VenvBin(root))
 }

@@ -50,7 +50,7 @@ func TestWriteAppliedThenRetried(t *testing.T) {
 		act   func(t *testing.T, r *rig, id string) string // "" = as expected
 	}{
 		{
-			name: "CreateMakesOneJob", op: "PutItem",
+			name: "CreateMakesOneJob", op: "UpdateItem",
 			setup: func(*testing.T, *rig) string { return "" },
 			act: func(t *testing.T, r *rig, _ string) string {
 				if _, _, err := r.eng.Create(ctx, req("k")); err != nil {
@@ -63,7 +63,7 @@ func TestWriteAppliedThenRetried(t *testing.T) {
 			},
 		},
 		{
-			name: "CreateReportsCreated", op: "PutItem",
+			name: "CreateReportsCreated", op: "UpdateItem",
 			setup: func(*testing.T, *rig) string { return "" },
 			act: func(t *testing.T, r *rig, _ string) string {
 				if _, replayed, err := r.eng.Create(ctx, req("k")); err != nil || replayed {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,11 +118,11 @@ type jobCase struct {
 
 type submission struct {
 	conflicting bool
-	sentAt      string // created_at of the item this call's PutItem carried
+	sentAt      string // created_at of the job this call's create wrote
 	id          string
 	replayed    bool
 	err         error
-	retried     bool // the SDK retried the PutItem after an attempt that may have applied
+	retried     bool // the SDK retried the create after an attempt that may have applied
 }
 
 type claim struct {
@@ -263,12 +264,29 @@ func (run *faultRun) submit(c *jobCase, input string) submission {
 		run.replays.Add(1)
 	}
 	for _, op := range tr.Ops() {
-		if in, ok := op.Input.(*dynamodb.PutItemInput); ok && aws.ToString(in.TableName) == run.r.names.Jobs {
-			s.sentAt = str(in.Item, "created_at")
+		// The create is the jobs table's one write conditioned on the
+		// job's absence.
+		if in, ok := op.Input.(*dynamodb.UpdateItemInput); ok && aws.ToString(in.TableName) == run.r.names.Jobs &&
+			strings.HasPrefix(aws.ToString(in.ConditionExpression), "attribute_not_exists") {
+			s.sentAt = setTo(in, "created_at")
 			s.retried = s.retried || op.RetriedAfterAmbiguous()
 		}
 	}
 	return s
+}
+
+// setTo is the string value an UpdateItem's SET clause gives attribute.
+func setTo(in *dynamodb.UpdateItemInput, attribute string) string {
+	set, _, _ := strings.Cut(strings.TrimPrefix(aws.ToString(in.UpdateExpression), "SET "), " REMOVE ")
+	for _, a := range strings.Split(set, ", ") {
+		name, value, ok := strings.Cut(a, " = ")
+		if ok && in.ExpressionAttributeNames[name] == attribute {
+			if v, ok := in.ExpressionAttributeValues[value].(*types.AttributeValueMemberS); ok {
+				return v.Value
+			}
+		}
+	}
+	return ""
 }
 
 func fingerprint(t *testing.T, input string) string {
@@ -352,7 +370,7 @@ func (run *faultRun) verifyCreates(t *testing.T) {
 		}
 	}
 	never(t, "phantom-replay", int(run.phantomReplays.Load()),
-		"dynamo.Create told the call whose PutItem created the job replayed=true (its SDK retry failed the condition)")
+		"dynamo.Create told the call whose write created the job replayed=true (its SDK retry failed the condition)")
 }
 
 const redeliveries = 6

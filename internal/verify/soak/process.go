@@ -61,7 +61,11 @@ func startStack(ctx context.Context, cfg Config) (*stackProcess, error) {
 		return nil, err
 	}
 	args := []string{"-c", `ulimit -n "$1" || exit 97; shift; exec "$@"`, "soak", strconv.Itoa(cfg.NoFile),
-		cfg.Bin, "run", "--log", logPath}
+		cfg.Bin, "run", "--log", logPath,
+		// The scripts say which provider answers each job: breakers must
+		// not reroute them (a 10% error rate, or a busy machine's slow
+		// calls, could open one).
+		"--breakers", "off"}
 	if !cfg.InMemory {
 		args = append(args, "--data", filepath.Join(cfg.Dir, "dynalite"))
 	}

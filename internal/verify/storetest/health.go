@@ -70,10 +70,18 @@ var healthTests = []test{
 		st := fresh(t)
 		ctx := context.Background()
 		at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-		report(t, st, "p", job.HealthEvent{Kind: job.HealthSlow, Attempt: "job_a/1"}, at(1.5))
+		// A window before (a failure, two answers), then one answer riding
+		// along in the next: the failure rate's inputs must survive too.
+		report(t, st, "p", job.HealthEvent{Kind: job.HealthServerError, Attempt: "job_z/1", Answered: 2}, at(-59))
+		if h := report(t, st, "p", job.HealthEvent{Kind: job.HealthSlow, Attempt: "job_a/1", Answered: 1}, at(1.5)); h.Answered != 1 ||
+			h.PreviousFailures != 1 || h.PreviousAnswered != 2 || h.FailureCount() != 1 {
+			t.Fatalf("after a window rolled and an answer rode along: %+v", h)
+		} else {
+			sameHealth(t, "stored closed health", get2(t, st, "p"), h)
+		}
 		report(t, st, "p", job.HealthEvent{Kind: job.HealthServerError, Attempt: "job_b/1"}, at(2))
 		h := report(t, st, "p", job.HealthEvent{Kind: job.HealthUnknown, Attempt: "job_c/2"}, at(3.25))
-		if h.State != job.ProviderOpen || len(h.Held) != 2 || h.Revision != 3 {
+		if h.State != job.ProviderOpen || len(h.Held) != 2 || h.Revision != 4 {
 			t.Fatalf("after three failures: %+v", h)
 		}
 		sameHealth(t, "stored health", get2(t, st, "p"), h)
