@@ -318,9 +318,9 @@ func (b *Breakers) Force(ctx context.Context, provider string, state job.Provide
 		if err != nil {
 			return job.Health{}, err
 		}
-		c, err := job.DecideForce(h, state, by, reason, b.cfg.NowFunc())
-		if err != nil {
-			return h, err
+		c, invalid := job.DecideForce(h, state, by, reason, b.cfg.NowFunc())
+		if invalid != nil {
+			return h, invalid
 		}
 		if !c.Decided() {
 			return h, nil
