@@ -132,7 +132,7 @@ func measureThroughput(ctx context.Context, o options, dynamoURL string, logOut 
 	var seq atomic.Int64
 	raw := func(ctx context.Context, n int64) error {
 		j, err := job.New(job.Request{Owner: "bench-raw", IdempotencyKey: fmt.Sprintf("raw-%d", n), Type: "demo",
-			Input: json.RawMessage(createInput), Providers: providers}, time.Now())
+			Input: json.RawMessage(createInput), Providers: providers, Primary: job.PrimaryOf(providers)}, time.Now())
 		if err != nil {
 			return err
 		}

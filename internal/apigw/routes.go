@@ -109,7 +109,7 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 	if len(errs) > 0 {
 		return job.Request{}, invalid(errs...)
 	}
-	return job.Request{Type: jobType, Input: input, Providers: providers}, nil
+	return job.Request{Type: jobType, Input: input, Providers: providers, Primary: job.PrimaryOf(jt.Providers())}, nil
 }
 
 // start starts the job's execution. The job is durable already, so a

@@ -16,8 +16,13 @@ type Job struct {
 	Type           string
 	Input          json.RawMessage
 	Providers      []string
-	Fingerprint    string
-	Status         Status
+	// Primary is the job type's primary provider when the job was created
+	// (PrimaryOf): the only one it runs on without a certification. It is
+	// not the request's first provider, which the client chooses. Empty (a
+	// job stored before it was recorded): every provider needs one.
+	Primary     string
+	Fingerprint string
+	Status      Status
 	// Version moves only when the outcome is written; completions compare on it.
 	Version int64
 	// Revision moves on every write of the job item; bookkeeping transitions

@@ -14,7 +14,7 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func newJob(t *testing.T) job.Job {
 	t.Helper()
 	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{"a":1}`),
-		Providers: []string{"p1", "p2", "p3"}}, t0)
+		Providers: []string{"p1", "p2", "p3"}, Primary: "p1"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,41 @@ var createTests = []test{
 			t.Fatalf("store holds %+v, want one job", c)
 		}
 	}},
+	{"KeepsTheTypesPrimary", func(t *testing.T, fresh func(*testing.T) Store) {
+		// The primary is the job type's, recorded at create: a request
+		// naming only a fallback does not make it the primary, and every
+		// read, write and listing keeps what was recorded.
+		st := fresh(t)
+		r := request("a", "k", `{"prompt":"x"}`)
+		r.Providers = []string{"sim-fallback"}
+		j := create(t, st, newJob(t, r, at(0)))
+		if j.Primary != "sim-primary" {
+			t.Fatalf("created with primary %q, want sim-primary", j.Primary)
+		}
+		check := func(what string, got job.Job) {
+			t.Helper()
+			if got.Primary != "sim-primary" || !slices.Equal(got.Providers, []string{"sim-fallback"}) {
+				t.Fatalf("%s: primary %q, providers %v; want sim-primary, [sim-fallback]", what, got.Primary, got.Providers)
+			}
+		}
+		check("read", get(t, st, j.ID))
+		j = running(t, st, j, "sim-fallback", at(1))
+		check("after a write", get(t, st, j.ID))
+		if _, replayed, err := st.Create(context.Background(), newJob(t, r, at(2))); err != nil || !replayed {
+			t.Fatalf("replay: replayed=%v err=%v", replayed, err)
+		}
+		check("after a replay", get(t, st, j.ID))
+		open, err := st.ListOpen(context.Background(), lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 10})
+		if err != nil || len(open.Jobs) != 1 {
+			t.Fatalf("open jobs: %v err=%v", ids(open.Jobs), err)
+		}
+		check("listed open", open.Jobs[0])
+		page, err := st.List(context.Background(), lifecycle.ListQuery{Owner: "a"})
+		if err != nil || len(page.Jobs) != 1 {
+			t.Fatalf("list: %v err=%v", ids(page.Jobs), err)
+		}
+		check("listed", page.Jobs[0])
+	}},
 	{"ReplaysTheSameRequest", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		first := createAt(t, st, "a", "k", at(0))

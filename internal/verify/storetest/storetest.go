@@ -108,7 +108,7 @@ func at(seconds int) time.Time { return t0.Add(time.Duration(seconds) * time.Sec
 
 func request(owner, key, input string) job.Request {
 	return job.Request{Owner: owner, IdempotencyKey: key, Type: "demo", Input: json.RawMessage(input),
-		Providers: []string{"sim-primary", "sim-fallback"}}
+		Providers: []string{"sim-primary", "sim-fallback"}, Primary: "sim-primary"}
 }
 
 // newJob builds the job a request makes at now.
