@@ -282,6 +282,12 @@ func TestOperatorListing(t *testing.T) {
 	}
 	r, _, _ = list(admin, "?status=succeeded")
 	wantProblem(t, r, http.StatusUnprocessableEntity, apigw.CodeValidationFailed)
+	// A forged cursor ("fg" is "~", past every position) is the caller's
+	// mistake, never a 500.
+	for _, forged := range []string{"fg", "not-a-position", "MjAyNg"} {
+		r, _, _ = list(admin, "?cursor="+forged)
+		wantProblem(t, r, http.StatusBadRequest, apigw.CodeInvalidCursor)
+	}
 	r, _, _ = list(owner, "")
 	wantProblem(t, r, http.StatusForbidden, apigw.CodeForbidden)
 	if r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + pending, token: admin}); r.status != http.StatusOK {

@@ -77,7 +77,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) Store) {
 		{"Apply", applyTests},
 		{"ListAttempts", listAttemptsTests},
 		{"List", listTests},
-		{"ListOpen", listOpenTests},
+		{"ListOpen", append(listOpenTests, forgedOpenCursorTests...)},
 		{"Certifications", certificationTests},
 		{"Rules", ruleTests},
 	}
