@@ -230,7 +230,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// One client for every provider call, its idle connections kept for
 	// reuse (http.DefaultClient keeps two per host, so concurrent calls
 	// dialled anew each time) and closed before the simulator would.
-	providerHTTP := &http.Client{Transport: pooled(http.DefaultTransport.(*http.Transport).Clone(), 0, providerIdleConns, cfg.IdleTimeout/2)}
+	// It never follows a redirect (provider.NoRedirects; the adapters
+	// refuse them anyway).
+	providerHTTP := provider.NoRedirects(&http.Client{Transport: pooled(http.DefaultTransport.(*http.Transport).Clone(), 0, providerIdleConns, cfg.IdleTimeout/2)})
 	s.Providers, err = adapters.NewRegistry(ctx, sim.DemoConfig(simServer.URL()), nil,
 		adapters.Options{Logger: log, HTTPClient: providerHTTP})
 	if err != nil {
