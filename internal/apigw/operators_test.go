@@ -185,6 +185,7 @@ func TestAdminClaims(t *testing.T) {
 		"Scope":   {Claim: "scope", Value: "jobs:admin"},
 		"Scp":     {Claim: "scp", Value: "jobs:admin"},
 		"Cognito": {Claim: "cognito:groups", Value: "onejob-operators"},
+		"Groups":  {Claim: "groups", Value: "jobs:admin"},
 	}
 	tests := []struct {
 		name   string
@@ -202,6 +203,18 @@ func TestAdminClaims(t *testing.T) {
 		{"CognitoGroup", "Cognito", apigwlocal.Grant{Claims: map[string]any{"cognito:groups": []string{"staff", "onejob-operators"}}}, true},
 		{"CognitoOtherGroup", "Cognito", apigwlocal.Grant{Claims: map[string]any{"cognito:groups": []string{"onejob-operators-readonly"}}}, false},
 		{"CognitoNoGroups", "Cognito", apigwlocal.Grant{}, false},
+		// A scope claim is a space-separated string: "[jobs:admin]" is
+		// another scope, not an array.
+		{"ScopeInBrackets", "Scope", apigwlocal.Grant{Scopes: []string{"[jobs:admin]"}}, false},
+		// API Gateway renders ["Sales jobs:admin"] as "[Sales jobs:admin]",
+		// which a split on spaces cannot tell from two groups: a claim whose
+		// elements may hold spaces grants only when it is the value itself.
+		{"GroupNameWithTheValue", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": []string{"Sales jobs:admin"}}}, false},
+		{"GroupNameEndingBefore", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": []string{"jobs:admin Sales"}}}, false},
+		{"GroupStringWithTheValue", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": "Sales jobs:admin"}}, false},
+		{"GroupsOneElement", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": []string{"jobs:admin"}}}, true},
+		{"GroupsString", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": "jobs:admin"}}, true},
+		{"GroupsAmongOthers", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": []string{"staff", "jobs:admin"}}}, false},
 	}
 	envs := map[string]*env{}
 	for name, rule := range rules {
