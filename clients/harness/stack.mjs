@@ -51,14 +51,20 @@ export async function startStack(name) {
         child.stdout.off("data", onData);
         // The operator console's link, as printed: the admin token in its fragment.
         const consoleLink = /^\s+console\s+(http:\/\/\S+\/console#token=\S+)$/m.exec(out);
-        resolve({ apiUrl: api[1], consoleUrl: consoleLink?.[1] ?? "" });
+        // The secret its tokens are signed with, as printed (a new one each run).
+        const secret = /^\s+ONEJOB_LOCAL_JWT_SECRET=(\S+) /m.exec(out);
+        resolve({ apiUrl: api[1], consoleUrl: consoleLink?.[1] ?? "", secret: secret?.[1] ?? "" });
       }
     };
     child.stdout.on("data", onData);
     child.stderr.on("data", (b) => (out += b));
     exited.then(({ code, signal }) => reject(new Error(`onejob run exited (${code ?? signal}) before it was up:\n${out}\n(logs: ${logPath})`)));
   });
-  const env = { ...process.env };
+  if (!up.secret) {
+    killGroup();
+    throw new Error(`onejob run printed no signing secret:\n${out}`);
+  }
+  const env = { ...process.env, ONEJOB_LOCAL_JWT_SECRET: up.secret };
   return {
     ...up,
     logPath,
@@ -67,7 +73,7 @@ export async function startStack(name) {
       const origin = up.apiUrl.replace("://127.0.0.1:", "://localhost:");
       return `${origin}/${page}/#api=${encodeURIComponent(api)}&token=${token}`;
     },
-    /** A bearer token for sub, from `onejob token` (the stack's secret). */
+    /** A bearer token for sub, from `onejob token` with the secret the stack printed. */
     async token(sub, ...scopes) {
       const args = ["token", "--sub", sub, ...scopes.flatMap((s) => ["--scope", s])];
       const { stdout } = await run(bin, args, { env });

@@ -141,7 +141,7 @@ func newJobsCmd(sub jobsSubcommand, env func(string) string, stdout, stderr io.W
 	c.fs.SetOutput(stderr)
 	// No defaults from the environment here: PrintDefaults would show the token.
 	c.fs.StringVar(&c.api, "api", "", fmt.Sprintf("the HTTP API's base URL (default $%s, else %s)", envAPIURL, defaultAPIURL))
-	c.fs.StringVar(&c.token, "token", "", fmt.Sprintf("bearer token (default $%s; locally: onejob token --sub user-1)", envToken))
+	c.fs.StringVar(&c.token, "token", "", fmt.Sprintf("bearer token (default $%s; locally: the one make run printed, or onejob token --sub user-1 --secret S)", envToken))
 	c.fs.BoolVar(&c.json, "json", false, "print the API's JSON as is (a problem too), for scripts")
 	c.fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: onejob jobs %s %s\n\n%s.\n\n", sub.name, sub.synopsis, sub.summary)

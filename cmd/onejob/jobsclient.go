@@ -36,7 +36,7 @@ func newAPIClient(base, token string) (*apiClient, error) {
 		return nil, fmt.Errorf("--api %q is not an http(s) URL", base)
 	}
 	if token == "" {
-		return nil, errors.New("no token: pass --token or set ONEJOB_TOKEN (locally, `onejob token --sub user-1` prints one)")
+		return nil, errors.New("no token: pass --token or set ONEJOB_TOKEN (locally, `make run` prints one; `onejob token --sub user-1 --secret S` mints more)")
 	}
 	return &apiClient{base: strings.TrimSuffix(base, "/"), token: token, http: &http.Client{}}, nil
 }

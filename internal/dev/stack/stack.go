@@ -54,7 +54,9 @@ type Config struct {
 	// Root is the repository root (node_modules, statemachine/); empty finds it.
 	Root string
 	// APIAddr is where the HTTP API listens; "127.0.0.1:0" picks a port.
-	APIAddr   string
+	APIAddr string
+	// JWTSecret signs and verifies the local tokens; empty makes one for
+	// this stack (apigwlocal.NewLocalSecret), which JWTSecret() reports.
 	JWTSecret string
 	// Admin is which claim makes an operator; zero is the default.
 	Admin apigw.AdminRule
@@ -108,7 +110,7 @@ func (c *Config) defaults() error {
 		c.APIAddr = "127.0.0.1:8080"
 	}
 	if c.JWTSecret == "" {
-		c.JWTSecret = DefaultJWTSecret
+		c.JWTSecret = apigwlocal.NewLocalSecret()
 	}
 	if c.TablePrefix == "" {
 		c.TablePrefix = "onejob-local"
@@ -141,9 +143,6 @@ func (c *Config) defaults() error {
 // DefaultIdleTimeout is how long the local servers keep an idle
 // connection open.
 const DefaultIdleTimeout = 30 * time.Second
-
-// DefaultJWTSecret signs local tokens unless ONEJOB_LOCAL_JWT_SECRET is set.
-const DefaultJWTSecret = apigwlocal.DefaultLocalSecret
 
 // Stack is a running local onejob.
 type Stack struct {
@@ -412,6 +411,10 @@ func serve(h http.Handler, addr string, idle time.Duration) (string, func() erro
 
 // Root is the checkout the stack runs from.
 func (s *Stack) Root() string { return s.cfg.Root }
+
+// JWTSecret is the secret the stack's tokens are signed with: its
+// Config's, or the one it made.
+func (s *Stack) JWTSecret() string { return s.cfg.JWTSecret }
 
 // Close stops everything, newest first.
 func (s *Stack) Close() error {
