@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -139,7 +140,10 @@ type problemError struct {
 
 func newProblemError(status int, body []byte) *problemError {
 	e := &problemError{status: status, body: body}
-	_ = json.Unmarshal(body, &e.p) // anything else is shown as text
+	// Anything else is shown as text. A problem's members are read as one
+	// line each (oneLine: whitespace folded, the rest escaped).
+	_ = json.Unmarshal(body, &e.p)
+	cleanStrings(reflect.ValueOf(&e.p), oneLine)
 	return e
 }
 
@@ -212,5 +216,6 @@ func transient(err error) bool {
 	return false
 }
 
-// oneLine folds whitespace runs, newlines included, into single spaces.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// oneLine folds whitespace runs, newlines included, into single spaces, and
+// escapes what must not reach a terminal raw (termSafe).
+func oneLine(s string) string { return termSafe(strings.Join(strings.Fields(s), " ")) }
