@@ -87,24 +87,20 @@ func (a AdminRule) Grants(claims map[string]string) bool {
 	if !ok {
 		return false
 	}
-	switch {
-	case a.Claim == "scope":
-		// A space-separated string (RFC 8693 §4.2), never an array.
-		return slices.Contains(strings.Split(claim, " "), a.Value)
-	case splitClaim(a.Claim):
+	if splitClaim(a.Claim) {
 		return slices.Contains(Scopes(claim), a.Value)
-	default:
-		return claim == a.Value || claim == "["+a.Value+"]"
 	}
+	return claim == a.Value || claim == "["+a.Value+"]"
 }
 
 // splitClaim reports whether a claim's elements can hold no whitespace, so
 // that splitting its rendering on spaces finds exactly its elements: scope
-// tokens ("scp"; RFC 6749 §3.3) and Cognito group names (CreateGroup allows
-// letters, marks, symbols, numbers and punctuation only).
+// tokens ("scope", "scp"; RFC 6749 §3.3), which the authorization server
+// defines, and Cognito group names (CreateGroup allows letters, marks,
+// symbols, numbers and punctuation only).
 func splitClaim(name string) bool {
 	switch name {
-	case "scp", "cognito:groups":
+	case "scope", "scp", "cognito:groups":
 		return true
 	}
 	return false

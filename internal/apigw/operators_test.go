@@ -203,9 +203,6 @@ func TestAdminClaims(t *testing.T) {
 		{"CognitoGroup", "Cognito", apigwlocal.Grant{Claims: map[string]any{"cognito:groups": []string{"staff", "onejob-operators"}}}, true},
 		{"CognitoOtherGroup", "Cognito", apigwlocal.Grant{Claims: map[string]any{"cognito:groups": []string{"onejob-operators-readonly"}}}, false},
 		{"CognitoNoGroups", "Cognito", apigwlocal.Grant{}, false},
-		// A scope claim is a space-separated string: "[jobs:admin]" is
-		// another scope, not an array.
-		{"ScopeInBrackets", "Scope", apigwlocal.Grant{Scopes: []string{"[jobs:admin]"}}, false},
 		// API Gateway renders ["Sales jobs:admin"] as "[Sales jobs:admin]",
 		// which a split on spaces cannot tell from two groups: a claim whose
 		// elements may hold spaces grants only when it is the value itself.
