@@ -143,6 +143,9 @@ func NewServer(c ServerConfig) (*Server, error) {
 
 // ServeHTTP answers one request as API Gateway and the Lambda would.
 func (l *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The handler's answers carry it; the local pages, the document and
+	// the fallback 500 too.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if !LoopbackHost(r.Host) {
 		// DNS rebinding: a page whose name now resolves to 127.0.0.1 is
 		// same-origin with this server, so CORS cannot stop it, but its
