@@ -196,8 +196,14 @@ func (l *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ev := l.event(r, body, claims, requestID, now)
 	// A Lambda is not cancelled when the client goes away; API Gateway
-	// gives up after its integration timeout.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), localTimeout)
+	// gives up after its integration timeout. So a write goes on to its end
+	// whoever still listens; a read (a GET held by Prefer: wait above all)
+	// has no one to answer, and stops instead of polling the store.
+	ctx := r.Context()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		ctx = context.WithoutCancel(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, localTimeout)
 	defer cancel()
 	resp, err := l.h.Handle(ctx, ev)
 	if err != nil {
