@@ -72,7 +72,7 @@ func measureBodies(ctx context.Context, o options, dynamoURL string, logOut *slo
 	}
 	defer closeAPI()
 	const owner = "bench-bodies"
-	c, err := newAPIClient(url, defaultSecret(), owner)
+	c, err := newAPIClient(url, s.JWTSecret(), owner)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/dev/apiclient"
-	"github.com/onejob/onejob/internal/dev/stack"
 )
 
 // loadResult is one closed-loop measurement.
@@ -127,8 +126,6 @@ func newAPIClient(base, secret, subject string, scopes ...string) (*apiClient, e
 	}
 	return &apiClient{api: c}, nil
 }
-
-func defaultSecret() string { return stack.DefaultJWTSecret }
 
 // do sends one request and returns the status and body.
 func (c *apiClient) do(ctx context.Context, method, path, key string, body any) (int, []byte, error) {

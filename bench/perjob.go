@@ -109,12 +109,12 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		return nil, nil, nil, nil, err
 	}
 	closeAll := func() { _ = s.Close(); ps.Close() }
-	user, err := newAPIClient(s.APIURL, defaultSecret(), "bench-cost")
+	user, err := newAPIClient(s.APIURL, s.JWTSecret(), "bench-cost")
 	if err != nil {
 		closeAll()
 		return nil, nil, nil, nil, err
 	}
-	admin, err := newAPIClient(s.APIURL, defaultSecret(), "bench-operator", "jobs:admin")
+	admin, err := newAPIClient(s.APIURL, s.JWTSecret(), "bench-operator", "jobs:admin")
 	if err != nil {
 		closeAll()
 		return nil, nil, nil, nil, err

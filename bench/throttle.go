@@ -71,7 +71,7 @@ func measureThrottling(ctx context.Context, o options, dynamoURL string, logOut 
 	if err != nil {
 		return d, err
 	}
-	user, err := newAPIClient(s.APIURL, defaultSecret(), "bench-throttle")
+	user, err := newAPIClient(s.APIURL, s.JWTSecret(), "bench-throttle")
 	if err != nil {
 		return d, err
 	}

@@ -76,7 +76,7 @@ func apiServer(s *stack.Stack, log *slog.Logger) (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(defaultSecret())})
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(s.JWTSecret())})
 	if err != nil {
 		return "", nil, err
 	}
@@ -114,11 +114,11 @@ func measureThroughput(ctx context.Context, o options, dynamoURL string, logOut 
 		return nil, nil, err
 	}
 	defer closeOff()
-	off, err := newAPIClient(offURL, defaultSecret(), "bench")
+	off, err := newAPIClient(offURL, s.JWTSecret(), "bench")
 	if err != nil {
 		return nil, nil, err
 	}
-	on, err := newAPIClient(s.APIURL, defaultSecret(), "bench")
+	on, err := newAPIClient(s.APIURL, s.JWTSecret(), "bench")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -132,7 +132,7 @@ func measureThroughput(ctx context.Context, o options, dynamoURL string, logOut 
 	var seq atomic.Int64
 	raw := func(ctx context.Context, n int64) error {
 		j, err := job.New(job.Request{Owner: "bench-raw", IdempotencyKey: fmt.Sprintf("raw-%d", n), Type: "demo",
-			Input: json.RawMessage(createInput), Providers: providers}, time.Now())
+			Input: json.RawMessage(createInput), Providers: providers, Primary: job.PrimaryOf(providers)}, time.Now())
 		if err != nil {
 			return err
 		}

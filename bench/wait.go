@@ -43,7 +43,7 @@ const (
 // latency) over the same window, and prices them.
 func measureWaits(ctx context.Context, s *stack.Stack, proxy *ddbProxy, user *apiClient, pr map[string]price) ([]waitRow, error) {
 	slog.Info("measuring", "scenario", "waiting for a job: one 20 s Prefer: wait vs polling")
-	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(defaultSecret())})
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(s.JWTSecret())})
 	if err != nil {
 		return nil, err
 	}

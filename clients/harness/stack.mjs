@@ -27,7 +27,9 @@ export async function startStack(name) {
   }
   mkdirSync(outDir, { recursive: true });
   const logPath = join(outDir, `${name}.stack.log`);
-  const child = spawn(bin, ["run", "--log", logPath], {
+  // Breakers off: the tests script provider failures job by job, and a
+  // breaker opened by one test's timeouts would reroute the next test's jobs.
+  const child = spawn(bin, ["run", "--log", logPath, "--breakers", "off"], {
     cwd: root,
     env: { ...process.env, ONEJOB_ADDR: "127.0.0.1:0" },
     stdio: ["ignore", "pipe", "pipe"],
@@ -51,14 +53,20 @@ export async function startStack(name) {
         child.stdout.off("data", onData);
         // The operator console's link, as printed: the admin token in its fragment.
         const consoleLink = /^\s+console\s+(http:\/\/\S+\/console#token=\S+)$/m.exec(out);
-        resolve({ apiUrl: api[1], consoleUrl: consoleLink?.[1] ?? "" });
+        // The secret its tokens are signed with, as printed (a new one each run).
+        const secret = /^\s+ONEJOB_LOCAL_JWT_SECRET=(\S+) /m.exec(out);
+        resolve({ apiUrl: api[1], consoleUrl: consoleLink?.[1] ?? "", secret: secret?.[1] ?? "" });
       }
     };
     child.stdout.on("data", onData);
     child.stderr.on("data", (b) => (out += b));
     exited.then(({ code, signal }) => reject(new Error(`onejob run exited (${code ?? signal}) before it was up:\n${out}\n(logs: ${logPath})`)));
   });
-  const env = { ...process.env };
+  if (!up.secret) {
+    killGroup();
+    throw new Error(`onejob run printed no signing secret:\n${out}`);
+  }
+  const env = { ...process.env, ONEJOB_LOCAL_JWT_SECRET: up.secret };
   return {
     ...up,
     logPath,
@@ -67,7 +75,7 @@ export async function startStack(name) {
       const origin = up.apiUrl.replace("://127.0.0.1:", "://localhost:");
       return `${origin}/${page}/#api=${encodeURIComponent(api)}&token=${token}`;
     },
-    /** A bearer token for sub, from `onejob token` (the stack's secret). */
+    /** A bearer token for sub, from `onejob token` with the secret the stack printed. */
     async token(sub, ...scopes) {
       const args = ["token", "--sub", sub, ...scopes.flatMap((s) => ["--scope", s])];
       const { stdout } = await run(bin, args, { env });

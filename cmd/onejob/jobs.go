@@ -141,7 +141,7 @@ func newJobsCmd(sub jobsSubcommand, env func(string) string, stdout, stderr io.W
 	c.fs.SetOutput(stderr)
 	// No defaults from the environment here: PrintDefaults would show the token.
 	c.fs.StringVar(&c.api, "api", "", fmt.Sprintf("the HTTP API's base URL (default $%s, else %s)", envAPIURL, defaultAPIURL))
-	c.fs.StringVar(&c.token, "token", "", fmt.Sprintf("bearer token (default $%s; locally: onejob token --sub user-1)", envToken))
+	c.fs.StringVar(&c.token, "token", "", fmt.Sprintf("bearer token (default $%s; locally: the one make run printed, or onejob token --sub user-1 --secret S)", envToken))
 	c.fs.BoolVar(&c.json, "json", false, "print the API's JSON as is (a problem too), for scripts")
 	c.fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: onejob jobs %s %s\n\n%s.\n\n", sub.name, sub.synopsis, sub.summary)
@@ -302,7 +302,7 @@ func jobsSubmit(ctx context.Context, c *jobsCmd, args []string) error {
 		return nil
 	}
 	var j jobView
-	if err := json.Unmarshal(resp.body, &j); err != nil {
+	if err := decodeAPI(resp.body, &j); err != nil {
 		return fmt.Errorf("the API answered %d with a body that is not a job: %w", resp.status, err)
 	}
 	verb := "created"
@@ -340,7 +340,7 @@ func (c *jobsCmd) getJob(ctx context.Context, id string) (jobView, []byte, error
 		return jobView{}, nil, err
 	}
 	var j jobView
-	if err := json.Unmarshal(resp.body, &j); err != nil {
+	if err := decodeAPI(resp.body, &j); err != nil {
 		return jobView{}, nil, fmt.Errorf("the API answered with a body that is not a job: %w", err)
 	}
 	return j, resp.body, nil
@@ -385,7 +385,7 @@ func jobsList(ctx context.Context, c *jobsCmd, args []string) error {
 			return err
 		}
 		var page listBody
-		if err := json.Unmarshal(resp.body, &page); err != nil {
+		if err := decodeAPI(resp.body, &page); err != nil {
 			return fmt.Errorf("the API answered with a body that is not a listing: %w", err)
 		}
 		if c.json {
@@ -450,7 +450,7 @@ func (c *jobsCmd) getAttempts(ctx context.Context, id string) (attemptsBody, []b
 		return attemptsBody{}, nil, err
 	}
 	var atts attemptsBody
-	if err := json.Unmarshal(resp.body, &atts); err != nil {
+	if err := decodeAPI(resp.body, &atts); err != nil {
 		return attemptsBody{}, nil, fmt.Errorf("the API answered with a body that is not an attempt list: %w", err)
 	}
 	return atts, resp.body, nil
@@ -520,7 +520,7 @@ func (c *jobsCmd) postJob(ctx context.Context, path string, body []byte, done st
 		return nil
 	}
 	var j jobView
-	if err := json.Unmarshal(resp.body, &j); err != nil {
+	if err := decodeAPI(resp.body, &j); err != nil {
 		return fmt.Errorf("the API answered with a body that is not a job: %w", err)
 	}
 	if done != "" {

@@ -56,7 +56,7 @@ func (l *sharedStack) close() {
 func owner(t *testing.T, name string, scopes ...string) cli {
 	t.Helper()
 	s := apiStack.get(t)
-	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(stack.DefaultJWTSecret)})
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(s.JWTSecret())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -36,7 +37,7 @@ func newAPIClient(base, token string) (*apiClient, error) {
 		return nil, fmt.Errorf("--api %q is not an http(s) URL", base)
 	}
 	if token == "" {
-		return nil, errors.New("no token: pass --token or set ONEJOB_TOKEN (locally, `onejob token --sub user-1` prints one)")
+		return nil, errors.New("no token: pass --token or set ONEJOB_TOKEN (locally, `make run` prints one; `onejob token --sub user-1 --secret S` mints more)")
 	}
 	return &apiClient{base: strings.TrimSuffix(base, "/"), token: token, http: &http.Client{}}, nil
 }
@@ -139,7 +140,10 @@ type problemError struct {
 
 func newProblemError(status int, body []byte) *problemError {
 	e := &problemError{status: status, body: body}
-	_ = json.Unmarshal(body, &e.p) // anything else is shown as text
+	// Anything else is shown as text. A problem's members are read as one
+	// line each (oneLine: whitespace folded, the rest escaped).
+	_ = json.Unmarshal(body, &e.p)
+	cleanStrings(reflect.ValueOf(&e.p), oneLine)
 	return e
 }
 
@@ -212,5 +216,6 @@ func transient(err error) bool {
 	return false
 }
 
-// oneLine folds whitespace runs, newlines included, into single spaces.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// oneLine folds whitespace runs, newlines included, into single spaces, and
+// escapes what must not reach a terminal raw (termSafe).
+func oneLine(s string) string { return termSafe(strings.Join(strings.Fields(s), " ")) }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -162,10 +161,10 @@ func providerText(f *failureView) string {
 	}
 	var parts []string
 	if st := strings.Trim(string(f.ProviderStatus), `"`); st != "" && st != "null" {
-		parts = append(parts, "status "+st)
+		parts = append(parts, "status "+oneLine(st))
 	}
 	if f.ProviderMessage != "" {
-		parts = append(parts, fmt.Sprintf("%q", oneLine(f.ProviderMessage)))
+		parts = append(parts, `"`+oneLine(f.ProviderMessage)+`"`)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -186,15 +185,6 @@ func resolutionText(r *resolutionView) string {
 		s += ": " + oneLine(r.Reason)
 	}
 	return s
-}
-
-// compactJSON is raw JSON on one line.
-func compactJSON(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return oneLine(string(raw))
-	}
-	return b.String()
 }
 
 // writeJob prints one job as a heading and its members, one per line.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -77,7 +76,7 @@ func jobsWatch(ctx context.Context, c *jobsCmd, args []string) error {
 			continue
 		}
 		var j jobView
-		if err := json.Unmarshal(resp.body, &j); err != nil {
+		if err := decodeAPI(resp.body, &j); err != nil {
 			return fmt.Errorf("the API answered with a body that is not a job: %w", err)
 		}
 		line := statusLine(j)

@@ -128,9 +128,10 @@ or a timeout that leaves attempt 1 unknown until an operator resolves it:
 
 %s
 %s
+%s
 Ctrl-C stops everything.
 `, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), "onejob-local", user, s.APIURL, s.APIURL, s.APIURL, s.APIURL, admin,
-		consoleText(s.APIURL, admin), pagesText(s, user))
+		consoleText(s.APIURL, admin), pagesText(s, user), secretText(settings))
 	<-ctx.Done()
 	fmt.Println("\nstopping…")
 	return nil
@@ -156,6 +157,19 @@ func quotasFromEnv(getenv func(string) string) (job.Quotas, error) {
 		*v.into = n
 	}
 	return q, nil
+}
+
+// secretText says what the tokens are signed with and how to mint more:
+// a secret made for this run unless ONEJOB_LOCAL_JWT_SECRET gave one.
+func secretText(settings apigwlocal.LocalSettings) string {
+	origin := "made for this run (set " + apigwlocal.EnvLocalSecret + " to keep one across runs)"
+	if !settings.SecretGenerated {
+		origin = "from " + apigwlocal.EnvLocalSecret
+	}
+	return fmt.Sprintf("Tokens are signed with a secret %s; mint more with\n\n"+
+		"  %s=%s go run ./cmd/onejob token --sub user-2 [--scope jobs:admin]\n"+
+		"  (or: go run ./cmd/onejob token --secret %s --sub user-2)\n",
+		origin, apigwlocal.EnvLocalSecret, settings.JWTSecret, settings.JWTSecret)
 }
 
 // consoleText is the link to the operator console, which the API itself

@@ -14,9 +14,9 @@ import (
 )
 
 // tokenCommand prints an HS256 bearer token for the local server, signed
-// with ONEJOB_LOCAL_JWT_SECRET (default onejob-local-secret):
+// with the secret `onejob run` printed (--secret, or ONEJOB_LOCAL_JWT_SECRET):
 //
-//	onejob token --sub user-1 [--scope jobs:admin] [--ttl 24h]
+//	onejob token --sub user-1 [--scope jobs:admin] [--ttl 24h] [--secret S]
 func tokenCommand(ctx context.Context, args []string) error {
 	return token(ctx, args, os.Getenv, time.Now, os.Stdout, os.Stderr)
 }
@@ -28,9 +28,11 @@ func token(_ context.Context, args []string, getenv func(string) string, now fun
 	var scopes scopeList
 	fs.Var(&scopes, "scope", "a scope to grant, e.g. jobs:admin (repeatable, or space-separated)")
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid")
+	secret := fs.String("secret", "", fmt.Sprintf("the local server's signing secret, as `onejob run` prints it (default $%s)", apigwlocal.EnvLocalSecret))
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: onejob token --sub SUBJECT [--scope SCOPE] [--ttl 24h]\n\n"+
-			"Prints an HS256 token signed with $%s (default %q).\n\n", apigwlocal.EnvLocalSecret, apigwlocal.DefaultLocalSecret)
+		fmt.Fprintf(stderr, "usage: onejob token --sub SUBJECT [--scope SCOPE] [--ttl 24h] [--secret S]\n\n"+
+			"Prints an HS256 token signed with --secret or $%s: the secret `onejob run` printed\n"+
+			"(a new one each run unless $%s was set for it).\n\n", apigwlocal.EnvLocalSecret, apigwlocal.EnvLocalSecret)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -42,11 +44,13 @@ func token(_ context.Context, args []string, getenv func(string) string, now fun
 	if *sub == "" {
 		return errors.New("token: --sub is required")
 	}
-	secret := getenv(apigwlocal.EnvLocalSecret)
-	if secret == "" {
-		secret = apigwlocal.DefaultLocalSecret
+	if *secret == "" {
+		*secret = getenv(apigwlocal.EnvLocalSecret)
 	}
-	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(secret), NowFunc: now})
+	if *secret == "" {
+		return fmt.Errorf("token: no secret: pass --secret S or set %s to the secret `onejob run` printed", apigwlocal.EnvLocalSecret)
+	}
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(*secret), NowFunc: now})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 func TestToken(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1767139200, 0)
+	fromEnv := map[string]string{apigwlocal.EnvLocalSecret: "from-env"}
 	tests := []struct {
 		name      string
 		args      []string
@@ -25,13 +26,14 @@ func TestToken(t *testing.T) {
 		wantScope string
 		wantExp   time.Time
 	}{
-		{name: "Defaults", args: []string{"--sub", "user-1"}, secret: apigwlocal.DefaultLocalSecret, wantExp: now.Add(24 * time.Hour)},
+		{name: "Defaults", args: []string{"--sub", "user-1"}, env: fromEnv, secret: "from-env", wantExp: now.Add(24 * time.Hour)},
 		{name: "AdminScope", args: []string{"--sub", "op-1", "--scope", "jobs:admin", "--ttl", "1h"},
-			secret: apigwlocal.DefaultLocalSecret, wantScope: "jobs:admin", wantExp: now.Add(time.Hour)},
+			env: fromEnv, secret: "from-env", wantScope: "jobs:admin", wantExp: now.Add(time.Hour)},
 		{name: "RepeatedScopes", args: []string{"-sub=op-1", "-scope", "openid", "-scope", "jobs:admin email"},
-			secret: apigwlocal.DefaultLocalSecret, wantScope: "openid jobs:admin email", wantExp: now.Add(24 * time.Hour)},
-		{name: "SecretFromEnv", args: []string{"--sub", "user-1"}, env: map[string]string{apigwlocal.EnvLocalSecret: "from-env"},
-			secret: "from-env", wantExp: now.Add(24 * time.Hour)},
+			env: fromEnv, secret: "from-env", wantScope: "openid jobs:admin email", wantExp: now.Add(24 * time.Hour)},
+		{name: "SecretFlag", args: []string{"--sub", "user-1", "--secret", "from-flag"}, secret: "from-flag", wantExp: now.Add(24 * time.Hour)},
+		{name: "SecretFlagOverEnv", args: []string{"--sub", "user-1", "--secret", "from-flag"}, env: fromEnv,
+			secret: "from-flag", wantExp: now.Add(24 * time.Hour)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,6 +65,8 @@ func TestTokenRefuses(t *testing.T) {
 		args []string
 	}{
 		{"NoSubject", nil},
+		// No public default: the secret is the run's, given.
+		{"NoSecret", []string{"--sub", "u"}},
 		{"BadTTL", []string{"--sub", "u", "--ttl", "soon"}},
 		{"NegativeTTL", []string{"--sub", "u", "--ttl", "-1h"}},
 		{"UnknownFlag", []string{"--sub", "u", "--owner", "v"}},

@@ -770,3 +770,38 @@ func manyMembers(n int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// TestEveryAnswerIsNoSniff: JSON, problems (the handler's and the local
+// authorizer's), a 304 and a 500 all carry X-Content-Type-Options: nosniff,
+// so no browser reads an answer as anything but its Content-Type.
+func TestEveryAnswerIsNoSniff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tok := e.token(t, "owner-1")
+	id := e.mustCreate(t, "owner-1", "k", demoBody)
+	etag := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + id, token: tok}).header.Get("ETag")
+	tests := []struct {
+		name   string
+		c      call
+		status int
+	}{
+		{"Job", call{method: http.MethodGet, path: "/v1/jobs/" + id, token: tok}, http.StatusOK},
+		{"Created", call{method: http.MethodPost, path: "/v1/jobs", token: tok, body: []byte(demoBody),
+			headers: map[string]string{"Idempotency-Key": "k2", "Content-Type": "application/json"}}, http.StatusCreated},
+		{"NotModified", call{method: http.MethodGet, path: "/v1/jobs/" + id, token: tok, headers: map[string]string{"If-None-Match": etag}}, http.StatusNotModified},
+		{"Listing", call{method: http.MethodGet, path: "/v1/jobs", token: tok}, http.StatusOK},
+		{"Problem", call{method: http.MethodGet, path: "/v1/jobs/job_nothere", token: tok}, http.StatusNotFound},
+		{"Unauthenticated", call{method: http.MethodGet, path: "/v1/jobs"}, http.StatusUnauthorized},
+		{"Internal", call{method: http.MethodPost, path: "/v1/jobs", token: tok, body: []byte(`{"type":"explode","input":{}}`),
+			headers: map[string]string{"Idempotency-Key": "k3", "Content-Type": "application/json"}}, http.StatusInternalServerError},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := e.do(t, tc.c)
+			if r.status != tc.status || r.header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Fatalf("%d (want %d), X-Content-Type-Options %q: %s", r.status, tc.status, r.header.Get("X-Content-Type-Options"), r.body)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package apigw
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -50,9 +51,15 @@ func HasScope(claim, scope string) bool {
 // AdminRule is which verified claim, holding which value, makes a caller an
 // operator. Identity providers say it differently: a "scope" claim of
 // space-separated scopes (OAuth 2.0), "scp" as an array (Okta, Entra ID), a
-// group claim ("cognito:groups", "groups"). API Gateway hands every claim
-// over as a string, an array rendered "[a b]"; either form matches an
-// element exactly, so a look-alike ("jobs:admin2", "JOBS:ADMIN") never does.
+// group claim ("cognito:groups", "groups"). The value must be a whole
+// element of the claim, so a look-alike ("jobs:admin2", "JOBS:ADMIN") never
+// matches.
+//
+// API Gateway hands every claim over as a string, an array rendered "[a b]"
+// without quoting: ["Sales jobs:admin"] and ["Sales", "jobs:admin"] both
+// arrive as "[Sales jobs:admin]". So a claim is split into elements only
+// where its format forbids whitespace in them (splitClaim); any other claim
+// grants only when it is the value itself, "v" or "[v]".
 type AdminRule struct {
 	Claim string
 	Value string
@@ -76,10 +83,25 @@ func (a AdminRule) Validate() error {
 
 // Grants reports whether verified claims make their bearer an operator.
 func (a AdminRule) Grants(claims map[string]string) bool {
-	for _, v := range Scopes(claims[a.Claim]) {
-		if v == a.Value {
-			return true
-		}
+	claim, ok := claims[a.Claim]
+	if !ok {
+		return false
+	}
+	if splitClaim(a.Claim) {
+		return slices.Contains(Scopes(claim), a.Value)
+	}
+	return claim == a.Value || claim == "["+a.Value+"]"
+}
+
+// splitClaim reports whether a claim's elements can hold no whitespace, so
+// that splitting its rendering on spaces finds exactly its elements: scope
+// tokens ("scope", "scp"; RFC 6749 §3.3), which the authorization server
+// defines, and Cognito group names (CreateGroup allows letters, marks,
+// symbols, numbers and punctuation only).
+func splitClaim(name string) bool {
+	switch name {
+	case "scope", "scp", "cognito:groups":
+		return true
 	}
 	return false
 }

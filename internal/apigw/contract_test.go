@@ -1,8 +1,10 @@
 package apigw_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,5 +114,37 @@ func TestRoutesAreDocumented(t *testing.T) {
 		if !served[key] {
 			t.Errorf("openapi.yaml documents %s, which no route serves", key)
 		}
+	}
+}
+
+// TestJobSummaryIsJobWithoutInput keeps the listings' item (JobSummary) the
+// job (Job) without its input, member for member, as openapi.yaml states:
+// the one is a copy of the other, and this test derives it.
+func TestJobSummaryIsJobWithoutInput(t *testing.T) {
+	t.Parallel()
+	schemas := loadContract(t).doc.Components.Schemas
+	job, summary := schemas["Job"].Value, schemas["JobSummary"].Value
+	want := map[string]any{}
+	for name, p := range job.Properties {
+		if name != "input" {
+			want[name] = p
+		}
+	}
+	got := map[string]any{}
+	for name, p := range summary.Properties {
+		got[name] = p
+	}
+	wantJSON, _ := json.Marshal(want)
+	gotJSON, _ := json.Marshal(got)
+	if string(gotJSON) != string(wantJSON) {
+		t.Errorf("JobSummary's members:\n %s\nwant Job's but input:\n %s", gotJSON, wantJSON)
+	}
+	required := slices.DeleteFunc(slices.Clone(job.Required), func(s string) bool { return s == "input" })
+	if !slices.Equal(summary.Required, required) || !slices.Contains(job.Required, "input") {
+		t.Errorf("required: JobSummary %v, Job %v", summary.Required, job.Required)
+	}
+	if job.AdditionalProperties.Has == nil || summary.AdditionalProperties.Has == nil ||
+		*job.AdditionalProperties.Has || *summary.AdditionalProperties.Has {
+		t.Error("Job and JobSummary must both refuse undocumented members")
 	}
 }

@@ -140,9 +140,8 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 		{"AdminBadStatus", "GET /v1/admin/jobs", e, call{method: "GET", path: "/v1/admin/jobs?status=succeeded", token: admin}, 422},
 		{"AdminBadLimit", "GET /v1/admin/jobs", e, call{method: "GET", path: "/v1/admin/jobs?limit=101", token: admin}, 422},
 		{"AdminRepeatedParameter", "GET /v1/admin/jobs", e, call{method: "GET", path: "/v1/admin/jobs?status=unknown&status=pending", token: admin}, 400},
-		// A forged operators' cursor answers 500 today (issue 20 makes it a
-		// 400 invalid-cursor); either way the status must be documented.
-		{"AdminForgedCursor", "GET /v1/admin/jobs", e, call{method: "GET", path: "/v1/admin/jobs?cursor=forged", token: admin}, 0},
+		// A forged operators' cursor is the client's error, not an outage.
+		{"AdminForgedCursor", "GET /v1/admin/jobs", e, call{method: "GET", path: "/v1/admin/jobs?cursor=forged", token: admin}, 400},
 		{"AdminStoreDown", "GET /v1/admin/jobs", down, call{method: "GET", path: "/v1/admin/jobs", token: admin}, 503},
 		// POST /v1/admin/attempts/resolve
 		{"BulkWithoutToken", "POST /v1/admin/attempts/resolve", e, call{method: "POST", path: "/v1/admin/attempts/resolve"}, 401},

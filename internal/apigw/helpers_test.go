@@ -479,6 +479,11 @@ func (v *validating) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := v.c.check(req, resp.StatusCode, resp.Header, body); err != nil {
 		v.t.Errorf("response violates openapi.yaml: %v", err)
 	}
+	// Every answer of the API, whatever its status or body, tells browsers
+	// to take its Content-Type as it is.
+	if got := resp.Header.Values("X-Content-Type-Options"); len(got) != 1 || got[0] != "nosniff" {
+		v.t.Errorf("%s %s answered %d with X-Content-Type-Options %q, want nosniff", req.Method, req.URL.Path, resp.StatusCode, got)
+	}
 	return resp, nil
 }
 

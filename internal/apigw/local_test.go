@@ -3,6 +3,7 @@ package apigw_test
 import (
 	"encoding/base64"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -195,4 +196,69 @@ func TestLocalCORS(t *testing.T) {
 		r := e.do(t, call{method: http.MethodOptions, path: "/v1/jobs", token: e.token(t, "owner-cors")})
 		wantProblem(t, r, http.StatusMethodNotAllowed, apigw.CodeMethodNotAllowed)
 	})
+}
+
+// TestLocalAnswersLoopbackHostsOnly: the local server answers only requests
+// addressed to this machine by name (127.0.0.1, localhost, [::1], any port).
+// A page whose name an attacker rebinds to 127.0.0.1 (DNS rebinding) is
+// same-origin with the API, so CORS cannot stop it; its requests still
+// carry its own name in Host, and are refused before the authorizer, the
+// handler, the pages and the console.
+func TestLocalAnswersLoopbackHostsOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	admin := e.token(t, "operator", apigw.AdminScope)
+	e.mustCreate(t, "owner-1", "k", demoBody)
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(e.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, host string
+		ok         bool
+	}{
+		{"IPv4", "127.0.0.1:" + port, true},
+		{"Localhost", "localhost:" + port, true},
+		{"LocalhostUpperCase", "LOCALHOST:" + port, true},
+		{"IPv6", "[::1]:" + port, true},
+		{"NoPort", "localhost", true},
+		{"RebindingName", "rebind.attacker.example:" + port, false},
+		{"LoopbackLookAlike", "127.0.0.1.nip.io:" + port, false},
+		{"LocalhostSubdomain", "app.localhost:" + port, false},
+		{"TrailingDot", "localhost.:" + port, false},
+		{"OtherLoopbackAddress", "127.0.0.2:" + port, false},
+		{"AnyAddress", "0.0.0.0:" + port, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range []struct{ method, path string }{{http.MethodGet, "/v1/admin/jobs"}, {http.MethodGet, "/console"},
+				{http.MethodGet, "/openapi.yaml"}, {http.MethodOptions, "/v1/jobs"}} {
+				req, err := http.NewRequest(c.method, e.srv.URL+c.path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Host = tc.host
+				req.Header.Set("Authorization", "Bearer "+admin)
+				if c.method == http.MethodOptions {
+					req.Header.Set("Origin", "http://"+tc.host)
+					req.Header.Set("Access-Control-Request-Method", "POST")
+				}
+				resp, err := e.srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				refused := resp.StatusCode == http.StatusForbidden && resp.Header.Get("Content-Type") == "application/problem+json" &&
+					strings.Contains(string(body), apigw.CodeForbidden.Type())
+				if refused == tc.ok {
+					t.Fatalf("%s %s with Host %q: %d %s", c.method, c.path, tc.host, resp.StatusCode, body)
+				}
+				if !tc.ok && (strings.Contains(string(body), "owner-1") || resp.Header.Get("Access-Control-Allow-Origin") != "") {
+					t.Fatalf("%s %s with Host %q leaked: %v %s", c.method, c.path, tc.host, resp.Header, body)
+				}
+			}
+		})
+	}
 }

@@ -20,8 +20,14 @@ import (
 // unknownJob creates owner's job and leaves its attempt 1 unknown.
 func (e *env) unknownJob(t *testing.T, owner, key string) string {
 	t.Helper()
+	return e.unknownJobOf(t, owner, key, demoBody)
+}
+
+// unknownJobOf is unknownJob with the create's body.
+func (e *env) unknownJobOf(t *testing.T, owner, key, body string) string {
+	t.Helper()
 	ctx := context.Background()
-	id := e.mustCreate(t, owner, key, demoBody)
+	id := e.mustCreate(t, owner, key, body)
 	if _, _, err := e.eng.StartAttempt(ctx, id, "sim-primary"); err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +185,7 @@ func TestAdminClaims(t *testing.T) {
 		"Scope":   {Claim: "scope", Value: "jobs:admin"},
 		"Scp":     {Claim: "scp", Value: "jobs:admin"},
 		"Cognito": {Claim: "cognito:groups", Value: "onejob-operators"},
+		"Groups":  {Claim: "groups", Value: "jobs:admin"},
 	}
 	tests := []struct {
 		name   string
@@ -196,6 +203,15 @@ func TestAdminClaims(t *testing.T) {
 		{"CognitoGroup", "Cognito", apigwlocal.Grant{Claims: map[string]any{"cognito:groups": []string{"staff", "onejob-operators"}}}, true},
 		{"CognitoOtherGroup", "Cognito", apigwlocal.Grant{Claims: map[string]any{"cognito:groups": []string{"onejob-operators-readonly"}}}, false},
 		{"CognitoNoGroups", "Cognito", apigwlocal.Grant{}, false},
+		// API Gateway renders ["Sales jobs:admin"] as "[Sales jobs:admin]",
+		// which a split on spaces cannot tell from two groups: a claim whose
+		// elements may hold spaces grants only when it is the value itself.
+		{"GroupNameWithTheValue", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": []string{"Sales jobs:admin"}}}, false},
+		{"GroupNameEndingBefore", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": []string{"jobs:admin Sales"}}}, false},
+		{"GroupStringWithTheValue", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": "Sales jobs:admin"}}, false},
+		{"GroupsOneElement", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": []string{"jobs:admin"}}}, true},
+		{"GroupsString", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": "jobs:admin"}}, true},
+		{"GroupsAmongOthers", "Groups", apigwlocal.Grant{Claims: map[string]any{"groups": []string{"staff", "jobs:admin"}}}, false},
 	}
 	envs := map[string]*env{}
 	for name, rule := range rules {
@@ -282,6 +298,12 @@ func TestOperatorListing(t *testing.T) {
 	}
 	r, _, _ = list(admin, "?status=succeeded")
 	wantProblem(t, r, http.StatusUnprocessableEntity, apigw.CodeValidationFailed)
+	// A forged cursor ("fg" is "~", past every position) is the caller's
+	// mistake, never a 500.
+	for _, forged := range []string{"fg", "not-a-position", "MjAyNg"} {
+		r, _, _ = list(admin, "?cursor="+forged)
+		wantProblem(t, r, http.StatusBadRequest, apigw.CodeInvalidCursor)
+	}
 	r, _, _ = list(owner, "")
 	wantProblem(t, r, http.StatusForbidden, apigw.CodeForbidden)
 	if r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + pending, token: admin}); r.status != http.StatusOK {
@@ -346,5 +368,128 @@ func TestCancellationRecord(t *testing.T) {
 	wantProblem(t, cancel(owner, other, `{"reason":`), http.StatusBadRequest, apigw.CodeMalformedJSON)
 	if j, _ := e.eng.Get(context.Background(), other); j.Status == "cancelled" {
 		t.Fatal("a refused cancel was written")
+	}
+}
+
+// listed is one page of a listing as the tests read it.
+type listed struct {
+	Jobs []struct {
+		ID     string          `json:"id"`
+		Status string          `json:"status"`
+		Input  json.RawMessage `json:"input"`
+	} `json:"jobs"`
+	Next string `json:"next_cursor"`
+}
+
+// listAll pages through a listing (path, then its next_cursor), checking
+// that each page fits in limit bytes and that no item carries its input.
+// It returns the jobs listed and the number of pages.
+func (e *env) listAll(t *testing.T, tok, path string, limit int) ([]string, int) {
+	t.Helper()
+	var ids []string
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	cursor := ""
+	for pages := 1; pages <= 100; pages++ {
+		p := path
+		if cursor != "" {
+			p += sep + "cursor=" + cursor
+		}
+		r := e.do(t, call{method: http.MethodGet, path: p, token: tok})
+		if r.status != http.StatusOK || len(r.body) > limit {
+			t.Fatalf("%s: %d, %d bytes (at most %d wanted)", p, r.status, len(r.body), limit)
+		}
+		var page listed
+		if err := json.Unmarshal(r.body, &page); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page.Jobs {
+			if j.Input != nil {
+				t.Fatalf("%s: job %s listed with its input (%d bytes)", p, j.ID, len(j.Input))
+			}
+			ids = append(ids, j.ID)
+		}
+		if cursor = page.Next; cursor == "" {
+			return ids, pages
+		}
+	}
+	t.Fatalf("%s: no last page after 100", path)
+	return nil, 0
+}
+
+// TestListingsOfLargeJobs is the security review's proof: 25 blocked jobs
+// with inputs of 250 KB made the operators' listing 6.3 MB, past what a
+// Lambda may answer. Listings carry no input (a job's own GET does), every
+// page stays within 5 MiB, and paging reaches every job once.
+func TestListingsOfLargeJobs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	admin, owner := e.token(t, "operator", apigw.AdminScope), e.token(t, "big-owner")
+	body := fmt.Sprintf(`{"type":"demo","input":{"prompt":"x","simulate":%q}}`, strings.Repeat("p", 250_000))
+	var oldestFirst []string
+	for i := range 25 {
+		oldestFirst = append(oldestFirst, e.unknownJobOf(t, "big-owner", fmt.Sprintf("big-%02d", i), body))
+	}
+	newestFirst := slices.Clone(oldestFirst)
+	slices.Reverse(newestFirst)
+	tests := []struct {
+		name, tok, path string
+		want            []string
+		pages           int
+	}{
+		{"OperatorsAllAtOnce", admin, "/v1/admin/jobs?status=unknown&limit=50", oldestFirst, 1},
+		{"OperatorsByTen", admin, "/v1/admin/jobs?status=unknown&limit=10", oldestFirst, 3},
+		{"OwnersAllAtOnce", owner, "/v1/jobs?limit=50", newestFirst, 1},
+		{"OwnersByTen", owner, "/v1/jobs?limit=10", newestFirst, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, pages := e.listAll(t, tc.tok, tc.path, 5<<20)
+			if !slices.Equal(got, tc.want) || pages != tc.pages {
+				t.Fatalf("listed %v in %d pages, want %v in %d", got, pages, tc.want, tc.pages)
+			}
+		})
+	}
+	r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + oldestFirst[0], token: owner})
+	if in, _ := json.Marshal(r.jobBody(t)["input"]); r.status != http.StatusOK || len(in) < 250_000 {
+		t.Fatalf("the job's own GET: %d, input of %d bytes", r.status, len(in))
+	}
+}
+
+// TestOperatorListingStaysUnderResponseLimit: a page of the operators'
+// listing that would outgrow the response bound is read again with half the
+// limit until it fits, as the owners' listing is, and its next_cursor still
+// leads to every job once; the status filter applies after each read.
+func TestOperatorListingStaysUnderResponseLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, smallResponses) // 3000 bytes
+	admin := e.token(t, "operator", apigw.AdminScope)
+	var all, unknown []string
+	for i := range 12 {
+		if i%3 == 2 {
+			all = append(all, e.mustCreate(t, "owner-p", fmt.Sprintf("p-%d", i), demoBody))
+			continue
+		}
+		id := e.unknownJob(t, fmt.Sprintf("owner-%d", i%2), fmt.Sprintf("u-%d", i))
+		all, unknown = append(all, id), append(unknown, id)
+	}
+	tests := []struct {
+		name, path string
+		want       []string
+	}{
+		{"Open", "/v1/admin/jobs?limit=100", all},
+		{"Unknown", "/v1/admin/jobs?status=unknown&limit=100", unknown},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, pages := e.listAll(t, admin, tc.path, 3000)
+			if !slices.Equal(got, tc.want) || pages < 2 {
+				t.Fatalf("listed %v in %d pages, want %v in several", got, pages, tc.want)
+			}
+		})
 	}
 }

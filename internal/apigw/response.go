@@ -21,17 +21,21 @@ type document struct {
 	data        []byte
 }
 
+// noSniff is on every answer: browsers take the declared Content-Type as
+// it is, never guessing HTML or script from a body that echoes input.
+const noSniff = "nosniff"
+
 func encode(rep reply) (events.APIGatewayV2HTTPResponse, error) {
 	if rep.status == http.StatusNotModified {
 		// No body, so no Content-Type (RFC 9110 §15.4.5).
-		headers := map[string]string{"Cache-Control": "no-store"}
+		headers := map[string]string{"Cache-Control": "no-store", "X-Content-Type-Options": noSniff}
 		for k, v := range rep.headers {
 			headers[k] = v
 		}
 		return events.APIGatewayV2HTTPResponse{StatusCode: rep.status, Headers: headers}, nil
 	}
 	if d, ok := rep.body.(document); ok {
-		headers := map[string]string{"Content-Type": d.contentType}
+		headers := map[string]string{"Content-Type": d.contentType, "X-Content-Type-Options": noSniff}
 		for k, v := range rep.headers {
 			headers[k] = v
 		}
@@ -42,7 +46,7 @@ func encode(rep reply) (events.APIGatewayV2HTTPResponse, error) {
 		// A stored value that is not JSON: a fault, not the client's.
 		return events.APIGatewayV2HTTPResponse{}, fmt.Errorf("encode response: %w", err)
 	}
-	headers := map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"}
+	headers := map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store", "X-Content-Type-Options": noSniff}
 	for k, v := range rep.headers {
 		headers[k] = v
 	}
@@ -69,7 +73,7 @@ func (h *Handler) problemResponse(r *request, err error) events.APIGatewayV2HTTP
 	if r.ev != nil {
 		p.Instance = instance(r.ev)
 	}
-	headers := map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store"}
+	headers := map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store", "X-Content-Type-Options": noSniff}
 	switch p.Status {
 	case http.StatusUnauthorized:
 		headers["WWW-Authenticate"] = `Bearer`

@@ -109,7 +109,7 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 	if len(errs) > 0 {
 		return job.Request{}, invalid(errs...)
 	}
-	return job.Request{Type: jobType, Input: input, Providers: providers, Retention: jt.Retention()}, nil
+	return job.Request{Type: jobType, Input: input, Providers: providers, Retention: jt.Retention(), Primary: job.PrimaryOf(jt.Providers())}, nil
 }
 
 // start starts the job's execution. The job is durable already, so a
@@ -241,19 +241,27 @@ func (h *Handler) listOpenJobs(ctx context.Context, r *request) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	status := p.status
-	page, err := h.jobs.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: h.now().Add(time.Minute), Limit: p.limit, Cursor: p.cursor})
-	if err != nil {
-		return reply{}, err
+	q := lifecycle.OpenQuery{CreatedBefore: h.now().Add(time.Minute), Limit: p.limit, Cursor: p.cursor}
+	// As listJobs: a page that would outgrow Lambda's response limit is
+	// read again with half the limit, so its next_cursor follows the last
+	// job it shows.
+	for {
+		page, err := h.jobs.ListOpen(ctx, q)
+		if err != nil {
+			return reply{}, err
+		}
+		if p.status != "" {
+			page.Jobs = slices.DeleteFunc(page.Jobs, func(j job.Job) bool { return j.Status != p.status })
+		}
+		b, err := marshal(r.viewer().list(page))
+		if err != nil {
+			return reply{}, err
+		}
+		if len(b) <= h.maxResponse || len(page.Jobs) <= 1 || q.Limit <= 1 {
+			return reply{status: http.StatusOK, body: json.RawMessage(b)}, nil
+		}
+		q.Limit /= 2
 	}
-	if status != "" {
-		page.Jobs = slices.DeleteFunc(page.Jobs, func(j job.Job) bool { return j.Status != status })
-	}
-	b, err := marshal(r.viewer().list(page))
-	if err != nil {
-		return reply{}, err
-	}
-	return reply{status: http.StatusOK, body: json.RawMessage(b)}, nil
 }
 
 // pageQuery is a listing's query parameters.

@@ -76,7 +76,7 @@ type jobBody struct {
 	Owner        string               `json:"owner,omitempty"` // operators only
 	Type         string               `json:"type"`
 	Status       string               `json:"status"`
-	Input        json.RawMessage      `json:"input"`
+	Input        json.RawMessage      `json:"input,omitempty"` // never in listings
 	Providers    []string             `json:"providers"`
 	CreatedAt    string               `json:"created_at"`
 	UpdatedAt    string               `json:"updated_at"`
@@ -239,10 +239,15 @@ func (v viewer) attempts(jobID string, attempts []job.Attempt) attemptsBody {
 	return out
 }
 
+// list is a page of jobs without their inputs: an input may be 256 KiB, so
+// a page of them could outgrow what a Lambda may answer; a job's own GET
+// carries it.
 func (v viewer) list(p lifecycle.Page) listBody {
 	out := listBody{Jobs: make([]jobBody, 0, len(p.Jobs)), NextCursor: p.Next}
 	for _, j := range p.Jobs {
-		out.Jobs = append(out.Jobs, v.job(j))
+		b := v.job(j)
+		b.Input = nil
+		out.Jobs = append(out.Jobs, b)
 	}
 	return out
 }

@@ -36,7 +36,7 @@ func TestRequestCost(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := job.Request{Owner: "a", IdempotencyKey: "cost", Type: "demo", Input: json.RawMessage(`{"prompt":"x"}`),
-				Providers: []string{"sim-primary", "sim-fallback"}}
+				Providers: []string{"sim-primary", "sim-fallback"}, Primary: "sim-primary"}
 			before := calls.Load()
 			if _, _, err := eng.Create(ctx, r); err != nil {
 				t.Fatal(err)
@@ -69,7 +69,7 @@ func TestTransitionCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _, err := eng.Create(ctx, job.Request{Owner: "a", IdempotencyKey: "cost", Type: "demo", Input: json.RawMessage(`{"prompt":"x"}`),
-		Providers: []string{"sim-primary", "sim-fallback", "sim-third"}})
+		Providers: []string{"sim-primary", "sim-fallback", "sim-third"}, Primary: "sim-primary"})
 	if err != nil {
 		t.Fatal(err)
 	}

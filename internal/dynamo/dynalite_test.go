@@ -217,7 +217,7 @@ func TestWritesAgainstDynalite(t *testing.T) {
 	newJob := func(t *testing.T, e *dynaliteEnv, key string) job.Job {
 		t.Helper()
 		j, err := job.New(job.Request{Owner: "o", IdempotencyKey: key, Type: "demo", Input: json.RawMessage(`{"a":1}`),
-			Providers: []string{"p1", "p2"}}, now)
+			Providers: []string{"p1", "p2"}, Primary: "p1"}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +391,7 @@ func TestOversizedJobIsRefusedNotUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	input := json.RawMessage(`{"prompt":"` + strings.Repeat("p", 200<<10) + `"}`)
-	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "big", Type: "demo", Input: input, Providers: []string{"p1"}}, time.Now())
+	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "big", Type: "demo", Input: input, Providers: []string{"p1"}, Primary: "p1"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestOpenJobsSpreadOverShards(t *testing.T) {
 	var ids []string
 	for i := range n {
 		j, err := job.New(job.Request{Owner: fmt.Sprintf("o%d", i%3), IdempotencyKey: fmt.Sprintf("k%d", i), Type: "demo",
-			Input: json.RawMessage(`{}`), Providers: []string{"p1"}}, t0.Add(time.Duration(i)*time.Second))
+			Input: json.RawMessage(`{}`), Providers: []string{"p1"}, Primary: "p1"}, t0.Add(time.Duration(i)*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,7 +36,7 @@ const (
 func newJob(t *testing.T) job.Job {
 	t.Helper()
 	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{"a":1}`),
-		Providers: []string{"p1", "p2"}}, t0)
+		Providers: []string{"p1", "p2"}, Primary: "p1"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ const (
 	aType         = "type"
 	aInput        = "input"
 	aProviders    = "providers"
+	aPrimary      = "primary"
 	aFingerprint  = "fingerprint"
 	aStatus       = "status"
 	aVersion      = "version"
@@ -120,6 +121,9 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 		aAttempts:     &types.AttributeValueMemberM{Value: attempts},
 		aCreatedAt:    avT(j.CreatedAt),
 		aUpdatedAt:    avT(j.UpdatedAt),
+	}
+	if j.Primary != "" {
+		item[aPrimary] = avS(j.Primary)
 	}
 	if !j.Status.Terminal() {
 		item[AttrOpenShard] = avS(OpenShard(j.ID))
@@ -378,6 +382,7 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 		IdempotencyKey: d.str(aIdemKey, true),
 		Type:           d.str(aType, true),
 		Input:          json.RawMessage(d.str(aInput, true)),
+		Primary:        d.str(aPrimary, false),
 		Fingerprint:    d.str(aFingerprint, true),
 		Status:         job.Status(d.str(aStatus, true)),
 		Version:        d.num(aVersion, true),

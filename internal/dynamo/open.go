@@ -27,13 +27,15 @@ const batchGetMax = 100
 // page's last entry.
 func (s *Store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.Page, error) {
 	limit := max(q.Limit, 1)
-	after := ""
-	if q.Cursor != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
-		if err != nil || len(raw) == 0 || len(raw) > 256 {
-			return lifecycle.Page{}, lifecycle.ErrInvalidCursor
-		}
-		after = string(raw)
+	after, err := openPosition(q.Cursor)
+	if err != nil {
+		return lifecycle.Page{}, err
+	}
+	if after != "" && after+" " > q.CreatedBefore.UTC().Format(sortTime) {
+		// A position past the cutoff (handed out under another server's
+		// clock): nothing lies between, and DynamoDB refuses a BETWEEN
+		// whose low end is above its high end.
+		return lifecycle.Page{}, nil
 	}
 	// The shards one after the other: a few milliseconds each, on one
 	// pooled connection (side by side, a sweep would open one per shard).
@@ -64,6 +66,27 @@ func (s *Store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.
 		}
 	}
 	return page, nil
+}
+
+// openPosition reads a ListOpen cursor: the by_open sort key of the last
+// job listed (ownerSort: a fixed-width time, "#", the job ID). Anything
+// else is refused here, so a forged cursor never reaches DynamoDB as a key
+// condition it would refuse.
+func openPosition(cursor string) (string, error) {
+	if cursor == "" {
+		return "", nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(raw) > 256 || len(raw) < len(sortTime)+1 {
+		return "", lifecycle.ErrInvalidCursor
+	}
+	pos := string(raw)
+	stamp, id := pos[:len(sortTime)], pos[len(sortTime)+1:]
+	t, err := time.Parse(sortTime, stamp)
+	if err != nil || t.Format(sortTime) != stamp || pos[len(sortTime)] != '#' || !job.ValidID(id) {
+		return "", lifecycle.ErrInvalidCursor
+	}
+	return pos, nil
 }
 
 // openKey is one by_open entry: the job's ID and its sort key.

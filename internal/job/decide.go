@@ -285,6 +285,7 @@ func DecideFail(j Job, f Failure, now time.Time) (Transition, error) {
 	}
 	after := j
 	after.Status = StatusFailed
+	f = f.bounded()
 	after.Error = &f
 	after.Waiting = nil
 	return outcome(j, after, KindFail, 0, now.UTC()), nil
@@ -349,18 +350,20 @@ func moveAttempt(a Attempt, to AttemptState, c change, now time.Time) (Attempt, 
 		a.FinishedAt = now
 	}
 	if c.failure != nil {
-		a.Error = c.failure
+		f := c.failure.bounded()
+		a.Error = &f
 	}
 	if to == AttemptSucceeded {
 		// An unknown attempt that answered late, or was resolved, failed
 		// at nothing: the ambiguity it carried is settled.
 		a.Error = nil
 	}
-	if c.call.ProviderRequestID != "" {
-		a.ProviderRequestID = c.call.ProviderRequestID
+	call := c.call.bounded()
+	if call.ProviderRequestID != "" {
+		a.ProviderRequestID = call.ProviderRequestID
 	}
-	if c.call.Usage != nil {
-		u := *c.call.Usage
+	if call.Usage != nil {
+		u := *call.Usage
 		a.Usage = &u
 	}
 	if c.note != "" {

@@ -354,3 +354,49 @@ func TestStartAndCertificationRules(t *testing.T) {
 		t.Error("only the primary needs no certification")
 	}
 }
+
+// TestPrimaryIsTheTypes: only the job type's primary runs uncertified,
+// whichever providers the request names and in whichever order; a job that
+// records no primary needs a certification for every provider.
+func TestPrimaryIsTheTypes(t *testing.T) {
+	t.Parallel()
+	ofType := []string{"a", "b", "c"}
+	tests := []struct {
+		name      string
+		requested []string
+		primary   string
+		needs     []string
+	}{
+		{"TheTypesOrder", nil, job.PrimaryOf(ofType), []string{"b", "c"}},
+		{"AFallbackFirst", []string{"b", "a"}, job.PrimaryOf(ofType), []string{"b"}},
+		{"AFallbackAlone", []string{"c"}, job.PrimaryOf(ofType), []string{"c"}},
+		{"NoPrimaryRecorded", []string{"a", "b"}, "", []string{"a", "b"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			providers, problems := job.ChooseProviders(tc.requested, ofType)
+			if len(problems) > 0 {
+				t.Fatal(problems)
+			}
+			j := job.Job{Providers: providers, Primary: tc.primary}
+			if got := job.CertificationsNeeded(j); !slices.Equal(got, tc.needs) {
+				t.Fatalf("CertificationsNeeded = %v, want %v", got, tc.needs)
+			}
+			plan := job.Next(j, job.Policy{MaxAttempts: 5, CertifiedFunc: func(string) bool { return false }}, t0)
+			if runs := plan.Action == job.ActionRun; runs != (tc.primary != "" && slices.Contains(providers, tc.primary)) ||
+				(runs && plan.Provider != tc.primary) {
+				t.Fatalf("with nothing certified: %+v, want to run only %q", plan, tc.primary)
+			}
+		})
+	}
+	if _, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{}`),
+		Providers: []string{"a"}}, t0); !errors.Is(err, job.ErrInvalid) {
+		t.Fatalf("a request without the type's primary: %v, want job.ErrInvalid", err)
+	}
+	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{}`),
+		Providers: []string{"b"}, Primary: "a"}, t0)
+	if err != nil || j.Primary != "a" || !slices.Equal(j.Providers, []string{"b"}) {
+		t.Fatalf("New = %+v, %v", j, err)
+	}
+}

@@ -5,7 +5,7 @@
 // Every rule has one home here:
 //   - identity: NewID (the job ID derives from owner and idempotency key, so
 //     uniqueness is one conditional write), ValidID, AttemptKey;
-//   - requests: New, ValidKey, ChooseProviders, SameRequest (replay or
+//   - requests: New, ValidKey, ChooseProviders, PrimaryOf, SameRequest (replay or
 //     conflict), ShouldStart (only a pending job's execution is started);
 //   - attempts: the transition table (AttemptEdges) that every Decide
 //     function moves attempts through, DecideStart/DecideHedge (no new
@@ -13,8 +13,8 @@
 //     claims), DecideUnknown (a timeout is unknown, never failed),
 //     DecideComplete (compare-and-swap; a loser is discarded, never merged),
 //     DecideResolve, DecideFail, DecideCancel;
-//   - the next step: Next, NextHedge, NeedsCertification (only the primary
-//     runs uncertified), the wait schedule, Overdue;
+//   - the next step: Next, NextHedge, NeedsCertification (only the job
+//     type's primary runs uncertified), the wait schedule, Overdue;
 //   - how a task reports an attempt's end to the state machine: Signal,
 //     EndSignal.
 //

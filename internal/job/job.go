@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Job is the durable intent: who asked for what, against which providers,
@@ -17,8 +18,13 @@ type Job struct {
 	Type           string
 	Input          json.RawMessage
 	Providers      []string
-	Fingerprint    string
-	Status         Status
+	// Primary is the job type's primary provider when the job was created
+	// (PrimaryOf): the only one it runs on without a certification. It is
+	// not the request's first provider, which the client chooses. Empty (a
+	// job stored before it was recorded): every provider needs one.
+	Primary     string
+	Fingerprint string
+	Status      Status
 	// Version moves only when the outcome is written; completions compare on it.
 	Version int64
 	// Revision moves on every write of the job item; bookkeeping transitions
@@ -101,6 +107,54 @@ type Usage struct {
 	InputTokens  int
 	OutputTokens int
 	Latency      time.Duration
+}
+
+// Bounds on what a provider reports about a call, which it alone chooses:
+// a hostile or broken provider must not push a job item past DynamoDB's
+// 400 KB, nor put text in an operator's view that is no ID at all.
+const (
+	MaxRequestIDBytes = 256
+	MaxModelBytes     = 256
+)
+
+// bounded is the call as an attempt records it: a request ID only when it
+// is 1–MaxRequestIDBytes visible ASCII characters (anything else no one
+// could look up), a model name cut to MaxModelBytes.
+func (c Call) bounded() Call {
+	if !visibleASCII(c.ProviderRequestID, MaxRequestIDBytes) {
+		c.ProviderRequestID = ""
+	}
+	if c.Usage != nil && len(c.Usage.Model) > MaxModelBytes {
+		u := *c.Usage
+		cut := MaxModelBytes
+		for cut > 0 && !utf8.RuneStart(u.Model[cut]) {
+			cut--
+		}
+		u.Model = u.Model[:cut]
+		c.Usage = &u
+	}
+	return c
+}
+
+// bounded is the failure as it is recorded: a provider status that is no
+// HTTP status (100–599) is none (0).
+func (f Failure) bounded() Failure {
+	if f.ProviderStatus < 100 || f.ProviderStatus > 599 {
+		f.ProviderStatus = 0
+	}
+	return f
+}
+
+func visibleASCII(s string, most int) bool {
+	if len(s) == 0 || len(s) > most {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // Cancellation records who cancelled a job, when and why (By and Reason may

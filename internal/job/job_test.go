@@ -3,6 +3,7 @@ package job_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func newJob(t *testing.T) job.Job {
 	t.Helper()
 	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{"a":1}`),
-		Providers: []string{"p1", "p2", "p3"}}, t0)
+		Providers: []string{"p1", "p2", "p3"}, Primary: "p1"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,5 +339,53 @@ func TestParseAttemptKey(t *testing.T) {
 		if gotID != tc.id || n != tc.n || ok != tc.ok {
 			t.Errorf("ParseAttemptKey(%q) = %q %d %v, want %q %d %v", tc.key, gotID, n, ok, tc.id, tc.n, tc.ok)
 		}
+	}
+}
+
+// TestProviderReportsAreBounded: what a provider reports about a call is
+// stored as bounded as the rest of the item: a request ID of 1–256 visible
+// ASCII characters (anything else is no ID anyone could look up, and a
+// hostile provider's megabyte of header would outgrow the 400 KB item), an
+// HTTP status 100–599 (else 0), a model name of at most 256 bytes.
+func TestProviderReportsAreBounded(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("r", 257)
+	tests := []struct {
+		name      string
+		requestID string
+		status    int
+		model     string
+		wantID    string
+		wantSt    int
+		wantModel string
+	}{
+		{"Plain", "req_123-abc", 503, "gpt-4o", "req_123-abc", 503, "gpt-4o"},
+		{"Longest", long[:256], 100, strings.Repeat("m", 256), long[:256], 100, strings.Repeat("m", 256)},
+		{"TooLong", long, 599, strings.Repeat("m", 300) + "é", "", 599, strings.Repeat("m", 256)},
+		{"ControlCharacters", "req\x1b[2K", 600, "model", "", 0, "model"},
+		{"Space", "req 1", 99, "model", "", 0, "model"},
+		{"NotASCII", "réq", -1, "modèle" + strings.Repeat("x", 251), "", 0, "modèle" + strings.Repeat("x", 249)},
+		{"ModelCutAtARune", "r", 200, strings.Repeat("x", 255) + "é", "r", 200, strings.Repeat("x", 255)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			j := after(job.DecideRunning(after(job.DecideStart(newJob(t), "p1", t0)), 1, t0))
+			call := job.Call{ProviderRequestID: tc.requestID, Usage: &job.Usage{Model: tc.model}}
+			failed := after(job.DecideCallFailed(j, 1, job.Failure{Class: job.ClassRetryable, Message: "m", ProviderStatus: tc.status}, call, t0))
+			a, _ := failed.Attempt(1)
+			if a.ProviderRequestID != tc.wantID || a.Error.ProviderStatus != tc.wantSt || a.Usage.Model != tc.wantModel {
+				t.Fatalf("recorded request ID %q, status %d, model %q; want %q, %d, %q",
+					a.ProviderRequestID, a.Error.ProviderStatus, a.Usage.Model, tc.wantID, tc.wantSt, tc.wantModel)
+			}
+			done := after(job.DecideCallCompleted(j, 1, json.RawMessage(`{}`), call, t0))
+			if a, _ := done.Attempt(1); a.ProviderRequestID != tc.wantID || a.Usage.Model != tc.wantModel {
+				t.Fatalf("completed with request ID %q, model %q", a.ProviderRequestID, a.Usage.Model)
+			}
+			ended := after(job.DecideFail(failed, job.Failure{Class: job.ClassNonRetryable, Message: "m", ProviderStatus: tc.status}, t0))
+			if ended.Error.ProviderStatus != tc.wantSt {
+				t.Fatalf("the job's failure keeps status %d, want %d", ended.Error.ProviderStatus, tc.wantSt)
+			}
+		})
 	}
 }

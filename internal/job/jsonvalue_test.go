@@ -75,7 +75,7 @@ func TestCheckJSON(t *testing.T) {
 // math/big, whoever calls New.
 func TestFingerprintBoundsNumbers(t *testing.T) {
 	t.Parallel()
-	_, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Providers: []string{"p"},
+	_, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Providers: []string{"p"}, Primary: "p",
 		Input: json.RawMessage(`{"n":1e999999}`)}, t0)
 	if !errors.Is(err, job.ErrInvalid) {
 		t.Fatalf("New = %v, want an invalid input", err)

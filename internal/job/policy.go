@@ -49,10 +49,12 @@ func (p Policy) maxProviderWait() time.Duration {
 }
 
 // NeedsCertification reports whether running the job on provider needs a
-// passing certification: every fallback and hedge does; the primary (the
-// job's first provider) is the type's own choice.
+// passing certification: every fallback and hedge does; the primary is the
+// job type's own choice. The primary is the type's (j.Primary), never the
+// request's first provider: a client that names a fallback first, or alone,
+// does not make it the primary.
 func NeedsCertification(j Job, provider string) bool {
-	return len(j.Providers) == 0 || provider != j.Providers[0]
+	return j.Primary == "" || provider != j.Primary
 }
 
 // CertificationsNeeded lists the job's providers that need a certification

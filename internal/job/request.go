@@ -20,6 +20,10 @@ type Request struct {
 	// Retention is how long the job is kept once finished (its type's);
 	// 0 means DefaultRetention.
 	Retention time.Duration
+	// Primary is the job type's primary provider (PrimaryOf): the one
+	// provider the job runs on without a certification, whatever providers
+	// the request names and in whatever order.
+	Primary string
 }
 
 // Limits on a request, checked before anything is written.
@@ -82,6 +86,16 @@ func ChooseProviders(requested, ofType []string) ([]string, []ProviderProblem) {
 	return requested, problems
 }
 
+// PrimaryOf is the primary of a job type's providers: the first, the
+// type's own choice. Every other provider is a fallback or a hedge, which
+// runs only with a certification (NeedsCertification).
+func PrimaryOf(ofType []string) string {
+	if len(ofType) == 0 {
+		return ""
+	}
+	return ofType[0]
+}
+
 func checkProviders(providers []string) []ProviderProblem {
 	if len(providers) == 0 || len(providers) > MaxProviders {
 		return []ProviderProblem{{-1, fmt.Sprintf("must name 1 to %d providers", MaxProviders)}}
@@ -113,6 +127,8 @@ func New(r Request, now time.Time) (Job, error) {
 		return Job{}, &InvalidError{Field: "input", Reason: "too large"}
 	case r.Retention != 0 && (r.Retention < MinRetention || r.Retention > MaxRetention):
 		return Job{}, &InvalidError{Field: "retention", Reason: "must be between a day and a year"}
+	case !ValidName(r.Primary):
+		return Job{}, &InvalidError{Field: "primary", Reason: "must name the job type's primary provider"}
 	}
 	if problems := checkProviders(r.Providers); len(problems) > 0 {
 		return Job{}, &InvalidError{Field: "providers", Reason: problems[0].Reason}
@@ -133,6 +149,7 @@ func New(r Request, now time.Time) (Job, error) {
 		Type:           r.Type,
 		Input:          compact.Bytes(), // as the client wrote it, minus whitespace
 		Providers:      append([]string(nil), r.Providers...),
+		Primary:        r.Primary,
 		Fingerprint:    fp,
 		Status:         StatusPending,
 		CreatedAt:      now,

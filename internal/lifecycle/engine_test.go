@@ -82,7 +82,7 @@ func TestEngineGivesUpUnderContention(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _, err := eng.Create(ctx, job.Request{Owner: "a", IdempotencyKey: "k", Type: "demo", Input: []byte(`{"prompt":"x"}`),
-		Providers: []string{primary}})
+		Providers: []string{primary}, Primary: primary})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestEngineRefusesAnInvalidRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, _, err := eng.Create(context.Background(), job.Request{Owner: "a", IdempotencyKey: "has space", Type: "demo",
-		Input: []byte(`{}`), Providers: []string{primary}}); !errors.Is(err, job.ErrInvalid) {
+		Input: []byte(`{}`), Providers: []string{primary}, Primary: primary}); !errors.Is(err, job.ErrInvalid) {
 		t.Fatalf("err = %v, want job.ErrInvalid", err)
 	}
 	if jobs, _ := st.Counts(); jobs != 0 {

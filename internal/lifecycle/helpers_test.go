@@ -319,14 +319,15 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
-// create makes a job of jobType on the given providers (demo's own when none).
+// create makes a job of jobType on the given providers (demo's own when none),
+// the first of them standing for the type's primary.
 func (r *rig) create(t *testing.T, jobType, input string, providers ...string) job.Job {
 	t.Helper()
 	if len(providers) == 0 {
 		providers = []string{primary, fallback}
 	}
 	j, _, err := r.eng.Create(context.Background(), job.Request{Owner: "owner", IdempotencyKey: fmt.Sprintf("k-%d", r.clock.Now().UnixNano()),
-		Type: jobType, Input: json.RawMessage(input), Providers: providers})
+		Type: jobType, Input: json.RawMessage(input), Providers: providers, Primary: providers[0]})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}

@@ -29,9 +29,10 @@ const DefaultMaxResponseBytes = 4 << 20
 type JSONClient struct {
 	// Provider names the provider in errors.
 	Provider string
-	// HTTP is the client used; nil means http.DefaultClient. No client-level
-	// timeout is expected: the caller's ctx deadline (the job type's timeout)
-	// bounds the call.
+	// HTTP is the client used; nil means http.DefaultClient. It never
+	// follows a redirect, whatever its CheckRedirect says (NoRedirects). No
+	// client-level timeout is expected: the caller's ctx deadline (the job
+	// type's timeout) bounds the call.
 	HTTP *http.Client
 	// Now is the clock used to resolve HTTP-date Retry-After values.
 	Now func() time.Time
@@ -105,6 +106,9 @@ func (c *JSONClient) do(ctx context.Context, method, url string, header http.Hea
 	if int64(len(data)) > limit {
 		return HTTPResponse{}, c.fail(ClassRetryable, resp.StatusCode, requestID, fmt.Sprintf("response body exceeds %d bytes", limit), ErrMalformedResponse)
 	}
+	if Redirected(resp.StatusCode) {
+		return HTTPResponse{}, c.fail(ClassNonRetryable, resp.StatusCode, requestID, RedirectMessage, ErrHTTPStatus)
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ce := c.fail(ClassifyStatus(resp.StatusCode), resp.StatusCode, requestID, ErrorMessage(data), ErrHTTPStatus)
 		ce.Detail, _ = ParseAPIError(data)
@@ -144,12 +148,29 @@ func (c *JSONClient) fail(class Class, status int, requestID, msg string, err er
 	return &CallError{Provider: c.Provider, Class: class, Status: status, ProviderRequestID: requestID, Msg: msg, Err: err}
 }
 
-func (c *JSONClient) client() *http.Client {
-	if c.HTTP != nil {
-		return c.HTTP
+func (c *JSONClient) client() *http.Client { return NoRedirects(c.HTTP) }
+
+// NoRedirects is c (http.DefaultClient when nil) refusing every redirect:
+// the 3xx itself is the answer. Following one would send the request again
+// with its headers — an x-api-key survives a cross-host redirect, only
+// Authorization and Cookie are dropped — and its body, the prompt, to
+// wherever the answer points, https→http included. The copy shares c's
+// transport and its connection pool.
+func NoRedirects(c *http.Client) *http.Client {
+	if c == nil {
+		c = http.DefaultClient
 	}
-	return http.DefaultClient
+	refusing := *c
+	refusing.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &refusing
 }
+
+// RedirectMessage is a refused redirect's failure text.
+const RedirectMessage = "provider redirected; redirects are never followed (check its base_url)"
+
+// Redirected reports whether a status is a redirect: a provider's answer
+// that onejob refuses as non-retryable (NoRedirects).
+func Redirected(status int) bool { return status >= 300 && status <= 399 }
 
 func (c *JSONClient) now() time.Time {
 	if c.Now != nil {

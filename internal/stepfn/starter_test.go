@@ -70,7 +70,7 @@ func (l *localSFN) starter(t *testing.T) *stepfn.Starter {
 func demoJob(t *testing.T, key string) job.Job {
 	t.Helper()
 	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: key, Type: "demo", Input: json.RawMessage(`{"prompt":"x"}`),
-		Providers: []string{"sim-primary"}}, time.Now())
+		Providers: []string{"sim-primary"}, Primary: "sim-primary"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

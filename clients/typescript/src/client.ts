@@ -172,7 +172,7 @@ export class OnejobClient {
     return (await res.json()) as AttemptList;
   }
 
-  /** A page of the caller's jobs, newest first. */
+  /** A page of the caller's jobs, newest first, each without its input (get() has it). */
   async listJobs(query: ListQuery = {}, options: CallOptions = {}): Promise<JobList> {
     const q = new URLSearchParams();
     if (query.status !== undefined) q.set("status", query.status);

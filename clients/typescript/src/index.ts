@@ -9,4 +9,4 @@ export type { KeyStore, StoredIntent, StringStorage } from "./keystore.js";
 export { backoffDelay, defaultRetryPolicy, parseRetryAfter, sleep } from "./retry.js";
 export type { RetryPolicy } from "./retry.js";
 export { isTerminal, terminalStatuses } from "./types.js";
-export type { Attempt, AttemptList, AttemptSummary, CreateJobRequest, Job, JobList, JobStatus, Problem } from "./types.js";
+export type { Attempt, AttemptList, AttemptSummary, CreateJobRequest, Job, JobList, JobStatus, JobSummary, Problem } from "./types.js";

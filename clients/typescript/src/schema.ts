@@ -14,6 +14,8 @@ export interface paths {
         /**
          * The caller's jobs, newest first.
          * @description Listing reads an eventually consistent index; a job created a moment ago may appear a moment later.
+         *     Jobs are listed without their `input` (`JobSummary`), and a page is kept
+         *     within 5 MiB, so it may hold fewer than `limit` jobs.
          */
         get: operations["listJobs"];
         put?: never;
@@ -127,7 +129,8 @@ export interface paths {
          * Every owner's jobs without an outcome, oldest first (operators only).
          * @description What an operator needs to find the blocked jobs (`status=unknown`).
          *     The status filter applies after the read, so a page may hold fewer
-         *     than `limit` jobs and still carry a `next_cursor`.
+         *     than `limit` jobs and still carry a `next_cursor`. Jobs are listed
+         *     without their `input` (`JobSummary`), and a page is kept within 5 MiB.
          */
         get: operations["listOpenJobs"];
         put?: never;
@@ -326,7 +329,11 @@ export interface components {
             input: {
                 [key: string]: unknown;
             };
-            /** @description Providers in the order to try them; defaults to the job type's order. */
+            /**
+             * @description Providers in the order to try them; defaults to the job type's order.
+             *     Only the job type's primary (its first provider) runs without a
+             *     certification, whatever this list names first.
+             */
             providers?: string[];
         };
         ResolveRequest: {
@@ -563,12 +570,48 @@ export interface components {
             }[];
             next_cursor?: string;
         };
+        /**
+         * @description A job as a listing shows it: every member of `Job` but `input`, which
+         *     may be 256 KiB, so that a page stays small whatever the inputs; a
+         *     job's own GET carries it.
+         */
+        JobSummary: {
+            id: components["schemas"]["JobID"];
+            /** @description Operators only. The creator's `sub`. */
+            owner?: string;
+            type: string;
+            status: components["schemas"]["JobStatus"];
+            providers: string[];
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+            /**
+             * Format: int64
+             * @description Moves only when the outcome is written.
+             */
+            version: number;
+            attempts: components["schemas"]["AttemptSummary"][];
+            usage?: components["schemas"]["JobUsage"];
+            /** @description The winning attempt's result; present once the job succeeded. */
+            result?: unknown;
+            /**
+             * Format: int32
+             * @description The number of the attempt whose result won.
+             */
+            completed_by?: number;
+            error?: components["schemas"]["Failure"];
+            cancellation?: {
+                at: components["schemas"]["Timestamp"];
+                by?: string;
+                reason?: string;
+            };
+            waiting?: components["schemas"]["Waiting"];
+        };
         AttemptList: {
             job_id: components["schemas"]["JobID"];
             attempts: components["schemas"]["Attempt"][];
         };
         JobList: {
-            jobs: components["schemas"]["Job"][];
+            jobs: components["schemas"]["JobSummary"][];
             /** @description Present when more jobs follow; pass it as `cursor`. */
             next_cursor?: components["schemas"]["Cursor"];
         };

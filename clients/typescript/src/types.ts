@@ -8,6 +8,8 @@ export type JobStatus = components["schemas"]["JobStatus"];
 export type AttemptSummary = components["schemas"]["AttemptSummary"];
 export type Attempt = components["schemas"]["Attempt"];
 export type AttemptList = components["schemas"]["AttemptList"];
+/** A job as listings show it: a Job without its input. */
+export type JobSummary = components["schemas"]["JobSummary"];
 export type JobList = components["schemas"]["JobList"];
 export type CreateJobRequest = components["schemas"]["CreateJobRequest"];
 export type Problem = components["schemas"]["Problem"];

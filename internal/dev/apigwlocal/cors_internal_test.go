@@ -94,7 +94,7 @@ func TestMounts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			w := httptest.NewRecorder()
-			l.ServeHTTP(w, httptest.NewRequest(tc.method, tc.path, nil))
+			l.ServeHTTP(w, httptest.NewRequest(tc.method, "http://127.0.0.1:8080"+tc.path, nil))
 			if w.Code != tc.status || (tc.body != "" && w.Body.String() != tc.body) || !strings.HasPrefix(w.Header().Get("Content-Type"), tc.ctype) {
 				t.Fatalf("%s %s: %d %q %q", tc.method, tc.path, w.Code, w.Header().Get("Content-Type"), w.Body.String())
 			}

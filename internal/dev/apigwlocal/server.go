@@ -36,6 +36,9 @@ const (
 type LocalSettings struct {
 	Addr      string
 	JWTSecret string
+	// SecretGenerated: JWTSecret was made for this run (NewLocalSecret),
+	// as ONEJOB_LOCAL_JWT_SECRET was not set.
+	SecretGenerated bool
 	// CORSOrigins may call the API from a browser (see NewCORS).
 	CORSOrigins []string
 	// Admin is which claim makes an operator, as deployed
@@ -45,14 +48,15 @@ type LocalSettings struct {
 
 // LocalSettingsFromEnv reads ONEJOB_ADDR, ONEJOB_LOCAL_JWT_SECRET,
 // ONEJOB_CORS_ORIGINS and the admin claim (ONEJOB_ADMIN_CLAIM,
-// ONEJOB_ADMIN_VALUE), applying their defaults.
+// ONEJOB_ADMIN_VALUE), applying their defaults; without a secret it makes
+// one for this run.
 func LocalSettingsFromEnv(getenv func(string) string) LocalSettings {
 	s := LocalSettings{Addr: getenv(EnvLocalAddr), JWTSecret: getenv(EnvLocalSecret)}
 	if s.Addr == "" {
 		s.Addr = DefaultLocalAddr
 	}
 	if s.JWTSecret == "" {
-		s.JWTSecret = DefaultLocalSecret
+		s.JWTSecret, s.SecretGenerated = NewLocalSecret(), true
 	}
 	for _, o := range strings.Split(getenv(EnvCORSOrigins), ",") {
 		if o = strings.TrimSpace(o); o != "" {
@@ -139,6 +143,19 @@ func NewServer(c ServerConfig) (*Server, error) {
 
 // ServeHTTP answers one request as API Gateway and the Lambda would.
 func (l *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The handler's answers carry it; the local pages, the document and
+	// the fallback 500 too.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !LoopbackHost(r.Host) {
+		// DNS rebinding: a page whose name now resolves to 127.0.0.1 is
+		// same-origin with this server, so CORS cannot stop it, but its
+		// requests name its own host.
+		requestID := apigw.NewRequestID()
+		l.log.InfoContext(r.Context(), "request_refused", "request_id", requestID, "method", r.Method, "reason", "host is not loopback")
+		l.write(w, requestID, l.h.Problem(requestID, r.URL.EscapedPath(), &apigw.Error{Code: apigw.CodeForbidden,
+			Detail: "the local server answers requests to 127.0.0.1, localhost or [::1] only"}))
+		return
+	}
 	if isPreflight(r) {
 		l.cors.preflight(w, r)
 		return
@@ -179,8 +196,14 @@ func (l *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ev := l.event(r, body, claims, requestID, now)
 	// A Lambda is not cancelled when the client goes away; API Gateway
-	// gives up after its integration timeout.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), localTimeout)
+	// gives up after its integration timeout. So a write goes on to its end
+	// whoever still listens; a read (a GET held by Prefer: wait above all)
+	// has no one to answer, and stops instead of polling the store.
+	ctx := r.Context()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		ctx = context.WithoutCancel(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, localTimeout)
 	defer cancel()
 	resp, err := l.h.Handle(ctx, ev)
 	if err != nil {
@@ -189,6 +212,24 @@ func (l *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Headers: map[string]string{"Content-Type": "application/json"}, Body: `{"message":"Internal Server Error"}`}
 	}
 	l.write(w, requestID, resp)
+}
+
+// LoopbackHost reports whether a Host header names this machine:
+// 127.0.0.1, localhost or [::1], with any port or none. A name that merely
+// resolves to a loopback address (anything a DNS server answers for) is not
+// one.
+func LoopbackHost(host string) bool {
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		name = host[1 : len(host)-1]
+	}
+	switch strings.ToLower(name) {
+	case "127.0.0.1", "localhost", "::1":
+		return true
+	}
+	return false
 }
 
 // event builds the API Gateway HTTP API payload 2.0 event for r.

@@ -137,7 +137,7 @@ func TestLocalPublicRoutes(t *testing.T) {
 		want int
 	}{{"/console", http.StatusOK}, {"/console/console.mjs", http.StatusOK}, {"/v1/jobs", http.StatusUnauthorized}} {
 		w := httptest.NewRecorder()
-		l.ServeHTTP(w, httptest.NewRequest(http.MethodGet, tc.path, nil))
+		l.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080"+tc.path, nil))
 		if w.Code != tc.want {
 			t.Errorf("GET %s: %d, want %d: %s", tc.path, w.Code, tc.want, w.Body)
 		}

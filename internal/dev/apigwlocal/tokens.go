@@ -5,6 +5,8 @@
 package apigwlocal
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -235,12 +237,19 @@ func render(v any) (string, bool) {
 	}
 }
 
-// The local secret's environment variable and default, shared by the local
-// server and `onejob token`. The default is for loopback use only.
-const (
-	EnvLocalSecret     = "ONEJOB_LOCAL_JWT_SECRET"
-	DefaultLocalSecret = "onejob-local-secret"
-)
+// EnvLocalSecret names the local signing secret, shared by the local
+// server and `onejob token`. Unset, each run makes its own (NewLocalSecret):
+// a public default would let any local user, or a page rebound to
+// 127.0.0.1, mint an operator's token.
+const EnvLocalSecret = "ONEJOB_LOCAL_JWT_SECRET"
+
+// NewLocalSecret is a signing secret for one run: 256 random bits,
+// base64url.
+func NewLocalSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
 
 // OperatorGrant is a grant that rule makes an operator: the scope claim, or
 // the rule's claim as an array, as identity providers send groups and scp.

@@ -329,13 +329,9 @@ func (s *Store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.
 	if err := ctx.Err(); err != nil {
 		return lifecycle.Page{}, err
 	}
-	after := ""
-	if q.Cursor != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
-		if err != nil || len(raw) == 0 {
-			return lifecycle.Page{}, lifecycle.ErrInvalidCursor
-		}
-		after = string(raw)
+	after, err := openPosition(q.Cursor)
+	if err != nil {
+		return lifecycle.Page{}, err
 	}
 	below := q.CreatedBefore.UTC().Format(sortTime)
 	s.mu.Lock()
@@ -354,6 +350,26 @@ func (s *Store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.
 	}
 	page.Jobs = open
 	return page, nil
+}
+
+// openPosition reads a ListOpen cursor as dynamo does: the sort key of
+// the last job listed (a fixed-width time, "#", the job ID), or
+// ErrInvalidCursor.
+func openPosition(cursor string) (string, error) {
+	if cursor == "" {
+		return "", nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(raw) > 256 || len(raw) < len(sortTime)+1 {
+		return "", lifecycle.ErrInvalidCursor
+	}
+	pos := string(raw)
+	stamp, id := pos[:len(sortTime)], pos[len(sortTime)+1:]
+	t, err := time.Parse(sortTime, stamp)
+	if err != nil || t.Format(sortTime) != stamp || pos[len(sortTime)] != '#' || !job.ValidID(id) {
+		return "", lifecycle.ErrInvalidCursor
+	}
+	return pos, nil
 }
 
 func contractKey(jobType, version string) string { return jobType + "#" + version }

@@ -110,7 +110,7 @@ func Seed(ctx context.Context, st *dynamo.Store, sc Scenario, jobID string) (job
 		return job.Job{}, err
 	}
 	j, err := job.New(job.Request{Owner: SeedOwner, IdempotencyKey: SeedKey, Type: SeedType,
-		Input: json.RawMessage(seedInput), Providers: []string{sim.DemoPrimary, sim.DemoFallback}}, past)
+		Input: json.RawMessage(seedInput), Providers: []string{sim.DemoPrimary, sim.DemoFallback}, Primary: sim.DemoPrimary}, past)
 	if err != nil {
 		return job.Job{}, err
 	}

@@ -82,7 +82,7 @@ type client struct {
 
 func newClient(t *testing.T, s *stack.Stack, sub string, scopes ...string) *client {
 	t.Helper()
-	c, err := apiclient.New(s.APIURL, stack.DefaultJWTSecret, sub, nil, scopes...)
+	c, err := apiclient.New(s.APIURL, s.JWTSecret(), sub, nil, scopes...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package stack_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -32,6 +34,36 @@ func TestFailoverNeedsCertification(t *testing.T) {
 	}
 	if slices.ContainsFunc(s.Sim.IdempotencyKeys(sim.DemoFallback), func(k string) bool { return strings.HasPrefix(k, before.ID) }) {
 		t.Fatal("the uncertified fallback was called")
+	}
+	// The primary is the job type's, not the request's: naming the
+	// fallback first (or alone) does not make it the primary.
+	for _, tc := range []struct {
+		providers    []string
+		status, ends string
+	}{
+		{[]string{sim.DemoFallback}, "failed", ""},
+		{[]string{sim.DemoFallback, sim.DemoPrimary}, "succeeded", "1:sim-primary:succeeded"},
+	} {
+		key := "gate-reordered-" + strings.Join(tc.providers, "-")
+		code, _, body := c.do(http.MethodPost, "/v1/jobs", key, map[string]any{"type": "demo",
+			"input": map[string]any{"prompt": "e2e " + key}, "providers": tc.providers})
+		if code != http.StatusCreated {
+			t.Fatalf("submit %v: %d %s", tc.providers, code, body)
+		}
+		var j apiclient.Job
+		if err := json.Unmarshal(body, &j); err != nil {
+			t.Fatal(err)
+		}
+		j = c.await(j.ID, 20*time.Second, "an outcome", apiclient.Job.Terminal)
+		if slices.ContainsFunc(s.Sim.IdempotencyKeys(sim.DemoFallback), func(k string) bool { return strings.HasPrefix(k, j.ID) }) {
+			t.Fatalf("providers %v: the uncertified fallback was called (%s)", tc.providers, j.States())
+		}
+		if j.Status != tc.status || j.States() != tc.ends {
+			t.Fatalf("providers %v: %s (%s) error=%s, want %s (%s)", tc.providers, j.Status, j.States(), j.Error, tc.status, tc.ends)
+		}
+		if tc.status == "failed" && !strings.Contains(string(j.Error), `"class":"uncertified"`) {
+			t.Fatalf("providers %v: error %s, want class uncertified", tc.providers, j.Error)
+		}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -54,7 +54,9 @@ type Config struct {
 	// Root is the repository root (node_modules, statemachine/); empty finds it.
 	Root string
 	// APIAddr is where the HTTP API listens; "127.0.0.1:0" picks a port.
-	APIAddr   string
+	APIAddr string
+	// JWTSecret signs and verifies the local tokens; empty makes one for
+	// this stack (apigwlocal.NewLocalSecret), which JWTSecret() reports.
 	JWTSecret string
 	// Admin is which claim makes an operator; zero is the default.
 	Admin apigw.AdminRule
@@ -118,7 +120,7 @@ func (c *Config) defaults() error {
 		c.APIAddr = "127.0.0.1:8080"
 	}
 	if c.JWTSecret == "" {
-		c.JWTSecret = DefaultJWTSecret
+		c.JWTSecret = apigwlocal.NewLocalSecret()
 	}
 	if c.TablePrefix == "" {
 		c.TablePrefix = "onejob-local"
@@ -162,9 +164,6 @@ func DefaultQuotas() job.Quotas { return job.Quotas{UnfinishedJobs: 100, HeldReq
 // DefaultIdleTimeout is how long the local servers keep an idle
 // connection open.
 const DefaultIdleTimeout = 30 * time.Second
-
-// DefaultJWTSecret signs local tokens unless ONEJOB_LOCAL_JWT_SECRET is set.
-const DefaultJWTSecret = apigwlocal.DefaultLocalSecret
 
 // Stack is a running local onejob.
 type Stack struct {
@@ -252,7 +251,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// One client for every provider call, its idle connections kept for
 	// reuse (http.DefaultClient keeps two per host, so concurrent calls
 	// dialled anew each time) and closed before the simulator would.
-	providerHTTP := &http.Client{Transport: pooled(http.DefaultTransport.(*http.Transport).Clone(), 0, providerIdleConns, cfg.IdleTimeout/2)}
+	// It never follows a redirect (provider.NoRedirects; the adapters
+	// refuse them anyway).
+	providerHTTP := provider.NoRedirects(&http.Client{Transport: pooled(http.DefaultTransport.(*http.Transport).Clone(), 0, providerIdleConns, cfg.IdleTimeout/2)})
 	demo := sim.DemoConfig(simServer.URL())
 	if cfg.DemoProviders != nil {
 		demo = cfg.DemoProviders(demo)
@@ -443,6 +444,10 @@ func serve(h http.Handler, addr string, idle time.Duration) (string, func() erro
 
 // Root is the checkout the stack runs from.
 func (s *Stack) Root() string { return s.cfg.Root }
+
+// JWTSecret is the secret the stack's tokens are signed with: its
+// Config's, or the one it made.
+func (s *Stack) JWTSecret() string { return s.cfg.JWTSecret }
 
 // Close stops everything, newest first.
 func (s *Stack) Close() error {

@@ -72,7 +72,7 @@ func TestWaitForChanges(t *testing.T) {
 	t.Parallel()
 	s := defaultStack(t)
 	c := newClient(t, s, "waiter")
-	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(stack.DefaultJWTSecret)})
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(s.JWTSecret())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,11 +62,7 @@ func TestRegistryFromJSONConfig(t *testing.T) {
 	if got := strings.Join(reg.Names(), ","); got != "anthropic-fallback,bedrock-claude,hook,openai-primary" {
 		t.Errorf("Names = %s", got)
 	}
-	req := provider.Request{
-		JobID: "j", Attempt: 1, IdempotencyKey: "j/1", JobType: "demo", Prompt: "p",
-		OutputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"additionalProperties":false}`),
-		Input:        json.RawMessage(`{}`),
-	}
+	req := callRequest()
 	for _, name := range reg.Names() {
 		p, _ := reg.Get(name)
 		if _, err := p.Call(t.Context(), req); err != nil {
@@ -83,6 +79,15 @@ func TestRegistryFromJSONConfig(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"provider":"bedrock-claude"`) {
 		t.Errorf("missing call log: %s", logs.String())
+	}
+}
+
+// callRequest is one call of the demo contract.
+func callRequest() provider.Request {
+	return provider.Request{
+		JobID: "j", Attempt: 1, IdempotencyKey: "j/1", JobType: "demo", Prompt: "p",
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"additionalProperties":false}`),
+		Input:        json.RawMessage(`{}`),
 	}
 }
 

@@ -81,9 +81,13 @@ func NewClient(cfg ClientConfig) (*bedrockruntime.Client, error) {
 	if cfg.BaseEndpoint != "" {
 		opts.BaseEndpoint = aws.String(cfg.BaseEndpoint)
 	}
-	if cfg.HTTPClient != nil {
-		opts.HTTPClient = cfg.HTTPClient
+	// Never the SDK's default client as it is: it follows 307 and 308,
+	// sending the prompt wherever they point.
+	httpClient := cfg.HTTPClient
+	if httpClient == nil {
+		httpClient = &http.Client{Transport: awshttp.NewBuildableClient().GetTransport()}
 	}
+	opts.HTTPClient = provider.NoRedirects(httpClient)
 	return bedrockruntime.New(opts), nil
 }
 
@@ -319,6 +323,9 @@ func (a *Adapter) classify(err error, sent bool) *provider.CallError {
 	var de *smithy.DeserializationError
 	var ae smithy.APIError
 	switch {
+	case provider.Redirected(ce.Status):
+		ce.Class, ce.Msg = provider.ClassNonRetryable, provider.RedirectMessage
+		ce.Err = fmt.Errorf("%w: %w", provider.ErrHTTPStatus, err)
 	case errors.As(err, &de):
 		// A 2xx body the SDK could not decode: the provider answered.
 		ce.Class, ce.Msg = provider.ClassRetryable, "malformed converse response"

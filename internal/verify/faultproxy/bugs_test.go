@@ -161,5 +161,5 @@ func TestWriteAppliedThenRetried(t *testing.T) {
 
 func req(key string) job.Request {
 	return job.Request{Owner: "owner", IdempotencyKey: key, Type: "demo", Input: json.RawMessage(`{"prompt":"x"}`),
-		Providers: []string{"sim-primary", "sim-fallback"}}
+		Providers: []string{"sim-primary", "sim-fallback"}, Primary: "sim-primary"}
 }

@@ -176,7 +176,7 @@ func newJobCase(i int) *jobCase {
 }
 
 func (c *jobCase) request(input string) job.Request {
-	return job.Request{Owner: c.owner, IdempotencyKey: c.key, Type: "demo", Input: json.RawMessage(input), Providers: providers()}
+	return job.Request{Owner: c.owner, IdempotencyKey: c.key, Type: "demo", Input: json.RawMessage(input), Providers: providers(), Primary: "sim-primary"}
 }
 
 func (c *jobCase) result(n int) string { return fmt.Sprintf(`{"job":%d,"attempt":%d}`, c.i, n) }

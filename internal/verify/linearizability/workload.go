@@ -283,7 +283,7 @@ func (w *workload) create(ctx context.Context, l lane, kc keyCase, which int) Ou
 func (w *workload) createWith(ctx context.Context, e *lifecycle.Engine, l lane, kc keyCase, which int) Output {
 	in := Input{Op: OpCreate, Key: kc.part, ID: kc.id, Fingerprint: kc.fps[which], Label: label(which)}
 	r := job.Request{Owner: kc.owner, IdempotencyKey: kc.key, Type: "demo", Input: json.RawMessage(kc.inputs[which]),
-		Providers: w.providers()}
+		Providers: w.providers(), Primary: job.PrimaryOf(w.providers())}
 	tr := &faultproxy.Trace{}
 	call := w.rec.Now()
 	j, replayed, err := e.Create(faultproxy.WithTrace(ctx, tr), r)

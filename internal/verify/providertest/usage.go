@@ -98,7 +98,7 @@ func usageOnEveryAttempt(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	j, _, err := eng.Create(ctx, job.Request{Owner: "o", IdempotencyKey: "usage", Type: "demo-hedge",
-		Input: json.RawMessage(`{"prompt":"hello"}`), Providers: []string{sim.DemoPrimary, sim.DemoFallback}})
+		Input: json.RawMessage(`{"prompt":"hello"}`), Providers: []string{sim.DemoPrimary, sim.DemoFallback}, Primary: sim.DemoPrimary})
 	if err != nil {
 		t.Fatal(err)
 	}

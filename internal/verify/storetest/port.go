@@ -34,6 +34,41 @@ var createTests = []test{
 			t.Fatalf("store holds %+v, want one job", c)
 		}
 	}},
+	{"KeepsTheTypesPrimary", func(t *testing.T, fresh func(*testing.T) Store) {
+		// The primary is the job type's, recorded at create: a request
+		// naming only a fallback does not make it the primary, and every
+		// read, write and listing keeps what was recorded.
+		st := fresh(t)
+		r := request("a", "k", `{"prompt":"x"}`)
+		r.Providers = []string{"sim-fallback"}
+		j := create(t, st, newJob(t, r, at(0)))
+		if j.Primary != "sim-primary" {
+			t.Fatalf("created with primary %q, want sim-primary", j.Primary)
+		}
+		check := func(what string, got job.Job) {
+			t.Helper()
+			if got.Primary != "sim-primary" || !slices.Equal(got.Providers, []string{"sim-fallback"}) {
+				t.Fatalf("%s: primary %q, providers %v; want sim-primary, [sim-fallback]", what, got.Primary, got.Providers)
+			}
+		}
+		check("read", get(t, st, j.ID))
+		j = running(t, st, j, "sim-fallback", at(1))
+		check("after a write", get(t, st, j.ID))
+		if _, replayed, err := st.Create(context.Background(), newJob(t, r, at(2))); err != nil || !replayed {
+			t.Fatalf("replay: replayed=%v err=%v", replayed, err)
+		}
+		check("after a replay", get(t, st, j.ID))
+		open, err := st.ListOpen(context.Background(), lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 10})
+		if err != nil || len(open.Jobs) != 1 {
+			t.Fatalf("open jobs: %v err=%v", ids(open.Jobs), err)
+		}
+		check("listed open", open.Jobs[0])
+		page, err := st.List(context.Background(), lifecycle.ListQuery{Owner: "a"})
+		if err != nil || len(page.Jobs) != 1 {
+			t.Fatalf("list: %v err=%v", ids(page.Jobs), err)
+		}
+		check("listed", page.Jobs[0])
+	}},
 	{"ReplaysTheSameRequest", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		first := createAt(t, st, "a", "k", at(0))
@@ -519,6 +554,49 @@ var listOpenTests = []test{
 		}
 		if open, err = st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(0), Limit: 100}); err != nil || len(open.Jobs) != 0 {
 			t.Fatalf("cutoff at the oldest job's creation: %v err=%v, want none", ids(open.Jobs), err)
+		}
+	}},
+}
+
+// openCursor encodes a by_open position as ListOpen's cursors do.
+func openCursor(position string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(position))
+}
+
+var forgedOpenCursorTests = []test{
+	{"ForgedCursors", func(t *testing.T, fresh func(*testing.T) Store) {
+		// A cursor is a position a listing handed out; anything else is
+		// the caller's mistake (ErrInvalidCursor), never a store error. A
+		// well-formed position past the cutoff (another server's clock)
+		// is an empty last page.
+		st := fresh(t)
+		ctx := context.Background()
+		j := createAt(t, st, "a", "open", at(0))
+		first, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 1})
+		if err != nil || len(first.Jobs) != 1 {
+			t.Fatalf("the one open job: %v err=%v", ids(first.Jobs), err)
+		}
+		position := at(0).Format("20060102T150405.000000000Z") + "#" + j.ID
+		for _, c := range []string{"fg", "!!", openCursor("~"), openCursor(" "), openCursor(strings.Repeat("z", 200)),
+			openCursor(position[:26]), openCursor(position[:27]), openCursor(strings.Replace(position, "#", "~", 1)),
+			openCursor("2026-03-01T12:00:00Z#" + j.ID), openCursor(position + "\x00"), openCursor(position[:26] + "#job_UPPER"),
+			openCursor(position + " "), openCursor(position) + "="} {
+			page, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 2, Cursor: c})
+			if !errors.Is(err, lifecycle.ErrInvalidCursor) {
+				t.Fatalf("cursor %q: %v %v, want lifecycle.ErrInvalidCursor", c, ids(page.Jobs), err)
+			}
+		}
+		for _, c := range []string{openCursor(position), openCursor(at(60).Format("20060102T150405.000000000Z") + "#" + j.ID),
+			openCursor("99991231T235959.999999999Z#job_zzz")} {
+			page, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 2, Cursor: c})
+			if err != nil || len(page.Jobs) != 0 || page.Next != "" {
+				t.Fatalf("cursor %q at or past the last job: %v next=%q err=%v, want an empty last page", c, ids(page.Jobs), page.Next, err)
+			}
+		}
+		before := openCursor(at(-60).Format("20060102T150405.000000000Z") + "#job_0")
+		if page, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 2, Cursor: before}); err != nil ||
+			!slices.Equal(ids(page.Jobs), []string{j.ID}) {
+			t.Fatalf("a position before every job: %v err=%v", ids(page.Jobs), err)
 		}
 	}},
 }

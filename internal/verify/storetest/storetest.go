@@ -108,7 +108,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T, now func() time.Time) St
 		{"Apply", applyTests},
 		{"ListAttempts", listAttemptsTests},
 		{"List", listTests},
-		{"ListOpen", listOpenTests},
+		{"ListOpen", append(listOpenTests, forgedOpenCursorTests...)},
 		{"Certifications", certificationTests},
 		{"Health", healthTests},
 		{"Waiting", waitingTests},
@@ -143,7 +143,7 @@ func at(seconds int) time.Time { return t0.Add(time.Duration(seconds) * time.Sec
 
 func request(owner, key, input string) job.Request {
 	return job.Request{Owner: owner, IdempotencyKey: key, Type: "demo", Input: json.RawMessage(input),
-		Providers: []string{"sim-primary", "sim-fallback"}}
+		Providers: []string{"sim-primary", "sim-fallback"}, Primary: "sim-primary"}
 }
 
 // newJob builds the job a request makes at now.

@@ -1,0 +1,95 @@
+package adapters_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/provider/adapters"
+)
+
+// TestRedirectsAreRefused: a provider that answers with a redirect never
+// gets it followed — following it would send the credential (Anthropic's
+// x-api-key survives a cross-host redirect; Go strips only Authorization)
+// and the prompt to another host, or from https to http. The 3xx is the
+// answer: non-retryable, "provider redirected". Every kind, with each
+// adapter's default client and with one the caller builds (as the local
+// stack does).
+func TestRedirectsAreRefused(t *testing.T) {
+	t.Parallel()
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	t.Cleanup(other.Close)
+	// Another spelling of the loopback host, as a different host would be.
+	target := strings.Replace(other.URL, "127.0.0.1", "localhost", 1) + "/steal"
+
+	kinds := []struct{ name, config string }{
+		{"openai", `{"name":"p","kind":"openai","base_url":"%s/v1","model":"gpt-x","credential_ref":"KEY"}`},
+		{"anthropic", `{"name":"p","kind":"anthropic","base_url":"%s","model":"claude-x","credential_ref":"KEY"}`},
+		{"bedrock", `{"name":"p","kind":"bedrock","base_url":"%s","model":"anthropic.claude-x","region":"eu-west-1"}`},
+		{"webhook", `{"name":"p","kind":"webhook","base_url":"%s/run","credential_ref":"KEY"}`},
+	}
+	clients := []struct {
+		name   string
+		client func() *http.Client
+	}{
+		{"DefaultClient", func() *http.Client { return nil }},
+		{"CallersClient", func() *http.Client {
+			return &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		}},
+	}
+	for _, status := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		for _, kind := range kinds {
+			for _, c := range clients {
+				t.Run(fmt.Sprintf("%s/%s/%d", kind.name, c.name, status), func(t *testing.T) {
+					t.Parallel()
+					var redirected atomic.Int64
+					srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						redirected.Add(1)
+						http.Redirect(w, r, target, status)
+					}))
+					defer srv.Close()
+					cfg, err := provider.ParseConfig([]byte(`{"providers":[` + fmt.Sprintf(kind.config, srv.URL) + `]}`))
+					if err != nil {
+						t.Fatal(err)
+					}
+					reg, err := adapters.NewRegistry(t.Context(), cfg,
+						provider.EnvSecrets{Lookup: func(string) (string, bool) { return secretValue, true }},
+						adapters.Options{HTTPClient: c.client(), AWSCredentials: credentials.NewStaticCredentialsProvider("AKID", secretValue, "")})
+					if err != nil {
+						t.Fatal(err)
+					}
+					p, _ := reg.Get("p")
+					_, err = p.Call(t.Context(), callRequest())
+					var ce *provider.CallError
+					if !errors.As(err, &ce) || ce.Class != provider.ClassNonRetryable || !strings.Contains(ce.Error(), "provider redirected") {
+						t.Fatalf("call answered %d: %v, want a non-retryable CallError saying provider redirected", status, err)
+					}
+					if ce.Status != status {
+						t.Errorf("status %d, want %d", ce.Status, status)
+					}
+					if n := redirected.Load(); n != 1 {
+						t.Errorf("the provider was asked %d times, want once", n)
+					}
+					if n := elsewhere.Load(); n != 0 {
+						t.Fatalf("the redirect was followed: the other host received %d requests", n)
+					}
+				})
+			}
+		}
+	}
+}
