@@ -288,8 +288,9 @@ type Delivery struct {
 	ExpiresAt time.Time
 }
 
-// Key names the delivery among its job's: message and endpoint.
-func (d Delivery) Key() string { return d.MessageID + "#" + d.EndpointID }
+// Key names the delivery among its job's: "<message>-<endpoint>" (both IDs
+// are lower-case hex behind a prefix, so the key is safe in a URL path).
+func (d Delivery) Key() string { return d.MessageID + "-" + d.EndpointID }
 
 // Try is one HTTP request of a delivery.
 type Try struct {
