@@ -10,3 +10,5 @@ export { backoffDelay, defaultRetryPolicy, parseRetryAfter, sleep } from "./retr
 export type { RetryPolicy } from "./retry.js";
 export { isTerminal, terminalStatuses } from "./types.js";
 export type { Attempt, AttemptList, AttemptSummary, CreateJobRequest, Job, JobList, JobStatus, JobSummary, Problem } from "./types.js";
+export { WebhookVerificationError, defaultWebhookToleranceSeconds, signWebhook, verifyWebhook } from "./webhooks.js";
+export type { VerifyWebhookOptions, WebhookEvent, WebhookEventType, WebhookHeaders } from "./webhooks.js";
