@@ -24,6 +24,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
+	"github.com/onejob/onejob/internal/verify/iamcheck"
 )
 
 // stagingSecretArn exercises the "bring your own secret" path: staging is
@@ -180,6 +181,16 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 	path := filepath.Join(t.TempDir(), StackName(env)+".template.json")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// `make test` checks every AWS call the suites recorded against these
+	// (internal/verify/iamcheck), without synthesizing them again.
+	if dir := os.Getenv(iamcheck.EnvTemplatesDir); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, StackName(env)+".template.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template), path: path}
 }
@@ -614,8 +625,10 @@ func checkIAM(t *testing.T, s *synthesized) {
 	}
 	want := map[string]grants{
 		"fn:api": grants{}.
-			add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
-			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOwner).
+			add([]string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
+			// Owners list through by_owner; operators through by_open,
+			// then read those jobs in batches (dynamo.ListOpen).
+			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOwner, "arn:table:jobs/index/"+dynamo.IndexByOpen).
 			add([]string{"dynamodb:Query", "dynamodb:PutItem"}, "arn:table:attempts").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add(xrayLambda, "*"),
