@@ -38,6 +38,7 @@ type synthesized struct {
 	template map[string]any // the CloudFormation template
 	names    map[string]string
 	path     string // the template, written out
+	outdir   string // the cloud assembly: staged assets beside the stack's template
 }
 
 // TestStack synthesizes each environment once (jsii is one node process;
@@ -81,7 +82,8 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 	if env == "staging" {
 		ctx[ContextSecretArn] = stagingSecretArn
 	}
-	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(t.TempDir())})
+	outdir := t.TempDir()
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(outdir)})
 	cfg, err := LoadConfig(func(k string) any { return app.Node().TryGetContext(jsii.String(k)) },
 		func(string) string { return "" })
 	if err != nil {
@@ -192,7 +194,7 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 			t.Fatal(err)
 		}
 	}
-	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template), path: path}
+	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template), path: path, outdir: outdir}
 }
 
 // --- checks (pure Go over the template) -----------------------------------
@@ -267,9 +269,15 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		if tc, _ := p["TracingConfig"].(map[string]any); tc["Mode"] != "Active" {
 			t.Errorf("%s: tracing %v", fname, p["TracingConfig"])
 		}
+		// What `sam local invoke -t cdk.out/<stack>.template.json <LogicalID>`
+		// reads: the function's code is the folder aws:asset:path names,
+		// relative to the template, for its Code property; there the
+		// synthesis staged this function's own bootstrap.
 		md, _ := r["Metadata"].(map[string]any)
-		if path, _ := md["aws:asset:path"].(string); path == "" || md["aws:asset:property"] != "Code" {
-			t.Errorf("%s (%s): no aws:asset:path metadata for SAM: %v", fname, id, md)
+		if path, _ := md["aws:asset:path"].(string); path == "" || filepath.IsAbs(path) || md["aws:asset:property"] != "Code" {
+			t.Errorf("%s (%s): no relative aws:asset:path for its Code, as SAM needs: %v", fname, id, md)
+		} else if b, err := os.ReadFile(filepath.Join(s.outdir, path, "bootstrap")); err != nil || !strings.Contains(string(b), "# "+short+"\n") {
+			t.Errorf("%s (%s): aws:asset:path %s does not hold its bootstrap: %v %q", fname, id, path, err, b)
 		}
 		if lc, _ := p["LoggingConfig"].(map[string]any); lc["LogGroup"] == nil {
 			t.Errorf("%s: no explicit log group", fname)
