@@ -21,6 +21,7 @@ import (
 
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/moto"
 	"github.com/onejob/onejob/internal/dev/sim"
@@ -66,7 +67,7 @@ func startRun(t *testing.T, env ...string) (string, *apiclient.Client) {
 	cmd := exec.Command(buildOnejob(t), "run", "--log", filepath.Join(t.TempDir(), "onejob.log"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), append([]string{apigwlocal.EnvLocalAddr + "=127.0.0.1:0",
-		apigwlocal.EnvLocalSecret + "=" + runTestSecret}, env...)...)
+		apigwlocal.EnvLocalSecret + "=" + runTestSecret, awscalls.EnvSource + "=" + t.Name()}, env...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

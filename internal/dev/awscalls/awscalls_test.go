@@ -70,13 +70,13 @@ func noPause() aws.Retryer {
 	})
 }
 
-// TestMiddlewareRecordsEachCallOnce drives real SDK clients tagged as a
+// TestMiddlewareRecordsEveryCall drives real SDK clients tagged as a
 // function through every naming rule: a table, an index, a batch's tables,
 // a transaction's items by their own actions, the state machine, the secret,
 // a function (Invoke is lambda:InvokeFunction), and resources of some other
 // deployment, which are unknown. Every operation's first attempt fails, so
-// each call is retried, and recorded once.
-func TestMiddlewareRecordsEachCallOnce(t *testing.T) {
+// each call is retried; a recording holds each distinct call once.
+func TestMiddlewareRecordsEveryCall(t *testing.T) {
 	t.Parallel()
 	endpoint, requests := stub(t)
 	rec, err := awscalls.New(awscalls.Config{Names: names})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
@@ -47,7 +48,8 @@ func startOnejob(t *testing.T, root, bin, data, addr, secret, logPath string) *i
 	}
 	cmd := exec.Command(bin, "run", "--data", data, "--sweep-interval", "1s", "--overdue-grace", overdueGrace.String(), "--log", logPath)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "ONEJOB_ADDR="+addr, apigwlocal.EnvLocalSecret+"="+secret)
+	cmd.Env = append(os.Environ(), "ONEJOB_ADDR="+addr, apigwlocal.EnvLocalSecret+"="+secret,
+		awscalls.EnvSource+"=crashtest") // its AWS calls, recorded when make test asks
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own group, so one kill(-pgid) reaches everything it started in
 	// that group; Pdeathsig so a dying test binary takes it along.
