@@ -150,11 +150,18 @@ func submit(t *testing.T, c *apiclient.Client, key string, body map[string]any) 
 	return j
 }
 
-// TestRunOnExistingDynamoDB: with AWS_ENDPOINT_URL_DYNAMODB naming a
-// DynamoDB already running (a moto_server), `onejob run` creates its tables
-// there and serves the end-to-end smoke on it: a job created and succeeded,
-// its create replayed, the owner's listing. moto is slow, so a few jobs.
-func TestRunOnExistingDynamoDB(t *testing.T) {
+// TestRunOnAnyLocalAWS is `make run` on AWS that is already there, in one
+// `onejob run` (each start is a few node servers; moto is slow, so a few
+// jobs):
+//   - AWS_ENDPOINT_URL_DYNAMODB names a DynamoDB already running (a
+//     moto_server): the tables are created there and the end-to-end smoke
+//     runs on it — a job created and succeeded, its create replayed, the
+//     owner's listing;
+//   - ONEJOB_PROVIDERS names a providers file: its openai-primary, an
+//     OpenAI-compatible server on loopback (the simulator) whose key comes
+//     from the environment through credential_ref, joins the simulators,
+//     and a ticket-triage job (which lists openai-primary first) runs on it.
+func TestRunOnAnyLocalAWS(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -163,38 +170,6 @@ func TestRunOnExistingDynamoDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
-	banner, c := startRun(t, "AWS_ENDPOINT_URL_DYNAMODB="+m.Endpoint())
-	if !strings.Contains(banner, "DynamoDB        "+m.Endpoint()) {
-		t.Errorf("the banner does not name moto's endpoint:\n%s", banner)
-	}
-	body := map[string]any{"type": "demo", "input": map[string]any{"prompt": "on moto"}}
-	j := submit(t, c, "moto-1", body)
-	if j.Status != "succeeded" || j.ResultProvider() != sim.DemoPrimary {
-		t.Fatalf("job %+v (%s)", j, j.States())
-	}
-	code, h, out, err := c.Do(ctx, http.MethodPost, "/v1/jobs", "moto-1", body)
-	if err != nil || code != http.StatusOK || h.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(out), j.ID) {
-		t.Fatalf("replay: %d %v %s %v", code, h, out, err)
-	}
-	code, _, out, err = c.Do(ctx, http.MethodGet, "/v1/jobs", "", nil)
-	if err != nil || code != http.StatusOK || !strings.Contains(string(out), j.ID) {
-		t.Fatalf("list: %d %s %v", code, out, err)
-	}
-	// The job lives in moto, not in a dynalite of its own.
-	got, err := dynalite.NewClient(m.Endpoint()).GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("onejob-local-jobs"),
-		Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: j.ID}}})
-	if err != nil || got.Item == nil {
-		t.Fatalf("job %s not in moto's onejob-local-jobs: %v", j.ID, err)
-	}
-}
-
-// TestRunWithProvidersFile: ONEJOB_PROVIDERS names a providers file; its
-// openai-primary, an OpenAI-compatible server on loopback (the simulator)
-// whose key comes from the environment through credential_ref, joins the
-// simulators, and a ticket-triage job (which lists openai-primary first)
-// runs on it.
-func TestRunWithProvidersFile(t *testing.T) {
-	t.Parallel()
 	const key = "sk-local-test-key"
 	oai := sim.New(sim.Options{Oracle: sim.TicketTriage{}, APIKey: key, Model: "gpt-4o-mini"})
 	srv, err := sim.Start(oai.OpenAI())
@@ -212,17 +187,45 @@ func TestRunWithProvidersFile(t *testing.T) {
 	if err := os.WriteFile(file, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	banner, c := startRun(t, "ONEJOB_PROVIDERS="+file, "RUN_TEST_OPENAI_KEY="+key)
-	if !strings.Contains(banner, "openai-primary (openai, from "+file+"): for ticket-triage") {
-		t.Errorf("the banner does not list the file's provider:\n%s", banner)
-	}
-	j := submit(t, c, "triage-1", map[string]any{"type": "ticket-triage",
-		"input": map[string]any{"subject": "Refund please", "body": "I was charged twice for my invoice."}})
-	if j.Status != "succeeded" || j.States() != "1:openai-primary:succeeded" || !strings.Contains(string(j.Result), `"category":"billing"`) {
-		t.Fatalf("job %+v (%s): %s", j, j.States(), j.Result)
-	}
-	calls := oai.Calls()
-	if len(calls) != 1 || !calls[0].Authorized || calls[0].IdempotencyKey != j.ID+"/1" || calls[0].Refused != "" {
-		t.Fatalf("the OpenAI server saw %+v", calls)
-	}
+	banner, c := startRun(t, "AWS_ENDPOINT_URL_DYNAMODB="+m.Endpoint(), "ONEJOB_PROVIDERS="+file, "RUN_TEST_OPENAI_KEY="+key)
+
+	t.Run("ExistingDynamoDB", func(t *testing.T) {
+		if !strings.Contains(banner, "DynamoDB        "+m.Endpoint()) {
+			t.Errorf("the banner does not name moto's endpoint:\n%s", banner)
+		}
+		body := map[string]any{"type": "demo", "input": map[string]any{"prompt": "on moto"}}
+		j := submit(t, c, "moto-1", body)
+		if j.Status != "succeeded" || j.ResultProvider() != sim.DemoPrimary {
+			t.Fatalf("job %+v (%s)", j, j.States())
+		}
+		code, h, out, err := c.Do(ctx, http.MethodPost, "/v1/jobs", "moto-1", body)
+		if err != nil || code != http.StatusOK || h.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(out), j.ID) {
+			t.Fatalf("replay: %d %v %s %v", code, h, out, err)
+		}
+		code, _, out, err = c.Do(ctx, http.MethodGet, "/v1/jobs", "", nil)
+		if err != nil || code != http.StatusOK || !strings.Contains(string(out), j.ID) {
+			t.Fatalf("list: %d %s %v", code, out, err)
+		}
+		// The job lives in moto, not in a dynalite of its own.
+		got, err := dynalite.NewClient(m.Endpoint()).GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("onejob-local-jobs"),
+			Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: j.ID}}})
+		if err != nil || got.Item == nil {
+			t.Fatalf("job %s not in moto's onejob-local-jobs: %v", j.ID, err)
+		}
+	})
+
+	t.Run("ProvidersFile", func(t *testing.T) {
+		if !strings.Contains(banner, "openai-primary (openai, from "+file+"): for ticket-triage") {
+			t.Errorf("the banner does not list the file's provider:\n%s", banner)
+		}
+		j := submit(t, c, "triage-1", map[string]any{"type": "ticket-triage",
+			"input": map[string]any{"subject": "Refund please", "body": "I was charged twice for my invoice."}})
+		if j.Status != "succeeded" || j.States() != "1:openai-primary:succeeded" || !strings.Contains(string(j.Result), `"category":"billing"`) {
+			t.Fatalf("job %+v (%s): %s", j, j.States(), j.Result)
+		}
+		calls := oai.Calls()
+		if len(calls) != 1 || !calls[0].Authorized || calls[0].IdempotencyKey != j.ID+"/1" || calls[0].Refused != "" {
+			t.Fatalf("the OpenAI server saw %+v", calls)
+		}
+	})
 }
