@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/onejob/onejob/internal/dev/dynalite"
@@ -19,6 +18,8 @@ import (
 // finds are used as they are, so one with another schema (here a jobs table
 // without its indexes, say from an older onejob) stops the start with a
 // line naming it, rather than failing the functions one request at a time.
+// (Tables it creates itself pass the same check in every other test's
+// start.)
 func TestExistingTables(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -39,13 +40,4 @@ func TestExistingTables(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "table existing-jobs lacks onejob's index "+dynamo.IndexByOwner) {
 		t.Fatalf("start on a jobs table without its indexes: %v", err)
 	}
-	// The tables it created itself are onejob's and pass.
-	if _, err := dynalite.NewClient(d.Endpoint()).DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(names.Jobs)}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := stack.Start(ctx, stack.Config{APIAddr: "127.0.0.1:0", DynamoEndpoint: d.Endpoint(), TablePrefix: "existing"})
-	if err != nil {
-		t.Fatalf("start after the table was dropped: %v", err)
-	}
-	_ = s.Close()
 }
