@@ -166,12 +166,12 @@ func (s *Stack) composeSweeper(_ context.Context, cfg Config, fc functionClients
 // checkTables fails when a table that already existed (on a DynamoDB the
 // stack did not start) has another key schema or lacks an index: the
 // functions would fail on it later, one request at a time.
-func checkTables(ctx context.Context, db *dynamodb.Client, names dynamo.TableNames) error {
-	physical := map[string]string{dynamo.JobsTable().Logical: names.Jobs, dynamo.AttemptsTable().Logical: names.Attempts,
-		dynamo.CertificationsTable().Logical: names.Certifications}
+// Every table of dynamo.Tables is checked, so a new one is without an edit
+// here.
+func checkTables(ctx context.Context, db *dynamodb.Client, prefix string) error {
 	var problems []error
 	for _, def := range dynamo.Tables() {
-		name := physical[def.Logical]
+		name := prefix + "-" + def.Logical // dynamo.NamesWithPrefix
 		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
 		if err != nil {
 			return fmt.Errorf("describe table %s: %w", name, err)

@@ -247,7 +247,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err := dynamo.CreateTables(ctx, s.DB, s.Tables); err != nil {
 		return nil, err
 	}
-	if err := checkTables(ctx, s.DB, s.Tables); err != nil {
+	if err := checkTables(ctx, s.DB, cfg.TablePrefix); err != nil {
 		return nil, err
 	}
 	s.Store, err = dynamo.New(dynamo.Config{Client: s.DB, JobsTable: s.Tables.Jobs, AttemptsTable: s.Tables.Attempts,
