@@ -19,6 +19,7 @@ import (
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
@@ -54,7 +55,8 @@ func startOnejob(t *testing.T, root, bin, data, addr, secret, logPath string) *i
 	// One owner submits all 200 jobs at once: the drill is of crashes, not
 	// of quotas (a create the crash cut short may leave its count until the
 	// sweeper recounts the owner).
-	cmd.Env = append(os.Environ(), "ONEJOB_ADDR="+addr, apigwlocal.EnvLocalSecret+"="+secret, deploy.EnvQuotaUnfinishedJobs+"=1000")
+	cmd.Env = append(os.Environ(), "ONEJOB_ADDR="+addr, apigwlocal.EnvLocalSecret+"="+secret, deploy.EnvQuotaUnfinishedJobs+"=1000",
+		awscalls.EnvSource+"=crashtest") // its AWS calls, recorded when make test asks
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own group, so one kill(-pgid) reaches everything it started in
 	// that group; Pdeathsig so a dying test binary takes it along.
