@@ -40,7 +40,7 @@ func TestCallsAreAttributed(t *testing.T) {
 	certs := permissions.Resource{Kind: permissions.KindTable, Name: dynamo.CertificationsTable().Logical}
 	sm := permissions.Resource{Kind: permissions.KindStateMachine}
 	want := []awscalls.Call{
-		{Function: deploy.FnAPI, Action: "dynamodb:PutItem", Resource: jobs},
+		{Function: deploy.FnAPI, Action: "dynamodb:UpdateItem", Resource: jobs}, // a create: a key may replace an expired job
 		{Function: deploy.FnAPI, Action: "states:StartExecution", Resource: sm},
 		{Function: deploy.FnAPI, Action: "dynamodb:Query", Resource: byOpen},
 		{Function: deploy.FnAPI, Action: "dynamodb:BatchGetItem", Resource: jobs},

@@ -129,6 +129,22 @@ func (c *client) get(ctx context.Context, id string) (apiclient.Job, error) {
 	return j, err
 }
 
+// attempts reads a job's attempts, with who settled each one.
+func (c *client) attempts(ctx context.Context, id string) ([]apiclient.Attempt, error) {
+	code, body, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+id+"/attempts", "", nil)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/attempts: %d %s", id, code, body)
+	}
+	var out struct {
+		Attempts []apiclient.Attempt `json:"attempts"`
+	}
+	err = json.Unmarshal(body, &out)
+	return out.Attempts, err
+}
+
 // getAll reads many jobs with bounded concurrency.
 func (c *client) getAll(ctx context.Context, ids []string) (map[string]apiclient.Job, error) {
 	out := make(map[string]apiclient.Job, len(ids))
