@@ -43,11 +43,26 @@ vet:
 lint:
 	$(GO) run $(STATICCHECK) ./...
 
+# The end-to-end suites (Go and clients/) record every AWS call each
+# function's code makes (internal/dev/awscalls) in $(IAM_DIR)/calls, and
+# infra/stack's tests write the synthesized templates to $(IAM_DIR)/templates;
+# iam-check then checks each call against its function's IAM statements.
+IAM_DIR := $(CURDIR)/.local/iam
+unit test-clients: export ONEJOB_AWS_CALLS_DIR := $(IAM_DIR)/calls
+unit: export ONEJOB_TEMPLATES_DIR := $(IAM_DIR)/templates
+
 unit: tools
+	rm -rf $(IAM_DIR)
 	$(GO) test -race -count=1 ./...
 
 # Function binaries must stay small (cold starts): make build check-sizes.
-test: tools python-tools vet lint lint-api unit sizes-gate test-clients
+test: tools python-tools vet lint lint-api unit sizes-gate test-clients iam-check
+
+# After unit and test-clients: fails on a recorded call the template does not
+# grant, prints the grants no suite exercised.
+.PHONY: iam-check
+iam-check:
+	$(GO) run ./cmd/iamcheck -calls $(IAM_DIR)/calls -templates $(IAM_DIR)/templates
 
 # The API description and the state machine, checked by the tools API and
 # AWS teams use, pinned in package.json and run offline on the pinned node

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -21,8 +22,8 @@ import (
 type ddbProxy struct {
 	target string
 	client *http.Client
-	// jobsTable gets the global-secondary-index write model (see indexWrites).
-	jobsTable string
+	// jobsTables get the global-secondary-index write model (see indexWrites).
+	jobsTables []string
 
 	mu    sync.Mutex
 	stats map[string]*opStats // "Operation table"
@@ -58,12 +59,12 @@ func (s *opStats) sub(o *opStats) {
 	s.IndexWriteUnits -= o.IndexWriteUnits
 }
 
-func newDDBProxy(target, jobsTable string) *ddbProxy {
+func newDDBProxy(target string, jobsTables ...string) *ddbProxy {
 	return &ddbProxy{
-		target:    strings.TrimRight(target, "/"),
-		client:    &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
-		jobsTable: jobsTable,
-		stats:     map[string]*opStats{},
+		target:     strings.TrimRight(target, "/"),
+		client:     &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
+		jobsTables: jobsTables,
+		stats:      map[string]*opStats{},
 	}
 }
 
@@ -142,7 +143,7 @@ func (p *ddbProxy) record(op, table string, req map[string]json.RawMessage, stat
 		units := consumed(body)
 		if writeOps[op] {
 			st.WriteUnits = units
-			if table == p.jobsTable {
+			if slices.Contains(p.jobsTables, table) {
 				st.IndexWriteUnits = indexWriteUnits(op, req, body, units)
 			}
 		} else {

@@ -32,8 +32,22 @@ type scenario struct {
 	// resolve settles attempt 1 as failed through the admin API once it is
 	// unknown, as an operator would.
 	resolve bool
-	want    string // the settled attempts, "n:provider:state,..."
+	want    string // the settled attempts, "n:provider:state,..."; empty: any, as long as the job succeeded
+	// makeRun: on a stack configured as make run is (per-owner quotas on,
+	// breakers that act); the others run with quotas off and breakers that
+	// never act, so that each measures its own path.
+	makeRun bool
+	// brownout: the primary hangs brownoutHang on every call while the
+	// jobs are submitted over brownoutSpread (then recovers); makeRun.
+	brownout bool
 }
+
+// The brownout scenario: issue 19's drill as a cost row.
+const (
+	brownoutJobs   = 40
+	brownoutSpread = 10 * time.Second
+	brownoutHang   = 20 * time.Second
+)
 
 func scenarios() []scenario {
 	return []scenario{
@@ -46,6 +60,14 @@ func scenarios() []scenario {
 		}, want: "1:sim-primary:discarded,2:sim-fallback:succeeded"},
 		{Name: "unknown then resolved", jobType: "demo", script: map[string]any{sim.DemoPrimary: map[string]any{"outcome": "timeout"}},
 			resolve: true, want: "1:sim-primary:failed,2:sim-fallback:succeeded"},
+		// The answer comes after the type's 2 s timeout: the reconciler
+		// asks again under the same key and gets it.
+		{Name: "unknown then settled automatically", jobType: "demo", script: map[string]any{sim.DemoPrimary: map[string]any{"outcome": "ok", "latency_ms": 3500}},
+			want: "1:sim-primary:succeeded"},
+		// Quotas on: one conditional write on the owner's counters per
+		// create and one per finished job.
+		{Name: "happy path, quotas on", jobType: "demo", want: "1:sim-primary:succeeded", makeRun: true},
+		{Name: "brownout", jobType: "demo", brownout: true, makeRun: true},
 	}
 }
 
@@ -98,17 +120,26 @@ const benchCallTimeout = 5 * time.Second
 // through the counting proxy, with the sweeper off so nothing else writes.
 func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slog.Logger) ([]perJob, []waitRow, *stack.Stack, func(), error) {
 	names := dynamo.NamesWithPrefix("bench-cost")
-	proxy := newDDBProxy(dynamoURL, names.Jobs)
+	proxy := newDDBProxy(dynamoURL, names.Jobs, dynamo.NamesWithPrefix("bench-brownout").Jobs)
 	ps := httptest.NewServer(proxy)
 	times := newLambdaTimes()
 	log := slog.New(captureHandler{next: logOut.Handler(), observe: times.observe})
 	s, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
-		TablePrefix: "bench-cost", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log})
+		TablePrefix: "bench-cost", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log, DemoProviders: stack.BreakersNeverAct,
+		Quotas: &job.Quotas{}})
 	if err != nil {
 		ps.Close()
 		return nil, nil, nil, nil, err
 	}
 	closeAll := func() { _ = s.Close(); ps.Close() }
+	// make run's configuration (quotas, breakers), on tables of its own.
+	b, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
+		TablePrefix: "bench-brownout", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	closeAll = func() { _ = b.Close(); _ = s.Close(); ps.Close() }
 	user, err := newAPIClient(s.APIURL, s.JWTSecret(), "bench-cost")
 	if err != nil {
 		closeAll()
@@ -125,13 +156,30 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		closeAll()
 		return nil, nil, nil, nil, err
 	}
+	bUser, err := newAPIClient(b.APIURL, b.JWTSecret(), "bench-cost")
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	bReader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), Tables: b.Tables})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
 	var out []perJob
 	for _, sc := range scenarios() {
 		n := o.jobsPerScenario
 		if sc.resolve {
 			n = max(1, n/2) // each of these waits out the call timeout
 		}
-		r, err := runScenario(ctx, s, proxy, times, user, admin, reader, sc, n)
+		on, u, rd := s, user, reader
+		if sc.makeRun {
+			on, u, rd = b, bUser, bReader
+		}
+		if sc.brownout {
+			n = brownoutJobs
+		}
+		r, err := runScenario(ctx, on, proxy, times, u, admin, rd, sc, n)
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, nil, fmt.Errorf("%s: %w", sc.Name, err)
@@ -166,7 +214,15 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	apiMS := make([]float64, n)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
+	if sc.brownout {
+		if err := s.Sim.SetScript(sim.DemoPrimary, sim.DemoScript{LatencyMS: int(brownoutHang.Milliseconds()), Outcome: sim.OutcomeOK}); err != nil {
+			return perJob{}, err
+		}
+	}
 	for i := range n {
+		if sc.brownout && i > 0 {
+			time.Sleep(brownoutSpread / time.Duration(n)) // the load's shape: jobs arrive over the spread
+		}
 		wg.Go(func() {
 			input := map[string]any{"prompt": fmt.Sprintf("bench %s %d", sc.Name, i)}
 			if sc.script != nil {
@@ -182,6 +238,9 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 		})
 	}
 	wg.Wait()
+	if sc.brownout {
+		s.Sim.ClearScript(sim.DemoPrimary) // it recovers; the hung calls still finish their work
+	}
 	if err := errors.Join(errs...); err != nil {
 		return perJob{}, err
 	}
@@ -190,6 +249,9 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	// Settle: every job terminal, every attempt closed, every execution over.
 	resolved := map[string]bool{}
 	deadline := time.Now().Add(60 * time.Second)
+	if sc.brownout {
+		deadline = deadline.Add(2 * brownoutHang)
+	}
 	for {
 		done := 0
 		for _, id := range ids {
@@ -206,7 +268,7 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 				resolved[id] = true
 			}
 			if j.Status.Terminal() && len(j.Open()) == 0 {
-				if got := states(j); got != sc.want {
+				if got := states(j); (sc.want != "" && got != sc.want) || (sc.want == "" && j.Status != job.StatusSucceeded) {
 					return perJob{}, fmt.Errorf("job %s settled as %s, want %s", id, got, sc.want)
 				}
 				done++
@@ -247,7 +309,7 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	fn := float64(n)
 	var readBacks int
 	for k, st := range d {
-		if strings.HasSuffix(k, " "+proxy.jobsTable) {
+		if strings.HasSuffix(k, " "+s.Tables.Jobs) {
 			readBacks += st.CondFailed
 		}
 	}

@@ -31,7 +31,9 @@ export async function startStack(name) {
   // breaker opened by one test's timeouts would reroute the next test's jobs.
   const child = spawn(bin, ["run", "--log", logPath, "--breakers", "off"], {
     cwd: root,
-    env: { ...process.env, ONEJOB_ADDR: "127.0.0.1:0" },
+    // ONEJOB_AWS_CALLS_DIR (set by `make test`) passes through: the stack
+    // records its functions' AWS calls there, labelled with the test's name.
+    env: { ...process.env, ONEJOB_ADDR: "127.0.0.1:0", ONEJOB_AWS_CALLS_SOURCE: `clients:${name}` },
     stdio: ["ignore", "pipe", "pipe"],
     detached: true, // its own process group, so nothing it starts outlives a crashed test
   });

@@ -9,24 +9,37 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/provider"
 )
 
 // runCommand starts the whole system on this machine until Ctrl-C:
 //
-//	onejob run [--data .local/dynalite] [--duplicate-delivery] [--log FILE] [--sweep-interval 10s] [--overdue-grace 0]
-//	           [--idle-timeout 30s] [--keep-executions 1000] [--breakers on|off]
+//	onejob run [--data .local/dynalite] [--table-prefix onejob-local] [--duplicate-delivery] [--log FILE]
+//	           [--sweep-interval 10s] [--overdue-grace 0] [--idle-timeout 30s] [--keep-executions 1000]
+//	           [--breakers on|off]
+//
+// AWS_ENDPOINT_URL_DYNAMODB points it at a DynamoDB already running
+// (DynamoDB Local, LocalStack, moto) instead of the dynalite it starts;
+// ONEJOB_PROVIDERS names a providers file whose providers join the
+// simulated ones.
 func runCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	data := fs.String("data", "", "keep DynamoDB data on disk in this folder (default: in memory)")
+	data := fs.String("data", "", "keep the dynalite it starts on disk in this folder (default: in memory)")
+	prefix := fs.String("table-prefix", "onejob-local", "the tables are <prefix>-jobs, <prefix>-attempts, <prefix>-certifications")
 	dup := fs.Bool("duplicate-delivery", false, "deliver every task invocation twice (at-least-once drill)")
 	logPath := fs.String("log", "", "write the JSON logs to this file (default: stderr)")
 	// Crash drills restart stranded executions sooner than the default.
@@ -73,8 +86,14 @@ func runCommand(ctx context.Context, args []string) error {
 	started := time.Now()
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	local, err := localAWSFrom(startCtx, os.Getenv)
+	if err != nil {
+		return err
+	}
 	s, err := stack.Start(startCtx, stack.Config{
-		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data,
+		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data, TablePrefix: *prefix,
+		DynamoEndpoint: local.dynamoEndpoint, DynamoOptions: local.dynamoOptions,
+		Providers: local.providers, AWSCredentials: local.credentials,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas,
 		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
@@ -83,6 +102,10 @@ func runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.Close()
+	dynamoText := "dynalite"
+	if local.dynamoEndpoint != "" {
+		dynamoText = local.dynamoEndpoint + " (" + envDynamoEndpoint + ")"
+	}
 	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(settings.JWTSecret)})
 	if err != nil {
 		return err
@@ -98,8 +121,8 @@ func runCommand(ctx context.Context, args []string) error {
 	fmt.Printf(`onejob is running locally (up in %s):
   HTTP API        %s   (OpenAPI: %s/openapi.yaml)
   Step Functions  %s   (real statemachine/onejob.asl.json)
-  DynamoDB        dynalite, tables %s-*
-  providers       sim-primary, sim-fallback (loopback simulators; sim-fallback certified for demo)
+  DynamoDB        %s, tables %s-*
+  providers       sim-primary, sim-fallback (loopback simulators; sim-fallback certified for demo)%s
 
 Submit a job (token for user-1, valid 24 h):
 
@@ -130,7 +153,8 @@ or a timeout that leaves attempt 1 unknown until an operator resolves it:
 %s
 %s
 Ctrl-C stops everything.
-`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), "onejob-local", user, s.APIURL, s.APIURL, s.APIURL, s.APIURL, admin,
+`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), dynamoText, *prefix, providersText(local, s.Catalog),
+		user, s.APIURL, s.APIURL, s.APIURL, s.APIURL, admin,
 		consoleText(s.APIURL, admin), pagesText(s, user), secretText(settings))
 	<-ctx.Done()
 	fmt.Println("\nstopping…")
@@ -195,6 +219,91 @@ func pagesText(s *stack.Stack, token string) string {
 	}
 	if _, err := os.Stat(filepath.Join(s.Root(), "clients", "typescript", "dist", "index.js")); err != nil {
 		b.WriteString("\n  (the pages import the TypeScript client, which is not built: `make run` builds it)\n")
+	}
+	return b.String()
+}
+
+// The environment `onejob run` reads beyond apigwlocal's settings.
+const (
+	// envDynamoEndpoint is the SDKs' standard variable for a DynamoDB
+	// endpoint: set, the stack uses that DynamoDB instead of starting
+	// dynalite.
+	envDynamoEndpoint = "AWS_ENDPOINT_URL_DYNAMODB"
+	// envProviders names a providers file (or holds its JSON, as the
+	// functions' ONEJOB_PROVIDERS does).
+	envProviders = deploy.EnvProviders
+)
+
+// localAWS is what the environment says about the AWS `onejob run` uses.
+type localAWS struct {
+	dynamoEndpoint string
+	dynamoOptions  []func(*dynamodb.Options)
+	providers      provider.Config
+	providersFrom  string
+	credentials    aws.CredentialsProvider
+}
+
+func localAWSFrom(ctx context.Context, getenv func(string) string) (localAWS, error) {
+	var l localAWS
+	if ep := getenv(envDynamoEndpoint); ep != "" {
+		u, err := url.Parse(ep)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return l, fmt.Errorf("%s=%q is not an http(s) URL", envDynamoEndpoint, ep)
+		}
+		l.dynamoEndpoint = ep
+		// An existing DynamoDB may keep tables per region and key
+		// (DynamoDB Local does): use the caller's, if set.
+		region := getenv("AWS_REGION")
+		if region == "" {
+			region = getenv("AWS_DEFAULT_REGION")
+		}
+		id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY")
+		l.dynamoOptions = append(l.dynamoOptions, func(o *dynamodb.Options) {
+			if region != "" {
+				o.Region = region
+			}
+			if id != "" && secret != "" {
+				o.Credentials = credentials.NewStaticCredentialsProvider(id, secret, getenv("AWS_SESSION_TOKEN"))
+			}
+		})
+	}
+	if v := strings.TrimSpace(getenv(envProviders)); v != "" {
+		raw, from := []byte(v), "$"+envProviders
+		if !strings.HasPrefix(v, "{") {
+			b, err := os.ReadFile(v)
+			if err != nil {
+				return l, fmt.Errorf("%s: %w", envProviders, err)
+			}
+			raw, from = b, v
+		}
+		cfg, err := provider.ParseConfig(raw)
+		if err != nil {
+			return l, fmt.Errorf("%s (%s): %w", envProviders, from, err)
+		}
+		l.providers, l.providersFrom = cfg, from
+		if l.credentials, err = awsCredentials(ctx, cfg, getenv); err != nil {
+			return l, err
+		}
+	}
+	return l, nil
+}
+
+// providersText names the configured providers beside the simulators, and
+// the job types that list each (a type runs only on the providers it lists).
+func providersText(l localAWS, cat *jobtype.Catalog) string {
+	var b strings.Builder
+	for _, p := range l.providers.Providers {
+		var types []string
+		for _, name := range cat.Names() {
+			if t, ok := cat.Get(name); ok && slices.Contains(t.Providers(), p.Name) {
+				types = append(types, name)
+			}
+		}
+		used := "listed by no job type"
+		if len(types) > 0 {
+			used = "for " + strings.Join(types, ", ")
+		}
+		fmt.Fprintf(&b, "\n                  %s (%s, from %s): %s", p.Name, p.Kind, l.providersFrom, used)
 	}
 	return b.String()
 }

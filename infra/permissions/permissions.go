@@ -1,8 +1,10 @@
 // Package permissions is the one list of what each Lambda function may do to
-// the stack's resources. infra/stack turns it into IAM statements; the local
-// invoke test (internal/dev/rie) runs the real function binaries and checks
-// that every DynamoDB and Step Functions call they make is listed here. It
-// imports nothing from the CDK so that test stays cheap to compile.
+// the stack's resources, and the one way of naming those resources. infra/stack
+// turns it into IAM statements; every AWS call a function's code makes in the
+// end-to-end suites is recorded under these names (internal/dev/awscalls) and
+// checked against the statements of the synthesized template
+// (internal/verify/iamcheck, `make test`). It imports nothing from the CDK so
+// the local tools stay cheap to compile.
 package permissions
 
 import (
@@ -15,31 +17,44 @@ import (
 // Kind is the kind of resource a grant applies to.
 type Kind string
 
-// Resource kinds.
+// Resource kinds. A new kind of resource (a queue, a topic) is a kind here,
+// its ARN in infra/stack, how a call names it in internal/dev/awscalls and how
+// a template names it in internal/verify/iamcheck.
 const (
 	KindTable           Kind = "table"
 	KindStateMachine    Kind = "statemachine"
 	KindProvidersSecret Kind = "secret"
+	// KindFunction is one of deploy.Functions, by name (lambda:InvokeFunction).
+	KindFunction Kind = "function"
+	// KindModel is a Bedrock model, by model ID (a bedrock provider's calls).
+	KindModel Kind = "model"
+	// KindUnknown is what a call named that is none of the stack's
+	// resources; Name holds what it named. No grant covers it.
+	KindUnknown Kind = "unknown"
 )
 
-// Resource names one of the stack's resources symbolically.
+// Resource names one of the stack's resources symbolically, the same in every
+// environment and locally.
 type Resource struct {
 	Kind Kind
-	// Table is the table's logical name (dynamo.TableDef.Logical).
-	Table string
-	// Index is a global secondary index of Table; empty means the table.
+	// Name is the table's logical name (dynamo.TableDef.Logical), the
+	// function's name (deploy.Functions), the model's ID; empty for the
+	// stack's one state machine and one providers secret.
+	Name string
+	// Index is a global secondary index of table Name; empty means the table.
 	Index string
 }
 
-// String is how tests and reports print a resource.
+// String is how tests and reports print a resource: table:jobs,
+// table:jobs/index/by_open, statemachine, secret, function:run.
 func (r Resource) String() string {
 	switch {
-	case r.Kind != KindTable:
-		return string(r.Kind)
 	case r.Index != "":
-		return "table:" + r.Table + "/index/" + r.Index
+		return string(r.Kind) + ":" + r.Name + "/index/" + r.Index
+	case r.Name != "":
+		return string(r.Kind) + ":" + r.Name
 	}
-	return "table:" + r.Table
+	return string(r.Kind)
 }
 
 // Grant allows Actions on Resource.
@@ -48,10 +63,10 @@ type Grant struct {
 	Resource Resource
 }
 
-func table(def dynamo.TableDef) Resource { return Resource{Kind: KindTable, Table: def.Logical} }
+func table(def dynamo.TableDef) Resource { return Resource{Kind: KindTable, Name: def.Logical} }
 
 func index(def dynamo.TableDef, name string) Resource {
-	return Resource{Kind: KindTable, Table: def.Logical, Index: name}
+	return Resource{Kind: KindTable, Name: def.Logical, Index: name}
 }
 
 var stateMachine = Resource{Kind: KindStateMachine}
@@ -83,12 +98,15 @@ func All() map[string][]Grant {
 	return map[string][]Grant{
 		// The API: create (conditional PutItem, GetItem on a replay), get
 		// (GetItem), list (Query on by_owner only, never the base table),
-		// list attempts (Query on the ledger), cancel and resolve
-		// (conditional UpdateItem on the job; resolve then PutItem into the
-		// ledger), and start the job's execution.
+		// the operators' listing of open jobs (Query on the sparse by_open,
+		// then BatchGetItem of those jobs, dynamo.ListOpen), list attempts
+		// (Query on the ledger), cancel and resolve (conditional UpdateItem
+		// on the job; resolve then PutItem into the ledger), and start the
+		// job's execution.
 		deploy.FnAPI: {
-			{[]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())},
+			{[]string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())},
 			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOwner)},
+			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOpen)},
 			{[]string{"dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.AttemptsTable())},
 			{[]string{"states:StartExecution"}, stateMachine},
 			// Operators list every provider's health (a Scan of a handful

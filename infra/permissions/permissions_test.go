@@ -33,12 +33,15 @@ func TestResourcesExist(t *testing.T) {
 					t.Errorf("%s: wildcard action %q", fn, a)
 				}
 			}
+			if r.Kind == KindFunction && !slices.Contains(deploy.Names(), r.Name) {
+				t.Errorf("%s: grant on unknown function %q", fn, r.Name)
+			}
 			if r.Kind != KindTable {
 				continue
 			}
-			idx, ok := schema[r.Table]
+			idx, ok := schema[r.Name]
 			if !ok {
-				t.Errorf("%s: grant on unknown table %q", fn, r.Table)
+				t.Errorf("%s: grant on unknown table %q", fn, r.Name)
 			} else if r.Index != "" && !slices.Contains(idx, r.Index) {
 				t.Errorf("%s: grant on unknown index %s", fn, r)
 			}
@@ -48,10 +51,10 @@ func TestResourcesExist(t *testing.T) {
 
 func TestAllows(t *testing.T) {
 	t.Parallel()
-	jobs := Resource{Kind: KindTable, Table: dynamo.JobsTable().Logical}
-	byOwner := Resource{Kind: KindTable, Table: dynamo.JobsTable().Logical, Index: dynamo.IndexByOwner}
-	attempts := Resource{Kind: KindTable, Table: dynamo.AttemptsTable().Logical}
-	certs := Resource{Kind: KindTable, Table: dynamo.CertificationsTable().Logical}
+	jobs := Resource{Kind: KindTable, Name: dynamo.JobsTable().Logical}
+	byOwner := Resource{Kind: KindTable, Name: dynamo.JobsTable().Logical, Index: dynamo.IndexByOwner}
+	attempts := Resource{Kind: KindTable, Name: dynamo.AttemptsTable().Logical}
+	certs := Resource{Kind: KindTable, Name: dynamo.CertificationsTable().Logical}
 	for _, tc := range []struct {
 		fn, action string
 		r          Resource
@@ -59,7 +62,10 @@ func TestAllows(t *testing.T) {
 	}{
 		{deploy.FnAPI, "dynamodb:PutItem", jobs, true},
 		{deploy.FnAPI, "dynamodb:Query", byOwner, true},
-		{deploy.FnAPI, "dynamodb:Query", jobs, false}, // only the index
+		{deploy.FnAPI, "dynamodb:Query", jobs, false}, // only the indexes
+		// The operators' listing (dynamo.ListOpen): by_open, then the jobs.
+		{deploy.FnAPI, "dynamodb:Query", Resource{Kind: KindTable, Name: dynamo.JobsTable().Logical, Index: dynamo.IndexByOpen}, true},
+		{deploy.FnAPI, "dynamodb:BatchGetItem", jobs, true},
 		{deploy.FnAPI, "dynamodb:UpdateItem", attempts, false},
 		{deploy.FnRun, "dynamodb:PutItem", attempts, true},
 		{deploy.FnRun, "dynamodb:GetItem", attempts, false},

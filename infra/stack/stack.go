@@ -185,9 +185,9 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	arnOf := func(r permissions.Resource) (*string, error) {
 		switch r.Kind {
 		case permissions.KindTable:
-			t, ok := tables[r.Table]
+			t, ok := tables[r.Name]
 			if !ok {
-				return nil, fmt.Errorf("grant on unknown table %q", r.Table)
+				return nil, fmt.Errorf("grant on unknown table %q", r.Name)
 			}
 			if r.Index != "" {
 				return indexArn(t, r.Index), nil
@@ -197,6 +197,12 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 			return sm.StateMachineArn(), nil
 		case permissions.KindProvidersSecret:
 			return jsii.String(secretArn), nil
+		case permissions.KindFunction:
+			f, ok := fns[r.Name]
+			if !ok {
+				return nil, fmt.Errorf("grant on unknown function %q", r.Name)
+			}
+			return f.FunctionArn(), nil
 		}
 		return nil, fmt.Errorf("grant on unknown resource kind %q", r.Kind)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
+	"github.com/onejob/onejob/internal/verify/iamcheck"
 )
 
 // stagingSecretArn exercises the "bring your own secret" path: staging is
@@ -39,6 +40,7 @@ type synthesized struct {
 	template map[string]any // the CloudFormation template
 	names    map[string]string
 	path     string // the template, written out
+	outdir   string // the cloud assembly: staged assets beside the stack's template
 	// nag is cdk-nag's AwsSolutions report of this synthesis.
 	nag []nagLine
 }
@@ -215,7 +217,17 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 	if err != nil {
 		t.Fatalf("%s: %v", env, err)
 	}
-	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template), path: path, nag: nag}
+	// `make test` checks every AWS call the suites recorded against these
+	// (internal/verify/iamcheck), without synthesizing them again.
+	if dir := os.Getenv(iamcheck.EnvTemplatesDir); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, StackName(env)+".template.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &synthesized{env: env, cfg: cfg, template: template, names: friendlyNames(template), path: path, outdir: outdir, nag: nag}
 }
 
 // readNag reads cdk-nag's JSON report(s) in outdir.
@@ -326,9 +338,15 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		if tc, _ := p["TracingConfig"].(map[string]any); tc["Mode"] != "Active" {
 			t.Errorf("%s: tracing %v", fname, p["TracingConfig"])
 		}
+		// What `sam local invoke -t cdk.out/<stack>.template.json <LogicalID>`
+		// reads: the function's code is the folder aws:asset:path names,
+		// relative to the template, for its Code property; there the
+		// synthesis staged this function's own bootstrap.
 		md, _ := r["Metadata"].(map[string]any)
-		if path, _ := md["aws:asset:path"].(string); path == "" || md["aws:asset:property"] != "Code" {
-			t.Errorf("%s (%s): no aws:asset:path metadata for SAM: %v", fname, id, md)
+		if path, _ := md["aws:asset:path"].(string); path == "" || filepath.IsAbs(path) || md["aws:asset:property"] != "Code" {
+			t.Errorf("%s (%s): no relative aws:asset:path for its Code, as SAM needs: %v", fname, id, md)
+		} else if b, err := os.ReadFile(filepath.Join(s.outdir, path, "bootstrap")); err != nil || !strings.Contains(string(b), "# "+short+"\n") {
+			t.Errorf("%s (%s): aws:asset:path %s does not hold its bootstrap: %v %q", fname, id, path, err, b)
 		}
 		if lc, _ := p["LoggingConfig"].(map[string]any); lc["LogGroup"] == nil {
 			t.Errorf("%s: no explicit log group", fname)
@@ -683,8 +701,10 @@ func checkIAM(t *testing.T, s *synthesized) {
 	}
 	want := map[string]grants{
 		"fn:api": grants{}.
-			add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
-			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOwner).
+			add([]string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
+			// Owners list through by_owner; operators through by_open,
+			// then read those jobs in batches (dynamo.ListOpen).
+			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOwner, "arn:table:jobs/index/"+dynamo.IndexByOpen).
 			add([]string{"dynamodb:Query", "dynamodb:PutItem"}, "arn:table:attempts").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").

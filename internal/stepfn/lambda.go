@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambda/messages"
 
-	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
 )
@@ -28,16 +26,6 @@ func Hold(t *lifecycle.Tasks) func(context.Context, lifecycle.HoldInput) (lifecy
 	return func(ctx context.Context, in lifecycle.HoldInput) (lifecycle.HoldResult, error) {
 		out, err := t.Hold(ctx, in)
 		return out, LambdaError(err)
-	}
-}
-
-// Factories returns every task function, by name, as a factory of Lambda
-// handlers for the local invoke endpoint: one handler per sandbox, as
-// aws-lambda-go handlers serve one invocation at a time.
-func Factories(t *lifecycle.Tasks) map[string]func() lambda.Handler {
-	return map[string]func() lambda.Handler{
-		deploy.FnRun:  func() lambda.Handler { return lambda.NewHandler(Run(t)) },
-		deploy.FnHold: func() lambda.Handler { return lambda.NewHandler(Hold(t)) },
 	}
 }
 

@@ -61,7 +61,17 @@ func (c *Client) DoRaw(ctx context.Context, method, path, key string, body []byt
 	return code, out, err
 }
 
+// DoWith sends one request with extra headers (a Host header sets the
+// request's Host) and returns the status, headers and body.
+func (c *Client) DoWith(ctx context.Context, method, path string, header http.Header, body []byte) (int, http.Header, []byte, error) {
+	return c.sendWith(ctx, method, path, "", body, header)
+}
+
 func (c *Client) send(ctx context.Context, method, path, key string, body []byte) (int, http.Header, []byte, error) {
+	return c.sendWith(ctx, method, path, key, body, nil)
+}
+
+func (c *Client) sendWith(ctx context.Context, method, path, key string, body []byte, header http.Header) (int, http.Header, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -76,6 +86,13 @@ func (c *Client) send(ctx context.Context, method, path, key string, body []byte
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	for name, values := range header {
+		if name == "Host" {
+			req.Host = values[0]
+			continue
+		}
+		req.Header[name] = values
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -142,7 +142,13 @@ const (
 // client directly (not through config.LoadDefaultConfig) so a custom CA
 // bundle in the environment cannot break it.
 func NewClient(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{
+	return dynamodb.New(ClientOptions(endpoint), optFns...)
+}
+
+// ClientOptions are NewClient's options, over one connection pool: every
+// client made from them (say, one per local function) shares that pool.
+func ClientOptions(endpoint string) dynamodb.Options {
+	return dynamodb.Options{
 		Region:       testenv.Region,
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
@@ -152,5 +158,5 @@ func NewClient(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Cli
 			tr.MaxIdleConnsPerHost = MaxConns
 			tr.IdleConnTimeout = idleConnTimeout
 		}),
-	}, optFns...)
+	}
 }

@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/onejob/onejob/infra/permissions"
 	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
@@ -31,10 +30,12 @@ import (
 	"github.com/onejob/onejob/internal/job"
 )
 
-// Local fakes: the account, region and state machine the functions see.
+// Local fakes: the account, region, state machine and providers secret the
+// functions see.
 const (
 	Region          = testenv.Region
 	StateMachineARN = "arn:aws:states:" + testenv.Region + ":" + testenv.AccountID + ":stateMachine:onejob-local"
+	SecretARN       = "arn:aws:secretsmanager:" + testenv.Region + ":" + testenv.AccountID + ":secret:onejob-local-providers"
 )
 
 // Config configures a Local.
@@ -53,13 +54,16 @@ type Config struct {
 // Local is the loopback world the functions are invoked in: dynalite, the
 // demo provider simulator, and per invocation a fresh set of tables, a
 // recording proxy in front of dynalite and a stub for every other AWS API.
+// Every call recorded is also written where $ONEJOB_AWS_CALLS_DIR says
+// (internal/dev/awscalls), for `make test`'s IAM check.
 type Local struct {
 	cfg       Config
 	dyn       *dynalite.Server
 	db        *dynamodb.Client
 	simServer *sim.Server
-	providers string // ONEJOB_PROVIDERS for the run function
+	providers string // the providers secret's value, for the run function
 	tmp       string
+	calls     *awscalls.Recorder
 
 	mu         sync.Mutex
 	bootstraps map[string]string
@@ -102,6 +106,9 @@ func Start(ctx context.Context, cfg Config) (_ *Local, err error) {
 		return nil, err
 	}
 	l.providers = string(pc)
+	if l.calls, err = awscalls.New(awscalls.FromEnv(os.Getenv, awscalls.Names{})); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -116,6 +123,9 @@ func (l *Local) Close() error {
 	}
 	if l.tmp != "" {
 		errs = append(errs, os.RemoveAll(l.tmp))
+	}
+	if l.calls != nil {
+		errs = append(errs, l.calls.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -144,10 +154,10 @@ func (l *Local) Build(ctx context.Context, fns ...string) error {
 	return nil
 }
 
-// Call is one AWS API call a function made, as an IAM action on a resource.
+// Call is one AWS API call a function made, as an IAM action on a resource
+// (named by internal/dev/awscalls, as the local stack's calls are).
 type Call struct {
-	Action   string
-	Resource permissions.Resource
+	awscalls.Call
 	// Detail is e.g. the execution name of a StartExecution.
 	Detail string
 }
@@ -236,7 +246,8 @@ func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario
 		return nil, err
 	}
 
-	rec := &recorder{prefix: prefix + "-"}
+	rec := &recorder{fn: fn, providers: l.providers, names: awscalls.Names{TablePrefix: prefix, StateMachineARN: StateMachineARN,
+		SecretARN: SecretARN}}
 	dynURL, err := url.Parse(l.dyn.Endpoint())
 	if err != nil {
 		return nil, err
@@ -283,13 +294,13 @@ func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario
 	}
 
 	// As infra/stack sets them: the state machine ARN for the functions
-	// that start executions, the provider configuration for the one that
-	// calls providers (locally inline, in AWS a secret).
+	// that start executions, the providers secret for the one that calls
+	// providers (the stub serves it).
 	if permissions.Allows(fn, "states:StartExecution", permissions.Resource{Kind: permissions.KindStateMachine}) {
 		env[deploy.EnvStateMachineARN] = StateMachineARN
 	}
 	if permissions.Allows(fn, "secretsmanager:GetSecretValue", permissions.Resource{Kind: permissions.KindProvidersSecret}) {
-		env[deploy.EnvProviders] = l.providers
+		env[deploy.EnvProvidersSecretARN] = SecretARN
 	}
 
 	ictx, cancel := context.WithTimeout(ctx, time.Duration(times)*spec.Timeout+15*time.Second)
@@ -312,7 +323,11 @@ func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario
 		return nil, fmt.Errorf("%w\n%s", err, logs)
 	}
 	report, _ := ParseReport(logs)
-	return &Result{Function: fn, Scenario: sc, Job: seeded, Response: resp, Calls: rec.take(),
+	calls := rec.take()
+	for _, c := range calls {
+		l.calls.Add(c.Call)
+	}
+	return &Result{Function: fn, Scenario: sc, Job: seeded, Response: resp, Calls: calls,
 		Report: report, Wall: wall, Logs: logs, Connections: int(rec.conns.Load())}, nil
 }
 
@@ -332,21 +347,25 @@ func serve(h http.Handler, onConnect func()) (string, func(), error) {
 	return "http://" + l.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
-// recorder notes every AWS call of one invocation, and the connections
-// they came on.
+// recorder notes every AWS call of one invocation of fn, and the
+// connections they came on.
 type recorder struct {
-	prefix string // of this invocation's physical table names
-	mu     sync.Mutex
-	calls  []Call
-	conns  atomic.Int64
+	fn        string
+	names     awscalls.Names // of this invocation's resources
+	providers string
+	mu        sync.Mutex
+	calls     []Call
+	conns     atomic.Int64
 }
 
 func (r *recorder) connected() { r.conns.Add(1) }
 
-func (r *recorder) add(c Call) {
+func (r *recorder) add(detail string, calls ...awscalls.Call) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.calls = append(r.calls, c)
+	for _, c := range calls {
+		r.calls = append(r.calls, Call{Call: c, Detail: detail})
+	}
 }
 
 func (r *recorder) take() []Call {
@@ -367,71 +386,42 @@ func (r *recorder) dynamo(next http.Handler) http.Handler {
 			return
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
-		var in struct {
-			TableName, IndexName string
-			// RequestItems names a batch's tables.
-			RequestItems map[string]json.RawMessage
-		}
-		_ = json.Unmarshal(body, &in)
-		tables := []string{in.TableName}
-		if in.TableName == "" && len(in.RequestItems) > 0 {
-			tables = slices.Sorted(maps.Keys(in.RequestItems))
-		}
-		for _, table := range tables {
-			res := permissions.Resource{Kind: permissions.KindTable, Table: strings.TrimPrefix(table, r.prefix), Index: in.IndexName}
-			if table == "" || !strings.HasPrefix(table, r.prefix) {
-				// Transaction calls name tables elsewhere; none is granted,
-				// so an unknown resource is reported as such.
-				res = permissions.Resource{Kind: "unknown", Table: table}
-			}
-			r.add(Call{Action: iamAction(req.Header.Get("X-Amz-Target")), Resource: res})
-		}
+		r.add("", r.names.CallsOfTarget(r.fn, req.Header.Get("X-Amz-Target"), body)...)
 		next.ServeHTTP(w, req)
 	})
 }
 
 // aws answers StartExecution like Step Functions (idempotent per name) and
-// refuses every other call, recording all of them.
+// GetSecretValue of the providers secret like Secrets Manager, and refuses
+// every other call, recording all of them.
 func (r *recorder) aws(w http.ResponseWriter, req *http.Request) {
 	target := req.Header.Get("X-Amz-Target")
 	body, _ := io.ReadAll(io.LimitReader(req.Body, 1<<20))
-	action := iamAction(target)
-	if action == "" {
-		action = "?" + req.Method + " " + req.URL.Path
+	calls := r.names.CallsOfTarget(r.fn, target, body)
+	if target == "" {
+		// A REST protocol (say, Lambda's Invoke): no resource read here,
+		// so it is unknown, and the IAM check names it.
+		calls = []awscalls.Call{{Function: r.fn, Action: "?" + req.Method + " " + req.URL.Path,
+			Resource: permissions.Resource{Kind: permissions.KindUnknown}}}
 	}
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-	if target == "AWSStepFunctions.StartExecution" {
-		var in struct{ StateMachineArn, Name string }
-		_ = json.Unmarshal(body, &in)
-		res := permissions.Resource{Kind: permissions.KindStateMachine}
-		if in.StateMachineArn != StateMachineARN {
-			res = permissions.Resource{Kind: "unknown", Table: in.StateMachineArn}
-		}
-		r.add(Call{Action: action, Resource: res, Detail: in.Name})
+	var in struct{ StateMachineArn, Name, SecretId string }
+	_ = json.Unmarshal(body, &in)
+	switch {
+	case target == "AWSStepFunctions.StartExecution":
+		r.add(in.Name, calls...)
 		arn := strings.Replace(StateMachineARN, ":stateMachine:", ":execution:", 1) + ":" + in.Name
 		_ = json.NewEncoder(w).Encode(map[string]any{"executionArn": arn, "startDate": float64(time.Now().UnixMilli()) / 1000})
 		return
+	case target == "secretsmanager.GetSecretValue" && in.SecretId == SecretARN:
+		r.add("", calls...)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		_ = json.NewEncoder(w).Encode(map[string]any{"ARN": SecretARN, "Name": "onejob-local-providers",
+			"SecretString": r.providers, "VersionId": "v1", "CreatedDate": float64(time.Now().Unix())})
+		return
 	}
-	r.add(Call{Action: action, Resource: permissions.Resource{Kind: "unknown"}})
+	r.add("", calls...)
 	w.WriteHeader(http.StatusBadRequest)
 	_ = json.NewEncoder(w).Encode(map[string]string{"__type": "UnrecognizedClientException",
-		"message": "onejob invoke does not emulate " + action})
-}
-
-// iamAction turns a JSON-protocol X-Amz-Target into its IAM action, e.g.
-// DynamoDB_20120810.GetItem → dynamodb:GetItem.
-func iamAction(target string) string {
-	svc, op, ok := strings.Cut(target, ".")
-	if !ok || op == "" {
-		return ""
-	}
-	switch {
-	case strings.HasPrefix(svc, "DynamoDB_"):
-		return "dynamodb:" + op
-	case svc == "AWSStepFunctions":
-		return "states:" + op
-	case svc == "secretsmanager":
-		return "secretsmanager:" + op
-	}
-	return strings.ToLower(svc) + ":" + op
+		"message": "onejob invoke does not emulate " + awscalls.Action(target)})
 }

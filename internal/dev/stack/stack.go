@@ -1,8 +1,10 @@
-// Package stack runs the whole of onejob on this machine: dynalite for
-// DynamoDB, the real state machine definition executed by a local Step
-// Functions endpoint, a Lambda Invoke endpoint serving the real task
-// handlers, the simulated providers and the HTTP API — all on 127.0.0.1.
-// `make run` and the end-to-end tests both start it.
+// Package stack runs the whole of onejob on this machine: dynalite (or any
+// local DynamoDB) for DynamoDB, the real state machine definition executed
+// by a local Step Functions endpoint, a Lambda Invoke endpoint serving the
+// real task handlers, the simulated providers and the HTTP API — all on
+// 127.0.0.1. `make run` and the end-to-end tests both start it. Each
+// deployed function is composed as its functions/<fn>/main.go composes it,
+// on SDK clients of its own whose every call is recorded (functions.go).
 package stack
 
 import (
@@ -19,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -28,6 +31,7 @@ import (
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/lambdalocal"
 	"github.com/onejob/onejob/internal/dev/sfnlocal"
@@ -41,7 +45,6 @@ import (
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
-	"github.com/onejob/onejob/internal/stepfn"
 )
 
 const (
@@ -60,11 +63,27 @@ type Config struct {
 	JWTSecret string
 	// Admin is which claim makes an operator; zero is the default.
 	Admin apigw.AdminRule
-	// DynamoEndpoint reuses a running dynalite; empty starts one.
+	// DynamoEndpoint is a running DynamoDB to use (dynalite, DynamoDB
+	// Local, LocalStack, moto); its tables are created when missing. Empty
+	// starts dynalite.
 	DynamoEndpoint string
+	// DynamoOptions adjust the DynamoDB clients (e.g. the region and
+	// credentials an existing DynamoDB keeps its tables under).
+	DynamoOptions []func(*dynamodb.Options)
 	// DynamoPath keeps the started dynalite's data on disk.
 	DynamoPath  string
 	TablePrefix string
+	// Providers join the simulated ones (sim-primary, sim-fallback); a job
+	// type runs on those it lists by name. Their credential_ref names an
+	// environment variable unless ProviderSecrets says otherwise.
+	Providers       provider.Config
+	ProviderSecrets provider.SecretSource
+	// AWSCredentials sign a bedrock provider's calls.
+	AWSCredentials aws.CredentialsProvider
+	// CallsDir receives the recording of every AWS call the functions'
+	// code makes (internal/dev/awscalls); empty means $ONEJOB_AWS_CALLS_DIR,
+	// and when that is unset they are kept in memory only (Stack.Calls).
+	CallsDir string
 	// DuplicateDelivery makes the Lambda endpoint run every task twice.
 	DuplicateDelivery   bool
 	DuplicateConcurrent bool
@@ -147,6 +166,12 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.ProviderSecrets == nil {
+		c.ProviderSecrets = provider.EnvSecrets{}
+	}
+	if c.DynamoEndpoint != "" && c.DynamoPath != "" {
+		return errors.New("stack: DynamoPath is for the dynalite the stack starts, not for DynamoEndpoint")
+	}
 	host, _, err := net.SplitHostPort(c.APIAddr)
 	if err != nil {
 		return fmt.Errorf("stack: APIAddr: %w", err)
@@ -167,23 +192,26 @@ const DefaultIdleTimeout = 30 * time.Second
 
 // Stack is a running local onejob.
 type Stack struct {
-	cfg       Config
-	Dynalite  *dynalite.Server // nil when reusing an endpoint
-	DB        *dynamodb.Client
-	Tables    dynamo.TableNames
-	Store     *dynamo.Store
-	Engine    *lifecycle.Engine
-	Metrics   *emf.Recorder
-	Sim       *sim.DemoSimulator
+	cfg      Config
+	Dynalite *dynalite.Server // nil when reusing an endpoint
+	// DB, Store and Engine are the stack's own access to DynamoDB (setting
+	// up, certifying, what tests read): no function's, so not recorded.
+	DB      *dynamodb.Client
+	Tables  dynamo.TableNames
+	Store   *dynamo.Store
+	Engine  *lifecycle.Engine
+	Metrics *emf.Recorder
+	Sim     *sim.DemoSimulator
+	// Providers are the simulated ones and Config.Providers, as an
+	// operator certifying them sees them.
 	Providers *provider.Registry
-	Breakers  *lifecycle.Breakers
 	Catalog   *jobtype.Catalog
-	Tasks     *lifecycle.Tasks
 	Lambda    *lambdalocal.Handler
 	SFN       *sfnlocal.Server
+	// SFNClient is the stack's own Step Functions client (not recorded).
 	SFNClient *sfn.Client
-	Starter   *stepfn.Starter
-	Sweeper   *lifecycle.Sweeper
+	// Sweeper is the sweeper function's.
+	Sweeper *lifecycle.Sweeper
 	// APIURL is the HTTP API's base URL.
 	APIURL string
 	// Pages are the local pages served beside the API (clients/web/<name>
@@ -195,6 +223,7 @@ type Stack struct {
 	SimURL         string
 	DynamoEndpoint string
 
+	calls   *awscalls.Recorder
 	closers []func() error
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
@@ -212,6 +241,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}()
 	log := cfg.Logger
+	smARN := fmt.Sprintf("arn:aws:states:%s:%s:stateMachine:onejob-local", region, accountID)
+	s.Tables = dynamo.NamesWithPrefix(cfg.TablePrefix)
+	if err := s.record(cfg, smARN); err != nil {
+		return nil, err
+	}
 
 	// DynamoDB.
 	endpoint := cfg.DynamoEndpoint
@@ -224,9 +258,16 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		endpoint = s.Dynalite.Endpoint()
 	}
 	s.DynamoEndpoint = endpoint
-	s.DB = dynalite.NewClient(endpoint)
-	s.Tables = dynamo.NamesWithPrefix(cfg.TablePrefix)
+	// One connection pool for the stack's own client and every function's.
+	dynamoOptions := dynalite.ClientOptions(endpoint)
+	for _, f := range cfg.DynamoOptions {
+		f(&dynamoOptions)
+	}
+	s.DB = dynamodb.New(dynamoOptions)
 	if err := dynamo.CreateTables(ctx, s.DB, s.Tables); err != nil {
+		return nil, err
+	}
+	if err := checkTables(ctx, s.DB, cfg.TablePrefix); err != nil {
 		return nil, err
 	}
 	s.Store, err = dynamo.New(dynamo.Config{Client: s.DB, Tables: s.Tables, Logger: log})
@@ -240,7 +281,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 
-	// Providers: the demo simulator behind the webhook adapter.
+	// Providers: the demo simulator behind the webhook adapter, and the
+	// configured ones beside it.
 	var simServer *sim.Server
 	s.Sim, simServer, err = sim.StartDemo()
 	if err != nil {
@@ -254,12 +296,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// It never follows a redirect (provider.NoRedirects; the adapters
 	// refuse them anyway).
 	providerHTTP := provider.NoRedirects(&http.Client{Transport: pooled(http.DefaultTransport.(*http.Transport).Clone(), 0, providerIdleConns, cfg.IdleTimeout/2)})
-	demo := sim.DemoConfig(simServer.URL())
+	providerConfig := sim.DemoConfig(simServer.URL())
 	if cfg.DemoProviders != nil {
-		demo = cfg.DemoProviders(demo)
+		providerConfig = cfg.DemoProviders(providerConfig)
 	}
-	s.Providers, err = adapters.NewRegistry(ctx, demo, nil,
-		adapters.Options{Logger: log, HTTPClient: providerHTTP})
+	providerConfig.Providers = append(providerConfig.Providers, cfg.Providers.Providers...)
+	providerOptions := adapters.Options{Logger: log, HTTPClient: providerHTTP, AWSCredentials: cfg.AWSCredentials}
+	s.Providers, err = adapters.NewRegistry(ctx, providerConfig, cfg.ProviderSecrets, providerOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -273,20 +316,31 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 
-	// Task functions behind a local Lambda Invoke endpoint.
-	s.Breakers, err = lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: s.Store, PolicyFunc: s.Providers.HealthPolicy,
-		Logger: log, Events: s.Metrics})
-	if err != nil {
-		return nil, err
+	// The API's starts, the sweeper's and the stack's own calls share one
+	// pool to the Step Functions server, which lets an idle connection go
+	// before the server would close it.
+	sfnHTTP := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		pooled(tr, sfnConns, sfnIdleConns, cfg.IdleTimeout/2)
+	})
+	fc := functionClients{
+		dynamo: dynamoOptions,
+		sfn: sfn.Options{Region: region, Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
+			HTTPClient: sfnHTTP},
+		providers: providerConfig, providerSecrets: cfg.ProviderSecrets, providerOptions: providerOptions,
+		calls: s.calls, stateMachineARN: smARN,
 	}
-	s.Tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: s.Engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}, Providers: s.Providers,
-		Certifications: s.Store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace, Breakers: s.Breakers,
-		MaxProviderWait: cfg.MaxProviderWait, Logger: log})
-	if err != nil {
-		return nil, err
+
+	// Task functions behind a local Lambda Invoke endpoint.
+	tasks := map[string]func() lambda.Handler{}
+	for fn, compose := range map[string]func(context.Context, Config, functionClients) (func() lambda.Handler, error){
+		deploy.FnRun: s.composeRun, deploy.FnHold: s.composeHold,
+	} {
+		if tasks[fn], err = compose(ctx, cfg, fc); err != nil {
+			return nil, fmt.Errorf("function %s: %w", fn, err)
+		}
 	}
 	s.Lambda, err = lambdalocal.NewHandler(lambdalocal.Config{
-		Factories: stepfn.Factories(s.Tasks), DefaultTimeout: cfg.CallTimeout + 15*time.Second,
+		Factories: tasks, DefaultTimeout: cfg.CallTimeout + 15*time.Second,
 		DuplicateDelivery: cfg.DuplicateDelivery, DuplicateConcurrent: cfg.DuplicateConcurrent,
 		Region: region, AccountID: accountID, Logger: log,
 	})
@@ -316,7 +370,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		DefinitionPath:   filepath.Join(cfg.Root, "statemachine", "onejob.asl.json"),
 		Substitutions:    subst,
 		LambdaEndpoint:   lambdaURL,
-		StateMachineARN:  fmt.Sprintf("arn:aws:states:%s:%s:stateMachine:onejob-local", region, accountID),
+		StateMachineARN:  smARN,
 		IdleTimeout:      cfg.IdleTimeout,
 		LambdaMaxSockets: lambdaConns,
 		KeepClosed:       cfg.KeepClosedExecutions,
@@ -326,39 +380,17 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.SFN.Close)
-	// The API's starts, the sweeper's and the stack's own calls share one
-	// pool, which lets an idle connection go before the server would close
-	// it; each starter retries as it does in AWS.
-	sfnHTTP := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
-		pooled(tr, sfnConns, sfnIdleConns, cfg.IdleTimeout/2)
-	})
-	sfnClient := func(retryer aws.Retryer) *sfn.Client {
-		return sfn.New(sfn.Options{Region: region, BaseEndpoint: aws.String(s.SFN.Endpoint()),
-			Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""), HTTPClient: sfnHTTP, Retryer: retryer})
-	}
-	s.SFNClient = sfnClient(nil)
-	runTimeouts := lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog})
-	s.Starter, err = stepfn.NewStarter(stepfn.StarterConfig{Client: sfnClient(stepfn.APIRetryer()), StateMachineARN: s.SFN.StateMachineARN(),
-		RunTimeoutFunc: runTimeouts, Timeout: stepfn.APIStartTimeout, Logger: log})
+	fc.sfn.BaseEndpoint = aws.String(s.SFN.Endpoint())
+	s.SFNClient = sfn.New(fc.sfn)
+
+	// The sweeper, on a schedule (below).
+	s.Sweeper, err = s.composeSweeper(ctx, cfg, fc)
 	if err != nil {
-		return nil, err
-	}
-	sweepStarter, err := stepfn.NewStarter(stepfn.StarterConfig{Client: sfnClient(stepfn.SweepRetryer()), StateMachineARN: s.SFN.StateMachineARN(),
-		RunTimeoutFunc: runTimeouts, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	// The local Step Functions keeps executions in memory: a restarted
-	// stack has lost those of the jobs still open.
-	s.Sweeper, err = lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: s.Store, Starter: sweepStarter, Grace: cfg.SweepGrace,
-		RestartRunning: true, Logger: log, Events: s.Metrics, Breakers: s.Breakers, HealthStore: s.Store, Owners: s.Store,
-		Purger: s.Store})
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("function %s: %w", deploy.FnSweeper, err)
 	}
 
 	// The HTTP API.
-	apiHandler, err := s.apiHandler(cfg)
+	apiHandler, err := s.apiHandler(ctx, cfg, fc)
 	if err != nil {
 		return nil, err
 	}
@@ -390,9 +422,32 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	// Tools that run the stack as a process (the soak drill) wait for
 	// this line and read the endpoints from it.
 	log.Info("local_stack_started", "api_url", s.APIURL, "sfn_endpoint", s.SFN.Endpoint(), "lambda_endpoint", s.LambdaURL,
-		"sim_url", s.SimURL, "dynamodb_endpoint", s.DynamoEndpoint, "pid", os.Getpid())
+		"sim_url", s.SimURL, "dynamodb_endpoint", s.DynamoEndpoint, "aws_calls", s.calls.Path(), "pid", os.Getpid())
 	return s, nil
 }
+
+// record starts the recording of the functions' AWS calls, closed last.
+func (s *Stack) record(cfg Config, stateMachineARN string) error {
+	fns := map[string]string{}
+	for _, f := range deploy.Functions() {
+		fns[lambdalocal.FunctionARN(region, accountID, f.Name)] = f.Name
+	}
+	rc := awscalls.FromEnv(os.Getenv, awscalls.Names{TablePrefix: cfg.TablePrefix, StateMachineARN: stateMachineARN, Functions: fns})
+	if cfg.CallsDir != "" {
+		rc.Dir = cfg.CallsDir
+	}
+	rec, err := awscalls.New(rc)
+	if err != nil {
+		return err
+	}
+	s.calls = rec
+	s.closers = append(s.closers, rec.Close)
+	return nil
+}
+
+// Calls are the distinct AWS calls the functions' code made so far, each
+// attributed to its function.
+func (s *Stack) Calls() []awscalls.Call { return s.calls.Calls() }
 
 // Connection bounds between the local parts.
 const (
@@ -504,11 +559,10 @@ func (s *Stack) Certify(ctx context.Context, jobType, providerName string) error
 
 // apiHandler is the HTTP API exactly as deployed (API Gateway event in,
 // Lambda response out), behind the local JWT authorizer.
-func (s *Stack) apiHandler(cfg Config) (http.Handler, error) {
-	h, err := apigw.New(apigw.Config{Jobs: s.Engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: s.Starter, Logger: cfg.Logger,
-		Admin: cfg.Admin, Providers: s.Breakers})
+func (s *Stack) apiHandler(ctx context.Context, cfg Config, fc functionClients) (http.Handler, error) {
+	h, err := s.composeAPI(ctx, cfg, fc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("function %s: %w", deploy.FnAPI, err)
 	}
 	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(cfg.JWTSecret)})
 	if err != nil {

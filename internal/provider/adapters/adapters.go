@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/anthropic"
@@ -32,6 +33,9 @@ type Options struct {
 	// AWSCredentials sign Bedrock calls (typically the Lambda role's
 	// credentials from the caller's aws.Config).
 	AWSCredentials aws.CredentialsProvider
+	// AWSAPIOptions are added to every AWS SDK client an adapter makes
+	// (the local stack tags the run function's with them).
+	AWSAPIOptions []func(*middleware.Stack) error
 }
 
 // Factories returns a provider.Factory per kind.
@@ -56,6 +60,7 @@ func Factories(opts Options) map[string]provider.Factory {
 			}
 			client, err := bedrock.NewClient(bedrock.ClientConfig{
 				Region: pc.Region, BaseEndpoint: pc.BaseURL, Credentials: opts.AWSCredentials, HTTPClient: opts.HTTPClient,
+				APIOptions: opts.AWSAPIOptions,
 			})
 			if err != nil {
 				return nil, err

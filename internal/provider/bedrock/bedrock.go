@@ -32,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/document"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/onejob/onejob/internal/provider"
 )
@@ -52,6 +53,9 @@ type ClientConfig struct {
 	BaseEndpoint string
 	Credentials  aws.CredentialsProvider
 	HTTPClient   *http.Client
+	// APIOptions are added to the client's middleware stack (the local
+	// stack records the run function's AWS calls with one).
+	APIOptions []func(*middleware.Stack) error
 }
 
 // NewClient returns a Converse client that makes exactly one HTTP attempt:
@@ -88,6 +92,7 @@ func NewClient(cfg ClientConfig) (*bedrockruntime.Client, error) {
 		httpClient = &http.Client{Transport: awshttp.NewBuildableClient().GetTransport()}
 	}
 	opts.HTTPClient = provider.NoRedirects(httpClient)
+	opts.APIOptions = append(opts.APIOptions, cfg.APIOptions...)
 	return bedrockruntime.New(opts), nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
@@ -54,7 +55,8 @@ func startOnejob(t *testing.T, root, bin, data, addr, secret, logPath string) *i
 	// One owner submits all 200 jobs at once: the drill is of crashes, not
 	// of quotas (a create the crash cut short may leave its count until the
 	// sweeper recounts the owner).
-	cmd.Env = append(os.Environ(), "ONEJOB_ADDR="+addr, apigwlocal.EnvLocalSecret+"="+secret, deploy.EnvQuotaUnfinishedJobs+"=1000")
+	cmd.Env = append(os.Environ(), "ONEJOB_ADDR="+addr, apigwlocal.EnvLocalSecret+"="+secret, deploy.EnvQuotaUnfinishedJobs+"=1000",
+		awscalls.EnvSource+"=crashtest") // its AWS calls, recorded when make test asks
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own group, so one kill(-pgid) reaches everything it started in
 	// that group; Pdeathsig so a dying test binary takes it along.
@@ -125,6 +127,22 @@ func (c *client) get(ctx context.Context, id string) (apiclient.Job, error) {
 	var j apiclient.Job
 	err = json.Unmarshal(body, &j)
 	return j, err
+}
+
+// attempts reads a job's attempts, with who settled each one.
+func (c *client) attempts(ctx context.Context, id string) ([]apiclient.Attempt, error) {
+	code, body, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+id+"/attempts", "", nil)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/attempts: %d %s", id, code, body)
+	}
+	var out struct {
+		Attempts []apiclient.Attempt `json:"attempts"`
+	}
+	err = json.Unmarshal(body, &out)
+	return out.Attempts, err
 }
 
 // getAll reads many jobs with bounded concurrency.

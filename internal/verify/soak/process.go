@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
@@ -76,7 +77,7 @@ func startStack(ctx context.Context, cfg Config) (*stackProcess, error) {
 	cmd := exec.Command("bash", args...)
 	cmd.Dir = cfg.Root
 	cmd.Env = append(os.Environ(), apigwlocal.EnvLocalAddr+"=127.0.0.1:"+strconv.Itoa(port),
-		apigwlocal.EnvLocalSecret+"="+secret)
+		apigwlocal.EnvLocalSecret+"="+secret, awscalls.EnvSource+"=soak") // its AWS calls, recorded when make test asks
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, so stopping it reaches everything it started;
 	// Pdeathsig so a dying drill takes it along.

@@ -156,8 +156,9 @@ type Report struct {
 	Batches  []Batch          `json:"batches"`
 	Rest     map[string]Usage `json:"rest"`
 	RestWait float64          `json:"rest_wait_seconds"`
-	// SimCalls counts the jobs' provider calls (not the start-up
-	// certification's).
+	// SimCalls counts the jobs' provider executions (not the start-up
+	// certification's): a repeat of a key — the reconciler asking about a
+	// timed-out attempt again — is answered from memory, not executed.
 	SimCalls map[string]int `json:"sim_calls"`
 	Problems []string       `json:"problems"`
 }
@@ -210,7 +211,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	withHeaps(rep.Start, heaps)
 	// The stack certified the fallback at start: those calls are not jobs'.
-	before, err := simCalls(ctx, side, s.ends.SimURL)
+	before, _, err := simCalls(ctx, side, s.ends.SimURL)
 	if err != nil {
 		return rep, err
 	}
@@ -287,9 +288,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	stopPacer()
 	<-paced
 
-	calls, err := simCalls(ctx, side, s.ends.SimURL)
+	calls, twice, err := simCalls(ctx, side, s.ends.SimURL)
 	if err != nil {
 		rep.Problems = append(rep.Problems, err.Error())
+	}
+	if len(twice) > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("attempt keys executed more than once: %v", twice))
 	}
 	rep.SimCalls = calls
 	for name := range calls {
@@ -382,25 +386,29 @@ func awaitRest(ctx context.Context, pids map[string]int, servers map[int]string,
 	}
 }
 
-func simCalls(ctx context.Context, hc *http.Client, simURL string) (map[string]int, error) {
+// simCalls reads each provider's executions from the simulator, and the
+// attempt keys any executed more than once.
+func simCalls(ctx context.Context, hc *http.Client, simURL string) (map[string]int, []string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, simURL+"/calls", nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("simulator calls: %w", err)
+		return nil, nil, fmt.Errorf("simulator calls: %w", err)
 	}
 	defer resp.Body.Close()
 	var stats map[string]sim.DemoStats
 	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
-		return nil, fmt.Errorf("simulator calls: %w", err)
+		return nil, nil, fmt.Errorf("simulator calls: %w", err)
 	}
 	out := map[string]int{}
+	var twice []string
 	for name, st := range stats {
-		out[name] = st.Calls
+		out[name] = st.Executions
+		twice = append(twice, st.ExecutedMoreThanOnce...)
 	}
-	return out, nil
+	return out, twice, nil
 }
 
 func median(d []time.Duration) time.Duration {

@@ -1,0 +1,228 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dev/awscalls"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/provider/adapters"
+	"github.com/onejob/onejob/internal/stepfn"
+)
+
+// The deployed functions, each composed here as its functions/<fn>/main.go
+// composes it, on SDK clients of its own: they share the stack's connection
+// pools, and each is tagged with the function's name, so every AWS call the
+// function's code makes is recorded as that function's (internal/dev/awscalls)
+// and `make test` checks it against that function's IAM statements.
+//
+// A new function is one compose method here, called from Start where it
+// plugs in: an HTTP handler (api), a task behind the Lambda endpoint (run,
+// hold), a loop on a schedule (sweeper). A new AWS client for a function is
+// one method on functionClients.
+
+// functionClients hands out a function's SDK clients.
+type functionClients struct {
+	dynamo dynamodb.Options
+	// sfn has its endpoint once the Step Functions server is up.
+	sfn             sfn.Options
+	providers       provider.Config
+	providerSecrets provider.SecretSource
+	providerOptions adapters.Options
+	calls           *awscalls.Recorder
+	stateMachineARN string
+}
+
+// tag records every call of a client as fn's.
+func (fc functionClients) tag(fn string) []func(*middleware.Stack) error {
+	return []func(*middleware.Stack) error{fc.calls.APIOption(fn)}
+}
+
+func (fc functionClients) dynamoDB(fn string) *dynamodb.Client {
+	return dynamodb.New(fc.dynamo, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, fc.tag(fn)...) })
+}
+
+// stepFunctions is fn's Step Functions client, retrying as fn does in AWS.
+func (fc functionClients) stepFunctions(fn string, retryer aws.Retryer) (*sfn.Client, error) {
+	if fc.sfn.BaseEndpoint == nil {
+		return nil, errors.New("the Step Functions server is not up yet")
+	}
+	return sfn.New(fc.sfn, func(o *sfn.Options) {
+		o.Retryer = retryer
+		o.APIOptions = append(o.APIOptions, fc.tag(fn)...)
+	}), nil
+}
+
+// engine is fn's store and engine over its own DynamoDB client, as every
+// function main builds them.
+func (s *Stack) engine(cfg Config, fc functionClients, fn string) (*dynamo.Store, *lifecycle.Engine, error) {
+	store, err := dynamo.New(dynamo.Config{Client: fc.dynamoDB(fn), Tables: s.Tables, Logger: cfg.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: cfg.Logger, Events: s.Metrics,
+		Owners: store, Quotas: *cfg.Quotas})
+	return store, engine, err
+}
+
+// composeAPI is functions/api/main.go.
+func (s *Stack) composeAPI(_ context.Context, cfg Config, fc functionClients) (*apigw.Handler, error) {
+	store, engine, err := s.engine(cfg, fc, deploy.FnAPI)
+	if err != nil {
+		return nil, err
+	}
+	client, err := fc.stepFunctions(deploy.FnAPI, stepfn.APIRetryer())
+	if err != nil {
+		return nil, err
+	}
+	starter, err := stepfn.NewStarter(stepfn.StarterConfig{Client: client, StateMachineARN: fc.stateMachineARN,
+		RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}),
+		Timeout:        stepfn.APIStartTimeout, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	// Operators read every provider's health and may override it.
+	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: starter, Logger: cfg.Logger,
+		Admin: cfg.Admin, Providers: breakers})
+}
+
+// composeRun is functions/run/main.go: the only function with providers.
+func (s *Stack) composeRun(ctx context.Context, cfg Config, fc functionClients) (func() lambda.Handler, error) {
+	store, engine, err := s.engine(cfg, fc, deploy.FnRun)
+	if err != nil {
+		return nil, err
+	}
+	opts := fc.providerOptions
+	opts.AWSAPIOptions = append(slices.Clone(opts.AWSAPIOptions), fc.tag(deploy.FnRun)...)
+	providers, err := adapters.NewRegistry(ctx, fc.providers, fc.providerSecrets, opts)
+	if err != nil {
+		return nil, err
+	}
+	// Each provider's health is shared with every other run through the
+	// providers table; its limits are its configuration's.
+	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, PolicyFunc: providers.HealthPolicy,
+		Logger: cfg.Logger, Events: s.Metrics})
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := s.tasks(cfg, engine, store, providers, breakers)
+	if err != nil {
+		return nil, err
+	}
+	return func() lambda.Handler { return lambda.NewHandler(stepfn.Run(tasks)) }, nil
+}
+
+// composeHold is functions/hold/main.go: no providers.
+func (s *Stack) composeHold(_ context.Context, cfg Config, fc functionClients) (func() lambda.Handler, error) {
+	store, engine, err := s.engine(cfg, fc, deploy.FnHold)
+	if err != nil {
+		return nil, err
+	}
+	none, err := provider.RegistryOf()
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := s.tasks(cfg, engine, store, none, nil)
+	if err != nil {
+		return nil, err
+	}
+	return func() lambda.Handler { return lambda.NewHandler(stepfn.Hold(tasks)) }, nil
+}
+
+// tasks are the task functions' use cases with the local timings.
+func (s *Stack) tasks(cfg Config, engine *lifecycle.Engine, store *dynamo.Store, providers *provider.Registry,
+	breakers *lifecycle.Breakers) (*lifecycle.Tasks, error) {
+	return lifecycle.NewTasks(lifecycle.TasksConfig{Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog},
+		Providers: providers, Certifications: store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace,
+		Breakers: breakers, MaxProviderWait: cfg.MaxProviderWait, Logger: cfg.Logger})
+}
+
+// composeSweeper is functions/sweeper/main.go. Locally it also restarts
+// running jobs: the local Step Functions keeps executions in memory, so a
+// restarted stack has lost those of the jobs still open.
+func (s *Stack) composeSweeper(_ context.Context, cfg Config, fc functionClients) (*lifecycle.Sweeper, error) {
+	store, _, err := s.engine(cfg, fc, deploy.FnSweeper)
+	if err != nil {
+		return nil, err
+	}
+	client, err := fc.stepFunctions(deploy.FnSweeper, stepfn.SweepRetryer())
+	if err != nil {
+		return nil, err
+	}
+	starter, err := stepfn.NewStarter(stepfn.StarterConfig{Client: client, StateMachineARN: fc.stateMachineARN,
+		RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}), Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	// It also releases the attempts a provider's health still counts as
+	// holding it after they closed, recounts the owners' counters when
+	// quotas are on, and (dynalite has no TTL) purges expired items.
+	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: cfg.Logger, Events: s.Metrics})
+	if err != nil {
+		return nil, err
+	}
+	var owners lifecycle.OwnerStore
+	if *cfg.Quotas != (job.Quotas{}) {
+		owners = store
+	}
+	return lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: cfg.SweepGrace,
+		RestartRunning: true, Logger: cfg.Logger, Events: s.Metrics, Breakers: breakers, HealthStore: store, Owners: owners,
+		Purger: store})
+}
+
+// checkTables fails when a table that already existed (on a DynamoDB the
+// stack did not start) has another key schema or lacks an index: the
+// functions would fail on it later, one request at a time.
+// Every table of dynamo.Tables is checked, so a new one is without an edit
+// here.
+func checkTables(ctx context.Context, db *dynamodb.Client, prefix string) error {
+	var problems []error
+	for _, def := range dynamo.Tables() {
+		name := prefix + "-" + def.Logical // dynamo.NamesWithPrefix
+		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+		if err != nil {
+			return fmt.Errorf("describe table %s: %w", name, err)
+		}
+		want := dynamo.CreateTableInput(def, name)
+		if !sameKeys(out.Table.KeySchema, want.KeySchema) {
+			problems = append(problems, fmt.Errorf("table %s exists with another key schema than onejob's", name))
+		}
+		for _, ix := range want.GlobalSecondaryIndexes {
+			i := slices.IndexFunc(out.Table.GlobalSecondaryIndexes, func(d types.GlobalSecondaryIndexDescription) bool {
+				return aws.ToString(d.IndexName) == aws.ToString(ix.IndexName)
+			})
+			if i < 0 || !sameKeys(out.Table.GlobalSecondaryIndexes[i].KeySchema, ix.KeySchema) {
+				problems = append(problems, fmt.Errorf("table %s lacks onejob's index %s", name, aws.ToString(ix.IndexName)))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w (delete those tables, or choose another table prefix)", errors.Join(problems...))
+	}
+	return nil
+}
+
+func sameKeys(a, b []types.KeySchemaElement) bool {
+	return slices.EqualFunc(a, b, func(x, y types.KeySchemaElement) bool {
+		return aws.ToString(x.AttributeName) == aws.ToString(y.AttributeName) && x.KeyType == y.KeyType
+	})
+}
