@@ -473,3 +473,28 @@ func (n *Notifier) deliver(ctx context.Context, d job.Delivery) (tried, delivere
 	}
 	return true, after.State == job.DeliveryDelivered, nil
 }
+
+// Drain runs passes until one finds nothing to do (no notice to fan out,
+// no try due) or ctx ends; between passes it waits pause (the notify
+// function: until the next scheduled run's budget).
+func (n *Notifier) Drain(ctx context.Context, pause time.Duration) (PassReport, error) {
+	var total PassReport
+	for {
+		rep, err := n.Pass(ctx)
+		total.Dispatched += rep.Dispatched
+		total.Created += rep.Created
+		total.Tried += rep.Tried
+		total.Delivered += rep.Delivered
+		if err != nil && ctx.Err() == nil {
+			return total, err
+		}
+		if rep.Dispatched+rep.Tried == 0 || ctx.Err() != nil {
+			return total, nil
+		}
+		select {
+		case <-ctx.Done():
+			return total, nil
+		case <-time.After(pause):
+		}
+	}
+}

@@ -107,6 +107,15 @@ type Config struct {
 	// SweepInterval runs the sweeper; 0 disables it.
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
+	// NotifyInterval runs the notifier's passes (webhook deliveries);
+	// 0 disables it.
+	NotifyInterval time.Duration
+	// NotifySchedule is the deliveries' retry schedule; nil is
+	// job.DefaultRetrySchedule (make run compresses it,
+	// ONEJOB_NOTIFY_RETRY_SCALE). NotifyDisableAfter: how long an endpoint
+	// may fail before it is disabled (default job.DefaultDisableAfter).
+	NotifySchedule     job.RetrySchedule
+	NotifyDisableAfter time.Duration
 	// CertifyDemo runs the demo job types' contract tests against the
 	// simulated fallback at start, so demo jobs may fail over.
 	CertifyDemo bool
@@ -212,6 +221,8 @@ type Stack struct {
 	SFNClient *sfn.Client
 	// Sweeper is the sweeper function's.
 	Sweeper *lifecycle.Sweeper
+	// Notifier is the notify function's.
+	Notifier *lifecycle.Notifier
 	// APIURL is the HTTP API's base URL.
 	APIURL string
 	// Pages are the local pages served beside the API (clients/web/<name>
@@ -276,7 +287,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.Metrics = emf.New(cfg.MetricsOut, "local", nil)
 	s.Engine, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: s.Store, Logger: log, Events: s.Metrics,
-		Owners: s.Store, Quotas: *cfg.Quotas})
+		Owners: s.Store, Quotas: *cfg.Quotas, Notifications: true})
 	if err != nil {
 		return nil, err
 	}
@@ -389,6 +400,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("function %s: %w", deploy.FnSweeper, err)
 	}
 
+	// The notifier, on a schedule (below).
+	s.Notifier, err = s.composeNotify(ctx, cfg, fc)
+	if err != nil {
+		return nil, fmt.Errorf("function %s: %w", deploy.FnNotify, err)
+	}
+
 	// The HTTP API.
 	apiHandler, err := s.apiHandler(ctx, cfg, fc)
 	if err != nil {
@@ -414,6 +431,22 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 				case <-t.C:
 					if _, err := s.Sweeper.Sweep(bg); err != nil && bg.Err() == nil {
 						log.Warn("sweep_failed", "error", err.Error())
+					}
+				}
+			}
+		})
+	}
+	if cfg.NotifyInterval > 0 {
+		s.wg.Go(func() {
+			t := time.NewTicker(cfg.NotifyInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-bg.Done():
+					return
+				case <-t.C:
+					if _, err := s.Notifier.Pass(bg); err != nil && bg.Err() == nil {
+						log.Warn("notify_pass_failed", "error", err.Error())
 					}
 				}
 			}
