@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string) error {
 		"invoke":   invokeCommand,
 		"contract": contractCommand,
 		"jobs":     jobsCommand,
+		"webhooks": webhooksCommand,
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(os.Stderr, usage(commands))
@@ -60,6 +61,7 @@ func usage(commands map[string]func(context.Context, []string) error) string {
 	sort.Strings(names)
 	return "usage: onejob <command> [flags]\ncommands: " + strings.Join(names, ", ") + "\n" +
 		"  jobs submit|get|list|attempts|watch|cancel|resolve: the HTTP API ($" + envAPIURL + ", $" + envToken + ")\n" +
+		"  webhooks listen --forward-to URL: receive your jobs' webhook events here (same variables)\n" +
 		"'onejob <command> -h' describes a command's flags"
 }
 
