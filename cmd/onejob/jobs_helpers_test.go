@@ -39,7 +39,7 @@ func (l *sharedStack) get(t *testing.T) *stack.Stack {
 		}
 		l.s, l.err = stack.Start(ctx, stack.Config{APIAddr: "127.0.0.1:0", CertifyDemo: true, SweepInterval: time.Second,
 			NotifyInterval: 100 * time.Millisecond,
-			TablePrefix: "cli-" + newKey()[:8], DemoProviders: stack.BreakersNeverAct, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+			TablePrefix:    "cli-" + newKey()[:8], DemoProviders: stack.BreakersNeverAct, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	})
 	if l.err != nil {
 		t.Fatalf("start the local stack: %v", l.err)

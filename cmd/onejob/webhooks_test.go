@@ -29,7 +29,9 @@ func TestWebhooksListen(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- listenWebhooks(ctx, []string{"--forward-to", target.URL + "/hooks"}, c.getenv, out, io.Discard, ready) }()
+	go func() {
+		done <- listenWebhooks(ctx, []string{"--forward-to", target.URL + "/hooks"}, c.getenv, out, io.Discard, ready)
+	}()
 	var endpointID string
 	select {
 	case endpointID = <-ready:
