@@ -241,7 +241,7 @@ func (s *Store) PendingJobs(ctx context.Context, limit int) ([]job.Job, error) {
 		for _, item := range res.Items {
 			d := decoder{m: item}
 			j, err := s.item(ctx, d.str(AttrID, true))
-			if errors.Is(err, job.ErrNotFound) {
+			if errors.Is(err, job.ErrNotFound) || err == nil && j.Expired(s.now()) {
 				continue
 			}
 			if err != nil {

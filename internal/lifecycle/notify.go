@@ -38,8 +38,8 @@ type NotificationStore interface {
 	DeleteEndpoint(ctx context.Context, owner, id string) error
 
 	// PendingJobs lists jobs whose outbox holds notices not yet fanned out
-	// (job.Job.Pending), at most limit; an index read, so re-read before
-	// acting.
+	// (job.Job.Pending), at most limit, each read consistently (the index
+	// only finds them).
 	PendingJobs(ctx context.Context, limit int) ([]job.Job, error)
 	// AddDelivery writes a new delivery unless it exists (created false).
 	AddDelivery(ctx context.Context, d job.Delivery) (created bool, err error)
@@ -320,7 +320,7 @@ func (n *Notifier) Pass(ctx context.Context) (PassReport, error) {
 		return rep, err
 	}
 	for _, j := range jobs {
-		created, err := n.dispatch(ctx, j.ID)
+		created, err := n.dispatch(ctx, j)
 		rep.Created += created
 		if err != nil {
 			errs = append(errs, err)
@@ -361,18 +361,12 @@ func (n *Notifier) Pass(ctx context.Context) (PassReport, error) {
 	return rep, errors.Join(errs...)
 }
 
-// dispatch fans out a job's pending notices: one delivery per endpoint
-// that wants each, written unless it exists (so a repeat is harmless),
-// then the job records them dispatched. A notice recorded meanwhile is
-// fanned out in the same call.
-func (n *Notifier) dispatch(ctx context.Context, id string) (int, error) {
-	j, err := n.cfg.Store.Get(ctx, id)
-	if errors.Is(err, job.ErrNotFound) {
-		return 0, nil // expired: nothing left to tell
-	}
-	if err != nil {
-		return 0, err
-	}
+// dispatch fans out a job's pending notices (j as PendingJobs read it,
+// consistently): one delivery per endpoint that wants each, written
+// unless it exists (so a repeat is harmless), then the job records them
+// dispatched. A notice recorded meanwhile is fanned out in the same call.
+func (n *Notifier) dispatch(ctx context.Context, j job.Job) (int, error) {
+	id := j.ID
 	created := 0
 	for range maxTries {
 		if !j.Pending() {
@@ -406,6 +400,9 @@ func (n *Notifier) dispatch(ctx context.Context, id string) (int, error) {
 			return created, err
 		}
 		res, err := n.cfg.Store.Apply(ctx, t)
+		if errors.Is(err, job.ErrNotFound) {
+			return created, nil // expired meanwhile: nothing left to tell
+		}
 		if err != nil {
 			return created, err
 		}
