@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onejob/onejob/infra/permissions"
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/receiver"
 	"github.com/onejob/onejob/internal/dev/sim"
@@ -158,6 +160,22 @@ func TestEveryEventArrivesSigned(t *testing.T) {
 	admin := newClient(t, s, "operator", "jobs:admin")
 	if ds := admin.deliveries(ok.ID); len(ds.Deliveries) != 1 {
 		t.Fatalf("the operator's view: %+v", ds)
+	}
+	// Every AWS call the notifier and the api made is granted to it
+	// (infra/permissions; make iam-check holds the template to it). The
+	// sweeper's local purge is no AWS call (TTL does it there).
+	notified := false
+	for _, call := range s.Calls() {
+		notified = notified || call.Function == deploy.FnNotify
+		if call.Function != deploy.FnNotify && call.Function != deploy.FnAPI {
+			continue
+		}
+		if !permissions.Allows(call.Function, call.Action, call.Resource) {
+			t.Errorf("%s: %s on %s is not granted", call.Function, call.Action, call.Resource)
+		}
+	}
+	if !notified {
+		t.Error("no call recorded as the notify function's")
 	}
 }
 
