@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,3 +117,20 @@ func TestNotificationBodyIsTheOwnersView(t *testing.T) {
 }
 
 var notifyT0 = time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
+
+// TestEventTypesAreDocumented holds openapi.yaml's EventType enum to the one
+// list, job.EventTypes.
+func TestEventTypesAreDocumented(t *testing.T) {
+	t.Parallel()
+	var doc []string
+	for _, v := range loadContract(t).doc.Components.Schemas["EventType"].Value.Enum {
+		doc = append(doc, v.(string))
+	}
+	var want []string
+	for _, e := range job.EventTypes() {
+		want = append(want, string(e))
+	}
+	if strings.Join(doc, ",") != strings.Join(want, ",") {
+		t.Errorf("openapi.yaml's EventType %v, want job.EventTypes %v", doc, want)
+	}
+}
