@@ -31,6 +31,7 @@ const (
 	ePrevSecret    = "previous_secret"
 	ePrevUntil     = "previous_until"
 	eFailingSince  = "failing_since"
+	eLastFailure   = "last_failure_at"
 	eDisabledAt    = "disabled_at"
 	eDisabledWhy   = "disabled_reason"
 	dMessageID     = "message_id"
@@ -96,6 +97,9 @@ func encodeEndpoint(e job.Endpoint) map[string]types.AttributeValue {
 	if !e.FailingSince.IsZero() {
 		item[eFailingSince] = avT(e.FailingSince)
 	}
+	if !e.LastFailureAt.IsZero() {
+		item[eLastFailure] = avT(e.LastFailureAt)
+	}
 	if e.Disabled() {
 		item[eDisabledAt], item[eDisabledWhy] = avT(e.DisabledAt), avS(e.DisabledReason)
 	}
@@ -108,7 +112,7 @@ func decodeEndpoint(item map[string]types.AttributeValue) (job.Endpoint, error) 
 		Owner: d.str(AttrOwner, true), ID: d.str(AttrEndpointID, true), URL: d.str(eURL, true), Secret: d.str(eSecret, true),
 		PreviousSecret: d.str(ePrevSecret, false), PreviousUntil: d.time(ePrevUntil, false),
 		CreatedAt: d.time(aCreatedAt, true), UpdatedAt: d.time(aUpdatedAt, true), Revision: d.num(aRevision, true),
-		FailingSince: d.time(eFailingSince, false), DisabledAt: d.time(eDisabledAt, false), DisabledReason: d.str(eDisabledWhy, false),
+		FailingSince: d.time(eFailingSince, false), LastFailureAt: d.time(eLastFailure, false), DisabledAt: d.time(eDisabledAt, false), DisabledReason: d.str(eDisabledWhy, false),
 	}
 	if l, ok := item[eEvents].(*types.AttributeValueMemberL); ok {
 		for _, v := range l.Value {

@@ -131,9 +131,13 @@ type Endpoint struct {
 	PreviousUntil  time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
-	// FailingSince is the first failed try since the last delivery; zero
-	// while the endpoint answers.
-	FailingSince time.Time
+	// FailingSince is the first failed try of the current run of failures
+	// (no delivery, no gap over FailureGap between failures); zero while
+	// the endpoint answers. LastFailureAt is the latest failure recorded
+	// (written at most every FailureGap/2, so a failing endpoint costs a
+	// write or two a day, not one per try).
+	FailingSince  time.Time
+	LastFailureAt time.Time
 	// DisabledAt and DisabledReason: no more tries are made.
 	DisabledAt     time.Time
 	DisabledReason string
@@ -421,10 +425,15 @@ const (
 	DisabledFailing = "failing" // it failed every try for DisableAfter
 )
 
+// FailureGap: failures further apart than this are not one run of
+// failures; the endpoint's clock towards being disabled starts again.
+const FailureGap = 24 * time.Hour
+
 // DecideEndpointAfter updates an endpoint's health after a try of d (as
-// DecideTry left it): a delivery clears FailingSince, a 410 disables it,
-// a failure starts FailingSince or, past disableAfter of failing, disables
-// it. changed is false when nothing needs writing.
+// DecideTry left it): a delivery clears FailingSince, a 410 disables it; a
+// failure starts a run of failures (FailingSince) unless one is under way
+// (the last failure within FailureGap), and once the run has lasted
+// disableAfter, disables it. changed is false when nothing needs writing.
 func DecideEndpointAfter(e Endpoint, d Delivery, disableAfter time.Duration, now time.Time) (Endpoint, bool) {
 	if e.Disabled() || len(d.Tries) == 0 {
 		return e, false
@@ -437,13 +446,15 @@ func DecideEndpointAfter(e Endpoint, d Delivery, disableAfter time.Duration, now
 		if e.FailingSince.IsZero() {
 			return e, false
 		}
-		after.FailingSince = time.Time{}
+		after.FailingSince, after.LastFailureAt = time.Time{}, time.Time{}
 	case last.Status == 410:
 		after.DisabledAt, after.DisabledReason = now, DisabledGone
-	case e.FailingSince.IsZero():
-		after.FailingSince = last.At
+	case e.FailingSince.IsZero() || now.Sub(e.LastFailureAt) > FailureGap:
+		after.FailingSince, after.LastFailureAt = last.At, last.At
 	case now.Sub(e.FailingSince) >= disableAfter:
 		after.DisabledAt, after.DisabledReason = now, DisabledFailing
+	case now.Sub(e.LastFailureAt) > FailureGap/2:
+		after.LastFailureAt = last.At
 	default:
 		return e, false
 	}

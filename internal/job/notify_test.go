@@ -138,7 +138,10 @@ func TestEndpointHealth(t *testing.T) {
 	tried := func(status int) job.Delivery {
 		return job.Delivery{Tries: []job.Try{{At: now, Status: status}}}
 	}
-	failing := job.Endpoint{FailingSince: now.Add(-job.DefaultDisableAfter)}
+	failing := job.Endpoint{FailingSince: now.Add(-job.DefaultDisableAfter), LastFailureAt: now.Add(-10 * time.Hour)}
+	// A failure weeks ago, none since: no run of failures is under way.
+	sparse := job.Endpoint{FailingSince: now.Add(-30 * 24 * time.Hour), LastFailureAt: now.Add(-30 * 24 * time.Hour)}
+	recent := job.Endpoint{FailingSince: now.Add(-time.Hour), LastFailureAt: now.Add(-time.Hour)}
 	cases := []struct {
 		name     string
 		e        job.Endpoint
@@ -150,6 +153,8 @@ func TestEndpointHealth(t *testing.T) {
 		{"FirstFailureNoted", job.Endpoint{}, tried(500), true, ""},
 		{"GoneDisables", job.Endpoint{}, tried(410), true, job.DisabledGone},
 		{"FailingForDaysDisables", failing, tried(500), true, job.DisabledFailing},
+		{"SparseFailuresStartAgain", sparse, tried(500), true, ""},
+		{"ARecentRunNeedsNoWrite", recent, tried(500), false, ""},
 		{"RecoveryClears", failing, tried(200), true, ""},
 	}
 	for _, c := range cases {
