@@ -248,3 +248,54 @@ func TestJobsResolveBulk(t *testing.T) {
 		t.Fatalf("the same command again printed:\n%s", r.stdout)
 	}
 }
+
+// TestWriteProviders: a provider's lines as an operator reads them: its
+// state and since when, then an override with who, when and why and the
+// breaker's own state beneath it, why it changed, until when it stays open,
+// its window's failures in a stable order, its counts.
+func TestWriteProviders(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		doc  string
+		want string
+	}{
+		{
+			name: "OpenByItsBreaker",
+			doc: `{"name":"sim-primary","state":"open","breaker_state":"open","since":"2026-12-02T01:00:00Z","reason":"5 failures within 1m0s",` +
+				`"open_until":"2026-12-02T01:01:00Z","cooldown_seconds":60,"trips":2,"window_start":"2026-12-02T00:59:30Z",` +
+				`"failures":{"slow":2,"unknown":3,"novel":1},"held":4,"probes":0,"opened":3}`,
+			want: "sim-primary  open  since 2026-12-02T01:00:00Z\n" +
+				"             reason      5 failures within 1m0s\n" +
+				"             open until  2026-12-02T01:01:00Z (cooldown 60s, trip 2)\n" +
+				"             failures    3 unknown, 2 slow, 1 novel since 2026-12-02T00:59:30Z\n" +
+				"             counts      4 held, 0 probes, opened 3 times\n",
+		},
+		{
+			name: "ForcedOpenOverAClosedBreaker",
+			doc: `{"name":"p","state":"open","breaker_state":"closed","failures":{},"held":0,"probes":1,"opened":1,` +
+				`"forced":{"state":"open","by":"op-1","reason":"status page","at":"2026-12-02T01:02:00Z"}}`,
+			want: "p  open  since -\n" +
+				"   forced      open by op-1 at 2026-12-02T01:02:00Z: status page\n" +
+				"   breaker     closed\n" +
+				"   failures    none\n" +
+				"   counts      0 held, 1 probe, opened 1 time\n",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var p providerView
+			if err := decodeAPI([]byte(tt.doc), &p); err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			if err := writeProviders(&b, []providerView{p}); err != nil {
+				t.Fatal(err)
+			}
+			if b.String() != tt.want {
+				t.Fatalf("got\n%s\nwant\n%s", b.String(), tt.want)
+			}
+		})
+	}
+}

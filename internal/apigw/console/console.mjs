@@ -642,6 +642,7 @@ export function boot(doc, win) {
   button("forget-token").addEventListener("click", () => {
     useToken("");
     closeJob();
+    state.queues = {};
     for (const kind of ["blocked", "open"]) {
       renderQueue(kind, []);
     }
