@@ -32,11 +32,12 @@ func main() {
 // to the map.
 func run(ctx context.Context, args []string) error {
 	commands := map[string]func(ctx context.Context, args []string) error{
-		"token":    tokenCommand,
-		"run":      runCommand,
-		"invoke":   invokeCommand,
-		"contract": contractCommand,
-		"jobs":     jobsCommand,
+		"token":     tokenCommand,
+		"run":       runCommand,
+		"invoke":    invokeCommand,
+		"contract":  contractCommand,
+		"jobs":      jobsCommand,
+		"providers": providersCommand,
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(os.Stderr, usage(commands))
@@ -60,6 +61,7 @@ func usage(commands map[string]func(context.Context, []string) error) string {
 	sort.Strings(names)
 	return "usage: onejob <command> [flags]\ncommands: " + strings.Join(names, ", ") + "\n" +
 		"  jobs submit|get|list|attempts|watch|cancel|resolve: the HTTP API ($" + envAPIURL + ", $" + envToken + ")\n" +
+		"  providers [list]|force: the providers' health, an operator's override (the same API)\n" +
 		"'onejob <command> -h' describes a command's flags"
 }
 
