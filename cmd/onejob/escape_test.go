@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -40,9 +42,18 @@ func TestJobsEscapesWhatItPrints(t *testing.T) {
 		`,"unknown_since":` + h + `,"usage":` + usage + `,"resolution":{"outcome":` + h + `,"by":` + h + `,"at":` + h + `,"reason":` + h + `}}`
 	problemDoc := `{"type":` + h + `,"title":` + h + `,"status":409,"detail":` + h + `,"request_id":` + h + `,"job_id":` + h +
 		`,"attempt_state":` + h + `,"errors":[{"pointer":` + h + `,"detail":` + h + `},{"parameter":` + h + `,"detail":` + h + `}]}`
+	providersDoc := `{"providers":[{"name":` + h + `,"state":` + h + `,"breaker_state":` + h + `,"since":` + h + `,"reason":` + h +
+		`,"open_until":` + h + `,"cooldown_seconds":30,"trips":1,"window_start":` + h + `,"failures":{` + h + `:2},"held":1,"probes":0,"opened":1,` +
+		`"forced":{"state":` + h + `,"by":` + h + `,"reason":` + h + `,"at":` + h + `}}]}`
+	bulkDoc := `{"dry_run":true,"matched":1,"resolved":0,"conflicts":0,"scanned":1,"attempts":[{"job_id":` + h + `,"owner":` + h +
+		`,"attempt":1,"unknown_since":` + h + `,"result":` + h + `}]}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch {
+		case r.URL.Path == "/v1/admin/providers":
+			_, _ = w.Write([]byte(providersDoc))
+		case r.URL.Path == "/v1/admin/attempts/resolve":
+			_, _ = w.Write([]byte(bulkDoc))
 		case r.Method == http.MethodPost:
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusConflict)
@@ -63,22 +74,28 @@ func TestJobsEscapesWhatItPrints(t *testing.T) {
 	c := cli{env: map[string]string{envAPIURL: srv.URL, envToken: "t"}}
 	tests := []struct {
 		name string
+		run  func(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int
 		args []string
 	}{
-		{"Get", []string{"get", "job_abc"}},
-		{"GetJSON", []string{"get", "job_abc", "--json"}},
-		{"Attempts", []string{"attempts", "job_abc"}},
-		{"List", []string{"list"}},
-		{"ListAllOwners", []string{"list", "--all-owners"}},
-		{"Watch", []string{"watch", "job_abc"}},
-		{"Cancel", []string{"cancel", "job_abc"}},
-		{"SubmitProblem", []string{"submit", "--type", "demo", "--input", "{}", "--key", "k"}},
-		{"NotAnAPI", []string{"get", "job_elsewhere"}},
+		{"Providers", runProviders, nil},
+		{"ProvidersForceProblem", runProviders, []string{"force", "p", "--state", "open", "--reason", "r"}},
+		{"ResolveBulk", runJobs, []string{"resolve", "--provider", "p", "--outcome", "failed", "--reason", "r", "--dry-run"}},
+		{"Get", runJobs, []string{"get", "job_abc"}},
+		{"GetJSON", runJobs, []string{"get", "job_abc", "--json"}},
+		{"Attempts", runJobs, []string{"attempts", "job_abc"}},
+		{"List", runJobs, []string{"list"}},
+		{"ListAllOwners", runJobs, []string{"list", "--all-owners"}},
+		{"Watch", runJobs, []string{"watch", "job_abc"}},
+		{"Cancel", runJobs, []string{"cancel", "job_abc"}},
+		{"SubmitProblem", runJobs, []string{"submit", "--type", "demo", "--input", "{}", "--key", "k"}},
+		{"NotAnAPI", runJobs, []string{"get", "job_elsewhere"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r := c.run(t, tc.args...)
+			var stdout, stderr strings.Builder
+			tc.run(context.Background(), tc.args, c.getenv, &stdout, &stderr)
+			r := cliResult{stdout: stdout.String(), stderr: stderr.String()}
 			for stream, out := range map[string]string{"stdout": r.stdout, "stderr": r.stderr} {
 				if !utf8.ValidString(out) {
 					t.Fatalf("%s is not UTF-8: %q", stream, out)

@@ -20,6 +20,8 @@ import (
 //
 //	onejob jobs submit|get|list|attempts|watch|cancel|resolve [flags]
 //
+// and the operators' incident tools beside it (providers.go).
+//
 // It talks to the API only (--api or $ONEJOB_API_URL, with --token or
 // $ONEJOB_TOKEN), as any client would.
 func jobsCommand(ctx context.Context, args []string) error {
@@ -60,32 +62,51 @@ func jobsSubcommands() []jobsSubcommand {
 		{"watch", "ID", "follow a job, one line per change, until it ends: exit 0 succeeded, 1 failed, 2 cancelled, 3 otherwise",
 			jobsWatch, exitWatchStopped},
 		{"cancel", "ID [--reason TEXT]", "cancel a job; the job keeps who cancelled it and why", jobsCancel, 1},
-		{"resolve", "ID N --outcome succeeded|failed|cancelled --reason TEXT [--result @file.json|JSON]",
-			"settle unknown attempt N of a job (jobs:admin)", jobsResolve, 1},
+		{"resolve", "ID N --outcome succeeded|failed|cancelled --reason TEXT [--result @file.json|JSON]\n" +
+			"            | --provider P [--since T] [--until T] --outcome failed|cancelled --reason TEXT [--dry-run]",
+			"settle unknown attempt N of a job; or, given --provider, every unknown attempt of P that became unknown\n" +
+				"              in [--since, --until), each its own audited write: --dry-run counts them first (jobs:admin)", jobsResolve, 1},
 	}
 }
 
-// runJobs runs `onejob jobs <args>` and returns the exit status. Errors are
-// one line on stderr: the API's problem (status, type, detail, field errors,
-// the job concerned), or why no answer came.
+// runJobs runs `onejob jobs <args>` and returns the exit status.
 func runJobs(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
-	subs := jobsSubcommands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, jobsUsage(subs))
+	return runGroup(ctx, commandGroup{name: "jobs", subs: jobsSubcommands()}, args, env, stdout, stderr)
+}
+
+// commandGroup is a command made of subcommands that talk to the API
+// (`onejob jobs …`, `onejob providers …`), all taking the same flags.
+type commandGroup struct {
+	name string
+	subs []jobsSubcommand
+	// dflt is the subcommand run when none is named ("": none is).
+	dflt string
+}
+
+// runGroup runs one of g's subcommands and returns the exit status. Errors
+// are one line on stderr: the API's problem (status, type, detail, field
+// errors, the job concerned), or why no answer came.
+func runGroup(ctx context.Context, g commandGroup, args []string, env func(string) string, stdout, stderr io.Writer) int {
+	help := len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help")
+	if g.dflt != "" && !help && (len(args) == 0 || strings.HasPrefix(args[0], "-")) {
+		args = append([]string{g.dflt}, args...)
+	}
+	if len(args) == 0 || help {
+		fmt.Fprint(stderr, groupUsage(g))
 		if len(args) == 0 {
 			return 1
 		}
 		return 0
 	}
 	if strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "error: flags go after the subcommand: onejob jobs <subcommand> %s … (subcommands: %s)\n", args[0], subcommandNames(subs))
+		fmt.Fprintf(stderr, "error: flags go after the subcommand: onejob %s <subcommand> %s … (subcommands: %s)\n", g.name, args[0], subcommandNames(g.subs))
 		return 1
 	}
-	for _, sub := range subs {
+	for _, sub := range g.subs {
 		if sub.name != args[0] {
 			continue
 		}
-		c := newJobsCmd(sub, env, stdout, stderr)
+		c := newJobsCmd(g.name, sub, env, stdout, stderr)
 		err := sub.run(ctx, c, args[1:])
 		var code exitCode
 		var told *reportedError
@@ -100,7 +121,7 @@ func runJobs(ctx context.Context, args []string, env func(string) string, stdout
 		}
 		return sub.failCode
 	}
-	fmt.Fprintf(stderr, "error: unknown jobs subcommand %q (want %s)\n", args[0], subcommandNames(subs))
+	fmt.Fprintf(stderr, "error: unknown %s subcommand %q (want %s)\n", g.name, args[0], subcommandNames(g.subs))
 	return 1
 }
 
@@ -112,21 +133,26 @@ func subcommandNames(subs []jobsSubcommand) string {
 	return strings.Join(names, ", ")
 }
 
-func jobsUsage(subs []jobsSubcommand) string {
+func groupUsage(g commandGroup) string {
 	var b strings.Builder
-	b.WriteString("usage: onejob jobs <subcommand> [flags]\n\n")
-	for _, s := range subs {
-		fmt.Fprintf(&b, "  %-9s %s\n  %-9s   %s\n", s.name, s.synopsis, "", s.summary)
+	fmt.Fprintf(&b, "usage: onejob %s <subcommand> [flags]\n", g.name)
+	if g.dflt != "" {
+		fmt.Fprintf(&b, "       onejob %s [flags]  (the same as %s)\n", g.name, g.dflt)
+	}
+	b.WriteString("\n")
+	for _, s := range g.subs {
+		fmt.Fprintf(&b, "%s\n  %-9s   %s\n", strings.TrimRight(fmt.Sprintf("  %-9s %s", s.name, s.synopsis), " "), "", s.summary)
 	}
 	fmt.Fprintf(&b, "\nEvery subcommand takes --api URL ($%s, default %s), --token T ($%s)\n"+
 		"and --json (print the API's JSON as is). Errors are one line on stderr.\n"+
-		"'onejob jobs <subcommand> -h' describes its flags.\n", envAPIURL, defaultAPIURL, envToken)
+		"'onejob %s <subcommand> -h' describes its flags.\n", envAPIURL, defaultAPIURL, envToken, g.name)
 	return b.String()
 }
 
 // jobsCmd is one run of a subcommand: its flags (those every subcommand
 // shares registered), its environment and its output.
 type jobsCmd struct {
+	group          string
 	sub            jobsSubcommand
 	fs             *flag.FlagSet
 	env            func(string) string
@@ -136,15 +162,15 @@ type jobsCmd struct {
 	json       bool
 }
 
-func newJobsCmd(sub jobsSubcommand, env func(string) string, stdout, stderr io.Writer) *jobsCmd {
-	c := &jobsCmd{sub: sub, fs: flag.NewFlagSet("jobs "+sub.name, flag.ContinueOnError), env: env, stdout: stdout, stderr: stderr}
+func newJobsCmd(group string, sub jobsSubcommand, env func(string) string, stdout, stderr io.Writer) *jobsCmd {
+	c := &jobsCmd{group: group, sub: sub, fs: flag.NewFlagSet(group+" "+sub.name, flag.ContinueOnError), env: env, stdout: stdout, stderr: stderr}
 	c.fs.SetOutput(stderr)
 	// No defaults from the environment here: PrintDefaults would show the token.
 	c.fs.StringVar(&c.api, "api", "", fmt.Sprintf("the HTTP API's base URL (default $%s, else %s)", envAPIURL, defaultAPIURL))
 	c.fs.StringVar(&c.token, "token", "", fmt.Sprintf("bearer token (default $%s; locally: the one make run printed, or onejob token --sub user-1 --secret S)", envToken))
 	c.fs.BoolVar(&c.json, "json", false, "print the API's JSON as is (a problem too), for scripts")
 	c.fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: onejob jobs %s %s\n\n%s.\n\n", sub.name, sub.synopsis, sub.summary)
+		fmt.Fprintf(stderr, "usage: onejob %s %s %s\n\n%s.\n\n", group, sub.name, sub.synopsis, sub.summary)
 		c.fs.PrintDefaults()
 	}
 	return c
@@ -161,6 +187,16 @@ func (e *reportedError) Unwrap() error { return e.err }
 // --json` as well as `get --json ID`; after "--" everything is positional)
 // and returns the positional ones, which must be as many as names.
 func (c *jobsCmd) parse(args []string, names ...string) ([]string, error) {
+	pos, err := c.parseAny(args)
+	if err != nil {
+		return nil, err
+	}
+	return pos, c.wantArgs(pos, names...)
+}
+
+// parseAny is parse for a subcommand whose flags decide which arguments it
+// takes: it returns the positional ones, however many (wantArgs checks them).
+func (c *jobsCmd) parseAny(args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := c.fs.Parse(args); err != nil {
@@ -176,13 +212,6 @@ func (c *jobsCmd) parse(args []string, names ...string) ([]string, error) {
 		}
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	if len(pos) != len(names) {
-		want := "no arguments"
-		if len(names) > 0 {
-			want = strings.Join(names, " ")
-		}
-		return nil, fmt.Errorf("%s wants %s, got %d argument(s) (usage: onejob jobs %s %s)", c.sub.name, want, len(pos), c.sub.name, c.sub.synopsis)
-	}
 	if c.api == "" {
 		c.api = c.env(envAPIURL)
 	}
@@ -193,6 +222,18 @@ func (c *jobsCmd) parse(args []string, names ...string) ([]string, error) {
 		c.token = c.env(envToken)
 	}
 	return pos, nil
+}
+
+// wantArgs refuses positional arguments other than as many as names.
+func (c *jobsCmd) wantArgs(pos []string, names ...string) error {
+	if len(pos) == len(names) {
+		return nil
+	}
+	want := "no arguments"
+	if len(names) > 0 {
+		want = strings.Join(names, " ")
+	}
+	return fmt.Errorf("%s wants %s, got %d argument(s) (usage: onejob %s %s %s)", c.sub.name, want, len(pos), c.group, c.sub.name, c.sub.synopsis)
 }
 
 // client is the API client for the parsed flags.
@@ -471,12 +512,31 @@ func jobsCancel(ctx context.Context, c *jobsCmd, args []string) error {
 	return c.postJob(ctx, jobPath(pos[0], "cancel"), body, "")
 }
 
+// jobsResolve settles one unknown attempt (ID N), or, given --provider,
+// every unknown attempt of that provider within a window (jobsResolveBulk).
 func jobsResolve(ctx context.Context, c *jobsCmd, args []string) error {
-	outcome := c.fs.String("outcome", "", "how the attempt ended: succeeded, failed or cancelled (required)")
-	reason := c.fs.String("reason", "", "why you know, e.g. what the provider said (required)")
-	result := c.fs.String("result", "", "the attempt's result for --outcome succeeded: JSON, or @file.json")
-	pos, err := c.parse(args, "ID", "N")
+	outcome := c.fs.String("outcome", "", "how the attempt ended: succeeded, failed or cancelled; with --provider: failed or cancelled (required)")
+	reason := c.fs.String("reason", "", "why you know, e.g. what the provider said (required; kept with each resolution)")
+	result := c.fs.String("result", "", "the attempt's result for --outcome succeeded: JSON, or @file.json (one attempt only)")
+	var bulk bulkFlags
+	bulk.register(c.fs)
+	pos, err := c.parseAny(args)
 	if err != nil {
+		return err
+	}
+	if bulk.provider != "" {
+		if err := c.wantArgs(pos); err != nil {
+			return fmt.Errorf("%w; with --provider, attempts are selected by provider and window, not named", err)
+		}
+		if *result != "" {
+			return errors.New("resolve: --result settles one attempt as succeeded; with --provider the outcome is failed or cancelled")
+		}
+		return jobsResolveBulk(ctx, c, bulk, *outcome, *reason)
+	}
+	if bulk.given() {
+		return errors.New("resolve: --since, --until and --dry-run select attempts by provider: give --provider too")
+	}
+	if err := c.wantArgs(pos, "ID", "N"); err != nil {
 		return err
 	}
 	n, err := strconv.Atoi(pos[1])

@@ -32,12 +32,13 @@ func main() {
 // to the map.
 func run(ctx context.Context, args []string) error {
 	commands := map[string]func(ctx context.Context, args []string) error{
-		"token":    tokenCommand,
-		"run":      runCommand,
-		"invoke":   invokeCommand,
-		"contract": contractCommand,
-		"jobs":     jobsCommand,
-		"webhooks": webhooksCommand,
+		"token":     tokenCommand,
+		"run":       runCommand,
+		"invoke":    invokeCommand,
+		"contract":  contractCommand,
+		"jobs":      jobsCommand,
+		"providers": providersCommand,
+		"webhooks":  webhooksCommand,
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(os.Stderr, usage(commands))
@@ -61,6 +62,7 @@ func usage(commands map[string]func(context.Context, []string) error) string {
 	sort.Strings(names)
 	return "usage: onejob <command> [flags]\ncommands: " + strings.Join(names, ", ") + "\n" +
 		"  jobs submit|get|list|attempts|watch|cancel|resolve: the HTTP API ($" + envAPIURL + ", $" + envToken + ")\n" +
+		"  providers [list]|force: the providers' health, an operator's override (the same API)\n" +
 		"  webhooks listen --forward-to URL: receive your jobs' webhook events here (same variables)\n" +
 		"'onejob <command> -h' describes a command's flags"
 }

@@ -23,7 +23,8 @@ var taskDecisions = map[string]string{
 
 // TestDiagramsAreCurrent keeps docs/state-machines.md drawn from the code:
 // the attempt states from job.AttemptEdges, the job statuses from
-// job.StatusEdges, the execution from statemachine/onejob.asl.json.
+// job.StatusEdges, the execution from statemachine/onejob.asl.json, a
+// provider's breaker from job.BreakerEdges and job.OverrideEdges.
 // ONEJOB_UPDATE_DOCS=1 rewrites the file.
 func TestDiagramsAreCurrent(t *testing.T) {
 	t.Parallel()
@@ -108,7 +109,52 @@ A ` + "`starting`" + ` or ` + "`unknown`" + ` attempt blocks new attempts. A run
 	for _, r := range rows {
 		b.WriteString(r)
 	}
+	renderBreaker(&b)
 	return b.String()
+}
+
+// renderBreaker draws a provider's breaker and an operator's override of
+// it, with the bounds of job.DefaultHealthPolicy.
+func renderBreaker(b *strings.Builder) {
+	p := job.DefaultHealthPolicy()
+	b.WriteString("\n## Provider health (a circuit breaker per provider)\n\n" +
+		"Each provider's breaker (`job.Health`) is shared by every runner through the store and written only when it\n" +
+		"changes. Its own state moves along `job.BreakerEdges`; an operator's override (`job.OverrideEdges`: `onejob\n" +
+		"providers force`, the console, `POST /v1/admin/providers/{name}/force`) wins while it is set, and the breaker\n" +
+		"goes on beneath it. `TestBreakerEdgesAreWhatTheDecisionsDo` (`internal/job`) drives every health decision\n" +
+		"through the reachable states and holds both tables to what the decisions do, both ways. The bounds shown are\n" +
+		"`job.DefaultHealthPolicy`'s; a provider's configuration may set its own.\n\n```mermaid\nstateDiagram-v2\n")
+	fmt.Fprintf(b, "    [*] --> %s: job.NewHealth ‹nothing reported yet›\n", job.ProviderClosed)
+	for _, e := range job.BreakerEdges() {
+		fmt.Fprintf(b, "    %s --> %s: %s\n", e.From, e.To, mermaidLabel(strings.Join(e.By, "; ")))
+	}
+	// Notes are free text up to "end note"; these hold no mermaid syntax.
+	note := func(state job.ProviderState, lines ...string) {
+		fmt.Fprintf(b, "    note right of %s\n", state)
+		for _, l := range lines {
+			fmt.Fprintf(b, "        %s\n", l)
+		}
+		b.WriteString("    end note\n")
+	}
+	note(job.ProviderClosed, fmt.Sprintf("opens at %d failures within %s that are at least %.0f%% of the calls reported", p.Breaker.Failures,
+		p.Breaker.Window, 100*p.Breaker.FailureRate), fmt.Sprintf("at most %d attempts hold it at once, running past its slow bound or unknown", p.MaxConcurrent))
+	note(job.ProviderOpen, "new attempts skip it, each job starting on its next certified provider or waiting",
+		fmt.Sprintf("cooldown %s, doubled by each re-trip up to %s, never shortened while it runs", p.Breaker.Cooldown, p.Breaker.MaxCooldown))
+	note(job.ProviderHalfOpen, fmt.Sprintf("lets %d probe attempt(s) through and lasts at most %s", p.Breaker.Probes, p.Breaker.HalfOpenMax),
+		"so a probe that hangs cannot hold it here")
+	b.WriteString("```\n\nAn operator's override:\n\n```mermaid\nstateDiagram-v2\n" +
+		"    state \"no override (auto)\" as none\n    state \"forced open\" as forced_open\n    state \"forced closed\" as forced_closed\n" +
+		"    [*] --> none\n")
+	name := func(s job.ProviderState) string {
+		if s == "" {
+			return "none"
+		}
+		return "forced_" + string(s)
+	}
+	for _, e := range job.OverrideEdges() {
+		fmt.Fprintf(b, "    %s --> %s: %s\n", name(e.From), name(e.To), mermaidLabel(strings.Join(e.By, "; ")))
+	}
+	b.WriteString("```\n")
 }
 
 // drawStates writes one flowchart node and its edges per state, with a

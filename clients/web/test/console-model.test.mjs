@@ -1,12 +1,14 @@
 // The console's pure functions (internal/apigw/console/console.mjs) under
 // Node: the timeline's layout, attempt roles, usage sums, problem display,
-// the fragment and the token's claims. The page itself is tested in
+// the fragment and the token's claims, blocked jobs grouped by provider,
+// provider health, a bulk resolution's window and its summed answers. The page itself is tested in
 // Chromium (console.test.mjs).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  attemptRoles, decodeClaims, formatDuration, layoutTimeline, oldestFirst, problemFields, problemFrom, readFragment, sumUsage,
+  attemptRoles, decodeClaims, describeProvider, formatDuration, groupBlocked, layoutTimeline, oldestFirst, parseWindow, problemFields,
+  problemFrom, readFragment, sumBulk, sumUsage,
 } from "../../../internal/apigw/console/console.mjs";
 
 const at = (ms) => new Date(Date.UTC(2026, 0, 2, 3, 4, 5) + ms).toISOString();
@@ -88,4 +90,72 @@ test("durations and ordering", () => {
   assert.deepEqual([850, 1500, 42_000, 200_000, 7_500_000].map(formatDuration), ["850 ms", "1.5 s", "42 s", "3 min 20 s", "2 h 5 min"]);
   const jobs = [job({ id: "b", created_at: at(2) }), job({ id: "a", created_at: at(1) }), job({ id: "b", created_at: at(2) })];
   assert.deepEqual(oldestFirst(jobs).map((j) => j.id), ["a", "b"]);
+});
+
+test("blocked jobs are grouped by the provider they wait on, oldest first, each group since its earliest unknown attempt", () => {
+  const blocked = (id, created, provider, since, waiting = true) => job({
+    id, status: "unknown", created_at: at(created),
+    attempts: [{ number: 1, provider: "first", state: "failed", started_at: at(created) },
+      { number: 2, provider, state: "unknown", started_at: at(created) }],
+    ...(waiting ? { waiting: { reason: "attempt_unknown", since: at(since), attempt: 2, provider } } : {}),
+  });
+  const groups = groupBlocked([blocked("c", 3, "sim-primary", 9), blocked("a", 1, "sim-primary", 7),
+    blocked("b", 2, "sim-fallback", 5), blocked("d", 4, "sim-fallback", 0, false)]);
+  assert.deepEqual(groups.map((g) => [g.provider, g.jobs.map((j) => j.id), g.since]), [
+    ["sim-fallback", ["b", "d"], at(5)],
+    ["sim-primary", ["a", "c"], at(7)],
+  ]);
+  assert.deepEqual(groupBlocked([job({ id: "x", status: "unknown" })]).map((g) => [g.provider, g.jobs.length, g.since]), [["", 1, ""]]);
+});
+
+test("a provider's health: its state, why, failures in a stable order, counts, an override and what may be forced", () => {
+  const open = describeProvider({
+    name: "p", state: "open", breaker_state: "open", reason: "5 failures within 1m0s", open_until: at(30_000), cooldown_seconds: 30,
+    trips: 1, failures: { slow: 1, unknown: 3, mystery: 2, server_error: 0 }, held: 2, probes: 0, opened: 1,
+  });
+  assert.deepEqual(open, {
+    state: "open", why: `5 failures within 1m0s; takes attempts again from ${at(30_000)} (cooldown 30 s, trip 1)`,
+    failures: "3 unknown, 1 slow, 2 mystery", counts: "2 held, 0 probes, opened 1 time", override: "", actions: ["open", "closed"],
+  });
+  const forced = describeProvider({
+    name: "p", state: "open", breaker_state: "closed", forced: { state: "open", by: "op", reason: "status page", at: at(0) },
+  });
+  assert.equal(forced.override, `forced open by op at ${at(0)}: status page`);
+  assert.equal(forced.why, "its breaker alone: closed");
+  assert.equal(forced.failures, "none");
+  assert.deepEqual(forced.actions, ["closed", "auto"], "forced open: force closed or clear");
+  assert.deepEqual(describeProvider({ name: "p", state: "closed", forced: { state: "closed", by: "op", reason: "r", at: at(0) } }).actions,
+    ["open", "auto"]);
+});
+
+test("a bulk window: RFC 3339 ends sent as typed, either open, the start before the end", () => {
+  const tests = [
+    { name: "Open", from: "", to: "", want: { from: "", to: "", errors: {} } },
+    { name: "Nanoseconds", from: " 2026-12-02T01:00:00.123456789Z ", to: "",
+      want: { from: "2026-12-02T01:00:00.123456789Z", to: "", errors: {} } },
+    { name: "Offset", from: "2026-12-02T02:00:00+01:00", to: "2026-12-02T01:30:00Z",
+      want: { from: "2026-12-02T02:00:00+01:00", to: "2026-12-02T01:30:00Z", errors: {} } },
+    { name: "NoZone", from: "2026-12-02T01:00:00", to: "", wantErrors: ["from"] },
+    { name: "Words", from: "", to: "yesterday", wantErrors: ["to"] },
+    { name: "Backwards", from: "2026-12-02T02:00:00Z", to: "2026-12-02T01:00:00Z", wantErrors: ["to"] },
+  ];
+  for (const tt of tests) {
+    const got = parseWindow(tt.from, tt.to);
+    if (tt.want) {
+      assert.deepEqual(got, tt.want, tt.name);
+    } else {
+      assert.deepEqual(Object.keys(got.errors), tt.wantErrors, tt.name);
+    }
+  }
+});
+
+test("a bulk resolution's answers are summed across its requests, at most max attempts kept", () => {
+  const a = (id) => ({ job_id: id, owner: "o", attempt: 1, unknown_since: at(0), result: "resolved" });
+  const r = sumBulk([
+    { dry_run: false, matched: 3, resolved: 2, conflicts: 1, scanned: 1000, attempts: [a("x"), a("y"), a("z")], next_cursor: "c" },
+    { dry_run: false, matched: 1, resolved: 1, conflicts: 0, scanned: 7, attempts: [a("w")] },
+  ], 3);
+  assert.deepEqual({ ...r, attempts: r.attempts.map((x) => x.job_id) },
+    { dry_run: false, matched: 4, resolved: 3, conflicts: 1, scanned: 1007, attempts: ["x", "y", "z"], listed: 3 });
+  assert.equal(sumBulk([{ dry_run: true, matched: 0, resolved: 0, conflicts: 0, scanned: 0, attempts: [] }]).dry_run, true);
 });

@@ -3,8 +3,11 @@
 // the link `onejob run` prints (the admin token in its fragment), it finds a
 // blocked job, resolves its unknown attempt with a reason and a
 // confirmation and shows the fallback's success; it draws a hedged job's
-// race; it cancels with a reason; it shows problem documents. Screenshots go
-// to .local/screenshots/console-*.png.
+// race; it cancels with a reason; it shows problem documents; it shows each
+// provider's health and forces one open and back; it groups blocked jobs by
+// provider and resolves an incident's attempts in bulk (a dry-run count, a
+// reason, a confirmation, the result). Screenshots go to
+// .local/screenshots/console-*.png.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
@@ -254,4 +257,117 @@ test("problems are shown as the API states them: a lost resolution, a result tha
   assert.equal(await page.evaluate(() => window.injected), undefined, "the inline script did not run");
   assert.deepEqual(errors, []);
   await context.close();
+});
+
+test("provider health: every provider's breaker; one forced open with a reason, shown with who and why, then cleared", async () => {
+  // The stack runs with breakers that never open by themselves (--breakers
+  // off), but an operator's override is honoured as always. The provider
+  // forced is one no demo job uses.
+  const name = "anthropic-fallback";
+  const { context, page, errors, violations } = await openConsole();
+  const row = page.locator(`#provider-table tr[data-provider="${name}"]`);
+  await row.waitFor();
+  const shown = await page.$$eval("#provider-table tbody tr", (trs) => trs.map((tr) => [tr.dataset.provider, tr.dataset.state]));
+  assert.deepEqual(shown, [["anthropic-fallback", "closed"], ["openai-primary", "closed"], ["sim-fallback", "closed"], ["sim-primary", "closed"]]);
+  assert.match(await row.locator('[data-field="counts"]').textContent(), /^\d+ held, \d+ probes?, opened \d+ times?$/);
+
+  // Forcing needs a reason, then a confirmation that says what it does.
+  await row.locator('button[data-force="open"]').click();
+  assert.equal(await page.textContent("#force-title"), `Force ${name} open`);
+  await page.click("#force-review");
+  assert.equal(await page.getAttribute("#force-reason", "aria-invalid"), "true");
+  assert.equal(await page.isVisible("#force-confirm"), false, "no confirmation without a reason");
+  await page.fill("#force-reason", "status page: elevated errors");
+  await page.click("#force-review");
+  await page.locator("#force-confirm").waitFor();
+  assert.match(await page.textContent("#force-summary"), /^Force anthropic-fallback open, because: “status page: elevated errors”\. No new attempt goes to it/);
+  await page.click("#force-confirm-button");
+  await page.locator(`#provider-table tr[data-provider="${name}"][data-state="open"][data-forced="open"]`).waitFor();
+  assert.match(await row.locator('[data-field="override"]').textContent(), /^forced open by operator at 20\S+Z: status page: elevated errors$/);
+  assert.match(await row.locator('[data-field="why"]').textContent(), /its breaker alone: closed/);
+  assert.deepEqual(await row.locator("button[data-force]").evaluateAll((bs) => bs.map((b) => b.dataset.force)), ["closed", "auto"]);
+  // The API says the same.
+  const api = await (await fetch(`${stack.apiUrl}/v1/admin/providers`, { headers: { Authorization: `Bearer ${await stack.token("reader", "jobs:admin")}` } })).json();
+  assert.deepEqual(api.providers.find((p) => p.name === name).forced?.reason, "status page: elevated errors");
+  console.log("screenshot:", await screenshot(page, "console-provider-forced"));
+
+  await row.locator('button[data-force="auto"]').click();
+  await page.fill("#force-reason", "incident over");
+  await page.click("#force-review");
+  await page.click("#force-confirm-button");
+  await page.locator(`#provider-table tr[data-provider="${name}"][data-state="closed"][data-forced=""]`).waitFor();
+  assert.deepEqual(errors, []);
+  assert.deepEqual(await violations(), []);
+  await context.close();
+});
+
+test("an incident: blocked jobs grouped by provider; a bulk resolution counted, given a reason, confirmed, its result shown", async () => {
+  const from = new Date(Date.now() - 1000).toISOString();
+  // Two jobs blocked on sim-primary, one on sim-fallback (its first provider here).
+  const submitted = await Promise.all([
+    owner.submit("console-bulk-1", timesOut), owner.submit("console-bulk-2", timesOut),
+    owner.submit("console-bulk-3", { ...demo({ "sim-fallback": { outcome: "timeout" } }), providers: ["sim-fallback", "sim-primary"] }),
+  ]);
+  const ids = submitted.map((r) => r.job.id);
+  await Promise.all(ids.map((id) => untilStatus(id, "unknown")));
+
+  const { context, page, errors, violations } = await openConsole();
+  const primary = page.locator('#blocked tbody[data-provider="sim-primary"]');
+  await primary.locator(`tr[data-job-id="${ids[1]}"]`).waitFor();
+  await page.locator(`#blocked tbody[data-provider="sim-fallback"] tr[data-job-id="${ids[2]}"]`).waitFor();
+  assert.match(await primary.locator("tr.group-head").textContent(), /^sim-primary · 2 blocked · unknown since .* or later/);
+  console.log("screenshot:", await screenshot(page, "console-blocked-by-provider"));
+
+  // From the group: the provider and its earliest unknown attempt fill the selection.
+  await primary.locator("button[data-bulk-provider]").click();
+  assert.equal(await page.inputValue("#bulk-provider"), "sim-primary");
+  assert.ok(await page.inputValue("#bulk-from") >= from.slice(0, 19), "from the group's earliest unknown attempt");
+  await page.fill("#bulk-from", from); // this test's window: the other tests' attempts are older
+  await page.fill("#bulk-to", "not a time");
+  await page.click("#bulk-count");
+  assert.equal(await page.getAttribute("#bulk-to", "aria-invalid"), "true");
+  await page.fill("#bulk-to", "");
+  await page.click("#bulk-count");
+
+  // The dry run: the count first, each attempt listed, nothing changed.
+  await page.locator('#bulk-count-text[data-matched="2"]').waitFor();
+  assert.match(await page.textContent("#bulk-count-text"), /^2 unknown attempts of sim-primary unknown since \S+ \(\d+ open jobs? read\)\. Nothing has changed yet\.$/);
+  assert.deepEqual(await page.$$eval("#bulk-attempts tbody tr", (trs) => trs.map((tr) => tr.dataset.result)), ["would_resolve", "would_resolve"]);
+  assert.equal((await owner.getJob(ids[0])).status, "unknown");
+  assert.equal(await page.isDisabled("#bulk-provider"), true, "the selection is fixed once counted");
+
+  // A reason is required, then a confirmation says what will happen.
+  await page.click("#bulk-review");
+  assert.equal(await page.getAttribute("#bulk-reason", "aria-invalid"), "true");
+  assert.equal(await page.isVisible("#bulk-confirm"), false);
+  await page.fill("#bulk-reason", "sim-primary hung 12:00-12:05; its status page says nothing ran");
+  await page.click("#bulk-review");
+  await page.locator("#bulk-confirm").waitFor();
+  assert.match(await page.textContent("#bulk-summary"), /^Resolve the 2 unknown attempts of sim-primary unknown since \S+ as failed, because: “sim-primary hung.*This cannot be undone\.$/);
+  console.log("screenshot:", await screenshot(page, "console-bulk-confirm"));
+  await page.click("#bulk-confirm-button");
+
+  // The result; each job goes on with its fallback, and leaves the blocked list.
+  await page.locator('#bulk-result[data-resolved="2"][data-conflicts="0"]').waitFor();
+  assert.match(await page.textContent("#bulk-result"), /^Resolved 2 of 2 unknown attempts of sim-primary as failed; 0 conflicts/);
+  assert.deepEqual(await page.$$eval("#bulk-attempts tbody tr", (trs) => trs.map((tr) => tr.dataset.result)), ["resolved", "resolved"]);
+  for (const id of ids.slice(0, 2)) {
+    const job = await untilStatus(id, "succeeded");
+    assert.equal(job.completed_by, 2);
+  }
+  const [attempt] = (await owner.attempts(ids[0])).attempts;
+  assert.equal(attempt.resolution?.outcome, "failed");
+  await page.locator('#blocked tbody[data-provider="sim-primary"]').waitFor({ state: "detached" });
+  await page.locator(`#blocked tbody[data-provider="sim-fallback"] tr[data-job-id="${ids[2]}"]`).waitFor();
+  console.log("screenshot:", await screenshot(page, "console-bulk-done"));
+  assert.deepEqual(errors, []);
+  assert.deepEqual(await violations(), []);
+  await context.close();
+
+  // The job left blocked on sim-fallback is another incident's: cancelled here.
+  const cancelled = await fetch(`${stack.apiUrl}/v1/jobs/${ids[2]}/cancel`, {
+    method: "POST", headers: { Authorization: `Bearer ${await stack.token("console-user")}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ reason: "test over" }),
+  });
+  assert.equal(cancelled.status, 200);
 });

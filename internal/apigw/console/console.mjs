@@ -1,6 +1,9 @@
 // @ts-check
-// The operator console: lists the blocked and other open jobs, opens a job,
-// draws its attempts on a timeline with their usage, and resolves an
+// The operator console: shows each provider's health and forces one open or
+// closed; lists the blocked jobs (grouped by the provider they wait on) and
+// the other open jobs; resolves an incident's unknown attempts in bulk
+// (provider and window, a dry-run count, a reason, a confirmation); opens a
+// job, draws its attempts on a timeline with their usage, and resolves an
 // unknown attempt or cancels a job, each with a required reason and a
 // confirmation. It talks only to the public API, same-origin, with the
 // operator's token: pasted into the page, or carried in the fragment
@@ -21,7 +24,16 @@
  * @typedef {{input_tokens?: number, output_tokens?: number, latency_ms?: number, attempts?: number}} JobUsage
  * @typedef {{id: string, type: string, status: string, input?: unknown, providers?: string[], created_at: string,
  *   updated_at?: string, version?: number, attempts?: Attempt[], result?: unknown, completed_by?: number,
- *   error?: Failure, usage?: JobUsage, owner?: string}} Job
+ *   error?: Failure, usage?: JobUsage, owner?: string, waiting?: Waiting}} Job
+ * @typedef {{reason: string, since?: string, until?: string, attempt?: number, provider?: string, detail?: string}} Waiting
+ * @typedef {{state: string, by: string, reason: string, at: string}} Forced
+ * @typedef {{name: string, state: string, breaker_state?: string, since?: string, reason?: string, open_until?: string,
+ *   cooldown_seconds?: number, trips?: number, window_start?: string, failures?: Record<string, number>, held?: number,
+ *   probes?: number, opened?: number, forced?: Forced, updated_at?: string}} Provider
+ * @typedef {{provider: string, jobs: Job[], since: string}} BlockedGroup
+ * @typedef {{job_id: string, owner: string, attempt: number, unknown_since: string, result: string}} BulkAttempt
+ * @typedef {{dry_run: boolean, matched: number, resolved: number, conflicts: number, scanned: number,
+ *   attempts: BulkAttempt[], next_cursor?: string}} BulkResult
  * @typedef {{pointer?: string, parameter?: string, detail?: string}} FieldError
  * @typedef {{type?: string, title?: string, status?: number, detail?: string, instance?: string,
  *   request_id?: string, errors?: FieldError[], [member: string]: unknown}} Problem
@@ -291,6 +303,111 @@ export function oldestFirst(jobs) {
   return [...byID.values()].sort((a, b) => (ms(a.created_at) ?? 0) - (ms(b.created_at) ?? 0) || a.id.localeCompare(b.id));
 }
 
+/**
+ * The blocked jobs grouped by the provider each waits on (the provider of
+ * its unknown attempt: the API's waiting.provider, else the first unknown
+ * attempt listed), groups by provider name, each group's jobs oldest first
+ * and its since the earliest an attempt of it became unknown.
+ * @param {Job[]} jobs
+ * @returns {BlockedGroup[]}
+ */
+export function groupBlocked(jobs) {
+  /** @type {Map<string, BlockedGroup>} */
+  const groups = new Map();
+  for (const j of oldestFirst(jobs)) {
+    const unknown = (j.attempts ?? []).find((a) => a.state === "unknown");
+    const provider = j.waiting?.provider || unknown?.provider || "";
+    const since = j.waiting?.reason === "attempt_unknown" ? j.waiting.since ?? "" : "";
+    const g = groups.get(provider) ?? { provider, jobs: [], since: "" };
+    g.jobs.push(j);
+    if (since && (!g.since || (ms(since) ?? Infinity) < (ms(g.since) ?? Infinity))) {
+      g.since = since;
+    }
+    groups.set(provider, g);
+  }
+  return [...groups.values()].sort((a, b) => a.provider.localeCompare(b.provider));
+}
+
+/** The failure kinds in the order operators read them (job.FailureKinds). */
+const FAILURE_KINDS = ["unknown", "server_error", "transport", "rate_limited", "slow"];
+
+/**
+ * A provider's health for display: its state as attempts see it, why,
+ * its window's failures, its counts, an override, and the overrides an
+ * operator may set from here.
+ * @param {Provider} p
+ * @returns {{state: string, why: string, failures: string, counts: string, override: string,
+ *   actions: ("open" | "closed" | "auto")[]}}
+ */
+export function describeProvider(p) {
+  const f = p.failures ?? {};
+  const kinds = Object.keys(f).sort((a, b) => {
+    const ia = FAILURE_KINDS.indexOf(a), ib = FAILURE_KINDS.indexOf(b);
+    return (ia < 0 ? FAILURE_KINDS.length : ia) - (ib < 0 ? FAILURE_KINDS.length : ib) || a.localeCompare(b);
+  });
+  const failures = kinds.filter((k) => (f[k] ?? 0) > 0).map((k) => `${f[k]} ${k}`).join(", ") || "none";
+  const why = [p.reason ?? "",
+    p.state === "open" && p.open_until && !p.forced ? `takes attempts again from ${p.open_until} (cooldown ${p.cooldown_seconds ?? 0} s, trip ${p.trips ?? 0})` : "",
+    p.forced && p.breaker_state && p.breaker_state !== p.state ? `its breaker alone: ${p.breaker_state}` : "",
+  ].filter(Boolean).join("; ");
+  const plural = (/** @type {number} */ n, /** @type {string} */ w) => `${n} ${w}${n === 1 ? "" : "s"}`;
+  const counts = `${p.held ?? 0} held, ${plural(p.probes ?? 0, "probe")}, opened ${plural(p.opened ?? 0, "time")}`;
+  const override = p.forced ? `forced ${p.forced.state} by ${p.forced.by} at ${p.forced.at}: ${p.forced.reason}` : "";
+  /** @type {("open" | "closed" | "auto")[]} */
+  const actions = [];
+  if (p.forced?.state !== "open") {
+    actions.push("open");
+  }
+  if (p.forced?.state !== "closed") {
+    actions.push("closed");
+  }
+  if (p.forced) {
+    actions.push("auto");
+  }
+  return { state: p.state, why, failures, counts, override, actions };
+}
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+
+/**
+ * A bulk resolution's window, as typed: each end an RFC 3339 time (sent as
+ * typed, so no precision is lost) or empty (open); from before to.
+ * @param {string} from
+ * @param {string} to
+ * @returns {{from: string, to: string, errors: {from?: string, to?: string}}}
+ */
+export function parseWindow(from, to) {
+  /** @type {{from?: string, to?: string}} */
+  const errors = {};
+  const f = from.trim(), t = to.trim();
+  for (const [k, v] of /** @type {const} */ ([["from", f], ["to", t]])) {
+    if (v && (!RFC3339.test(v) || !Number.isFinite(Date.parse(v)))) {
+      errors[k] = "An RFC 3339 time with its zone, e.g. 2026-12-02T01:00:00Z, or empty.";
+    }
+  }
+  if (f && t && !errors.from && !errors.to && Date.parse(f) >= Date.parse(t)) {
+    errors.to = "Must be after the start of the window.";
+  }
+  return { from: f, to: t, errors };
+}
+
+/**
+ * The answers to one bulk resolution, request after request (next_cursor),
+ * summed; at most max attempts kept for display.
+ * @param {BulkResult[]} pages
+ * @param {number} [max]
+ * @returns {BulkResult & {listed: number}}
+ */
+export function sumBulk(pages, max = 200) {
+  /** @type {BulkAttempt[]} */
+  const attempts = pages.flatMap((p) => p.attempts ?? []).slice(0, max);
+  const sum = (/** @type {(p: BulkResult) => number} */ f) => pages.reduce((n, p) => n + (f(p) ?? 0), 0);
+  return {
+    dry_run: pages.every((p) => p.dry_run), matched: sum((p) => p.matched), resolved: sum((p) => p.resolved),
+    conflicts: sum((p) => p.conflicts), scanned: sum((p) => p.scanned), attempts, listed: attempts.length,
+  };
+}
+
 /** An error answer of the API, or the network failing, as a problem. */
 export class ApiError extends Error {
   /** @param {Problem} problem */
@@ -379,6 +496,8 @@ export function boot(doc, win) {
   const area = (/** @type {string} */ id) => byID(doc, id, HTMLTextAreaElement);
   const button = (/** @type {string} */ id) => byID(doc, id, HTMLButtonElement);
   const form = (/** @type {string} */ id) => byID(doc, id, HTMLFormElement);
+  const select = (/** @type {string} */ id) => byID(doc, id, HTMLSelectElement);
+  const fieldset = (/** @type {string} */ id) => byID(doc, id, HTMLFieldSetElement);
 
   // The API is this page's origin; under a named stage its path prefix is
   // the one the page was served under (…/console/console.mjs → …/).
@@ -396,6 +515,8 @@ export function boot(doc, win) {
     relist: false,
     /** Set when the API has no admin listing: the token owner's own jobs are listed instead. */
     ownListing: false,
+    /** @type {Provider[]} */
+    providers: [],
   };
 
   /**
@@ -516,13 +637,17 @@ export function boot(doc, win) {
     useToken(t);
     clearProblem();
     void refreshQueues();
+    void refreshProviders();
   });
   button("forget-token").addEventListener("click", () => {
     useToken("");
     closeJob();
+    state.queues = {};
     for (const kind of ["blocked", "open"]) {
       renderQueue(kind, []);
     }
+    state.providers = [];
+    renderProviders();
     say("Token forgotten.");
   });
   $("problem-dismiss").addEventListener("click", clearProblem);
@@ -628,30 +753,439 @@ export function boot(doc, win) {
     table.dataset.count = String(jobs.length);
     $(`${kind}-empty`).hidden = jobs.length > 0;
     const now = Date.now();
-    const rows = jobs.map((j) => {
-      const open = el(doc, "button", { text: j.id, cls: "link", attrs: { type: "button", "data-open-job": j.id, "aria-label": `open job ${j.id}` } });
-      open.addEventListener("click", () => void openJob(j.id));
-      const created = ms(j.created_at);
-      const attempts = j.attempts ?? [];
-      const tr = el(doc, "tr", { attrs: { "data-job-id": j.id, "data-status": j.status } }, [
-        el(doc, "td", {}, [open]),
-        el(doc, "td", { cls: "mono", text: j.owner ?? "–" }),
-        el(doc, "td", { text: j.type }),
-        el(doc, "td", {}, [el(doc, "span", { cls: "chip", text: j.status, attrs: { "data-status": j.status } })]),
-        el(doc, "td", { cls: "num", text: dateTime(j.created_at) }),
-        el(doc, "td", { cls: "num", text: created === null ? "–" : formatDuration(now - created) }),
-        el(doc, "td", { text: attempts.map((a) => `#${a.number} ${a.provider} ${a.state}`).join(", ") || "none yet" }),
+    if (kind !== "blocked") {
+      table.querySelector("tbody")?.replaceChildren(...jobs.map((j) => jobRow(j, now)));
+      return;
+    }
+    // Blocked jobs, a row group per provider they wait on, each with its
+    // way into the bulk resolution.
+    const groups = groupBlocked(jobs);
+    for (const body of table.querySelectorAll("tbody")) {
+      body.remove();
+    }
+    table.append(...groups.map((g) => {
+      const name = g.provider || "(no unknown attempt listed)";
+      /** @type {(Node | string)[]} */
+      const head = [el(doc, "span", { cls: "mono", text: name }),
+        ` · ${g.jobs.length} blocked${g.since ? ` · unknown since ${dateTime(g.since)} or later` : ""} `];
+      if (g.provider) {
+        const b = el(doc, "button", {
+          text: "Resolve in bulk…", cls: "secondary small",
+          attrs: { type: "button", "data-bulk-provider": g.provider, "aria-label": `resolve the unknown attempts of ${g.provider} in bulk` },
+        });
+        b.addEventListener("click", () => prefillBulk(g.provider, g.since));
+        head.push(b);
+      }
+      return el(doc, "tbody", { attrs: { "data-provider": g.provider, "data-count": String(g.jobs.length) } }, [
+        el(doc, "tr", { cls: "group-head" }, [el(doc, "th", { attrs: { colspan: "7", scope: "rowgroup" } }, head)]),
+        ...g.jobs.map((j) => jobRow(j, now)),
       ]);
-      tr.dataset.selected = String(state.open?.job.id === j.id);
-      return tr;
-    });
-    const body = table.querySelector("tbody");
-    body?.replaceChildren(...rows);
+    }));
+    syncBulkProviders();
+  }
+
+  /**
+   * One job's row in a list.
+   * @param {Job} j
+   * @param {number} now
+   */
+  function jobRow(j, now) {
+    const open = el(doc, "button", { text: j.id, cls: "link", attrs: { type: "button", "data-open-job": j.id, "aria-label": `open job ${j.id}` } });
+    open.addEventListener("click", () => void openJob(j.id));
+    const created = ms(j.created_at);
+    const attempts = j.attempts ?? [];
+    const tr = el(doc, "tr", { attrs: { "data-job-id": j.id, "data-status": j.status } }, [
+      el(doc, "td", {}, [open]),
+      el(doc, "td", { cls: "mono", text: j.owner ?? "–" }),
+      el(doc, "td", { text: j.type }),
+      el(doc, "td", {}, [el(doc, "span", { cls: "chip", text: j.status, attrs: { "data-status": j.status } })]),
+      el(doc, "td", { cls: "num", text: dateTime(j.created_at) }),
+      el(doc, "td", { cls: "num", text: created === null ? "–" : formatDuration(now - created) }),
+      el(doc, "td", { text: attempts.map((a) => `#${a.number} ${a.provider} ${a.state}`).join(", ") || "none yet" }),
+    ]);
+    tr.dataset.selected = String(state.open?.job.id === j.id);
+    return tr;
   }
 
   button("refresh").addEventListener("click", () => void refreshQueues());
   button("blocked-more").addEventListener("click", () => void refreshQueues({ more: "blocked" }));
   button("open-more").addEventListener("click", () => void refreshQueues({ more: "open" }));
+
+  // ---- provider health: each breaker, and an operator's override ----
+
+  /** Reads every provider's health (GET /v1/admin/providers) and shows it. */
+  async function refreshProviders() {
+    if (!state.token) {
+      return;
+    }
+    const empty = $("provider-table-empty");
+    try {
+      const body = (await api("GET", "v1/admin/providers")).body;
+      state.providers = Array.isArray(body?.providers) ? body.providers : [];
+      empty.textContent = "no providers";
+    } catch (err) {
+      state.providers = [];
+      if (err instanceof ApiError && err.problem.status === 404) {
+        empty.textContent = "this deployment keeps no provider health";
+      } else {
+        empty.textContent = "not read";
+        showProblem(err, "Reading the providers' health");
+      }
+    }
+    renderProviders();
+    $("providers-updated").textContent = `updated ${new Date().toISOString().slice(11, 19)}Z`;
+  }
+
+  /** What forcing a provider does, said before it is done. */
+  const FORCE_EFFECT = {
+    open: "No new attempt goes to it until the override is cleared: each job starts on its next certified provider, or waits.",
+    closed: "Attempts go to it whatever its breaker says, and its breaker closes.",
+    auto: "Its breaker decides again, from its own state.",
+  };
+
+  function renderProviders() {
+    const list = state.providers;
+    const table = $("provider-table");
+    table.dataset.count = String(list.length);
+    $("provider-table-empty").hidden = list.length > 0;
+    const rows = list.map((p) => {
+      const d = describeProvider(p);
+      const actions = d.actions.map((st) => {
+        const label = st === "auto" ? "Clear override…" : `Force ${st}…`;
+        const b = el(doc, "button", {
+          text: label, cls: st === "open" ? "danger small" : "secondary small",
+          attrs: { type: "button", "data-force": st, "aria-label": `${label.replace("…", "")}: ${p.name}` },
+        });
+        b.addEventListener("click", () => openForce(p.name, st));
+        return b;
+      });
+      return el(doc, "tr", { attrs: { "data-provider": p.name, "data-state": p.state, "data-forced": p.forced?.state ?? "" } }, [
+        el(doc, "th", { cls: "mono", text: p.name, attrs: { scope: "row" } }),
+        el(doc, "td", {}, [el(doc, "span", { cls: "chip", text: d.state, attrs: { "data-state": d.state } }),
+          ...(p.forced ? [" ", el(doc, "span", { cls: "badge forced", text: "forced" })] : [])]),
+        el(doc, "td", { text: d.why || "–", attrs: { "data-field": "why" } }),
+        el(doc, "td", { cls: "num", text: dateTime(p.since), attrs: { "data-field": "since" } }),
+        el(doc, "td", { text: d.failures, attrs: { "data-field": "failures" } }),
+        el(doc, "td", { text: d.counts, attrs: { "data-field": "counts" } }),
+        el(doc, "td", { text: d.override || "–", attrs: { "data-field": "override" } }),
+        el(doc, "td", {}, [el(doc, "div", { cls: "row-actions" }, actions)]),
+      ]);
+    });
+    table.querySelector("tbody")?.replaceChildren(...rows);
+    syncBulkProviders();
+  }
+
+  /** @type {{provider: string, state: "open" | "closed" | "auto", reason: string} | null} */
+  let pendingForce = null;
+
+  /**
+   * @param {string} provider
+   * @param {"open" | "closed" | "auto"} st
+   */
+  function openForce(provider, st) {
+    const f = form("force-form");
+    f.reset();
+    pendingForce = { provider, state: st, reason: "" };
+    f.dataset.provider = provider;
+    f.dataset.state = st;
+    $("force-title").textContent = st === "auto" ? `Clear the override of ${provider}` : `Force ${provider} ${st}`;
+    $("force-explain").textContent = FORCE_EFFECT[st];
+    $("force-edit").hidden = false;
+    $("force-confirm").hidden = true;
+    fieldError("force-reason", "");
+    f.hidden = false;
+    area("force-reason").focus();
+  }
+
+  function closeForce() {
+    form("force-form").hidden = true;
+    pendingForce = null;
+  }
+
+  form("force-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const p = pendingForce;
+    if (!p) {
+      return;
+    }
+    p.reason = area("force-reason").value.trim();
+    fieldError("force-reason", p.reason ? "" : "Say why: the reason is kept with the override.");
+    if (!p.reason) {
+      area("force-reason").focus();
+      return;
+    }
+    $("force-summary").textContent = `${p.state === "auto" ? `Clear the override of ${p.provider}` : `Force ${p.provider} ${p.state}`}, ` +
+      `because: “${p.reason}”. ${FORCE_EFFECT[p.state]}`;
+    $("force-edit").hidden = true;
+    $("force-confirm").hidden = false;
+    button("force-confirm-button").focus();
+  });
+  button("force-back").addEventListener("click", () => {
+    $("force-edit").hidden = false;
+    $("force-confirm").hidden = true;
+    area("force-reason").focus();
+  });
+  button("force-abort").addEventListener("click", closeForce);
+  button("force-confirm-button").addEventListener("click", async () => {
+    const p = pendingForce;
+    if (!p?.reason) {
+      return;
+    }
+    const b = button("force-confirm-button");
+    b.disabled = true;
+    try {
+      await api("POST", `v1/admin/providers/${encodeURIComponent(p.provider)}/force`, { body: { state: p.state, reason: p.reason } });
+      closeForce();
+      clearProblem();
+      say(p.state === "auto" ? `The override of ${p.provider} is cleared.` : `${p.provider} is forced ${p.state}.`);
+      await refreshProviders();
+    } catch (err) {
+      const problem = showProblem(err, `Forcing ${p.provider} ${p.state}`);
+      $("force-edit").hidden = false;
+      $("force-confirm").hidden = true;
+      fieldError("force-reason", (problem.errors ?? []).filter((e) => e.pointer === "/reason").map((e) => e.detail ?? "").join("; "));
+    } finally {
+      b.disabled = false;
+    }
+  });
+  button("providers-refresh").addEventListener("click", () => void refreshProviders());
+
+  // ---- bulk resolution: select, count, a reason, a confirmation, the result ----
+
+  /** The API wants a reason on a dry run too; it records nothing but a log line. */
+  const DRY_RUN_REASON = "console: counting before resolving (dry run)";
+
+  /** @type {{provider: string, from: string, to: string, counted: number} | null} */
+  let bulkSelection = null;
+  /** @type {{outcome: string, reason: string} | null} */
+  let bulkDecision = null;
+
+  /** @param {"select" | "counted" | "confirm" | "done"} step */
+  function bulkStep(step) {
+    form("bulk-form").dataset.step = step;
+    fieldset("bulk-select").disabled = step !== "select";
+    $("bulk-counted").hidden = step !== "counted" && step !== "confirm";
+    $("bulk-decide").hidden = step !== "counted";
+    $("bulk-confirm").hidden = step !== "confirm";
+    $("bulk-done").hidden = step !== "done";
+    if (step === "select") {
+      bulkSelection = null;
+      bulkDecision = null;
+      renderBulkAttempts(null);
+    }
+  }
+
+  /** The bulk form's providers: every provider listed, and every one a blocked job waits on. */
+  function syncBulkProviders() {
+    const sel = select("bulk-provider");
+    const chosen = sel.value;
+    const names = new Set(state.providers.map((p) => p.name));
+    for (const g of groupBlocked(state.queues.blocked?.jobs ?? [])) {
+      if (g.provider) {
+        names.add(g.provider);
+      }
+    }
+    sel.replaceChildren(...[...names].sort().map((n) => el(doc, "option", { text: n, attrs: { value: n } })));
+    if (names.has(chosen)) {
+      sel.value = chosen;
+    }
+  }
+
+  /**
+   * Starts a bulk resolution of a group of blocked jobs: its provider, from
+   * the earliest of them.
+   * @param {string} provider
+   * @param {string} since
+   */
+  function prefillBulk(provider, since) {
+    bulkStep("select");
+    syncBulkProviders();
+    select("bulk-provider").value = provider;
+    input("bulk-from").value = since;
+    input("bulk-to").value = "";
+    fieldError("bulk-from", "");
+    fieldError("bulk-to", "");
+    $("bulk-title").scrollIntoView({ block: "nearest" });
+    button("bulk-count").focus();
+  }
+
+  /**
+   * Sends one bulk resolution, request after request until no next_cursor.
+   * What came back before an error is returned with it.
+   * @param {Record<string, unknown>} body
+   * @returns {Promise<{result: (BulkResult & {listed: number}) | null, error: unknown}>}
+   */
+  async function bulkRun(body) {
+    /** @type {BulkResult[]} */
+    const pages = [];
+    const seen = new Set();
+    let cursor = "";
+    try {
+      for (let i = 0; i < 100; i++) {
+        const page = (await api("POST", "v1/admin/attempts/resolve", { body: cursor ? { ...body, cursor } : body })).body;
+        pages.push(page);
+        cursor = page?.next_cursor ?? "";
+        if (!cursor || seen.has(cursor)) {
+          break;
+        }
+        seen.add(cursor);
+      }
+    } catch (err) {
+      return { result: pages.length > 0 ? sumBulk(pages) : null, error: err };
+    }
+    return { result: sumBulk(pages), error: null };
+  }
+
+  /** @param {{provider: string, from: string, to: string}} s */
+  function windowText(s) {
+    return s.from || s.to ? `unknown since ${s.from || "any time"}${s.to ? ` and before ${s.to}` : ""}` : "unknown at any time";
+  }
+
+  /** @param {(BulkResult & {listed: number}) | null} r */
+  function renderBulkAttempts(r) {
+    const table = $("bulk-attempts");
+    const attempts = r?.attempts ?? [];
+    table.dataset.count = String(attempts.length);
+    table.querySelector("tbody")?.replaceChildren(...attempts.map((a) =>
+      el(doc, "tr", { attrs: { "data-job-id": a.job_id, "data-attempt": String(a.attempt), "data-result": a.result.split(":")[0] ?? "" } }, [
+        el(doc, "td", { cls: "mono", text: a.job_id }),
+        el(doc, "td", { cls: "num", text: String(a.attempt) }),
+        el(doc, "td", { cls: "mono", text: a.owner }),
+        el(doc, "td", { cls: "num", text: dateTime(a.unknown_since) }),
+        el(doc, "td", { text: a.result }),
+      ])));
+    const more = r ? r.matched - r.listed : 0;
+    $("bulk-more").hidden = more <= 0;
+    $("bulk-more").textContent = more > 0 ? `${more} more not listed here.` : "";
+  }
+
+  /** @param {number} n */
+  const attemptsText = (n) => `${n} unknown attempt${n === 1 ? "" : "s"}`;
+
+  form("bulk-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    if (form("bulk-form").dataset.step !== "select") {
+      return;
+    }
+    const provider = select("bulk-provider").value;
+    const w = parseWindow(input("bulk-from").value, input("bulk-to").value);
+    fieldError("bulk-from", w.errors.from ?? "");
+    fieldError("bulk-to", w.errors.to ?? "");
+    if (w.errors.from || w.errors.to) {
+      input(w.errors.from ? "bulk-from" : "bulk-to").focus();
+      return;
+    }
+    if (!provider) {
+      showProblem(new ApiError({ title: "No provider", detail: "no provider is listed yet: refresh the provider health" }), "Counting unknown attempts");
+      return;
+    }
+    const b = button("bulk-count");
+    b.disabled = true;
+    /** @type {Record<string, unknown>} */
+    const body = { provider, outcome: "failed", reason: DRY_RUN_REASON, dry_run: true };
+    if (w.from) {
+      body.unknown_since_from = w.from;
+    }
+    if (w.to) {
+      body.unknown_since_to = w.to;
+    }
+    const { result, error } = await bulkRun(body);
+    b.disabled = false;
+    if (error || !result) {
+      showProblem(error, `Counting the unknown attempts of ${provider}`);
+      return;
+    }
+    clearProblem();
+    bulkSelection = { provider, from: w.from, to: w.to, counted: result.matched };
+    renderBulkAttempts(result);
+    const text = $("bulk-count-text");
+    text.dataset.matched = String(result.matched);
+    text.textContent = `${attemptsText(result.matched)} of ${provider} ${windowText(bulkSelection)} ` +
+      `(${result.scanned} open job${result.scanned === 1 ? "" : "s"} read). Nothing has changed yet.`;
+    button("bulk-review").disabled = result.matched === 0;
+    bulkStep("counted");
+    say(`Counted ${attemptsText(result.matched)} of ${provider}.`);
+    if (result.matched > 0) {
+      area("bulk-reason").focus();
+    } else {
+      button("bulk-reset").focus();
+    }
+  });
+
+  button("bulk-review").addEventListener("click", () => {
+    const s = bulkSelection;
+    const reason = area("bulk-reason").value.trim();
+    fieldError("bulk-reason", reason ? "" : "Say why: the reason is recorded with each resolution.");
+    if (!s || !reason) {
+      area("bulk-reason").focus();
+      return;
+    }
+    const checked = form("bulk-form").querySelector('input[name="bulk-outcome"]:checked');
+    const outcome = checked instanceof HTMLInputElement ? checked.value : "failed";
+    bulkDecision = { outcome, reason };
+    $("bulk-summary").textContent = `Resolve the ${attemptsText(s.counted)} of ${s.provider} ${windowText(s)} as ${outcome}, ` +
+      `because: “${reason}”. Each is its own write, kept with who, when and why; one that ended or was resolved since the count ` +
+      `is left as it is. ${outcome === "failed" ? "Each job then goes on with its next provider, if one is left." : "Each job is then cancelled."} ` +
+      "This cannot be undone.";
+    bulkStep("confirm");
+    button("bulk-confirm-button").focus();
+  });
+  button("bulk-back").addEventListener("click", () => {
+    bulkStep("counted");
+    area("bulk-reason").focus();
+  });
+  for (const id of ["bulk-reset", "bulk-again"]) {
+    button(id).addEventListener("click", () => {
+      bulkStep("select");
+      select("bulk-provider").focus();
+    });
+  }
+  button("bulk-confirm-button").addEventListener("click", async () => {
+    const s = bulkSelection;
+    const d = bulkDecision;
+    if (!s || !d) {
+      return;
+    }
+    const b = button("bulk-confirm-button");
+    b.disabled = true;
+    /** @type {Record<string, unknown>} */
+    const body = { provider: s.provider, outcome: d.outcome, reason: d.reason, dry_run: false };
+    if (s.from) {
+      body.unknown_since_from = s.from;
+    }
+    if (s.to) {
+      body.unknown_since_to = s.to;
+    }
+    const { result, error } = await bulkRun(body);
+    b.disabled = false;
+    if (result) {
+      renderBulkAttempts(result);
+      const text = $("bulk-result");
+      text.dataset.resolved = String(result.resolved);
+      text.dataset.conflicts = String(result.conflicts);
+      text.textContent = `Resolved ${result.resolved} of ${attemptsText(result.matched)} of ${s.provider} as ${d.outcome}; ` +
+        `${result.conflicts} conflict${result.conflicts === 1 ? "" : "s"} (ended or resolved meanwhile, left as they were)` +
+        `${result.matched !== s.counted ? `; the count said ${s.counted}: attempts changed in between` : ""}.` +
+        `${error ? " Then the API failed: the same selection resolves the rest." : ""}`;
+      bulkStep("done");
+      say(`Resolved ${result.resolved} unknown attempt${result.resolved === 1 ? "" : "s"} of ${s.provider} as ${d.outcome}.`);
+    }
+    if (error) {
+      const problem = showProblem(error, `Resolving the unknown attempts of ${s.provider}`);
+      if (!result) {
+        bulkStep("counted");
+        fieldError("bulk-reason", (problem.errors ?? []).filter((e) => e.pointer === "/reason").map((e) => e.detail ?? "").join("; "));
+      }
+    } else {
+      clearProblem();
+    }
+    void refreshQueues();
+    void refreshProviders();
+    if (state.open) {
+      void reloadOpen();
+    }
+  });
+  bulkStep("select");
 
   // ---- one job ----
 
@@ -1151,10 +1685,11 @@ export function boot(doc, win) {
   setInterval(() => {
     if (state.token && doc.visibilityState === "visible") {
       void refreshQueues();
+      void refreshProviders();
     }
   }, 15_000);
   void (async () => {
-    await refreshQueues();
+    await Promise.all([refreshQueues(), refreshProviders()]);
     if (frag.job) {
       input("find-id").value = frag.job;
       await openJob(frag.job);

@@ -183,8 +183,10 @@ func (s *Stack) composeSweeper(_ context.Context, cfg Config, fc functionClients
 		return nil, err
 	}
 	// It also releases the attempts a provider's health still counts as
-	// holding it after they closed, recounts the owners' counters when
-	// quotas are on, and (dynalite has no TTL) purges expired items.
+	// holding it after they closed, and recounts the owners' counters when
+	// quotas are on. dynalite has no TTL: expired items are purged through
+	// the stack's own client (not recorded), as DynamoDB's TTL does it in
+	// AWS; the deployed sweeper neither purges nor is granted the scans.
 	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: cfg.Logger, Events: s.Metrics})
 	if err != nil {
 		return nil, err
@@ -195,7 +197,7 @@ func (s *Stack) composeSweeper(_ context.Context, cfg Config, fc functionClients
 	}
 	return lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: cfg.SweepGrace,
 		RestartRunning: true, Logger: cfg.Logger, Events: s.Metrics, Breakers: breakers, HealthStore: store, Owners: owners,
-		Purger: store})
+		Purger: s.Store})
 }
 
 // composeNotify is functions/notify/main.go, with the local schedule and
