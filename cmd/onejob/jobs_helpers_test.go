@@ -38,7 +38,7 @@ func (l *sharedStack) get(t *testing.T) *stack.Stack {
 			logs = io.MultiWriter(logs, os.Stderr)
 		}
 		l.s, l.err = stack.Start(ctx, stack.Config{APIAddr: "127.0.0.1:0", CertifyDemo: true, SweepInterval: time.Second,
-			NotifyInterval: 100 * time.Millisecond,
+			NotifyInterval: 250 * time.Millisecond,
 			TablePrefix:    "cli-" + newKey()[:8], DemoProviders: stack.BreakersNeverAct, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	})
 	if l.err != nil {

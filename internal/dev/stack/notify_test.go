@@ -18,12 +18,23 @@ import (
 	"github.com/onejob/onejob/internal/job"
 )
 
-// notifyStack runs the notifier every 100 ms on the retry schedule
+// notifyStack runs the notifier every 250 ms on the retry schedule
 // compressed 3600 times (5 s, 5 min, 30 min … become 1 ms, 83 ms, 0.5 s …).
 func notifyStack(t *testing.T) *stack.Stack {
 	t.Helper()
 	return sharedStack(t, "notify", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
-		NotifyInterval: 100 * time.Millisecond, NotifySchedule: job.DefaultRetrySchedule().Scaled(3600)})
+		NotifyInterval: 250 * time.Millisecond, NotifySchedule: job.DefaultRetrySchedule().Scaled(3600)})
+}
+
+// unblock cancels jobs left blocked on an unknown attempt, so their
+// executions stop deciding again every second on a shared stack.
+func (c *client) unblock(ids ...string) {
+	c.t.Helper()
+	for _, id := range ids {
+		if code, _, body := c.do(http.MethodPost, "/v1/jobs/"+id+"/cancel", "", nil); code != http.StatusOK {
+			c.t.Errorf("cancel %s: %d %s", id, code, body)
+		}
+	}
 }
 
 // hooks is one test's receiver, closed with the test.
@@ -132,6 +143,7 @@ func TestEveryEventArrivesSigned(t *testing.T) {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
 	want := map[string]string{ok.ID: "job.succeeded", failed.ID: "job.failed", blocked.ID: "attempt.unknown", slow.ID: "job.cancelled"}
+	defer c.unblock(blocked.ID)
 	got := awaitHooks(t, r, "/every", 30*time.Second, "four events", func(ds []receiver.Delivery) bool {
 		return len(receiver.Delivered(ds)) >= len(want)
 	})
@@ -264,6 +276,8 @@ func TestFiftyJobsOneIDPerEvent(t *testing.T) {
 	c := newClient(t, s, "hooks-fifty")
 	c.register(r, "/fifty", http.StatusInternalServerError)
 	want := map[string]string{} // job → its one event
+	var blocked []string
+	defer func() { c.unblock(blocked...) }()
 	for i := range 50 {
 		key := fmt.Sprintf("fifty-%02d", i)
 		switch i % 10 {
@@ -273,6 +287,7 @@ func TestFiftyJobsOneIDPerEvent(t *testing.T) {
 		case 3, 4, 5:
 			j := c.submit("demo", key, script{sim.DemoPrimary: {"outcome": "timeout"}})
 			want[j.ID] = "attempt.unknown"
+			blocked = append(blocked, j.ID)
 		default:
 			j := c.submit("demo", key, nil)
 			want[j.ID] = "job.succeeded"
