@@ -107,8 +107,8 @@ type Config struct {
 	// SweepInterval runs the sweeper; 0 disables it.
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
-	// NotifyInterval runs the notifier's passes (webhook deliveries);
-	// 0 disables it.
+	// NotifyInterval runs the notifier's passes (webhook deliveries),
+	// backing off to 8 intervals while idle; 0 disables it.
 	NotifyInterval time.Duration
 	// NotifySchedule is the deliveries' retry schedule; nil is
 	// job.DefaultRetrySchedule (make run compresses it,
@@ -443,16 +443,27 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	if cfg.NotifyInterval > 0 {
 		s.wg.Go(func() {
-			t := time.NewTicker(cfg.NotifyInterval)
+			// Every NotifyInterval while there is work; idle, the wait
+			// doubles up to 8 intervals, so a quiet stack costs the
+			// notifier's shard queries a few times a second at most.
+			wait := cfg.NotifyInterval
+			t := time.NewTimer(wait)
 			defer t.Stop()
 			for {
 				select {
 				case <-bg.Done():
 					return
 				case <-t.C:
-					if _, err := s.Notifier.Pass(bg); err != nil && bg.Err() == nil {
+					rep, err := s.Notifier.Pass(bg)
+					if err != nil && bg.Err() == nil {
 						log.Warn("notify_pass_failed", "error", err.Error())
 					}
+					if rep.Dispatched+rep.Tried > 0 {
+						wait = cfg.NotifyInterval
+					} else {
+						wait = min(2*wait, 8*cfg.NotifyInterval)
+					}
+					t.Reset(wait)
 				}
 			}
 		})

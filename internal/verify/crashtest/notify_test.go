@@ -20,9 +20,10 @@ import (
 // with --notify-interval 0), so each event exists only in its job's
 // outbox, written by the write that ended the job; the stack is killed -9;
 // restarted on the same data, it delivers every event, signed, under one
-// webhook-id each.
+// webhook-id each. Not parallel: it runs before TestCrashRecovery rather
+// than beside it, whose two-minute budget a second stack on the same
+// cores would eat into.
 func TestCrashBetweenEndAndDelivery(t *testing.T) {
-	t.Parallel()
 	root := testenv.MustRoot(t)
 	if _, err := os.Stat(filepath.Join(root, "node_modules", "dynalite")); err != nil {
 		t.Fatalf("node tools missing (run `make tools`): %v", err)
