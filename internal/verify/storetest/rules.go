@@ -80,7 +80,9 @@ func (e *env) running(t *testing.T, id string, providers ...string) {
 
 func testDoubleClickYieldsOneJob(t *testing.T, fresh func(*testing.T) Store) {
 	e := newEnv(t, fresh, nil)
-	const rounds, clients = 20, 64
+	// Each round is a whole race; eight keep moto (one Python thread) to
+	// seconds.
+	const rounds, clients = 8, 64
 	for round := range rounds {
 		r := request("owner-1", fmt.Sprintf("click-%d", round), `{"prompt":"hi"}`)
 		var wg sync.WaitGroup
@@ -349,7 +351,7 @@ func testConcurrentCompletersOneWinner(t *testing.T, fresh func(*testing.T) Stor
 	ctx := context.Background()
 	e := newEnv(t, fresh, nil)
 	j := e.create(t, request("a", "k", `{"prompt":"x"}`))
-	const n = 32
+	const n = 16
 	providers := make([]string, n)
 	for i := range providers {
 		providers[i] = fmt.Sprintf("p%d", i)
@@ -497,7 +499,7 @@ func (e *env) unknownJob(t *testing.T, key string) job.Job {
 func testOneResolutionApplies(t *testing.T, fresh func(*testing.T) Store) {
 	ctx := context.Background()
 	e := newEnv(t, fresh, nil)
-	const rounds, operators = 20, 16
+	const rounds, operators = 8, 16
 	for round := range rounds {
 		j := e.unknownJob(t, fmt.Sprintf("round-%d", round))
 		var wg sync.WaitGroup
