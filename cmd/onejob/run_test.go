@@ -147,6 +147,18 @@ func submit(t *testing.T, c *apiclient.Client, key string, body map[string]any) 
 			t.Fatal(err)
 		}
 	}
+	// Read once more once it ended: moto_server applies an update's SET
+	// actions one at a time to the live item, so a read racing the
+	// completion can see its status before its result (DynamoDB's and
+	// dynalite's writes are atomic per item).
+	code, _, out, err = c.Do(ctx, http.MethodGet, "/v1/jobs/"+j.ID, "", nil)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("get %s: %d %s %v", j.ID, code, out, err)
+	}
+	j = apiclient.Job{}
+	if err := json.Unmarshal(out, &j); err != nil {
+		t.Fatal(err)
+	}
 	return j
 }
 
