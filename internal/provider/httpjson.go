@@ -113,6 +113,7 @@ func (c *JSONClient) do(ctx context.Context, method, url string, header http.Hea
 		ce := c.fail(ClassifyStatus(resp.StatusCode), resp.StatusCode, requestID, ErrorMessage(data), ErrHTTPStatus)
 		ce.Detail, _ = ParseAPIError(data)
 		ce.RetryAfter = ParseRetryAfter(resp.Header, c.now())
+		ce.Replayed = resp.Header.Get(HeaderIdempotentReplayed) == "true"
 		if ce.Class == ClassExhausted {
 			ce.Exhausted()
 		}

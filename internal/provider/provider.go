@@ -143,9 +143,16 @@ type CallError struct {
 	// Detail is the provider's error body, parsed (type, code, param); its
 	// text is also in Msg.
 	Detail APIError
-	Msg    string
-	Err    error
+	// Replayed: the provider marked the answer as its first answer to the
+	// request's Idempotency-Key, replayed (HeaderIdempotentReplayed).
+	Replayed bool
+	Msg      string
+	Err      error
 }
+
+// HeaderIdempotentReplayed marks an answer replayed from an earlier request
+// with the same Idempotency-Key: Stripe's header, and onejob's own API's.
+const HeaderIdempotentReplayed = "Idempotent-Replayed"
 
 func (e *CallError) Error() string {
 	s := fmt.Sprintf("provider %s: %s", e.Provider, e.Class)

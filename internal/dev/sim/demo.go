@@ -280,7 +280,7 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch state {
 	case keyAnswered:
 		d.count(func() { st.replays++ })
-		e.answer.writeTo(w)
+		e.answer.replayTo(w)
 		return
 	case keyInProgress:
 		d.count(func() { st.inProgress++ })

@@ -126,7 +126,7 @@ func (s *Simulator) repeat(w http.ResponseWriter, c *Call, f format, e *executio
 	case keyAnswered:
 		c.Replay = ReplayAnswered
 		s.recordAs(c, e.answer.header.Get(f.requestIDHeader))
-		e.answer.writeTo(w)
+		e.answer.replayTo(w)
 	case keyInProgress:
 		c.Replay = ReplayInProgress
 		s.record(c)

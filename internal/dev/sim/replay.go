@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+
+	"github.com/onejob/onejob/internal/provider"
 )
 
 // A simulated provider's work runs to completion even when its client gives
@@ -22,6 +24,13 @@ type answer struct {
 	status int
 	header http.Header
 	body   []byte
+}
+
+// replayTo writes the answer again for a repeat of its key, marked as a
+// replay (Stripe's header, which onejob's webhook contract reads).
+func (a answer) replayTo(w http.ResponseWriter) {
+	w.Header().Set(provider.HeaderIdempotentReplayed, "true")
+	a.writeTo(w)
 }
 
 func (a answer) writeTo(w http.ResponseWriter) {

@@ -100,7 +100,8 @@ func TestOneOwnerIsBounded(t *testing.T) {
 	close(work)
 	wg.Wait()
 	if len(accepted) != quotas.UnfinishedJobs || refused != burst-quotas.UnfinishedJobs {
-		t.Fatalf("%d accepted and %d refused of %d, want %d accepted", len(accepted), refused, burst, quotas.UnfinishedJobs)
+		t.Fatalf("%d accepted and %d refused of %d, want %d accepted; the others: %s", len(accepted), refused, burst,
+			quotas.UnfinishedJobs, strings.Join(problems[:min(len(problems), 5)], "; "))
 	}
 	t.Cleanup(func() { // the blocked jobs end with the test
 		ids := make(chan string)

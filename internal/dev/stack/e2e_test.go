@@ -327,14 +327,16 @@ func TestOversizedResultFallsBack(t *testing.T) {
 	if !strings.Contains(string(a.Error), `"class":"contract_violation"`) || !strings.Contains(string(a.Error), "too large to store") {
 		t.Fatalf("attempt 1's error: %s", a.Error)
 	}
+	// Executed once: on a loaded machine the attempt may go unknown and the
+	// reconciler re-send its request, which the primary answers from memory.
 	calls := 0
 	for _, k := range s.Sim.IdempotencyKeys(sim.DemoPrimary) {
 		if k == j.ID+"/1" {
 			calls++
 		}
 	}
-	if calls != 1 {
-		t.Fatalf("the primary was called %d times for attempt 1, want 1", calls)
+	if twice := s.Sim.Stats()[sim.DemoPrimary].ExecutedMoreThanOnce; calls == 0 || slices.Contains(twice, j.ID+"/1") {
+		t.Fatalf("the primary got %d requests for attempt 1 and executed it more than once: %v", calls, slices.Contains(twice, j.ID+"/1"))
 	}
 	// On a loaded machine the run may outlive its 2 s timeout while it
 	// reads and checks the answer: then the attempt is unknown, by the rule,

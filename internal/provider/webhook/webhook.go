@@ -179,7 +179,10 @@ func (a *Adapter) parse(hresp provider.HTTPResponse) (provider.Response, error) 
 //   - another 4xx: the first answer was a refusal: EvidenceRefused with the
 //     *CallError — except the statuses in notAboutTheAttempt, which speak
 //     of the re-send, not of the attempt;
-//   - 5xx, 429, no answer: an error; ask again later.
+//   - any other status marked Idempotent-Replayed: the first answer, so
+//     EvidenceRefused (a receiver never answers 429 or 5xx to a request
+//     it acted on);
+//   - 5xx, 429 unmarked, no answer: an error; ask again later.
 func (a *Adapter) Settle(ctx context.Context, req provider.Request) (s provider.Settlement, err error) {
 	start := a.Clock()()
 	defer func() { provider.LogSettle(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), s, err) }()
@@ -202,6 +205,14 @@ func (a *Adapter) Settle(ctx context.Context, req provider.Request) (s provider.
 		return provider.Settlement{Evidence: provider.EvidenceAnswered, Response: resp, Detail: provider.Excerpt(detail)}, nil
 	}
 	var ce *provider.CallError
+	if errors.As(err, &ce) && ce.Replayed && ce.Status != http.StatusConflict {
+		// Marked as the key's first answer: whatever its status, it is about
+		// the first request, and a receiver never answers a request it acted
+		// on with a 429 or 5xx (the contract), so a 5xx here is a failure.
+		return provider.Settlement{Evidence: provider.EvidenceRefused, Err: ce,
+			Detail: provider.Excerpt(fmt.Sprintf("%s: %d, its first answer replayed (%s): %s", resent, ce.Status,
+				provider.HeaderIdempotentReplayed, ce.Msg))}, nil
+	}
 	if !errors.As(err, &ce) || ce.Status < 400 || ce.Status >= 500 || slices.Contains(notAboutTheAttempt, ce.Status) {
 		return provider.Settlement{}, err
 	}

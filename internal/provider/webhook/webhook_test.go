@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +71,49 @@ func TestBareObjectIsNotAnAnswer(t *testing.T) {
 	_, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).Call(t.Context(), providertest.Request(1))
 	if !errors.Is(err, provider.ErrNoStructuredOutput) {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestSettleTrustsOnlyMarkedReplays: a re-send's 5xx says nothing of the
+// first request (an outage in front of the receiver answers the same),
+// unless the receiver marks it as the key's first answer, replayed.
+func TestSettleTrustsOnlyMarkedReplays(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		status   int
+		replayed bool
+		want     provider.Evidence // "": no evidence, ask again
+	}{
+		{"OutageSaysNothing", http.StatusServiceUnavailable, false, ""},
+		{"ReplayedOutageIsTheFirstAnswer", http.StatusServiceUnavailable, true, provider.EvidenceRefused},
+		{"ReplayedServerErrorIsTheFirstAnswer", http.StatusInternalServerError, true, provider.EvidenceRefused},
+		{"TooManyRequestsSaysNothing", http.StatusTooManyRequests, false, ""},
+		{"InProgressStaysInProgress", http.StatusConflict, true, provider.EvidenceInProgress},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.replayed {
+					w.Header().Set(provider.HeaderIdempotentReplayed, "true")
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(`{"error":"as first answered"}`))
+			}))
+			t.Cleanup(srv.Close)
+			a := newAdapter(t, providertest.Env{BaseURL: srv.URL}).(provider.Settler)
+			got, err := a.Settle(t.Context(), providertest.Request(1))
+			switch {
+			case tc.want == "" && err == nil:
+				t.Fatalf("Settle = %+v, want an error (ask again later)", got)
+			case tc.want != "" && (err != nil || got.Evidence != tc.want):
+				t.Fatalf("Settle = %+v, %v; want %s", got, err, tc.want)
+			case tc.want == provider.EvidenceRefused && provider.Classify(got.Err) != provider.ClassRetryable:
+				t.Errorf("refusal class %s, want retryable (the job may move on)", provider.Classify(got.Err))
+			}
+		})
 	}
 }
 
@@ -195,7 +239,9 @@ func TestSettleAgainstTheDemoSimulator(t *testing.T) {
 		want     provider.Evidence
 	}{
 		{"AnsweredCall", `{}`, 0, provider.EvidenceAnswered},
-		{"RefusedCall", `{"sim-primary":{"outcome":"error"}}`, 0, ""}, // a 503 first answer: no evidence, ask again
+		// A 503 first answer, replayed and marked so: the first request was
+		// not acted on.
+		{"RefusedCall", `{"sim-primary":{"outcome":"error"}}`, 0, provider.EvidenceRefused},
 		{"TimedOutCall", `{"sim-primary":{"outcome":"timeout"}}`, time.Second, provider.EvidenceInProgress},
 	}
 	for _, tc := range tests {
@@ -231,6 +277,9 @@ func TestSettleAgainstTheDemoSimulator(t *testing.T) {
 				}
 			} else if err != nil || got.Evidence != tc.want {
 				t.Fatalf("Settle = %+v, %v; want %s", got, err, tc.want)
+			}
+			if tc.want == provider.EvidenceRefused && (provider.Classify(got.Err) != provider.ClassRetryable || !strings.Contains(got.Detail, "replayed")) {
+				t.Errorf("settled %+v: want the replayed 503 as a retryable refusal", got)
 			}
 			if tc.want == provider.EvidenceAnswered && (callErr != nil || string(got.Response.Output) != string(first.Output) || got.Response.ProviderRequestID != first.ProviderRequestID) {
 				t.Errorf("settled %+v, the call answered %+v (%v)", got.Response, first, callErr)

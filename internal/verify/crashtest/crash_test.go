@@ -278,13 +278,19 @@ func TestCrashRecovery(t *testing.T) {
 	// The simulator died with the stack, so it answers a re-asked key it has
 	// never seen by doing the work then; one that kept its state would
 	// answer its first answer.
-	var final map[string]apiclient.Job
+	var final, last map[string]apiclient.Job
 	var settledAt time.Time
 	for {
 		final, err = user.getAll(ctx, ids)
 		if err != nil {
+			if ctx.Err() != nil && last != nil {
+				// The budget ran out mid-read: say what the last whole read saw.
+				t.Fatalf("no convergence within the drill budget; unsettled at the last read: %v\nrun 2's log messages: %s",
+					unsettled(last, ids), logCounts(t, run2.log))
+			}
 			t.Fatalf("read jobs: %v", err)
 		}
+		last = final
 		pending := 0
 		for _, id := range ids {
 			j := final[id]
@@ -302,7 +308,7 @@ func TestCrashRecovery(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("no convergence within the drill budget; unsettled: %v", unsettled(final, ids))
+			t.Fatalf("no convergence within the drill budget; unsettled: %v\nrun 2's log messages: %s", unsettled(final, ids), logCounts(t, run2.log))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -604,6 +610,16 @@ func unsettled(final map[string]apiclient.Job, ids []string) []string {
 		}
 	}
 	return out
+}
+
+// logCounts counts a run's log records by message, for a failure's report.
+func logCounts(t *testing.T, path string) string {
+	t.Helper()
+	n := map[string]int{}
+	for _, l := range readLog(t, path) {
+		n[l.Msg]++
+	}
+	return sortedCounts(n)
 }
 
 func sortedCounts(m map[string]int) string {

@@ -264,6 +264,22 @@ func runSettle(t *testing.T, h Harness) {
 		})
 	}
 
+	if h.Settles == SettleResend {
+		// A 5xx the receiver marks as the key's first answer, replayed, is
+		// about the first request: it was not acted on.
+		t.Run("SettleReplayedServerErrorIsARefusal", func(t *testing.T) {
+			t.Parallel()
+			r := h.start(t, sim.Options{Mode: sim.ModeServerError})
+			req := Request(1)
+			_, callErr := r.p.Call(t.Context(), req)
+			callError(t, callErr, provider.ClassRetryable)
+			got := settle(t, settler(t, r), req, provider.EvidenceRefused)
+			if ce := callError(t, got.Err, provider.ClassRetryable); !ce.Replayed || ce.Status < 500 {
+				t.Errorf("Err = %v (status %d, replayed %v), want the replayed 5xx", got.Err, ce.Status, ce.Replayed)
+			}
+		})
+	}
+
 	t.Run("SettleWithoutAnAnswerIsAnError", func(t *testing.T) {
 		t.Parallel()
 		if h.Settles == SettleResend {
