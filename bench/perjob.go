@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/dynalite"
+	"github.com/onejob/onejob/internal/dev/receiver"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/dynamo"
@@ -40,6 +42,10 @@ type scenario struct {
 	// brownout: the primary hangs brownoutHang on every call while the
 	// jobs are submitted over brownoutSpread (then recovers); makeRun.
 	brownout bool
+	// endpoint: the owner has one webhook endpoint (a loopback receiver
+	// answering 204); once the jobs settled, the notifier's passes run
+	// until every event is delivered, and count with the jobs; makeRun.
+	endpoint bool
 }
 
 // The brownout scenario: issue 19's drill as a cost row.
@@ -67,6 +73,10 @@ func scenarios() []scenario {
 		// Quotas on: one conditional write on the owner's counters per
 		// create and one per finished job.
 		{Name: "happy path, quotas on", jobType: "demo", want: "1:sim-primary:succeeded", makeRun: true},
+		// The same with one webhook endpoint: the outcome write also
+		// appends the event to the job's outbox (no extra request), then
+		// the notifier fans it out and delivers it.
+		{Name: "happy path, quotas on, one endpoint", jobType: "demo", want: "1:sim-primary:succeeded", makeRun: true, endpoint: true},
 		{Name: "brownout", jobType: "demo", brownout: true, makeRun: true},
 	}
 }
@@ -126,7 +136,7 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 	log := slog.New(captureHandler{next: logOut.Handler(), observe: times.observe})
 	s, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
 		TablePrefix: "bench-cost", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log, DemoProviders: stack.BreakersNeverAct,
-		Quotas: &job.Quotas{}})
+		Quotas: &job.Quotas{}, NotificationsOff: true})
 	if err != nil {
 		ps.Close()
 		return nil, nil, nil, nil, err
@@ -166,6 +176,29 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		closeAll()
 		return nil, nil, nil, nil, err
 	}
+	// The endpoint rows' owner and its receiver.
+	hooks, err := receiver.Start()
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	prevClose := closeAll
+	closeAll = func() { prevClose(); _ = hooks.Close() }
+	bHooks, err := newAPIClient(b.APIURL, b.JWTSecret(), "bench-hooks")
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	code, body, err := bHooks.do(ctx, http.MethodPost, "/v1/webhook-endpoints", "", map[string]any{"url": hooks.URL + "/bench"})
+	var ep struct{ Secret string }
+	if err == nil && (code != http.StatusCreated || json.Unmarshal(body, &ep) != nil) {
+		err = fmt.Errorf("register an endpoint: %d %s", code, body)
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	hooks.Expect("/bench", ep.Secret)
 	var out []perJob
 	for _, sc := range scenarios() {
 		n := o.jobsPerScenario
@@ -176,10 +209,14 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		if sc.makeRun {
 			on, u, rd = b, bUser, bReader
 		}
+		var hk *receiver.Receiver
+		if sc.endpoint {
+			u, hk = bHooks, hooks
+		}
 		if sc.brownout {
 			n = brownoutJobs
 		}
-		r, err := runScenario(ctx, on, proxy, times, u, admin, rd, sc, n)
+		r, err := runScenario(ctx, on, proxy, times, u, admin, rd, sc, n, hk)
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, nil, fmt.Errorf("%s: %w", sc.Name, err)
@@ -195,7 +232,7 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 }
 
 func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *lambdaTimes, user, admin *apiClient,
-	reader *dynamo.Store, sc scenario, n int) (perJob, error) {
+	reader *dynamo.Store, sc scenario, n int, hooks *receiver.Receiver) (perJob, error) {
 	slog.Info("measuring", "scenario", sc.Name, "jobs", n)
 	// Start from a quiet stack: nothing of the last scenario still running.
 	if err := s.Lambda.Wait(ctx); err != nil {
@@ -301,6 +338,25 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	if err := s.Lambda.Wait(ctx); err != nil {
 		return perJob{}, err
 	}
+	// The notifier (the notify function's passes), until every event is
+	// delivered: each pass's fixed queries (by_notify and by_due, every
+	// shard) are shared by the jobs it serves.
+	var passes int
+	var notifyMS float64
+	if hooks != nil {
+		before := len(receiver.Delivered(hooks.Deliveries("/bench")))
+		for len(receiver.Delivered(hooks.Deliveries("/bench"))) < before+n {
+			if passes > 50 {
+				return perJob{}, fmt.Errorf("%d of %d events delivered after %d notifier passes", len(receiver.Delivered(hooks.Deliveries("/bench")))-before, n, passes)
+			}
+			t0 := time.Now()
+			if _, err := s.Notifier.Pass(ctx); err != nil {
+				return perJob{}, fmt.Errorf("notifier: %w", err)
+			}
+			notifyMS += float64(time.Since(t0).Milliseconds() + 1)
+			passes++
+		}
+	}
 	elapsed := time.Since(start)
 
 	d := deltaOf(ddb0, proxy.snapshot())
@@ -337,6 +393,12 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 			r.LambdaInvocations[f] = round2(float64(k) / fn)
 			r.LambdaBilledMS[f] = round2((ms1[f] - ms0[f]) / fn)
 		}
+	}
+	if passes > 0 {
+		// Deployed, one scheduled invocation drains them all; counted here
+		// as one per pass (an upper bound).
+		r.LambdaInvocations[deploy.FnNotify] = round2(float64(passes) / fn)
+		r.LambdaBilledMS[deploy.FnNotify] = round2(notifyMS / fn)
 	}
 	return r, nil
 }

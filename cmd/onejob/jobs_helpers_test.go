@@ -38,7 +38,8 @@ func (l *sharedStack) get(t *testing.T) *stack.Stack {
 			logs = io.MultiWriter(logs, os.Stderr)
 		}
 		l.s, l.err = stack.Start(ctx, stack.Config{APIAddr: "127.0.0.1:0", CertifyDemo: true, SweepInterval: time.Second,
-			TablePrefix: "cli-" + newKey()[:8], DemoProviders: stack.BreakersNeverAct, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+			NotifyInterval: 250 * time.Millisecond,
+			TablePrefix:    "cli-" + newKey()[:8], DemoProviders: stack.BreakersNeverAct, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	})
 	if l.err != nil {
 		t.Fatalf("start the local stack: %v", l.err)

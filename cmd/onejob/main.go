@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string) error {
 		"contract":  contractCommand,
 		"jobs":      jobsCommand,
 		"providers": providersCommand,
+		"webhooks":  webhooksCommand,
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(os.Stderr, usage(commands))
@@ -62,6 +63,7 @@ func usage(commands map[string]func(context.Context, []string) error) string {
 	return "usage: onejob <command> [flags]\ncommands: " + strings.Join(names, ", ") + "\n" +
 		"  jobs submit|get|list|attempts|watch|cancel|resolve: the HTTP API ($" + envAPIURL + ", $" + envToken + ")\n" +
 		"  providers [list]|force: the providers' health, an operator's override (the same API)\n" +
+		"  webhooks listen --forward-to URL: receive your jobs' webhook events here (same variables)\n" +
 		"'onejob <command> -h' describes a command's flags"
 }
 

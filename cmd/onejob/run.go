@@ -30,7 +30,7 @@ import (
 //
 //	onejob run [--data .local/dynalite] [--table-prefix onejob-local] [--duplicate-delivery] [--log FILE]
 //	           [--sweep-interval 10s] [--overdue-grace 0] [--idle-timeout 30s] [--keep-executions 1000]
-//	           [--breakers on|off]
+//	           [--breakers on|off] [--notify-interval 250ms]
 //
 // AWS_ENDPOINT_URL_DYNAMODB points it at a DynamoDB already running
 // (DynamoDB Local, LocalStack, moto) instead of the dynalite it starts;
@@ -47,6 +47,7 @@ func runCommand(ctx context.Context, args []string) error {
 	overdue := fs.Duration("overdue-grace", 0, "how long past its timeout a running attempt nobody watches may stay running before it is declared unknown (0: the worker's default)")
 	idle := fs.Duration("idle-timeout", stack.DefaultIdleTimeout, "how long the local servers keep an idle connection open")
 	keep := fs.Int("keep-executions", 0, "closed executions the local Step Functions server keeps whole, history included (0: its default, 1000)")
+	notify := fs.Duration("notify-interval", 250*time.Millisecond, "how often the notifier looks for webhook deliveries to make (0 disables it)")
 	breakers := fs.String("breakers", "on", "the demo providers' circuit breakers: on, or off (they never open nor fill: for drills that script provider failures)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -83,6 +84,10 @@ func runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	schedule, disableAfter, err := notifyScheduleFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
 	started := time.Now()
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -95,6 +100,7 @@ func runCommand(ctx context.Context, args []string) error {
 		DynamoEndpoint: local.dynamoEndpoint, DynamoOptions: local.dynamoOptions,
 		Providers: local.providers, AWSCredentials: local.credentials,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas,
+		NotifyInterval: *notify, NotifySchedule: schedule, NotifyDisableAfter: disableAfter,
 		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
 	})
@@ -181,6 +187,27 @@ func quotasFromEnv(getenv func(string) string) (job.Quotas, error) {
 		*v.into = n
 	}
 	return q, nil
+}
+
+// EnvNotifyRetryScale compresses make run's webhook retry schedule (and
+// how long an endpoint may fail before it is disabled) by its factor:
+// DefaultNotifyRetryScale unless set; 1 is the deployed schedule.
+const EnvNotifyRetryScale = "ONEJOB_NOTIFY_RETRY_SCALE"
+
+// DefaultNotifyRetryScale: 5 s, 5 min, 30 min … become 83 ms, 5 s, 30 s …
+// and 5 days of failing two hours, so a retry shows while one watches.
+const DefaultNotifyRetryScale = 60
+
+func notifyScheduleFromEnv(getenv func(string) string) (job.RetrySchedule, time.Duration, error) {
+	f := DefaultNotifyRetryScale
+	if v := getenv(EnvNotifyRetryScale); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return nil, 0, fmt.Errorf("%s=%q is not a factor (1 or more)", EnvNotifyRetryScale, v)
+		}
+		f = n
+	}
+	return job.DefaultRetrySchedule().Scaled(f), job.DefaultDisableAfter / time.Duration(f), nil
 }
 
 // secretText says what the tokens are signed with and how to mint more:

@@ -35,7 +35,8 @@ func main() {
 	})
 	deploy.Check(log, err)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
-		Owners: store, Quotas: job.Quotas{UnfinishedJobs: env.QuotaUnfinishedJobs, HeldRequests: env.QuotaHeldRequests}})
+		Owners: store, Quotas: job.Quotas{UnfinishedJobs: env.QuotaUnfinishedJobs, HeldRequests: env.QuotaHeldRequests},
+		Notifications: true})
 	deploy.Check(log, err)
 	// Input validation needs the job types' input schemas; each execution
 	// carries its type's run timeout.
@@ -56,8 +57,12 @@ func main() {
 	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: log})
 	deploy.Check(log, err)
 
+	// Owners' webhook endpoints: https to public addresses only.
+	endpoints, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: store, Logger: log})
+	deploy.Check(log, err)
+
 	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog}, Starter: starter, Logger: log,
-		Admin: apigw.AdminRule{Claim: env.AdminClaim, Value: env.AdminValue}, Providers: breakers})
+		Admin: apigw.AdminRule{Claim: env.AdminClaim, Value: env.AdminValue}, Providers: breakers, Notifications: endpoints})
 	deploy.Check(log, err)
 	lambda.Start(h.Handle)
 }

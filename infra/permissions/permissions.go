@@ -116,6 +116,25 @@ func All() map[string][]Grant {
 			// GetItem after a refused count where the store does not hand
 			// the item back).
 			{[]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, table(dynamo.OwnersTable())},
+			// Webhook endpoints (put, read, list an owner's, rotate,
+			// delete; the owner's endpoint count above) and a job's
+			// deliveries (listed; an operator's redelivery reads one and
+			// saves it on its revision).
+			{[]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"}, table(dynamo.EndpointsTable())},
+			{[]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.DeliveriesTable())},
+		},
+		// The notifier finds jobs with events to fan out in the sparse
+		// by_notify index, reads each, puts one delivery per endpoint
+		// (conditional PutItem), records them dispatched (conditional
+		// UpdateItem), finds due deliveries in the sparse by_due index,
+		// claims and records each try (conditional PutItem on the
+		// revision), and updates the endpoint's health.
+		deploy.FnNotify: {
+			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByNotify)},
+			{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())},
+			{[]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.EndpointsTable())},
+			{[]string{"dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.DeliveriesTable())},
+			{[]string{"dynamodb:Query"}, index(dynamo.DeliveriesTable(), dynamo.IndexByDue)},
 		},
 		// The sweeper finds open jobs in the sparse by_open index (keys
 		// only: dynamo.ListOpen, no Scan), reads them by key in batches and

@@ -238,6 +238,18 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		})},
 	})
 
+	// The notifier drains pending webhook deliveries once a minute.
+	notify := fns[deploy.FnNotify]
+	awsevents.NewRule(stack, jsii.String("NotifySchedule"), &awsevents.RuleProps{
+		RuleName:    physical(cfg.Env, "notify"),
+		Description: jsii.String(fmt.Sprintf("Runs the onejob notifier every %s", deploy.NotifyEvery)),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(deploy.NotifyEvery.Minutes()))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(notify, &awseventstargets.LambdaFunctionProps{
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(60)),
+			RetryAttempts: jsii.Number(1),
+		})},
+	})
+
 	httpAPI := newHTTPAPI(stack, cfg, api, retention, removal)
 	topic := newAlarms(stack, cfg, httpAPI, sm, sweeper)
 
@@ -336,7 +348,7 @@ func newFunction(stack awscdk.Stack, cfg Config, spec deploy.Function, vars map[
 		LogGroup:     logs,
 		Tracing:      awslambda.Tracing_ACTIVE,
 	}
-	if spec.Name == deploy.FnSweeper {
+	if spec.Name == deploy.FnSweeper || spec.Name == deploy.FnNotify {
 		// The schedule invokes asynchronously; the next tick is the retry.
 		props.RetryAttempts = jsii.Number(0)
 	}

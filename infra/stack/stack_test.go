@@ -179,7 +179,7 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 				"AllowOrigins":     toAny(cfg.CORSOrigins),
 				"AllowHeaders":     toAny(apigw.CORSAllowHeaders()),
 				"ExposeHeaders":    toAny(apigw.CORSExposeHeaders()),
-				"AllowMethods":     []any{"GET", "POST"},
+				"AllowMethods":     []any{"DELETE", "GET", "POST"},
 				"MaxAge":           3600,
 				"AllowCredentials": false,
 			},
@@ -567,7 +567,9 @@ func checkCORS(t *testing.T, s *synthesized) {
 		}
 	}
 	for key, want := range map[string][]string{"AllowHeaders": {"Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Prefer"},
-		"ExposeHeaders": {"Location", "Idempotent-Replayed", "ETag", "Retry-After", "Preference-Applied"}, "AllowMethods": {"GET", "POST"}} {
+		"ExposeHeaders": {"Location", "Idempotent-Replayed", "ETag", "Retry-After", "Preference-Applied"},
+		// DELETE: a webhook endpoint.
+		"AllowMethods": {"DELETE", "GET", "POST"}} {
 		if got := strList(cors[key]); !slices.Equal(got, want) {
 			t.Errorf("%s %v, want %v", key, got, want)
 		}
@@ -610,15 +612,21 @@ func checkCfnLint(t *testing.T, s *synthesized) {
 
 func checkSchedule(t *testing.T, s *synthesized) {
 	rules := resources(s, "AWS::Events::Rule")
-	if len(rules) != 1 {
-		t.Fatalf("%d rules", len(rules))
+	if len(rules) != 2 {
+		t.Fatalf("%d rules, want the sweeper's and the notifier's", len(rules))
 	}
+	scheduled := map[string]bool{}
 	for _, r := range rules {
 		p := props(r)
 		targets := list(p["Targets"])
-		if p["ScheduleExpression"] != "rate(1 minute)" || p["State"] != "ENABLED" || len(targets) != 1 || s.sym(asMap(targets[0])["Arn"]) != "arn:fn:sweeper" {
+		if p["ScheduleExpression"] != "rate(1 minute)" || p["State"] != "ENABLED" || len(targets) != 1 {
 			t.Errorf("schedule %v", p)
+			continue
 		}
+		scheduled[s.sym(asMap(targets[0])["Arn"])] = true
+	}
+	if !scheduled["arn:fn:sweeper"] || !scheduled["arn:fn:"+deploy.FnNotify] {
+		t.Errorf("scheduled %v, want the sweeper and the notifier", scheduled)
 	}
 }
 
@@ -709,6 +717,18 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
 			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners").
+			// Webhook endpoints and a job's deliveries.
+			add([]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"}, "arn:table:endpoints").
+			add([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:deliveries").
+			add(xrayLambda, "*"),
+		// The notifier: pending events from by_notify, the owner's
+		// endpoints, deliveries (put, due in by_due, claimed and tried).
+		"fn:" + deploy.FnNotify: grants{}.
+			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByNotify).
+			add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
+			add([]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}, "arn:table:endpoints").
+			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:deliveries").
+			add([]string{"dynamodb:Query"}, "arn:table:deliveries/index/"+dynamo.IndexByDue).
 			add(xrayLambda, "*"),
 		"fn:" + deploy.FnRun: task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()).
 			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
@@ -813,7 +833,7 @@ func checkPermissions(t *testing.T, s *synthesized) {
 		fn, principal := s.sym(p["FunctionName"]), p["Principal"]
 		ok := p["Action"] == "lambda:InvokeFunction" && p["SourceArn"] != nil &&
 			(fn == "arn:fn:api" && principal == "apigateway.amazonaws.com" ||
-				fn == "arn:fn:sweeper" && principal == "events.amazonaws.com")
+				(fn == "arn:fn:sweeper" || fn == "arn:fn:"+deploy.FnNotify) && principal == "events.amazonaws.com")
 		if !ok {
 			t.Errorf("%s: %s may invoke %s (%v, source %v)", id, principal, fn, p["Action"], p["SourceArn"])
 		}

@@ -53,6 +53,10 @@ type Config struct {
 	// Providers is the providers' health for operators; nil: the
 	// deployment keeps none (its routes answer not-found).
 	Providers Providers
+	// Notifications are the owners' webhook endpoints and their jobs'
+	// deliveries; nil: the deployment sends none (their routes answer
+	// not-found).
+	Notifications Notifications
 }
 
 // Handler serves the API's routes.
@@ -71,6 +75,8 @@ type Handler struct {
 	console   map[string]consoleFile
 	admin     AdminRule
 	providers Providers
+	// notifications: nil when the deployment sends none.
+	notifications Notifications
 	// ratePolicy is the RateLimit-Policy field value; empty without quotas.
 	ratePolicy string
 }
@@ -111,7 +117,8 @@ func New(c Config) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
-		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin, providers: c.Providers}
+		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin, providers: c.Providers,
+		notifications: c.Notifications}
 	h.routes = routes()
 	h.ratePolicy = ratePolicy(c.Jobs.Quotas())
 	files, err := consoleFiles()

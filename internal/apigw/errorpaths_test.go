@@ -36,6 +36,9 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 	admin := e.token(t, "operator-1", "jobs:admin")
 	id := e.mustCreate(t, "owner-1", "k-1", demoBody)
 	absent := "job_" + strings.Repeat("0", 26)
+	const endpointBody = `{"url":"http://127.0.0.1:9/hooks"}`
+	endpoint := e.mustCreateEndpoint(t, "owner-1", endpointBody)
+	delivery := "msg_" + strings.Repeat("0", 32) + "-" + endpoint
 	jsonCT := map[string]string{"Content-Type": "application/json"}
 	create := func(key string) map[string]string {
 		h := map[string]string{"Content-Type": "application/json"}
@@ -179,6 +182,46 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 			headers: jsonCT, body: []byte(`{"state":"sideways","reason":"x"}`)}, 422},
 		{"ForceStoreDown", "POST /v1/admin/providers/{name}/force", provDown, call{method: "POST", path: "/v1/admin/providers/sim-primary/force", token: admin,
 			headers: jsonCT, body: []byte(`{"state":"open","reason":"x"}`)}, 503},
+		// GET /v1/jobs/{id}/deliveries
+		{"DeliveriesWithoutToken", "GET /v1/jobs/{id}/deliveries", e, call{method: "GET", path: "/v1/jobs/" + id + "/deliveries"}, 401},
+		{"DeliveriesNotAnID", "GET /v1/jobs/{id}/deliveries", e, call{method: "GET", path: "/v1/jobs/x/deliveries", token: owner}, 404},
+		{"DeliveriesOtherOwners", "GET /v1/jobs/{id}/deliveries", e, call{method: "GET", path: "/v1/jobs/" + id + "/deliveries", token: other}, 404},
+		{"DeliveriesStoreDown", "GET /v1/jobs/{id}/deliveries", down, call{method: "GET", path: "/v1/jobs/" + absent + "/deliveries", token: owner}, 503},
+		// POST /v1/jobs/{id}/deliveries/{delivery}/redeliver
+		{"RedeliverWithoutToken", "POST /v1/jobs/{id}/deliveries/{delivery}/redeliver", e, call{method: "POST", path: "/v1/jobs/" + id + "/deliveries/" + delivery + "/redeliver"}, 401},
+		{"RedeliverAsOwner", "POST /v1/jobs/{id}/deliveries/{delivery}/redeliver", e, call{method: "POST", path: "/v1/jobs/" + id + "/deliveries/" + delivery + "/redeliver", token: owner}, 403},
+		{"RedeliverNotADelivery", "POST /v1/jobs/{id}/deliveries/{delivery}/redeliver", e, call{method: "POST", path: "/v1/jobs/" + id + "/deliveries/nope/redeliver", token: admin}, 404},
+		{"RedeliverAbsent", "POST /v1/jobs/{id}/deliveries/{delivery}/redeliver", e, call{method: "POST", path: "/v1/jobs/" + id + "/deliveries/" + delivery + "/redeliver", token: admin}, 404},
+		{"RedeliverStoreDown", "POST /v1/jobs/{id}/deliveries/{delivery}/redeliver", down, call{method: "POST", path: "/v1/jobs/" + absent + "/deliveries/" + delivery + "/redeliver", token: admin}, 503},
+		// POST /v1/webhook-endpoints
+		{"EndpointCreateWithoutToken", "POST /v1/webhook-endpoints", e, call{method: "POST", path: "/v1/webhook-endpoints", headers: jsonCT, body: []byte(endpointBody)}, 401},
+		{"EndpointCreateAsText", "POST /v1/webhook-endpoints", e, call{method: "POST", path: "/v1/webhook-endpoints", token: owner,
+			headers: map[string]string{"Content-Type": "text/plain"}, body: []byte(endpointBody)}, 415},
+		{"EndpointCreateMalformed", "POST /v1/webhook-endpoints", e, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT, body: []byte(`{"url"`)}, 400},
+		{"EndpointCreateTooLarge", "POST /v1/webhook-endpoints", e, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT, body: big}, 413},
+		{"EndpointCreateNotHTTPS", "POST /v1/webhook-endpoints", e, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT,
+			body: []byte(`{"url":"ftp://hooks.example.com/"}`)}, 422},
+		{"EndpointCreateMetadataAddress", "POST /v1/webhook-endpoints", e, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT,
+			body: []byte(`{"url":"https://169.254.169.254/latest"}`)}, 422},
+		{"EndpointCreateUnknownEvent", "POST /v1/webhook-endpoints", e, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT,
+			body: []byte(`{"url":"https://hooks.example.com/","events":["job.exploded"]}`)}, 422},
+		{"EndpointCreateStoreDown", "POST /v1/webhook-endpoints", down, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT, body: []byte(endpointBody)}, 503},
+		// GET /v1/webhook-endpoints
+		{"EndpointListWithoutToken", "GET /v1/webhook-endpoints", e, call{method: "GET", path: "/v1/webhook-endpoints"}, 401},
+		{"EndpointListStoreDown", "GET /v1/webhook-endpoints", down, call{method: "GET", path: "/v1/webhook-endpoints", token: owner}, 503},
+		// GET /v1/webhook-endpoints/{id}
+		{"EndpointGetWithoutToken", "GET /v1/webhook-endpoints/{id}", e, call{method: "GET", path: "/v1/webhook-endpoints/" + endpoint}, 401},
+		{"EndpointGetNotAnID", "GET /v1/webhook-endpoints/{id}", e, call{method: "GET", path: "/v1/webhook-endpoints/x", token: owner}, 404},
+		{"EndpointGetOtherOwners", "GET /v1/webhook-endpoints/{id}", e, call{method: "GET", path: "/v1/webhook-endpoints/" + endpoint, token: other}, 404},
+		{"EndpointGetStoreDown", "GET /v1/webhook-endpoints/{id}", down, call{method: "GET", path: "/v1/webhook-endpoints/" + endpoint, token: owner}, 503},
+		// DELETE /v1/webhook-endpoints/{id}
+		{"EndpointDeleteWithoutToken", "DELETE /v1/webhook-endpoints/{id}", e, call{method: "DELETE", path: "/v1/webhook-endpoints/" + endpoint}, 401},
+		{"EndpointDeleteOtherOwners", "DELETE /v1/webhook-endpoints/{id}", e, call{method: "DELETE", path: "/v1/webhook-endpoints/" + endpoint, token: other}, 404},
+		{"EndpointDeleteStoreDown", "DELETE /v1/webhook-endpoints/{id}", down, call{method: "DELETE", path: "/v1/webhook-endpoints/" + endpoint, token: owner}, 503},
+		// POST /v1/webhook-endpoints/{id}/rotate-secret
+		{"RotateWithoutToken", "POST /v1/webhook-endpoints/{id}/rotate-secret", e, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/rotate-secret"}, 401},
+		{"RotateOtherOwners", "POST /v1/webhook-endpoints/{id}/rotate-secret", e, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/rotate-secret", token: other}, 404},
+		{"RotateStoreDown", "POST /v1/webhook-endpoints/{id}/rotate-secret", down, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/rotate-secret", token: owner}, 503},
 		// The console (public: no token, and none asked for)
 		{"ConsoleRevalidated", "GET /console", e, call{method: "GET", path: "/console", headers: map[string]string{"If-None-Match": consoleETag(t, e, "/console")}}, 304},
 		{"ConsoleFileMissing", "GET /console/{file}", e, call{method: "GET", path: "/console/nope.js"}, 404},

@@ -197,6 +197,13 @@ func newEnvWith(t testing.TB, q job.Quotas, opts ...envOption) *env {
 		t.Fatal(err)
 	}
 	ac.Jobs = eng
+	if ac.Notifications == nil {
+		eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: st, Rule: job.URLRule{AllowLoopbackHTTP: true}, Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac.Notifications = eps
+	}
 	h, err := apigw.New(ac)
 	if err != nil {
 		t.Fatal(err)
@@ -528,3 +535,20 @@ func (e *env) handle(t testing.TB, ev events.APIGatewayV2HTTPRequest) events.API
 }
 
 type eventT = events.APIGatewayV2HTTPRequest
+
+// mustCreateEndpoint registers a webhook endpoint as owner; its ID.
+func (e *env) mustCreateEndpoint(t testing.TB, owner, body string) string {
+	t.Helper()
+	r := e.do(t, call{method: http.MethodPost, path: "/v1/webhook-endpoints", token: e.token(t, owner),
+		headers: map[string]string{"Content-Type": "application/json"}, body: []byte(body)})
+	if r.status != http.StatusCreated {
+		t.Fatalf("create endpoint: %d %s", r.status, r.body)
+	}
+	var v struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.ID
+}

@@ -143,7 +143,7 @@ func TestLocalCORS(t *testing.T) {
 			resp := preflight(t, allowed, tc.method, tc.path, tc.headers)
 			h := resp.Header
 			if resp.StatusCode != http.StatusNoContent || h.Get("Access-Control-Allow-Origin") != allowed ||
-				h.Get("Access-Control-Allow-Methods") != "GET,POST" || h.Get("Access-Control-Max-Age") != "3600" ||
+				h.Get("Access-Control-Allow-Methods") != "DELETE,GET,POST" || h.Get("Access-Control-Max-Age") != "3600" ||
 				h.Get("Vary") != "Origin" {
 				t.Fatalf("%s %s: %d %v", tc.method, tc.path, resp.StatusCode, h)
 			}

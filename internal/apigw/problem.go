@@ -186,6 +186,8 @@ func problemOf(err error) problem {
 	case errors.As(err, &reused):
 		code, p.JobID = CodeIdempotencyKeyReused, reused.JobID
 		p.Detail = "this Idempotency-Key already names a job created from a different request"
+	case tooManyEndpoints(err):
+		code, p.Detail = CodeConflict, "this owner has as many webhook endpoints as it may; delete one first"
 	case errors.Is(err, job.ErrNotFound), errors.Is(err, job.ErrAttemptNotFound):
 		// One body for "absent" and "someone else's": no existence leak.
 		code, p.Detail = CodeNotFound, "no such job or attempt"

@@ -26,7 +26,7 @@ type document struct {
 const noSniff = "nosniff"
 
 func encode(rep reply) (events.APIGatewayV2HTTPResponse, error) {
-	if rep.status == http.StatusNotModified {
+	if rep.status == http.StatusNotModified || rep.status == http.StatusNoContent {
 		// No body, so no Content-Type (RFC 9110 §15.4.5).
 		headers := map[string]string{"Cache-Control": "no-store", "X-Content-Type-Options": noSniff}
 		for k, v := range rep.headers {

@@ -13,6 +13,7 @@ const (
 	FnRun     = "run"
 	FnHold    = "hold"
 	FnSweeper = "sweeper"
+	FnNotify  = "notify"
 )
 
 // Function is one deployed Lambda function.
@@ -42,8 +43,21 @@ func Functions() []Function {
 		{FnHold, "HoldFunction", 256, 30 * time.Second, "Settles a run that ended without an answer; decides the wait", "HoldFunctionArn", 0},
 		// Done before the next sweep is due.
 		{FnSweeper, "SweeperFunction", 256, SweepEvery - 10*time.Second, "Starts stranded jobs and reports unknown attempts", "", NeedStateMachine},
+		// Drains pending notifications until idle or NotifyBudget, done
+		// before the next tick is due.
+		{FnNotify, "NotifyFunction", 256, NotifyEvery - 5*time.Second, "Delivers webhook notifications (signed, at least once)", "", 0},
 	}
 }
+
+// NotifyEvery is the notify function's schedule; each run passes over the
+// pending work until none is left or NotifyBudget is spent, so an event is
+// delivered within about a minute of its job's end, and a retry due
+// sooner than the next tick is made in the same run.
+const NotifyEvery = time.Minute
+
+// NotifyBudget bounds one run of the notify function: the sender's 15-s
+// timeout fits before the function's.
+const NotifyBudget = NotifyEvery - 25*time.Second
 
 // SweepEvery is the sweeper's schedule: a job whose start was throttled past
 // the API's retries starts within about a minute.

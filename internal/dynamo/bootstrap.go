@@ -15,6 +15,7 @@ import (
 // TableNames are the physical table names of one deployment.
 type TableNames struct {
 	Jobs, Attempts, Certifications, Providers, Owners string
+	Endpoints, Deliveries                             string
 }
 
 // NamesWithPrefix names every table "<prefix>-<logical>".
@@ -31,6 +32,8 @@ func NamesFrom(name func(logical string) string) TableNames {
 		Certifications: name(CertificationsTable().Logical),
 		Providers:      name(ProvidersTable().Logical),
 		Owners:         name(OwnersTable().Logical),
+		Endpoints:      name(EndpointsTable().Logical),
+		Deliveries:     name(DeliveriesTable().Logical),
 	}
 }
 
@@ -43,7 +46,7 @@ type namedTable struct {
 // each pairs every table with its name, in Tables() order.
 func (n TableNames) each() []namedTable {
 	return []namedTable{{JobsTable(), n.Jobs}, {AttemptsTable(), n.Attempts}, {CertificationsTable(), n.Certifications},
-		{ProvidersTable(), n.Providers}, {OwnersTable(), n.Owners}}
+		{ProvidersTable(), n.Providers}, {OwnersTable(), n.Owners}, {EndpointsTable(), n.Endpoints}, {DeliveriesTable(), n.Deliveries}}
 }
 
 // ByLogical maps each table's logical name to its physical name.

@@ -40,8 +40,11 @@ type Store struct {
 	certs     string
 	providers string
 	owners    string
-	log       *slog.Logger
-	now       func() time.Time
+	// endpoints and deliveries: notifications.
+	endpoints  string
+	deliveries string
+	log        *slog.Logger
+	now        func() time.Time
 }
 
 // New validates the configuration.
@@ -60,7 +63,7 @@ func New(c Config) (*Store, error) {
 	}
 	t := c.Tables
 	return &Store{db: newClient(c.Client), jobs: t.Jobs, atts: t.Attempts, certs: t.Certifications, providers: t.Providers,
-		owners: t.Owners, log: c.Logger, now: c.NowFunc}, nil
+		owners: t.Owners, endpoints: t.Endpoints, deliveries: t.Deliveries, log: c.Logger, now: c.NowFunc}, nil
 }
 
 // Create stores a new job with one conditional write on its ID, which is

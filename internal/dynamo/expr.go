@@ -253,6 +253,39 @@ func leaveOpenIndex() part {
 	return part{remove: []string{"#open"}, uses: []refs{{names: nameMap("#open", AttrOpenShard)}}}
 }
 
+// recordNotices appends the events the transition recorded (a job that
+// notifies, ended or blocked) to the outbox and puts the job in the
+// notifier's sparse by_notify index: the event is durable with the write
+// that made it happen. It appends rather than sets: an outcome compares
+// on the version, not the revision, so a notice another write added since
+// the decision's read must stay. Nothing for every other write.
+func recordNotices(before, after job.Job) part {
+	if len(after.Outbox) <= len(before.Outbox) {
+		return part{}
+	}
+	return part{set: []string{"#outbox = list_append(if_not_exists(#outbox, :no_notices), :notices)",
+		"#dispatched = if_not_exists(#dispatched, :none_dispatched)", "#notify_shard = :notify_shard"}, uses: []refs{{
+		names: nameMap("#outbox", aOutbox, "#dispatched", aDispatched, "#notify_shard", AttrNotifyShard),
+		values: map[string]types.AttributeValue{":no_notices": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
+			":notices": encodeOutbox(after.Outbox[len(before.Outbox):]), ":none_dispatched": avN(0),
+			":notify_shard": avS(NotifyShard(after.ID))},
+	}}}
+}
+
+// setDispatched records the notices fanned out; with none left, the job
+// leaves by_notify.
+func setDispatched(after job.Job) part {
+	p := part{set: []string{"#dispatched = :dispatched"}, uses: []refs{{
+		names:  nameMap("#dispatched", aDispatched),
+		values: map[string]types.AttributeValue{":dispatched": avN(int64(after.Dispatched))},
+	}}}
+	if !after.Pending() {
+		p.remove = []string{"#notify_shard"}
+		p.uses = append(p.uses, refs{names: nameMap("#notify_shard", AttrNotifyShard)})
+	}
+	return p
+}
+
 // updateOf joins parts into one update expression, SET actions before
 // REMOVE actions, each in the parts' order.
 func updateOf(parts ...part) (string, []refs) {

@@ -65,7 +65,58 @@ const (
 	aBy          = "by"
 	aReason      = "reason"
 	aAt          = "at"
+	// aNotify marks a job whose owner had an endpoint at create; aOutbox
+	// holds its events, aDispatched how many were fanned out.
+	aNotify     = "notify"
+	aOutbox     = "outbox"
+	aDispatched = "dispatched"
+	aAttempt    = "attempt"
 )
+
+// NotifyShards spreads jobs with pending notices over partitions of
+// by_notify.
+const NotifyShards = 4
+
+// NotifyShard is a job's by_notify partition.
+func NotifyShard(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return "notify#" + strconv.Itoa(int(h.Sum32()%NotifyShards))
+}
+
+func encodeOutbox(ns []job.Notice) types.AttributeValue {
+	l := make([]types.AttributeValue, len(ns))
+	for i, n := range ns {
+		m := map[string]types.AttributeValue{AttrID: avS(n.ID), aType: avS(string(n.Type)), aAt: avT(n.At)}
+		if n.Attempt != 0 {
+			m[aAttempt] = avN(int64(n.Attempt))
+		}
+		l[i] = &types.AttributeValueMemberM{Value: m}
+	}
+	return &types.AttributeValueMemberL{Value: l}
+}
+
+func (d *decoder) outbox(name string) []job.Notice {
+	l, ok := d.m[name].(*types.AttributeValueMemberL)
+	if !ok {
+		return nil
+	}
+	var out []job.Notice
+	for _, v := range l.Value {
+		m, ok := v.(*types.AttributeValueMemberM)
+		if !ok {
+			d.fail(name)
+			continue
+		}
+		sub := decoder{m: m.Value}
+		out = append(out, job.Notice{ID: sub.str(AttrID, true), Type: job.EventType(sub.str(aType, true)), At: sub.time(aAt, true),
+			Attempt: int(sub.num(aAttempt, false))})
+		if sub.err != nil && d.err == nil {
+			d.err = sub.err
+		}
+	}
+	return out
+}
 
 const timeLayout = time.RFC3339Nano
 
@@ -151,6 +202,18 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	}
 	if !j.ExpiresAt.IsZero() {
 		item[aExpiresAt] = avEpoch(j.ExpiresAt)
+	}
+	// Only a job that notifies carries these: the others' items (and so
+	// their cost) are as they were.
+	if j.Notify {
+		item[aNotify] = avB(true)
+	}
+	if len(j.Outbox) > 0 {
+		item[aOutbox] = encodeOutbox(j.Outbox)
+		item[aDispatched] = avN(int64(j.Dispatched))
+	}
+	if j.Pending() {
+		item[AttrNotifyShard] = avS(NotifyShard(j.ID))
 	}
 	return item
 }
@@ -395,6 +458,11 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 		CreatedAt:      d.time(aCreatedAt, true),
 		UpdatedAt:      d.time(aUpdatedAt, true),
 		WriteToken:     d.str(aWriteToken, false),
+		Outbox:         d.outbox(aOutbox),
+		Dispatched:     int(d.num(aDispatched, false)),
+	}
+	if v, ok := item[aNotify].(*types.AttributeValueMemberBOOL); ok {
+		j.Notify = v.Value
 	}
 	if r := d.str(aResult, false); r != "" {
 		j.Result = json.RawMessage(r)

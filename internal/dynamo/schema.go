@@ -68,9 +68,19 @@ const (
 	AttrProvider    = "provider"
 	AttrBusyShard   = "busy_shard"
 
+	AttrNotifyShard = "notify_shard"
+	AttrEndpointID  = "endpoint_id"
+	AttrDelivery    = "delivery"
+	AttrDueShard    = "due_shard"
+	AttrNextAt      = "next_at"
+
 	IndexByOwner = "by_owner"
 	IndexByOpen  = "by_open"
 	IndexByBusy  = "by_busy"
+	// IndexByNotify lists jobs whose outbox holds events not yet fanned
+	// out; IndexByDue the deliveries due for a try.
+	IndexByNotify = "by_notify"
+	IndexByDue    = "by_due"
 )
 
 // The table definitions are functions, not variables, so that no importer
@@ -103,6 +113,15 @@ func JobsTable() TableDef {
 			SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
 			Projection:   ProjectInclude,
 			Include:      []string{AttrOwner},
+		}, {
+			// Sparse: only a job whose outbox holds notices not yet fanned
+			// out carries notify_shard (set by the write that records the
+			// event, removed when the notifier has fanned it out), so jobs
+			// of owners without endpoints never enter it.
+			Name:         IndexByNotify,
+			PartitionKey: KeyAttr{Name: AttrNotifyShard, Type: AttrString},
+			SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
+			Projection:   ProjectKeysOnly,
 		}},
 	}
 }
@@ -153,7 +172,37 @@ func OwnersTable() TableDef {
 	}
 }
 
+// EndpointsTable holds owners' notification endpoints (webhook endpoints
+// in the API): one item per (owner, endpoint).
+func EndpointsTable() TableDef {
+	return TableDef{
+		Logical:      "endpoints",
+		PartitionKey: KeyAttr{Name: AttrOwner, Type: AttrString},
+		SortKey:      &KeyAttr{Name: AttrEndpointID, Type: AttrString},
+	}
+}
+
+// DeliveriesTable holds each event's delivery to each endpoint, under its
+// job: one item per (job, message#endpoint), with every try.
+func DeliveriesTable() TableDef {
+	return TableDef{
+		Logical:      "deliveries",
+		PartitionKey: KeyAttr{Name: AttrJobID, Type: AttrString},
+		SortKey:      &KeyAttr{Name: AttrDelivery, Type: AttrString},
+		TTL:          aExpiresAt,
+		Indexes: []IndexDef{{
+			// Sparse: only a pending delivery carries due_shard, sorted by
+			// when its next try is due.
+			Name:         IndexByDue,
+			PartitionKey: KeyAttr{Name: AttrDueShard, Type: AttrString},
+			SortKey:      &KeyAttr{Name: AttrNextAt, Type: AttrString},
+			Projection:   ProjectKeysOnly,
+		}},
+	}
+}
+
 // Tables lists every table the service uses.
 func Tables() []TableDef {
-	return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable(), ProvidersTable(), OwnersTable()}
+	return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable(), ProvidersTable(), OwnersTable(),
+		EndpointsTable(), DeliveriesTable()}
 }

@@ -45,7 +45,15 @@ func waitWrite(t job.Transition, token string) jobWrite {
 func attemptWrite(t job.Transition, a job.Attempt, token string) jobWrite {
 	return jobWrite{
 		condition: revisionIs(t.Before().Revision),
-		update:    []part{stamp(t.After(), token), putAttempt(a)},
+		update:    []part{stamp(t.After(), token), putAttempt(a), recordNotices(t.Before(), t.After())},
+	}
+}
+
+// dispatchedWrite records how many notices the notifier fanned out.
+func dispatchedWrite(t job.Transition, token string) jobWrite {
+	return jobWrite{
+		condition: revisionIs(t.Before().Revision),
+		update:    []part{stamp(t.After(), token), setDispatched(t.After())},
 	}
 }
 
@@ -56,7 +64,7 @@ func completeWrite(t job.Transition, a job.Attempt, token string) jobWrite {
 	return jobWrite{
 		condition: allOf(versionIs(before.Version), noWinnerYet(), attemptStateIn(a.Number, t.AllowedAttemptStates())),
 		update: []part{stamp(after, token), putAttempt(a), setVersion(after.Version),
-			outcomeFields(before, after), leaveOpenIndex()},
+			outcomeFields(before, after), leaveOpenIndex(), recordNotices(before, after)},
 	}
 }
 
@@ -65,7 +73,8 @@ func failWrite(t job.Transition, token string) jobWrite {
 	before, after := t.Before(), t.After()
 	return jobWrite{
 		condition: allOf(versionIs(before.Version), noWinnerYet()),
-		update:    []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), leaveOpenIndex()},
+		update: []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), leaveOpenIndex(),
+			recordNotices(before, after)},
 	}
 }
 
@@ -74,7 +83,8 @@ func cancelWrite(t job.Transition, token string) jobWrite {
 	before, after := t.Before(), t.After()
 	return jobWrite{
 		condition: allOf(versionIs(before.Version), noWinnerYet()),
-		update:    []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), leaveOpenIndex()},
+		update: []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), leaveOpenIndex(),
+			recordNotices(before, after)},
 	}
 }
 
@@ -104,6 +114,8 @@ func writeFor(t job.Transition, token string) (jobWrite, error) {
 		return failWrite(t, token), nil
 	case job.KindCancel:
 		return cancelWrite(t, token), nil
+	case job.KindDispatched:
+		return dispatchedWrite(t, token), nil
 	}
 	return jobWrite{}, fmt.Errorf("store: no write for transition kind %q", t.Kind())
 }
@@ -182,7 +194,8 @@ func createInput(table string, item map[string]types.AttributeValue, now time.Ti
 // leftByExpired are the attributes an expired job may hold that a new one
 // does not: a create removes whichever its own item lacks.
 func leftByExpired() []string {
-	return []string{aCompletedBy, aResult, aError, aCancellation, aWaiting, aExpiresAt, aRetentionS, aWriteToken, AttrOpenShard}
+	return []string{aCompletedBy, aResult, aError, aCancellation, aWaiting, aExpiresAt, aRetentionS, aWriteToken, AttrOpenShard,
+		aNotify, aOutbox, aDispatched, AttrNotifyShard}
 }
 
 // ledgerInput puts the ledger's copy of attempt a, stamped with revision,

@@ -39,6 +39,12 @@ const (
 	SettleSeconds                = "SettleSeconds"
 	// ProvidersOpened counts breakers opening (the provider-opened alarm).
 	ProvidersOpened = "ProvidersOpened"
+	// DeliveryTries counts webhook delivery tries, DeliveriesFailed those
+	// that failed; EndpointsDisabled counts webhook endpoints disabled
+	// (410, or failing for days: the endpoint-disabled alarm).
+	DeliveryTries     = "DeliveryTries"
+	DeliveriesFailed  = "DeliveryTriesFailed"
+	EndpointsDisabled = "EndpointsDisabled"
 )
 
 // Recorder counts and emits emf.
@@ -143,6 +149,20 @@ func (r *Recorder) AttemptSettled(ctx context.Context, j job.Job, a job.Attempt,
 // ProviderOpened counts a provider's breaker opening.
 func (r *Recorder) ProviderOpened(ctx context.Context, h job.Health) {
 	r.Add(ctx, ProvidersOpened, 1, "Count", map[string]any{"provider": h.Provider, "reason": h.Reason})
+}
+
+// DeliveryTried counts a webhook delivery's try, and a failed one.
+func (r *Recorder) DeliveryTried(ctx context.Context, d job.Delivery, t job.Try) {
+	props := map[string]any{"job_id": d.JobID, "endpoint_id": d.EndpointID, "http_status": t.Status, "latency_ms": t.Latency.Milliseconds()}
+	r.Add(ctx, DeliveryTries, 1, "Count", props)
+	if !job.Delivered(t.Status) {
+		r.Add(ctx, DeliveriesFailed, 1, "Count", props)
+	}
+}
+
+// EndpointDisabled counts a webhook endpoint disabled.
+func (r *Recorder) EndpointDisabled(ctx context.Context, e job.Endpoint) {
+	r.Add(ctx, EndpointsDisabled, 1, "Count", map[string]any{"owner": e.Owner, "endpoint_id": e.ID, "reason": e.DisabledReason})
 }
 
 // OldestUnknown reports the age of the oldest unknown attempt.

@@ -323,7 +323,12 @@ func attemptTo(j Job, a Attempt, to AttemptState, c change, now time.Time) (Tran
 	if err != nil {
 		return Transition{}, err
 	}
-	return bookkeeping(j, j.withAttempt(moved), KindAttempt, a.Number, now.UTC()), nil
+	after := j.withAttempt(moved)
+	if to == AttemptUnknown {
+		// The owner learns the job is blocked, and why it waits.
+		after = notice(after, EventAttemptUnknown, a.Number, now)
+	}
+	return bookkeeping(j, after, KindAttempt, a.Number, now.UTC()), nil
 }
 
 // change is what a move records on the attempt beside its new state.

@@ -57,6 +57,13 @@ type Job struct {
 	// never expires.
 	Retention time.Duration
 	ExpiresAt time.Time
+	// Notify is set at create when the owner had a notification endpoint
+	// (NotifiesFor): only then do the writes that end or block the job
+	// record events in Outbox, in the same write, for the notifier.
+	// Dispatched counts the notices already fanned out into deliveries.
+	Notify     bool
+	Outbox     []Notice
+	Dispatched int
 }
 
 // Retention bounds: a finished job, and so its idempotency key, is kept

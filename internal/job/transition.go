@@ -14,6 +14,9 @@ const (
 	KindComplete     Kind = "complete"      // outcome: an attempt's result wins
 	KindFail         Kind = "fail"          // outcome: the job fails
 	KindCancel       Kind = "cancel"        // outcome: the job is cancelled
+	// KindDispatched is bookkeeping: the notifier fanned the outbox's
+	// notices out into deliveries (Job.Dispatched).
+	KindDispatched Kind = "dispatched"
 )
 
 // Outcome reports whether the kind writes the job's outcome.
@@ -100,6 +103,7 @@ func bookkeeping(before, after Job, kind Kind, n int, now time.Time) Transition 
 }
 
 func outcome(before, after Job, kind Kind, n int, now time.Time) Transition {
+	after = notice(after, outcomeEvent(kind), 0, now)
 	after.Version = before.Version + 1
 	after.Revision = before.Revision + 1
 	after.UpdatedAt = now

@@ -28,6 +28,11 @@ type EngineConfig struct {
 	// Quotas bound what one owner can have onejob do at once; zero: none,
 	// and no counter is kept (a create is then one write).
 	Quotas job.Quotas
+	// Notifications: owners may register notification endpoints, so a
+	// create learns whether the owner has one (job.NotifiesFor) from its
+	// counters — read for free with the quota count, else one read.
+	// Needs Owners.
+	Notifications bool
 }
 
 // Engine creates jobs and executes their transitions: read, let package job
@@ -39,6 +44,7 @@ type Engine struct {
 	events Events
 	owners OwnerStore
 	quotas job.Quotas
+	notify bool
 }
 
 // NewEngine checks that a store is given and defaults the rest.
@@ -61,7 +67,11 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	if c.Quotas.Enabled() && c.Owners == nil {
 		return nil, errors.New("lifecycle: quotas need an owner store")
 	}
-	return &Engine{store: c.Store, now: c.NowFunc, log: c.Logger, events: c.Events, owners: c.Owners, quotas: c.Quotas}, nil
+	if c.Notifications && c.Owners == nil {
+		return nil, errors.New("lifecycle: notifications need an owner store")
+	}
+	return &Engine{store: c.Store, now: c.NowFunc, log: c.Logger, events: c.Events, owners: c.Owners, quotas: c.Quotas,
+		notify: c.Notifications}, nil
 }
 
 // Quotas are the engine's per-owner bounds.
@@ -82,12 +92,20 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 		return job.Job{}, false, err
 	}
 	if !e.counting() {
+		if e.notify {
+			u, err := e.owners.Usage(ctx, j.Owner)
+			if err != nil {
+				return job.Job{}, false, err
+			}
+			j.Notify = job.NotifiesFor(u)
+		}
 		return e.store.Create(ctx, j)
 	}
-	ok, _, err := e.owners.CountJob(ctx, j.Owner, e.quotas.UnfinishedJobs, e.now())
+	ok, u, err := e.owners.CountJob(ctx, j.Owner, e.quotas.UnfinishedJobs, e.now())
 	if err != nil {
 		return job.Job{}, false, err
 	}
+	j.Notify = e.notify && job.NotifiesFor(u)
 	if !ok {
 		existing, err := e.store.Get(ctx, j.ID)
 		switch {

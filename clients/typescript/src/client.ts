@@ -1,7 +1,7 @@
 import { IdempotencyKeyReusedError, NetworkError, ProblemError, problemBase } from "./errors.js";
 import { MemoryKeyStore, type KeyStore, type StoredIntent } from "./keystore.js";
 import { backoffDelay, defaultRetryPolicy, parseRetryAfter, sleep, type RetryPolicy } from "./retry.js";
-import { isTerminal, type AttemptList, type CreateJobRequest, type Job, type JobList, type JobStatus, type Problem } from "./types.js";
+import { isTerminal, type AttemptList, type CreateJobRequest, type DeliveryList, type Job, type JobList, type JobStatus, type Problem } from "./types.js";
 
 /** The server holds a waiting request at most this long (openapi.yaml). */
 export const maxWaitSeconds = 20;
@@ -170,6 +170,15 @@ export class OnejobClient {
       throw await problemOf(res);
     }
     return (await res.json()) as AttemptList;
+  }
+
+  /** The job's webhook deliveries (one per event and endpoint), each with every try. */
+  async deliveries(id: string, options: CallOptions = {}): Promise<DeliveryList> {
+    const res = await this.#request("GET", jobPath(id) + "/deliveries", { signal: options.signal });
+    if (res.status !== 200) {
+      throw await problemOf(res);
+    }
+    return (await res.json()) as DeliveryList;
   }
 
   /** A page of the caller's jobs, newest first, each without its input (get() has it). */

@@ -9,4 +9,7 @@ export type { KeyStore, StoredIntent, StringStorage } from "./keystore.js";
 export { backoffDelay, defaultRetryPolicy, parseRetryAfter, sleep } from "./retry.js";
 export type { RetryPolicy } from "./retry.js";
 export { isTerminal, terminalStatuses } from "./types.js";
-export type { Attempt, AttemptList, AttemptSummary, CreateJobRequest, Job, JobList, JobStatus, JobSummary, Problem } from "./types.js";
+export type { Attempt, AttemptList, AttemptSummary, CreateJobRequest, Delivery, DeliveryList, Job, JobList, JobStatus, JobSummary, Problem,
+  WebhookEndpoint } from "./types.js";
+export { WebhookVerificationError, defaultWebhookToleranceSeconds, signWebhook, verifyWebhook } from "./webhooks.js";
+export type { VerifyWebhookOptions, WebhookEvent, WebhookEventType, WebhookHeaders } from "./webhooks.js";

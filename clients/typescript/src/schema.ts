@@ -118,6 +118,147 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The job's webhook deliveries, with every try.
+         * @description One delivery per event of the job (see `webhooks`) and webhook
+         *     endpoint that asked for it, each with every try: when, the endpoint's
+         *     HTTP status (absent when none came; `error` says why) and latency.
+         *     Shown to the job's owner and to operators. Another owner's job
+         *     answers exactly like one that does not exist.
+         */
+        get: operations["listDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{id}/deliveries/{delivery}/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
+                id: components["parameters"]["JobID"];
+                /** @description A delivery's `id`; anything else is not-found. */
+                delivery: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Deliver again (operators only).
+         * @description Starts the delivery's retry schedule again, due at once, with the
+         *     same `webhook-id` (receivers dedupe on it) and the endpoint's
+         *     current secrets. Its earlier tries are kept. A disabled endpoint is
+         *     not tried: the delivery settles as `endpoint_disabled`.
+         */
+        post: operations["redeliver"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhook-endpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The owner's webhook endpoints, oldest first (without secrets).
+         * @description Every endpoint of the token's owner: at most 10. A disabled one
+         *     (`disabled_at`) gets no more tries: it answered 410 Gone, or failed
+         *     every try for 5 days.
+         */
+        get: operations["listWebhookEndpoints"];
+        put?: never;
+        /**
+         * Register a webhook endpoint; its signing secret is in this answer only.
+         * @description The owner's jobs created from now on are told of the events the
+         *     endpoint asks for (`events`; absent: all) by signed POSTs (see
+         *     `webhooks`). The URL must be https, carry no credentials, and name
+         *     no private, loopback, link-local or metadata address (checked again
+         *     on every try, after resolving the name); redirects are never
+         *     followed. Locally, http to a loopback address is allowed too. An
+         *     owner has at most 10 endpoints (409 `conflict` past them).
+         */
+        post: operations["createWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhook-endpoints/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's ID (`ep_` and 32 hex digits); anything else is not-found. */
+                id: components["parameters"]["EndpointID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * One of the owner's webhook endpoints (without its secret).
+         * @description Another owner's endpoint answers exactly like one that does not exist.
+         */
+        get: operations["getWebhookEndpoint"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete one of the owner's webhook endpoints.
+         * @description No more deliveries go to it; its pending ones settle as
+         *     `endpoint_disabled` when their turn comes.
+         */
+        delete: operations["deleteWebhookEndpoint"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhook-endpoints/{id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's ID (`ep_` and 32 hex digits); anything else is not-found. */
+                id: components["parameters"]["EndpointID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Give the endpoint a new signing secret; the old one keeps signing for 24 hours.
+         * @description The answer carries the new secret (and only this answer). For 24
+         *     hours (`previous_secret_expires_at`) every delivery carries two
+         *     signatures in `webhook-signature`, one per secret, so a receiver can
+         *     switch over without refusing a delivery.
+         */
+        post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/jobs": {
         parameters: {
             query?: never;
@@ -316,9 +457,112 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    jobEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * An event of one of the owner's jobs, POSTed to each webhook endpoint that asked for it.
+         * @description Sent by onejob to the owner's webhook endpoints (Standard Webhooks
+         *     v1): `job.succeeded`, `job.failed`, `job.cancelled`, and
+         *     `attempt.unknown` (the job is blocked: an attempt's outcome is
+         *     unknown, and the job waits until it is settled). The event is
+         *     recorded by the same write that ends or blocks the job, so it is
+         *     delivered at least once, whatever crashes: receivers dedupe on
+         *     `webhook-id`, the same on every try of the event. Each try carries a
+         *     fresh `webhook-timestamp` and `webhook-signature`: `v1,` and the
+         *     base64 HMAC-SHA256, keyed with the base64-decoded part of the secret
+         *     after `whsec_`, of `<webhook-id>.<webhook-timestamp>.<body>` over the
+         *     exact bytes of the body (two signatures, space-separated, during a
+         *     secret rotation's 24-hour overlap). Refuse a timestamp more than 5
+         *     minutes from your clock. `verifyWebhook` in the TypeScript client
+         *     and the Go package `clients/go/webhooks` do this.
+         *
+         *     Answer 2xx within 15 seconds. Anything else (3xx included: no
+         *     redirect is followed), or no answer, is retried after 5 s, 5 min,
+         *     30 min, 2 h, 5 h, 10 h and 10 h (or after `Retry-After`, if longer);
+         *     410 Gone disables the endpoint; an endpoint that fails every try
+         *     for 5 days is disabled and operators are told.
+         */
+        post: operations["jobEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
+        EndpointIDString: string;
+        /** @enum {string} */
+        EventType: "job.succeeded" | "job.failed" | "job.cancelled" | "attempt.unknown";
+        CreateEndpointRequest: {
+            /** Format: uri */
+            url: string;
+            /** @description The event types to send; absent, all of them. */
+            events?: components["schemas"]["EventType"][];
+        };
+        Endpoint: {
+            id: components["schemas"]["EndpointIDString"];
+            url: string;
+            /** @description The event types it gets; empty, all of them. */
+            events: components["schemas"]["EventType"][];
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+            /** @description The signing secret, only in the answers that make one (create, rotate-secret). */
+            secret?: string;
+            /** @description After a rotation, until when the previous secret also signs. */
+            previous_secret_expires_at?: components["schemas"]["Timestamp"];
+            /** @description The first failed try since the last delivery. */
+            failing_since?: components["schemas"]["Timestamp"];
+            disabled_at?: components["schemas"]["Timestamp"];
+            /** @enum {string} */
+            disabled_reason?: "gone" | "failing";
+        };
+        EndpointList: {
+            endpoints: components["schemas"]["Endpoint"][];
+        };
+        Try: {
+            at: components["schemas"]["Timestamp"];
+            /**
+             * Format: int32
+             * @description The endpoint's HTTP status; absent when none came.
+             */
+            status?: number;
+            /** Format: int64 */
+            latency_ms: number;
+            /** @description Why no status came (timeout, connection_refused, refused_address, tls, connection_failed). */
+            error?: string;
+        };
+        Delivery: {
+            id: string;
+            /** @description The webhook-id every try carries. */
+            message_id: string;
+            endpoint_id: components["schemas"]["EndpointIDString"];
+            type: components["schemas"]["EventType"];
+            /** @enum {string} */
+            state: "pending" | "delivered" | "failed" | "endpoint_disabled";
+            created_at: components["schemas"]["Timestamp"];
+            /** @description While pending, when the next try is due. */
+            next_at?: components["schemas"]["Timestamp"];
+            tries: components["schemas"]["Try"][];
+        };
+        DeliveryList: {
+            job_id: components["schemas"]["JobID"];
+            deliveries: components["schemas"]["Delivery"][];
+        };
+        Event: {
+            type: components["schemas"]["EventType"];
+            timestamp: components["schemas"]["Timestamp"];
+            data: components["schemas"]["JobSummary"];
+        };
         JobID: string;
         /** @description Opaque; issued by this API for one listing. */
         Cursor: string;
@@ -857,6 +1101,8 @@ export interface components {
         };
     };
     parameters: {
+        /** @description The endpoint's ID (`ep_` and 32 hex digits); anything else is not-found. */
+        EndpointID: string;
         /** @description The `ETag` of the copy the browser holds; it answers 304 while the file is unchanged. */
         IfNoneMatchFile: string;
         /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
@@ -1148,6 +1394,228 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    listDeliveries: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deliveries, oldest first. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    redeliver: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
+                id: components["parameters"]["JobID"];
+                /** @description A delivery's `id`; anything else is not-found. */
+                delivery: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery, due again. */
+            202: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Delivery"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhookEndpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoints. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EndpointList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateEndpointRequest"];
+            };
+        };
+        responses: {
+            /** @description The endpoint, with its secret. */
+            201: {
+                headers: {
+                    /** @description The endpoint's path. */
+                    Location?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's ID (`ep_` and 32 hex digits); anything else is not-found. */
+                id: components["parameters"]["EndpointID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's ID (`ep_` and 32 hex digits); anything else is not-found. */
+                id: components["parameters"]["EndpointID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's ID (`ep_` and 32 hex digits); anything else is not-found. */
+                id: components["parameters"]["EndpointID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint, with its new secret. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listOpenJobs: {
         parameters: {
             query?: {
@@ -1409,6 +1877,49 @@ export interface operations {
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
+        };
+    };
+    jobEvent: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event's ID, the same on every try. */
+                "webhook-id": string;
+                /** @description This try's time, Unix seconds. */
+                "webhook-timestamp": string;
+                /** @description One or two `v1,<base64>` signatures, space-separated. */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Event"];
+            };
+        };
+        responses: {
+            /** @description Delivered (any 2xx is). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone; the endpoint is disabled. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Retried later, after `Retry-After` if it says. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
 }

@@ -13,6 +13,9 @@ export type JobSummary = components["schemas"]["JobSummary"];
 export type JobList = components["schemas"]["JobList"];
 export type CreateJobRequest = components["schemas"]["CreateJobRequest"];
 export type Problem = components["schemas"]["Problem"];
+export type Delivery = components["schemas"]["Delivery"];
+export type DeliveryList = components["schemas"]["DeliveryList"];
+export type WebhookEndpoint = components["schemas"]["Endpoint"];
 
 /** The statuses after which a job never changes again. */
 export const terminalStatuses: readonly JobStatus[] = ["succeeded", "failed", "cancelled"];

@@ -117,12 +117,53 @@ async function newIntent() {
   $("result").textContent = "–";
   $("clicks").replaceChildren();
   clicks = 0;
+  deliveriesFor = null;
+  drawDeliveries([]);
   for (const id of ["notice", "conflict", "error"]) show(id);
   drawTimeline();
 }
 
+// The job's webhook deliveries, read again while one is pending (a retry
+// may be due), at most a minute.
+let deliveriesFor = null;
+async function followDeliveries(id) {
+  if (deliveriesFor === id) return;
+  deliveriesFor = id;
+  for (let i = 0; i < 60 && deliveriesFor === id; i++) {
+    let list;
+    try {
+      list = await client.deliveries(id);
+    } catch {
+      list = { deliveries: [] };
+    }
+    if (deliveriesFor !== id) return;
+    drawDeliveries(list.deliveries);
+    if (list.deliveries.length > 0 && list.deliveries.every((d) => d.state !== "pending")) return;
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+function drawDeliveries(ds) {
+  const rows = ds.map((d) => {
+    const tr = document.createElement("tr");
+    tr.dataset.state = d.state;
+    tr.dataset.type = d.type;
+    tr.dataset.tries = String(d.tries.length);
+    const tries = d.tries.map((t) => `${t.status ?? t.error ?? "?"} ${t.latency_ms} ms`).join(", ");
+    for (const text of [d.type, d.endpoint_id, d.state, tries]) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      tr.append(td);
+    }
+    return tr;
+  });
+  $("deliveries").querySelector("tbody").replaceChildren(...rows);
+  $("no-deliveries").hidden = rows.length > 0;
+}
+
 function render(j) {
   job = j;
+  if (isTerminal(j.status)) void followDeliveries(j.id);
   $("job-id").textContent = j.id;
   $("status").textContent = j.status;
   $("status").dataset.status = j.status;

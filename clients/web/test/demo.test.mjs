@@ -143,3 +143,49 @@ test("(d) the same intent with edited input shows the conflict, and no second jo
   assert.deepEqual(errors, []);
   await context.close();
 });
+
+test("(e) the job's webhook deliveries show on the page, every try", async () => {
+  const { context, page, errors, token } = await open("web-deliveries");
+  // A receiver on loopback that refuses the first try of each event and
+  // verifies every one with the endpoint's secret.
+  const { createServer } = await import("node:http");
+  const { verifyWebhook } = await import("../../typescript/dist/index.js");
+  let secret = "";
+  const seen = new Map(); // webhook-id → tries
+  const verified = [];
+  const receiver = createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", async () => {
+      const body = Buffer.concat(chunks);
+      const id = req.headers["webhook-id"];
+      seen.set(id, (seen.get(id) ?? 0) + 1);
+      try {
+        verified.push((await verifyWebhook(secret, req.headers, new Uint8Array(body))).type);
+      } catch (err) {
+        verified.push(`refused: ${err.message}`);
+      }
+      res.writeHead(seen.get(id) === 1 ? 503 : 204).end();
+    });
+  });
+  await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
+  const url = `http://127.0.0.1:${receiver.address().port}/hooks`;
+  const created = await fetch(`${stack.apiUrl}/v1/webhook-endpoints`, {
+    method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify({ url }),
+  });
+  assert.equal(created.status, 201);
+  secret = (await created.json()).secret;
+  await page.click("#start");
+  await page.waitForSelector("#status[data-status=succeeded]", { timeout: 20_000 });
+  await page.waitForSelector('#deliveries tr[data-state=delivered][data-type="job.succeeded"][data-tries="2"]', { timeout: 30_000 });
+  const row = await page.textContent("#deliveries tbody tr");
+  assert.match(row, /job\.succeeded/);
+  assert.match(row, /503 \d+ ms, 204 \d+ ms/);
+  assert.deepEqual(verified, ["job.succeeded", "job.succeeded"]);
+  assert.equal(seen.size, 1, "one webhook-id for the event, on both tries");
+  console.log("screenshot:", await screenshot(page, "e-webhook-deliveries"));
+  assert.deepEqual(errors, []);
+  await context.close();
+  await new Promise((r) => receiver.close(r));
+});

@@ -38,6 +38,9 @@ type Store struct {
 	certs  map[certKey]job.Certification
 	health map[string]job.Health // by provider
 	owners map[string]*ownerRecord
+	// endpoints by owner then ID; deliveries by job then key.
+	endpoints  map[string]map[string]job.Endpoint
+	deliveries map[string]map[string]job.Delivery
 	// now is the clock expiry is read against.
 	now func() time.Time
 }
@@ -77,7 +80,8 @@ func New() *Store { return NewAt(time.Now) }
 // NewAt returns an empty store reading expiry against now.
 func NewAt(now func() time.Time) *Store {
 	return &Store{jobs: map[string]*record{}, ledger: map[string]map[int]ledgerEntry{}, certs: map[certKey]job.Certification{},
-		health: map[string]job.Health{}, owners: map[string]*ownerRecord{}, now: now}
+		health: map[string]job.Health{}, owners: map[string]*ownerRecord{}, endpoints: map[string]map[string]job.Endpoint{},
+		deliveries: map[string]map[string]job.Delivery{}, now: now}
 }
 
 // Create stores j unless its (owner, key) names a job that has not expired,
@@ -195,6 +199,14 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 			cur.Cancellation = &c
 		}
 		r.open = false
+	}
+	if n := len(before.Outbox); len(after.Outbox) > n {
+		// Appended, as dynamo's list_append: a notice another write added
+		// since the decision's read stays.
+		cur.Outbox = append(cur.Outbox, after.Outbox[n:]...)
+	}
+	if t.Kind() == job.KindDispatched {
+		cur.Dispatched = after.Dispatched
 	}
 	applied := clone(*cur)
 	if t.RecordsAttempt() {
@@ -453,6 +465,14 @@ func clone(j job.Job) job.Job {
 	}
 	j.Error = cloneFailure(j.Error)
 	j.Waiting = cloneWaiting(j.Waiting)
+	if len(j.Outbox) == 0 {
+		j.Outbox = nil
+	} else {
+		j.Outbox = slices.Clone(j.Outbox)
+		for i := range j.Outbox {
+			j.Outbox[i].At = j.Outbox[i].At.UTC()
+		}
+	}
 	j.CreatedAt, j.UpdatedAt = j.CreatedAt.UTC(), j.UpdatedAt.UTC()
 	if !j.ExpiresAt.IsZero() {
 		j.ExpiresAt = j.ExpiresAt.UTC()

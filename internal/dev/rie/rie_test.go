@@ -50,6 +50,7 @@ var expected = map[string]expectation{
 	"run.json":                           {output: map[string]any{"status": "succeeded"}},
 	"hold.json":                          {output: map[string]any{"wait_seconds": 60.0}},
 	"sweeper.json":                       {output: map[string]any{"open": 1.0, "pending": 1.0, "started": 1.0}, starts: 1},
+	"notify.json":                        {output: map[string]any{"dispatched": 0.0, "created": 0.0, "tried": 0.0, "delivered": 0.0}},
 }
 
 // TestEveryEvent is `make invoke` for every file in events/: the real

@@ -88,6 +88,9 @@ func ScenarioFor(fn string, event []byte) (Scenario, string, error) {
 		return ScenarioPending, jobID, nil
 	case deploy.FnSweeper:
 		return ScenarioPending, jobID, nil
+	case deploy.FnNotify:
+		// A job of an owner without endpoints: nothing to tell.
+		return ScenarioPending, jobID, nil
 	case deploy.FnRun:
 		return ScenarioPending, jobID, nil
 	case deploy.FnHold:

@@ -18,6 +18,7 @@ var warmEvents = map[string]string{
 	"run":     "run.json",
 	"hold":    "hold.json",
 	"sweeper": "sweeper.json",
+	"notify":  "notify.json",
 }
 
 // Every deployed function builds its SDK clients once per sandbox and

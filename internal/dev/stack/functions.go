@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -20,6 +21,7 @@ import (
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/notifyhttp"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/stepfn"
@@ -76,7 +78,7 @@ func (s *Stack) engine(cfg Config, fc functionClients, fn string) (*dynamo.Store
 		return nil, nil, err
 	}
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: cfg.Logger, Events: s.Metrics,
-		Owners: store, Quotas: *cfg.Quotas})
+		Owners: store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff})
 	return store, engine, err
 }
 
@@ -101,8 +103,15 @@ func (s *Stack) composeAPI(_ context.Context, cfg Config, fc functionClients) (*
 	if err != nil {
 		return nil, err
 	}
+	// Locally a webhook endpoint may be http on loopback (a receiver on
+	// this machine).
+	endpoints, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: store, Rule: job.URLRule{AllowLoopbackHTTP: true},
+		Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
 	return apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: starter, Logger: cfg.Logger,
-		Admin: cfg.Admin, Providers: breakers})
+		Admin: cfg.Admin, Providers: breakers, Notifications: endpoints})
 }
 
 // composeRun is functions/run/main.go: the only function with providers.
@@ -190,6 +199,26 @@ func (s *Stack) composeSweeper(_ context.Context, cfg Config, fc functionClients
 		RestartRunning: true, Logger: cfg.Logger, Events: s.Metrics, Breakers: breakers, HealthStore: store, Owners: owners,
 		Purger: s.Store})
 }
+
+// composeNotify is functions/notify/main.go, with the local schedule and
+// loopback receivers allowed.
+func (s *Stack) composeNotify(_ context.Context, cfg Config, fc functionClients) (*lifecycle.Notifier, error) {
+	store, _, err := s.engine(cfg, fc, deploy.FnNotify)
+	if err != nil {
+		return nil, err
+	}
+	sender, err := notifyhttp.New(notifyhttp.Config{AllowLoopback: true, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: store, Notices: store, Sender: sender,
+		BodyFunc: apigw.NotificationBody, Schedule: cfg.NotifySchedule, DisableAfter: cfg.NotifyDisableAfter,
+		Lease: notifyLease, Logger: cfg.Logger, Events: s.Metrics})
+}
+
+// notifyLease: locally a delivery claimed by a notifier that died (a
+// killed stack) is tried again after 20 s, just past the sender's timeout.
+const notifyLease = 20 * time.Second
 
 // checkTables fails when a table that already existed (on a DynamoDB the
 // stack did not start) has another key schema or lacks an index: the

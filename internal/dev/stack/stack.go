@@ -107,6 +107,20 @@ type Config struct {
 	// SweepInterval runs the sweeper; 0 disables it.
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
+	// NotifyInterval runs the notifier's passes (webhook deliveries),
+	// backing off to 8 intervals while idle; 0 disables it.
+	NotifyInterval time.Duration
+	// NotifySchedule is the deliveries' retry schedule; nil is
+	// job.DefaultRetrySchedule (make run compresses it,
+	// ONEJOB_NOTIFY_RETRY_SCALE). NotifyDisableAfter: how long an endpoint
+	// may fail before it is disabled (default job.DefaultDisableAfter).
+	NotifySchedule     job.RetrySchedule
+	NotifyDisableAfter time.Duration
+	// NotificationsOff: jobs never notify, and a create reads nothing for
+	// it (with quotas off, knowing whether the owner has an endpoint costs
+	// a read of its counters): the bench's quotas-off rows, each measuring
+	// its own path.
+	NotificationsOff bool
 	// CertifyDemo runs the demo job types' contract tests against the
 	// simulated fallback at start, so demo jobs may fail over.
 	CertifyDemo bool
@@ -212,6 +226,8 @@ type Stack struct {
 	SFNClient *sfn.Client
 	// Sweeper is the sweeper function's.
 	Sweeper *lifecycle.Sweeper
+	// Notifier is the notify function's.
+	Notifier *lifecycle.Notifier
 	// APIURL is the HTTP API's base URL.
 	APIURL string
 	// Pages are the local pages served beside the API (clients/web/<name>
@@ -276,7 +292,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.Metrics = emf.New(cfg.MetricsOut, "local", nil)
 	s.Engine, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: s.Store, Logger: log, Events: s.Metrics,
-		Owners: s.Store, Quotas: *cfg.Quotas})
+		Owners: s.Store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff})
 	if err != nil {
 		return nil, err
 	}
@@ -389,6 +405,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("function %s: %w", deploy.FnSweeper, err)
 	}
 
+	// The notifier, on a schedule (below).
+	s.Notifier, err = s.composeNotify(ctx, cfg, fc)
+	if err != nil {
+		return nil, fmt.Errorf("function %s: %w", deploy.FnNotify, err)
+	}
+
 	// The HTTP API.
 	apiHandler, err := s.apiHandler(ctx, cfg, fc)
 	if err != nil {
@@ -415,6 +437,33 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 					if _, err := s.Sweeper.Sweep(bg); err != nil && bg.Err() == nil {
 						log.Warn("sweep_failed", "error", err.Error())
 					}
+				}
+			}
+		})
+	}
+	if cfg.NotifyInterval > 0 {
+		s.wg.Go(func() {
+			// Every NotifyInterval while there is work; idle, the wait
+			// doubles up to 8 intervals, so a quiet stack costs the
+			// notifier's shard queries a few times a second at most.
+			wait := cfg.NotifyInterval
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			for {
+				select {
+				case <-bg.Done():
+					return
+				case <-t.C:
+					rep, err := s.Notifier.Pass(bg)
+					if err != nil && bg.Err() == nil {
+						log.Warn("notify_pass_failed", "error", err.Error())
+					}
+					if rep.Dispatched+rep.Tried > 0 {
+						wait = cfg.NotifyInterval
+					} else {
+						wait = min(2*wait, 8*cfg.NotifyInterval)
+					}
+					t.Reset(wait)
 				}
 			}
 		})

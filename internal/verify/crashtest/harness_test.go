@@ -40,8 +40,9 @@ type instance struct {
 	log  string
 }
 
-// startOnejob runs `onejob run --data DIR` with the API on addr.
-func startOnejob(t *testing.T, root, bin, data, addr, secret, logPath string) *instance {
+// startOnejob runs `onejob run --data DIR` with the API on addr, and
+// extra flags.
+func startOnejob(t *testing.T, root, bin, data, addr, secret, logPath string, extra ...string) *instance {
 	t.Helper()
 	out, err := os.Create(logPath + ".stdout")
 	if err != nil {
@@ -51,12 +52,15 @@ func startOnejob(t *testing.T, root, bin, data, addr, secret, logPath string) *i
 		// The scripts say which provider answers each job: breakers must
 		// not reroute them after the restart's burst of failures.
 		"--breakers", "off")
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Dir = root
 	// One owner submits all 200 jobs at once: the drill is of crashes, not
 	// of quotas (a create the crash cut short may leave its count until the
 	// sweeper recounts the owner).
 	cmd.Env = append(os.Environ(), "ONEJOB_ADDR="+addr, apigwlocal.EnvLocalSecret+"="+secret, deploy.EnvQuotaUnfinishedJobs+"=1000",
-		awscalls.EnvSource+"=crashtest") // its AWS calls, recorded when make test asks
+		awscalls.EnvSource+"=crashtest", // its AWS calls, recorded when make test asks
+		// Webhook retries within seconds (1 ms, 83 ms, 0.5 s, 2 s …).
+		"ONEJOB_NOTIFY_RETRY_SCALE=3600")
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own group, so one kill(-pgid) reaches everything it started in
 	// that group; Pdeathsig so a dying test binary takes it along.

@@ -92,6 +92,7 @@ func TestCheck(t *testing.T) {
 			allow("dynamodb:PutItem", map[string]any{"Fn::Sub": []any{"${T}", map[string]any{"T": map[string]any{"Fn::GetAtt": []any{"AttemptsTable", "Arn"}}}}}),
 		},
 		deploy.FnSweeper: {allow("dynamodb:BatchGetItem", jobsArn)},
+		deploy.FnNotify:  {allow("dynamodb:GetItem", jobsArn)},
 	})
 	calls := []awscalls.Recorded{
 		call(deploy.FnAPI, "dynamodb:GetItem", table("jobs", "")),
@@ -105,6 +106,7 @@ func TestCheck(t *testing.T) {
 		call(deploy.FnHold, "dynamodb:PutItem", permissions.Resource{Kind: permissions.KindUnknown, Name: "onejob-prod-attempts"}),
 		call(deploy.FnSweeper, "dynamodb:BatchGetItem", table("jobs", "")),
 		call(deploy.FnSweeper, "states:StartExecution", permissions.Resource{Kind: permissions.KindStateMachine}),
+		call(deploy.FnNotify, "dynamodb:GetItem", table("jobs", "")),
 	}
 	rep, err := Check([]*Template{tmpl}, calls, 1)
 	if err != nil {

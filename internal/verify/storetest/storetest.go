@@ -36,6 +36,7 @@ type Interface interface {
 	lifecycle.Store
 	lifecycle.HealthStore
 	lifecycle.OwnerStore
+	lifecycle.NotificationStore
 	lifecycle.Certifications
 	PutCertification(ctx context.Context, c job.Certification) error
 	ListCertifications(ctx context.Context) ([]job.Certification, error)
@@ -113,6 +114,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T, now func() time.Time) St
 		{"Health", healthTests},
 		{"Waiting", waitingTests},
 		{"Owners", ownerTests},
+		{"Notifications", notificationTests},
 		{"Expiry", expiryTests},
 		{"Rules", ruleTests},
 	}

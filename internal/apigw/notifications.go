@@ -1,0 +1,299 @@
+package apigw
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
+)
+
+// Notifications are the owner's webhook endpoints and their jobs'
+// deliveries (a *lifecycle.Endpoints). The outbound side of webhooks is
+// "notifications" in the code, so it is never taken for the webhook
+// provider kind.
+type Notifications interface {
+	Create(ctx context.Context, owner, url string, events []job.EventType) (job.Endpoint, error)
+	List(ctx context.Context, owner string) ([]job.Endpoint, error)
+	Get(ctx context.Context, owner, id string) (job.Endpoint, error)
+	Delete(ctx context.Context, owner, id string) error
+	Rotate(ctx context.Context, owner, id string) (job.Endpoint, error)
+	Deliveries(ctx context.Context, j job.Job) ([]job.Delivery, error)
+	Redeliver(ctx context.Context, j job.Job, key string) (job.Delivery, error)
+}
+
+var (
+	endpointIDPattern = regexp.MustCompile(`^ep_[0-9a-f]{32}$`)
+	deliveryIDPattern = regexp.MustCompile(`^msg_[0-9a-f]{32}-ep_[0-9a-f]{32}$`)
+)
+
+// endpointView is an endpoint as its owner sees it; the secret only in
+// the answers that make one (create, rotate).
+type endpointView struct {
+	ID                    string   `json:"id"`
+	URL                   string   `json:"url"`
+	Events                []string `json:"events"`
+	CreatedAt             string   `json:"created_at"`
+	UpdatedAt             string   `json:"updated_at"`
+	Secret                string   `json:"secret,omitempty"`
+	PreviousSecretExpires string   `json:"previous_secret_expires_at,omitempty"`
+	FailingSince          string   `json:"failing_since,omitempty"`
+	DisabledAt            string   `json:"disabled_at,omitempty"`
+	DisabledReason        string   `json:"disabled_reason,omitempty"`
+}
+
+func endpointOf(e job.Endpoint, withSecret bool, now func() time.Time) endpointView {
+	out := endpointView{ID: e.ID, URL: e.URL, Events: []string{}, CreatedAt: timeView(e.CreatedAt), UpdatedAt: timeView(e.UpdatedAt),
+		FailingSince: timeView(e.FailingSince), DisabledAt: timeView(e.DisabledAt), DisabledReason: e.DisabledReason}
+	for _, t := range e.Events {
+		out.Events = append(out.Events, string(t))
+	}
+	if withSecret {
+		out.Secret = e.Secret
+	}
+	if e.PreviousSecret != "" && now().Before(e.PreviousUntil) {
+		out.PreviousSecretExpires = timeView(e.PreviousUntil)
+	}
+	return out
+}
+
+type endpointList struct {
+	Endpoints []endpointView `json:"endpoints"`
+}
+
+type tryView struct {
+	At        string `json:"at"`
+	Status    int    `json:"status,omitempty"`
+	LatencyMS int64  `json:"latency_ms"`
+	Error     string `json:"error,omitempty"`
+}
+
+type deliveryView struct {
+	ID         string    `json:"id"`
+	MessageID  string    `json:"message_id"`
+	EndpointID string    `json:"endpoint_id"`
+	Type       string    `json:"type"`
+	State      string    `json:"state"`
+	CreatedAt  string    `json:"created_at"`
+	NextAt     string    `json:"next_at,omitempty"`
+	Tries      []tryView `json:"tries"`
+}
+
+type deliveryList struct {
+	JobID      string         `json:"job_id"`
+	Deliveries []deliveryView `json:"deliveries"`
+}
+
+func deliveryOf(d job.Delivery) deliveryView {
+	out := deliveryView{ID: d.Key(), MessageID: d.MessageID, EndpointID: d.EndpointID, Type: string(d.Type), State: string(d.State),
+		CreatedAt: timeView(d.CreatedAt), NextAt: timeView(d.NextAt), Tries: make([]tryView, 0, len(d.Tries))}
+	for _, t := range d.Tries {
+		out.Tries = append(out.Tries, tryView{At: timeView(t.At), Status: t.Status, LatencyMS: t.Latency.Milliseconds(), Error: t.Error})
+	}
+	return out
+}
+
+// notificationBody is what every delivery of an event carries.
+type notificationBody struct {
+	Type      string  `json:"type"`
+	Timestamp string  `json:"timestamp"`
+	Data      jobBody `json:"data"`
+}
+
+// NotificationBody is the body of a notice's deliveries: its type, when it
+// happened, and the job as its owner sees it in a listing (no input: a
+// failure's class and a short message, never the provider's text).
+func NotificationBody(j job.Job, n job.Notice) ([]byte, error) {
+	data := viewer{}.job(j)
+	data.Input = nil
+	return json.Marshal(notificationBody{Type: string(n.Type), Timestamp: timeView(n.At), Data: data})
+}
+
+// notifications returns the deployment's, or refuses when it keeps none.
+func (h *Handler) notificationsOrNotFound() (Notifications, error) {
+	if h.notifications == nil {
+		return nil, fail(CodeNotFound, "this deployment sends no notifications")
+	}
+	return h.notifications, nil
+}
+
+// errNoEndpoint answers for an endpoint that is absent or another owner's
+// alike.
+var errNoEndpoint = fail(CodeNotFound, "no such webhook endpoint")
+
+// endpointErr names what was not found.
+func endpointErr(err error) error {
+	if errors.Is(err, job.ErrNotFound) {
+		return errNoEndpoint
+	}
+	return err
+}
+
+func (r *request) endpointID() (string, error) {
+	if id := r.params["id"]; endpointIDPattern.MatchString(id) {
+		return id, nil
+	}
+	return "", errNoEndpoint
+}
+
+func (h *Handler) createEndpoint(ctx context.Context, r *request) (reply, error) {
+	n, err := h.notificationsOrNotFound()
+	if err != nil {
+		return reply{}, err
+	}
+	body, err := rawBody(r.ev)
+	if err != nil {
+		return reply{}, err
+	}
+	if err := requireJSON(r.headers["content-type"]); err != nil {
+		return reply{}, err
+	}
+	if err := checkJSON(body); err != nil {
+		return reply{}, err
+	}
+	m, errs := members(body, "url", "events")
+	if m == nil {
+		return reply{}, invalid(errs...)
+	}
+	url, fe := stringMember(m, "url", job.MaxEndpointURLBytes)
+	if fe != nil {
+		errs = append(errs, *fe)
+	}
+	var events []job.EventType
+	if raw, ok := m["events"]; ok && !isNull(raw) {
+		var names []string
+		if json.Unmarshal(raw, &names) != nil || len(names) == 0 || len(names) > len(job.EventTypes()) {
+			errs = append(errs, FieldError{Pointer: "/events", Detail: "must be a non-empty array of event types"})
+		}
+		for _, s := range names {
+			events = append(events, job.EventType(s))
+		}
+	}
+	if len(errs) > 0 {
+		return reply{}, invalid(errs...)
+	}
+	e, err := n.Create(ctx, r.owner, url, events)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{status: http.StatusCreated, body: endpointOf(e, true, h.now),
+		headers: map[string]string{"Location": "/v1/webhook-endpoints/" + e.ID}}, nil
+}
+
+func (h *Handler) listEndpoints(ctx context.Context, r *request) (reply, error) {
+	n, err := h.notificationsOrNotFound()
+	if err != nil {
+		return reply{}, err
+	}
+	eps, err := n.List(ctx, r.owner)
+	if err != nil {
+		return reply{}, err
+	}
+	out := endpointList{Endpoints: make([]endpointView, 0, len(eps))}
+	for _, e := range eps {
+		out.Endpoints = append(out.Endpoints, endpointOf(e, false, h.now))
+	}
+	return reply{status: http.StatusOK, body: out}, nil
+}
+
+func (h *Handler) getEndpoint(ctx context.Context, r *request) (reply, error) {
+	n, err := h.notificationsOrNotFound()
+	if err != nil {
+		return reply{}, err
+	}
+	id, err := r.endpointID()
+	if err != nil {
+		return reply{}, err
+	}
+	e, err := n.Get(ctx, r.owner, id)
+	if err != nil {
+		return reply{}, endpointErr(err)
+	}
+	return reply{status: http.StatusOK, body: endpointOf(e, false, h.now)}, nil
+}
+
+func (h *Handler) deleteEndpoint(ctx context.Context, r *request) (reply, error) {
+	n, err := h.notificationsOrNotFound()
+	if err != nil {
+		return reply{}, err
+	}
+	id, err := r.endpointID()
+	if err != nil {
+		return reply{}, err
+	}
+	if err := n.Delete(ctx, r.owner, id); err != nil {
+		return reply{}, endpointErr(err)
+	}
+	return reply{status: http.StatusNoContent}, nil
+}
+
+func (h *Handler) rotateSecret(ctx context.Context, r *request) (reply, error) {
+	n, err := h.notificationsOrNotFound()
+	if err != nil {
+		return reply{}, err
+	}
+	id, err := r.endpointID()
+	if err != nil {
+		return reply{}, err
+	}
+	e, err := n.Rotate(ctx, r.owner, id)
+	if err != nil {
+		return reply{}, endpointErr(err)
+	}
+	return reply{status: http.StatusOK, body: endpointOf(e, true, h.now)}, nil
+}
+
+// listDeliveries shows a job's deliveries to its owner and to operators.
+func (h *Handler) listDeliveries(ctx context.Context, r *request) (reply, error) {
+	n, err := h.notificationsOrNotFound()
+	if err != nil {
+		return reply{}, err
+	}
+	j, err := h.ownJob(ctx, r)
+	if err != nil {
+		return reply{}, err
+	}
+	ds, err := n.Deliveries(ctx, j)
+	if err != nil {
+		return reply{jobID: j.ID}, err
+	}
+	out := deliveryList{JobID: j.ID, Deliveries: make([]deliveryView, 0, len(ds))}
+	for _, d := range ds {
+		out.Deliveries = append(out.Deliveries, deliveryOf(d))
+	}
+	return reply{status: http.StatusOK, body: out, jobID: j.ID}, nil
+}
+
+// redeliver starts a delivery's schedule again (operators).
+func (h *Handler) redeliver(ctx context.Context, r *request) (reply, error) {
+	n, err := h.notificationsOrNotFound()
+	if err != nil {
+		return reply{}, err
+	}
+	if !r.admin {
+		return reply{}, h.operatorsOnly("asking for a redelivery")
+	}
+	j, err := h.ownJob(ctx, r)
+	if err != nil {
+		return reply{}, err
+	}
+	key := r.params["delivery"]
+	if !deliveryIDPattern.MatchString(key) {
+		return reply{jobID: j.ID}, fail(CodeNotFound, "no such delivery")
+	}
+	d, err := n.Redeliver(ctx, j, key)
+	if errors.Is(err, job.ErrNotFound) {
+		return reply{jobID: j.ID}, fail(CodeNotFound, "no such delivery")
+	}
+	if err != nil {
+		return reply{jobID: j.ID}, err
+	}
+	return reply{status: http.StatusAccepted, body: deliveryOf(d), jobID: j.ID}, nil
+}
+
+// tooManyEndpoints is the problem for lifecycle.ErrTooManyEndpoints.
+func tooManyEndpoints(err error) bool { return errors.Is(err, lifecycle.ErrTooManyEndpoints) }

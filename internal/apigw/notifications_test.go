@@ -1,0 +1,136 @@
+package apigw_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/job"
+)
+
+// TestWebhookEndpoints walks an endpoint's life through the API (every
+// answer validated against openapi.yaml by the env's client): the secret
+// only where one is made, another owner never sees it, deletion.
+func TestWebhookEndpoints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner, other := e.token(t, "owner-1"), e.token(t, "owner-2")
+	jsonCT := map[string]string{"Content-Type": "application/json"}
+	secret := regexp.MustCompile(`^whsec_[A-Za-z0-9+/]{43}=$`)
+	decode := func(t *testing.T, r result) map[string]any {
+		t.Helper()
+		var m map[string]any
+		if err := json.Unmarshal(r.body, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	r := e.do(t, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT,
+		body: []byte(`{"url":"http://127.0.0.1:3000/hooks","events":["job.failed","job.succeeded"]}`)})
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	created := decode(t, r)
+	id := created["id"].(string)
+	if !secret.MatchString(created["secret"].(string)) || r.header.Get("Location") != "/v1/webhook-endpoints/"+id {
+		t.Fatalf("created %v %v", created, r.header)
+	}
+	cases := []struct {
+		name   string
+		c      call
+		status int
+		check  func(t *testing.T, m map[string]any)
+	}{
+		{"ListShowsNoSecret", call{method: "GET", path: "/v1/webhook-endpoints", token: owner}, 200, func(t *testing.T, m map[string]any) {
+			eps := m["endpoints"].([]any)
+			if len(eps) != 1 || eps[0].(map[string]any)["secret"] != nil {
+				t.Fatalf("list %v", m)
+			}
+		}},
+		{"AnotherOwnerListsNone", call{method: "GET", path: "/v1/webhook-endpoints", token: other}, 200, func(t *testing.T, m map[string]any) {
+			if len(m["endpoints"].([]any)) != 0 {
+				t.Fatalf("list %v", m)
+			}
+		}},
+		{"GetShowsNoSecret", call{method: "GET", path: "/v1/webhook-endpoints/" + id, token: owner}, 200, func(t *testing.T, m map[string]any) {
+			if m["secret"] != nil || len(m["events"].([]any)) != 2 {
+				t.Fatalf("get %v", m)
+			}
+		}},
+		{"AnotherOwnerGetsNotFound", call{method: "GET", path: "/v1/webhook-endpoints/" + id, token: other}, 404, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.do(t, c.c)
+			if r.status != c.status {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			if c.check != nil {
+				c.check(t, decode(t, r))
+			}
+		})
+	}
+	r = e.do(t, call{method: "POST", path: "/v1/webhook-endpoints/" + id + "/rotate-secret", token: owner})
+	rotated := decode(t, r)
+	if r.status != 200 || rotated["secret"] == created["secret"] || !secret.MatchString(rotated["secret"].(string)) ||
+		rotated["previous_secret_expires_at"] == nil {
+		t.Fatalf("rotate: %d %v", r.status, rotated)
+	}
+	if r := e.do(t, call{method: "DELETE", path: "/v1/webhook-endpoints/" + id, token: owner}); r.status != http.StatusNoContent || len(r.body) != 0 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, call{method: "GET", path: "/v1/webhook-endpoints/" + id, token: owner}); r.status != 404 {
+		t.Fatalf("after delete: %d", r.status)
+	}
+}
+
+// TestNotificationBodyIsTheOwnersView: a failed job's event carries the
+// failure's class and short message, never the provider's text.
+func TestNotificationBodyIsTheOwnersView(t *testing.T) {
+	t.Parallel()
+	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{"secret":"input"}`),
+		Providers: []string{"p"}, Primary: "p"}, notifyT0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := job.DecideFail(j, job.Failure{Class: job.ClassRetryable, Message: "acct 1234 at internal.example: 500"}, notifyT0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := apigw.NotificationBody(tr.After(), job.Notice{Type: job.EventJobFailed, At: notifyT0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, leak := range []string{"acct 1234", "internal.example", "secret", "input", `"owner"`} {
+		if regexp.MustCompile(regexp.QuoteMeta(leak)).Match(b) {
+			t.Fatalf("body %s carries %q", b, leak)
+		}
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m["type"] != "job.failed" || m["data"].(map[string]any)["status"] != "failed" {
+		t.Fatalf("body %s: %v", b, err)
+	}
+}
+
+var notifyT0 = time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
+
+// TestEventTypesAreDocumented holds openapi.yaml's EventType enum to the one
+// list, job.EventTypes.
+func TestEventTypesAreDocumented(t *testing.T) {
+	t.Parallel()
+	var doc []string
+	for _, v := range loadContract(t).doc.Components.Schemas["EventType"].Value.Enum {
+		doc = append(doc, v.(string))
+	}
+	var want []string
+	for _, e := range job.EventTypes() {
+		want = append(want, string(e))
+	}
+	if strings.Join(doc, ",") != strings.Join(want, ",") {
+		t.Errorf("openapi.yaml's EventType %v, want job.EventTypes %v", doc, want)
+	}
+}

@@ -1,0 +1,436 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
+)
+
+// Notifications: endpoints are items of the endpoints table (owner,
+// endpoint_id); deliveries items of the deliveries table (job_id,
+// "<message>-<endpoint>"), a pending one in the sparse by_due index
+// (due_shard, next_at). Each change is one conditional write: a new item
+// on its absence, a save on the revision the decision read.
+
+// Attribute names of endpoint and delivery items.
+const (
+	eURL           = "url"
+	eEvents        = "events"
+	eSecret        = "secret"
+	ePrevSecret    = "previous_secret"
+	ePrevUntil     = "previous_until"
+	eFailingSince  = "failing_since"
+	eLastFailure   = "last_failure_at"
+	eDisabledAt    = "disabled_at"
+	eDisabledWhy   = "disabled_reason"
+	dMessageID     = "message_id"
+	dBody          = "body"
+	dTries         = "tries"
+	dFrom          = "from"
+	dStatus        = "http_status"
+	dErrorText     = "error"
+	dLatency       = "latency_ms"
+	dueShards      = 4
+	nextAtOrdering = sortTime
+)
+
+var _ lifecycle.NotificationStore = (*Store)(nil)
+
+// DueShard is a delivery's by_due partition.
+func DueShard(jobID string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(jobID))
+	return "due#" + strconv.Itoa(int(h.Sum32()%dueShards))
+}
+
+// CountEndpoint counts one more endpoint unless the owner has limit.
+func (s *Store) CountEndpoint(ctx context.Context, owner string, limit int, now time.Time) (bool, error) {
+	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.owners),
+		Key:                       map[string]types.AttributeValue{AttrOwner: avS(owner)},
+		UpdateExpression:          aws.String("SET #updated = :now, #rev = if_not_exists(#rev, :zero) + :one ADD #counter :one"),
+		ConditionExpression:       aws.String("attribute_not_exists(#counter) OR #counter < :limit"),
+		ExpressionAttributeNames:  map[string]string{"#updated": aUpdatedAt, "#rev": aRevision, "#counter": oEndpoints},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avT(now), ":zero": avN(0), ":one": avN(1), ":limit": avN(int64(limit))},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return false, nil
+	case err != nil:
+		return false, storeError("count endpoint", err)
+	}
+	return true, nil
+}
+
+// UncountEndpoint counts one endpoint fewer, never below zero.
+func (s *Store) UncountEndpoint(ctx context.Context, owner string, now time.Time) error {
+	return s.uncount(ctx, owner, oEndpoints, now)
+}
+
+func encodeEndpoint(e job.Endpoint) map[string]types.AttributeValue {
+	item := map[string]types.AttributeValue{
+		AttrOwner: avS(e.Owner), AttrEndpointID: avS(e.ID), eURL: avS(e.URL), eSecret: avS(e.Secret),
+		aCreatedAt: avT(e.CreatedAt), aUpdatedAt: avT(e.UpdatedAt), aRevision: avN(e.Revision),
+	}
+	if len(e.Events) > 0 {
+		l := make([]types.AttributeValue, len(e.Events))
+		for i, t := range e.Events {
+			l[i] = avS(string(t))
+		}
+		item[eEvents] = &types.AttributeValueMemberL{Value: l}
+	}
+	if e.PreviousSecret != "" {
+		item[ePrevSecret], item[ePrevUntil] = avS(e.PreviousSecret), avT(e.PreviousUntil)
+	}
+	if !e.FailingSince.IsZero() {
+		item[eFailingSince] = avT(e.FailingSince)
+	}
+	if !e.LastFailureAt.IsZero() {
+		item[eLastFailure] = avT(e.LastFailureAt)
+	}
+	if e.Disabled() {
+		item[eDisabledAt], item[eDisabledWhy] = avT(e.DisabledAt), avS(e.DisabledReason)
+	}
+	return item
+}
+
+func decodeEndpoint(item map[string]types.AttributeValue) (job.Endpoint, error) {
+	d := decoder{m: item}
+	e := job.Endpoint{
+		Owner: d.str(AttrOwner, true), ID: d.str(AttrEndpointID, true), URL: d.str(eURL, true), Secret: d.str(eSecret, true),
+		PreviousSecret: d.str(ePrevSecret, false), PreviousUntil: d.time(ePrevUntil, false),
+		CreatedAt: d.time(aCreatedAt, true), UpdatedAt: d.time(aUpdatedAt, true), Revision: d.num(aRevision, true),
+		FailingSince: d.time(eFailingSince, false), LastFailureAt: d.time(eLastFailure, false), DisabledAt: d.time(eDisabledAt, false), DisabledReason: d.str(eDisabledWhy, false),
+	}
+	if l, ok := item[eEvents].(*types.AttributeValueMemberL); ok {
+		for _, v := range l.Value {
+			if sv, ok := v.(*types.AttributeValueMemberS); ok {
+				e.Events = append(e.Events, job.EventType(sv.Value))
+			}
+		}
+	}
+	return e, d.err
+}
+
+// PutEndpoint writes a new endpoint unless its ID exists.
+func (s *Store) PutEndpoint(ctx context.Context, e job.Endpoint) error {
+	_, err := s.db.putItem(ctx, &dynamodb.PutItemInput{
+		TableName:                aws.String(s.endpoints),
+		Item:                     encodeEndpoint(e),
+		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
+		ExpressionAttributeNames: map[string]string{"#id": AttrEndpointID},
+	})
+	if err != nil {
+		return storeError("put endpoint", err)
+	}
+	return nil
+}
+
+// Endpoint reads one of owner's endpoints consistently.
+func (s *Store) Endpoint(ctx context.Context, owner, id string) (job.Endpoint, error) {
+	out, err := s.db.getItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.endpoints),
+		Key:            map[string]types.AttributeValue{AttrOwner: avS(owner), AttrEndpointID: avS(id)},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return job.Endpoint{}, storeError("get endpoint", err)
+	}
+	if len(out.Item) == 0 {
+		return job.Endpoint{}, job.ErrNotFound
+	}
+	return decodeEndpoint(out.Item)
+}
+
+// Endpoints lists owner's endpoints, oldest first.
+func (s *Store) Endpoints(ctx context.Context, owner string) ([]job.Endpoint, error) {
+	var out []job.Endpoint
+	var start map[string]types.AttributeValue
+	for {
+		res, err := s.db.query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.endpoints),
+			KeyConditionExpression:    aws.String("#owner = :owner"),
+			ExpressionAttributeNames:  map[string]string{"#owner": AttrOwner},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":owner": avS(owner)},
+			ConsistentRead:            aws.Bool(true),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, storeError("list endpoints", err)
+		}
+		for _, item := range res.Items {
+			e, err := decodeEndpoint(item)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e)
+		}
+		if start = res.LastEvaluatedKey; len(start) == 0 {
+			break
+		}
+	}
+	slices.SortFunc(out, func(a, b job.Endpoint) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// SaveEndpoint replaces an endpoint unless its revision moved.
+func (s *Store) SaveEndpoint(ctx context.Context, before, after job.Endpoint) (bool, error) {
+	return s.save(ctx, s.endpoints, encodeEndpoint(after), before.Revision, "save endpoint")
+}
+
+// save puts item while the stored one is at revision rev.
+func (s *Store) save(ctx context.Context, table string, item map[string]types.AttributeValue, rev int64, what string) (bool, error) {
+	_, err := s.db.putItem(ctx, &dynamodb.PutItemInput{
+		TableName:                 aws.String(table),
+		Item:                      item,
+		ConditionExpression:       aws.String("#rev = :rev"),
+		ExpressionAttributeNames:  map[string]string{"#rev": aRevision},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":rev": avN(rev)},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return false, nil
+	case err != nil:
+		return false, storeError(what, err)
+	}
+	return true, nil
+}
+
+// DeleteEndpoint deletes one of owner's endpoints.
+func (s *Store) DeleteEndpoint(ctx context.Context, owner, id string) error {
+	_, err := s.db.deleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                aws.String(s.endpoints),
+		Key:                      map[string]types.AttributeValue{AttrOwner: avS(owner), AttrEndpointID: avS(id)},
+		ConditionExpression:      aws.String("attribute_exists(#id)"),
+		ExpressionAttributeNames: map[string]string{"#id": AttrEndpointID},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return job.ErrNotFound
+	case err != nil:
+		return storeError("delete endpoint", err)
+	}
+	return nil
+}
+
+// PendingJobs reads by_notify, shard by shard, then each job consistently.
+func (s *Store) PendingJobs(ctx context.Context, limit int) ([]job.Job, error) {
+	var out []job.Job
+	for i := range NotifyShards {
+		res, err := s.db.query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.jobs),
+			IndexName:                 aws.String(IndexByNotify),
+			KeyConditionExpression:    aws.String("#shard = :shard"),
+			ExpressionAttributeNames:  map[string]string{"#shard": AttrNotifyShard},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":shard": avS("notify#" + strconv.Itoa(i))},
+			Limit:                     aws.Int32(int32(max(limit-len(out), 1))),
+		})
+		if err != nil {
+			return nil, storeError("list pending notices", err)
+		}
+		for _, item := range res.Items {
+			d := decoder{m: item}
+			j, err := s.item(ctx, d.str(AttrID, true))
+			if errors.Is(err, job.ErrNotFound) || err == nil && j.Expired(s.now()) {
+				continue
+			}
+			if err != nil {
+				return nil, errors.Join(err, d.err)
+			}
+			if j.Pending() {
+				out = append(out, j)
+			}
+		}
+		if len(out) >= limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+func encodeDelivery(d job.Delivery) map[string]types.AttributeValue {
+	tries := make([]types.AttributeValue, len(d.Tries))
+	for i, t := range d.Tries {
+		m := map[string]types.AttributeValue{aAt: avT(t.At), dStatus: avN(int64(t.Status)), dLatency: avN(t.Latency.Milliseconds())}
+		if t.Error != "" {
+			m[dErrorText] = avS(t.Error)
+		}
+		tries[i] = &types.AttributeValueMemberM{Value: m}
+	}
+	item := map[string]types.AttributeValue{
+		AttrJobID: avS(d.JobID), AttrDelivery: avS(d.Key()), AttrOwner: avS(d.Owner), dMessageID: avS(d.MessageID),
+		AttrEndpointID: avS(d.EndpointID), aType: avS(string(d.Type)), dBody: avS(string(d.Body)), aState: avS(string(d.State)),
+		dTries: &types.AttributeValueMemberL{Value: tries}, aCreatedAt: avT(d.CreatedAt), dFrom: avN(int64(d.From)),
+		aRevision: avN(d.Revision), aExpiresAt: avEpoch(d.ExpiresAt),
+	}
+	if !d.NextAt.IsZero() {
+		item[AttrNextAt] = avS(d.NextAt.UTC().Format(nextAtOrdering))
+		item[AttrDueShard] = avS(DueShard(d.JobID))
+	}
+	return item
+}
+
+func decodeDelivery(item map[string]types.AttributeValue) (job.Delivery, error) {
+	d := decoder{m: item}
+	out := job.Delivery{
+		JobID: d.str(AttrJobID, true), Owner: d.str(AttrOwner, true), MessageID: d.str(dMessageID, true),
+		EndpointID: d.str(AttrEndpointID, true), Type: job.EventType(d.str(aType, true)), Body: []byte(d.str(dBody, true)),
+		State: job.DeliveryState(d.str(aState, true)), CreatedAt: d.time(aCreatedAt, true), From: int(d.num(dFrom, false)),
+		Revision: d.num(aRevision, true),
+	}
+	if s := d.num(aExpiresAt, false); s > 0 {
+		out.ExpiresAt = time.Unix(s, 0).UTC()
+	}
+	if v := d.str(AttrNextAt, false); v != "" {
+		t, err := time.Parse(nextAtOrdering, v)
+		if err != nil {
+			d.fail(AttrNextAt)
+		}
+		out.NextAt = t
+	}
+	if l, ok := item[dTries].(*types.AttributeValueMemberL); ok {
+		for _, v := range l.Value {
+			m, ok := v.(*types.AttributeValueMemberM)
+			if !ok {
+				d.fail(dTries)
+				continue
+			}
+			sub := decoder{m: m.Value}
+			out.Tries = append(out.Tries, job.Try{At: sub.time(aAt, true), Status: int(sub.num(dStatus, false)),
+				Latency: time.Duration(sub.num(dLatency, false)) * time.Millisecond, Error: sub.str(dErrorText, false)})
+			if sub.err != nil && d.err == nil {
+				d.err = sub.err
+			}
+		}
+	}
+	return out, d.err
+}
+
+// AddDelivery writes a new delivery unless it exists.
+func (s *Store) AddDelivery(ctx context.Context, d job.Delivery) (bool, error) {
+	item := encodeDelivery(d)
+	if err := checkSize(item); err != nil {
+		return false, err
+	}
+	_, err := s.db.putItem(ctx, &dynamodb.PutItemInput{
+		TableName:                aws.String(s.deliveries),
+		Item:                     item,
+		ConditionExpression:      aws.String("attribute_not_exists(#d)"),
+		ExpressionAttributeNames: map[string]string{"#d": AttrDelivery},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return false, nil
+	case err != nil:
+		return false, storeError("add delivery", err)
+	}
+	return true, nil
+}
+
+// DueDeliveries reads by_due, shard by shard, for entries due at now,
+// then each delivery consistently.
+func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]job.Delivery, error) {
+	var out []job.Delivery
+	for i := range dueShards {
+		res, err := s.db.query(ctx, &dynamodb.QueryInput{
+			TableName:                aws.String(s.deliveries),
+			IndexName:                aws.String(IndexByDue),
+			KeyConditionExpression:   aws.String("#shard = :shard AND #next <= :now"),
+			ExpressionAttributeNames: map[string]string{"#shard": AttrDueShard, "#next": AttrNextAt},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":shard": avS("due#" + strconv.Itoa(i)),
+				":now": avS(now.UTC().Format(nextAtOrdering))},
+			Limit: aws.Int32(int32(max(limit-len(out), 1))),
+		})
+		if err != nil {
+			return nil, storeError("list due deliveries", err)
+		}
+		for _, item := range res.Items {
+			k := decoder{m: item}
+			d, err := s.Delivery(ctx, k.str(AttrJobID, true), k.str(AttrDelivery, true))
+			if errors.Is(err, job.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, errors.Join(err, k.err)
+			}
+			if d.State == job.DeliveryPending && !d.NextAt.After(now) {
+				out = append(out, d)
+			}
+		}
+		if len(out) >= limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// SaveDelivery replaces a delivery unless its revision moved; a settled
+// one leaves by_due.
+func (s *Store) SaveDelivery(ctx context.Context, before, after job.Delivery) (bool, error) {
+	return s.save(ctx, s.deliveries, encodeDelivery(after), before.Revision, "save delivery")
+}
+
+// Deliveries lists a job's deliveries, by message then endpoint.
+func (s *Store) Deliveries(ctx context.Context, jobID string) ([]job.Delivery, error) {
+	var out []job.Delivery
+	var start map[string]types.AttributeValue
+	for {
+		res, err := s.db.query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.deliveries),
+			KeyConditionExpression:    aws.String("#job = :job"),
+			ExpressionAttributeNames:  map[string]string{"#job": AttrJobID},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":job": avS(jobID)},
+			ConsistentRead:            aws.Bool(true),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, storeError("list deliveries", err)
+		}
+		for _, item := range res.Items {
+			d, err := decodeDelivery(item)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, d)
+		}
+		if start = res.LastEvaluatedKey; len(start) == 0 {
+			break
+		}
+	}
+	slices.SortStableFunc(out, func(a, b job.Delivery) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// Delivery reads one delivery of a job consistently.
+func (s *Store) Delivery(ctx context.Context, jobID, key string) (job.Delivery, error) {
+	if jobID == "" || key == "" || !strings.Contains(key, "-") {
+		return job.Delivery{}, job.ErrNotFound
+	}
+	out, err := s.db.getItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.deliveries),
+		Key:            map[string]types.AttributeValue{AttrJobID: avS(jobID), AttrDelivery: avS(key)},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return job.Delivery{}, storeError("get delivery", err)
+	}
+	if len(out.Item) == 0 {
+		return job.Delivery{}, job.ErrNotFound
+	}
+	return decodeDelivery(out.Item)
+}

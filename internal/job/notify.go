@@ -1,0 +1,464 @@
+package job
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Notifications: an owner registers endpoints (webhook endpoints in the
+// API); the write that ends a job, or blocks it on an unknown attempt,
+// records the event in the job's outbox (Job.Outbox) when the job notifies
+// (Job.Notify, decided at create from the owner's endpoint count), so no
+// crash between that write and a delivery can lose it. The notifier fans
+// each event out into one delivery per endpoint that wants it and tries
+// each delivery on the retry schedule until the endpoint answers 2xx.
+
+// EventType names what happened to a job.
+type EventType string
+
+// Event types an endpoint may ask for.
+const (
+	EventJobSucceeded   EventType = "job.succeeded"
+	EventJobFailed      EventType = "job.failed"
+	EventJobCancelled   EventType = "job.cancelled"
+	EventAttemptUnknown EventType = "attempt.unknown"
+)
+
+// EventTypes lists every event type.
+func EventTypes() []EventType {
+	return []EventType{EventJobSucceeded, EventJobFailed, EventJobCancelled, EventAttemptUnknown}
+}
+
+// Valid reports whether t is a known event type.
+func (t EventType) Valid() bool { return slices.Contains(EventTypes(), t) }
+
+// Notice is one event recorded in a job's outbox by the write that made it
+// happen.
+type Notice struct {
+	// ID is the event's message ID (the webhook-id header), the same on
+	// every try of every delivery of the event: MessageID.
+	ID   string
+	Type EventType
+	At   time.Time
+	// Attempt is the attempt that became unknown; 0 for job events.
+	Attempt int
+}
+
+// MessageID is the stable ID of a job's event: "msg_" and a hash of the
+// job, the type and the attempt, so a decision made twice names the same
+// message, and the ID carries no '.' (the signed content joins on it).
+func MessageID(jobID string, t EventType, attempt int) string {
+	sum := sha256.Sum256([]byte(jobID + "\x00" + string(t) + "\x00" + strconv.Itoa(attempt)))
+	return "msg_" + hex.EncodeToString(sum[:16])
+}
+
+// Pending reports whether the job holds events not yet fanned out.
+func (j Job) Pending() bool { return j.Dispatched < len(j.Outbox) }
+
+// notice records the event in after's outbox when the job notifies.
+func notice(after Job, t EventType, attempt int, now time.Time) Job {
+	if !after.Notify {
+		return after
+	}
+	id := MessageID(after.ID, t, attempt)
+	for _, n := range after.Outbox {
+		if n.ID == id {
+			return after
+		}
+	}
+	after.Outbox = append(slices.Clone(after.Outbox), Notice{ID: id, Type: t, At: now.UTC(), Attempt: attempt})
+	return after
+}
+
+// outcomeEvent is the event an outcome kind records.
+func outcomeEvent(k Kind) EventType {
+	switch k {
+	case KindComplete:
+		return EventJobSucceeded
+	case KindFail:
+		return EventJobFailed
+	}
+	return EventJobCancelled
+}
+
+// DecideDispatched records that the first n notices of the outbox were
+// fanned out into deliveries. Fewer than already recorded is a no-op.
+func DecideDispatched(j Job, n int, now time.Time) (Transition, error) {
+	if n > len(j.Outbox) {
+		return Transition{}, fmt.Errorf("%w: %d notices dispatched of %d", ErrInvalidTransition, n, len(j.Outbox))
+	}
+	if n <= j.Dispatched {
+		return noop(j, KindDispatched, 0), nil
+	}
+	after := j
+	after.Dispatched = n
+	return bookkeeping(j, after, KindDispatched, 0, now.UTC()), nil
+}
+
+// NotifiesFor reports whether a job its owner creates now notifies: the
+// owner has an endpoint (a count the create reads with the quota counter).
+func NotifiesFor(u OwnerUsage) bool { return u.Endpoints > 0 }
+
+// ---- endpoints ----------------------------------------------------------------
+
+// Endpoint limits.
+const (
+	MaxEndpointsPerOwner = 10
+	MaxEndpointURLBytes  = 2048
+	// SecretOverlap is how long a rotated secret still signs: each delivery
+	// carries both signatures until then, so a receiver can switch over.
+	SecretOverlap = 24 * time.Hour
+	// SecretPrefix starts every signing secret (Standard Webhooks).
+	SecretPrefix = "whsec_"
+)
+
+// Endpoint is where an owner's events go.
+type Endpoint struct {
+	ID     string
+	Owner  string
+	URL    string
+	Events []EventType // empty: every type
+	// Secret signs every delivery; PreviousSecret too, until PreviousUntil.
+	Secret         string
+	PreviousSecret string
+	PreviousUntil  time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	// FailingSince is the first failed try of the current run of failures
+	// (no delivery, no gap over FailureGap between failures); zero while
+	// the endpoint answers. LastFailureAt is the latest failure recorded
+	// (written at most every FailureGap/2, so a failing endpoint costs a
+	// write or two a day, not one per try).
+	FailingSince  time.Time
+	LastFailureAt time.Time
+	// DisabledAt and DisabledReason: no more tries are made.
+	DisabledAt     time.Time
+	DisabledReason string
+	Revision       int64
+}
+
+// Disabled reports whether deliveries to the endpoint stopped.
+func (e Endpoint) Disabled() bool { return !e.DisabledAt.IsZero() }
+
+// Wants reports whether the endpoint asked for events of type t.
+func (e Endpoint) Wants(t EventType) bool { return len(e.Events) == 0 || slices.Contains(e.Events, t) }
+
+// Secrets are the secrets a delivery at now is signed with, newest first.
+func (e Endpoint) Secrets(now time.Time) []string {
+	out := []string{e.Secret}
+	if e.PreviousSecret != "" && now.Before(e.PreviousUntil) {
+		out = append(out, e.PreviousSecret)
+	}
+	return out
+}
+
+// URLRule says which endpoint URLs are accepted. Deployed, only https with
+// a host name or a public address; locally (AllowLoopbackHTTP) also http
+// to a loopback address, for a receiver on this machine.
+type URLRule struct {
+	AllowLoopbackHTTP bool
+}
+
+// CheckURL refuses what an endpoint URL must not be: not absolute, not
+// https (or loopback http where allowed), credentials in it, a fragment,
+// or an address literal that is private, loopback, link-local or
+// unspecified. A name is checked again when the sender resolves it.
+func (r URLRule) CheckURL(raw string) error {
+	bad := func(why string) error { return &InvalidError{Field: "url", Reason: why} }
+	if len(raw) == 0 || len(raw) > MaxEndpointURLBytes {
+		return bad(fmt.Sprintf("must be 1–%d bytes", MaxEndpointURLBytes))
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
+		return bad("must be an absolute URL")
+	}
+	if u.User != nil {
+		return bad("must not carry credentials")
+	}
+	if u.Fragment != "" || strings.Contains(raw, "#") {
+		return bad("must not have a fragment")
+	}
+	host := u.Hostname()
+	ip := net.ParseIP(host)
+	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
+	switch {
+	case u.Scheme == "https" && ip == nil && !loopback:
+		return nil
+	case u.Scheme == "https" && ip != nil && PublicIP(ip):
+		return nil
+	case r.AllowLoopbackHTTP && (u.Scheme == "http" || u.Scheme == "https") && loopback:
+		return nil
+	case u.Scheme != "https":
+		return bad("must be https")
+	}
+	return bad("must not name a private, loopback, link-local or metadata address")
+}
+
+// PublicIP reports whether a delivery may go to ip: none of loopback,
+// private (RFC 1918, unique local), link-local (which holds the cloud
+// metadata address 169.254.169.254), unspecified, multicast, CGNAT or the
+// IPv4-mapped forms of these.
+func PublicIP(ip net.IP) bool {
+	if v4 := ip.To4(); v4 != nil {
+		ip = v4
+		if v4[0] == 0 || (v4[0] == 100 && v4[1]&0xc0 == 64) || v4[0] >= 240 { // this network, CGNAT, reserved
+			return false
+		}
+	}
+	return !(ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified())
+}
+
+// NewEndpoint is a new endpoint from an owner's request; its ID and secret
+// are the caller's (random).
+func NewEndpoint(owner, id, rawURL string, events []EventType, secret string, rule URLRule, now time.Time) (Endpoint, error) {
+	if err := rule.CheckURL(rawURL); err != nil {
+		return Endpoint{}, err
+	}
+	seen := map[EventType]bool{}
+	var evs []EventType
+	for _, t := range events {
+		if !t.Valid() {
+			return Endpoint{}, &InvalidError{Field: "events", Reason: "must name only " + eventTypeList()}
+		}
+		if !seen[t] {
+			seen[t] = true
+			evs = append(evs, t)
+		}
+	}
+	now = now.UTC()
+	return Endpoint{ID: id, Owner: owner, URL: rawURL, Events: evs, Secret: secret, CreatedAt: now, UpdatedAt: now, Revision: 1}, nil
+}
+
+func eventTypeList() string {
+	var names []string
+	for _, t := range EventTypes() {
+		names = append(names, string(t))
+	}
+	return strings.Join(names, ", ")
+}
+
+// DecideRotate replaces an endpoint's secret; the old one keeps signing
+// for SecretOverlap.
+func DecideRotate(e Endpoint, secret string, now time.Time) Endpoint {
+	now = now.UTC()
+	e.PreviousSecret, e.PreviousUntil = e.Secret, now.Add(SecretOverlap)
+	e.Secret = secret
+	e.UpdatedAt = now
+	e.Revision++
+	return e
+}
+
+// ---- deliveries ---------------------------------------------------------------
+
+// DeliveryState is where a delivery stands.
+type DeliveryState string
+
+// Delivery states.
+const (
+	DeliveryPending   DeliveryState = "pending"
+	DeliveryDelivered DeliveryState = "delivered"
+	// DeliveryFailed: every try of the schedule failed.
+	DeliveryFailed DeliveryState = "failed"
+	// DeliveryEndpointDisabled: the endpoint answered 410, failed for
+	// days, or was disabled before this delivery's turn.
+	DeliveryEndpointDisabled DeliveryState = "endpoint_disabled"
+)
+
+// Delivery is one event on its way to one endpoint.
+type Delivery struct {
+	JobID      string
+	Owner      string
+	MessageID  string
+	EndpointID string
+	Type       EventType
+	// Body is the exact bytes every try sends (and signs).
+	Body      []byte
+	State     DeliveryState
+	Tries     []Try
+	NextAt    time.Time // when the next try is due; zero once settled
+	CreatedAt time.Time
+	// From counts the tries before the last redelivery: the schedule
+	// starts again from there.
+	From      int
+	Revision  int64
+	ExpiresAt time.Time
+}
+
+// Key names the delivery among its job's: "<message>-<endpoint>" (both IDs
+// are lower-case hex behind a prefix, so the key is safe in a URL path).
+func (d Delivery) Key() string { return d.MessageID + "-" + d.EndpointID }
+
+// Try is one HTTP request of a delivery.
+type Try struct {
+	At time.Time
+	// Status is the endpoint's HTTP status, 0 when none came (Error says why).
+	Status  int
+	Latency time.Duration
+	// Error is why no status came: "timeout", "connect", "refused_address", …
+	Error string
+}
+
+// TryResult is what one request to an endpoint got.
+type TryResult struct {
+	Status  int
+	Latency time.Duration
+	Error   string
+	// RetryAfter is the endpoint's Retry-After, 0 when none.
+	RetryAfter time.Duration
+}
+
+// RetrySchedule is the wait before each retry, after a failed try: the
+// Standard Webhooks schedule. A delivery fails after its last.
+type RetrySchedule []time.Duration
+
+// DefaultRetrySchedule: immediately, then 5 s, 5 min, 30 min, 2 h, 5 h,
+// 10 h, 10 h (Svix's).
+func DefaultRetrySchedule() RetrySchedule {
+	return RetrySchedule{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour}
+}
+
+// Scaled is the schedule with every wait divided by f (make run's, so a
+// whole schedule passes in seconds); at least a millisecond each.
+func (s RetrySchedule) Scaled(f int) RetrySchedule {
+	if f <= 1 {
+		return s
+	}
+	out := make(RetrySchedule, len(s))
+	for i, d := range s {
+		out[i] = max(d/time.Duration(f), time.Millisecond)
+	}
+	return out
+}
+
+// MaxRetryAfter bounds how far an endpoint's Retry-After may push a retry.
+const MaxRetryAfter = 24 * time.Hour
+
+// DeliveryRetention: a delivery's record is kept this long after it
+// was created (a job's own retention is at least a day too).
+const DeliveryRetention = 30 * 24 * time.Hour
+
+// NewDelivery is the delivery of notice n to endpoint e, due at once.
+func NewDelivery(j Job, n Notice, e Endpoint, body []byte, now time.Time) Delivery {
+	now = now.UTC()
+	return Delivery{JobID: j.ID, Owner: j.Owner, MessageID: n.ID, EndpointID: e.ID, Type: n.Type, Body: body,
+		State: DeliveryPending, NextAt: now, CreatedAt: now, Revision: 1, ExpiresAt: now.Add(DeliveryRetention).Truncate(time.Second)}
+}
+
+// Delivered reports whether a status counts as delivered: 2xx only (3xx
+// is a failure, and no redirect is followed).
+func Delivered(status int) bool { return status >= 200 && status <= 299 }
+
+// DecideClaim leases a due delivery to one sender until lease passes: a
+// crashed sender's delivery is tried again then, under the same ID.
+// ok is false when it is not due or not pending.
+func DecideClaim(d Delivery, lease time.Duration, now time.Time) (Delivery, bool) {
+	if d.State != DeliveryPending || d.NextAt.IsZero() || now.Before(d.NextAt) {
+		return d, false
+	}
+	after := d
+	after.NextAt = now.UTC().Add(lease)
+	after.Revision++
+	return after, true
+}
+
+// DecideTry records a try and decides what follows: delivered on 2xx;
+// the endpoint disabled on 410; otherwise a retry after the schedule's
+// next wait (or the endpoint's Retry-After, if longer, up to
+// MaxRetryAfter), or failed after the schedule's last.
+func DecideTry(d Delivery, r TryResult, s RetrySchedule, now time.Time) Delivery {
+	now = now.UTC()
+	after := d
+	after.Tries = append(slices.Clone(d.Tries), Try{At: now.Add(-r.Latency), Status: r.Status, Latency: r.Latency, Error: r.Error})
+	after.Revision++
+	switch {
+	case Delivered(r.Status):
+		after.State, after.NextAt = DeliveryDelivered, time.Time{}
+	case r.Status == 410:
+		after.State, after.NextAt = DeliveryEndpointDisabled, time.Time{}
+	default:
+		failed := len(after.Tries) - d.From
+		if failed > len(s) {
+			after.State, after.NextAt = DeliveryFailed, time.Time{}
+			break
+		}
+		wait := s[failed-1]
+		if r.RetryAfter > wait {
+			wait = min(r.RetryAfter, MaxRetryAfter)
+		}
+		after.NextAt = now.Add(wait)
+	}
+	return after
+}
+
+// DecideSkip settles a pending delivery whose endpoint is disabled or gone.
+func DecideSkip(d Delivery, now time.Time) Delivery {
+	after := d
+	after.State, after.NextAt = DeliveryEndpointDisabled, time.Time{}
+	after.Revision++
+	return after
+}
+
+// DecideRedeliver starts a settled or pending delivery's schedule again,
+// due now (an operator's or owner's request). Its tries are kept.
+func DecideRedeliver(d Delivery, now time.Time) Delivery {
+	after := d
+	after.State, after.NextAt, after.From = DeliveryPending, now.UTC(), len(d.Tries)
+	after.Revision++
+	return after
+}
+
+// DefaultDisableAfter: an endpoint that has failed every try for this
+// long is disabled (Svix: 5 days).
+const DefaultDisableAfter = 5 * 24 * time.Hour
+
+// Disable reasons.
+const (
+	DisabledGone    = "gone"    // it answered 410
+	DisabledFailing = "failing" // it failed every try for DisableAfter
+)
+
+// FailureGap: failures further apart than this are not one run of
+// failures; the endpoint's clock towards being disabled starts again.
+const FailureGap = 24 * time.Hour
+
+// DecideEndpointAfter updates an endpoint's health after a try of d (as
+// DecideTry left it): a delivery clears FailingSince, a 410 disables it; a
+// failure starts a run of failures (FailingSince) unless one is under way
+// (the last failure within FailureGap), and once the run has lasted
+// disableAfter, disables it. changed is false when nothing needs writing.
+func DecideEndpointAfter(e Endpoint, d Delivery, disableAfter time.Duration, now time.Time) (Endpoint, bool) {
+	if e.Disabled() || len(d.Tries) == 0 {
+		return e, false
+	}
+	now = now.UTC()
+	after := e
+	last := d.Tries[len(d.Tries)-1]
+	switch {
+	case Delivered(last.Status):
+		if e.FailingSince.IsZero() {
+			return e, false
+		}
+		after.FailingSince, after.LastFailureAt = time.Time{}, time.Time{}
+	case last.Status == 410:
+		after.DisabledAt, after.DisabledReason = now, DisabledGone
+	case e.FailingSince.IsZero() || now.Sub(e.LastFailureAt) > FailureGap:
+		after.FailingSince, after.LastFailureAt = last.At, last.At
+	case now.Sub(e.FailingSince) >= disableAfter:
+		after.DisabledAt, after.DisabledReason = now, DisabledFailing
+	case now.Sub(e.LastFailureAt) > FailureGap/2:
+		after.LastFailureAt = last.At
+	default:
+		return e, false
+	}
+	after.UpdatedAt = now
+	after.Revision++
+	return after, true
+}

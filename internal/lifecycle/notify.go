@@ -1,0 +1,497 @@
+package lifecycle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// NotificationStore keeps owners' endpoints and the deliveries of their
+// jobs' events (dynamo.Store, dev/memstore). Each change is one
+// conditional write: a save on the revision the decision read (ok false
+// when it moved: a lost race, not an error).
+type NotificationStore interface {
+	// CountEndpoint counts one more endpoint of the owner unless it has
+	// limit (ok false, nothing written); UncountEndpoint one fewer. The
+	// count is what job creation reads (job.NotifiesFor); it is counted
+	// before an endpoint is written and uncounted after one is deleted, so
+	// a crash leaves it too high (jobs notify for nothing), never too low.
+	CountEndpoint(ctx context.Context, owner string, limit int, now time.Time) (ok bool, err error)
+	UncountEndpoint(ctx context.Context, owner string, now time.Time) error
+	// PutEndpoint writes a new endpoint.
+	PutEndpoint(ctx context.Context, e job.Endpoint) error
+	// Endpoint reads one of owner's endpoints; job.ErrNotFound if absent.
+	Endpoint(ctx context.Context, owner, id string) (job.Endpoint, error)
+	// Endpoints lists owner's endpoints, oldest first.
+	Endpoints(ctx context.Context, owner string) ([]job.Endpoint, error)
+	SaveEndpoint(ctx context.Context, before, after job.Endpoint) (ok bool, err error)
+	// DeleteEndpoint deletes one of owner's endpoints; job.ErrNotFound if
+	// absent.
+	DeleteEndpoint(ctx context.Context, owner, id string) error
+
+	// PendingJobs lists jobs whose outbox holds notices not yet fanned out
+	// (job.Job.Pending), at most limit, each read consistently (the index
+	// only finds them).
+	PendingJobs(ctx context.Context, limit int) ([]job.Job, error)
+	// AddDelivery writes a new delivery unless it exists (created false).
+	AddDelivery(ctx context.Context, d job.Delivery) (created bool, err error)
+	// DueDeliveries lists pending deliveries due at now, at most limit,
+	// each read consistently.
+	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]job.Delivery, error)
+	SaveDelivery(ctx context.Context, before, after job.Delivery) (ok bool, err error)
+	// Deliveries lists a job's deliveries; Delivery reads one (by Key).
+	Deliveries(ctx context.Context, jobID string) ([]job.Delivery, error)
+	Delivery(ctx context.Context, jobID, key string) (job.Delivery, error)
+}
+
+// Message is one signed request to an endpoint.
+type Message struct {
+	URL string
+	// ID is the webhook-id; Secrets sign it (several during a rotation).
+	ID      string
+	Secrets []string
+	Body    []byte
+}
+
+// Sender sends one message and reports what came back: the status, or why
+// none came (job.TryResult.Error). It never follows a redirect and gives
+// up after its timeout.
+type Sender interface {
+	Send(ctx context.Context, m Message) job.TryResult
+}
+
+// NotificationEvents receives what operators are told about deliveries.
+type NotificationEvents interface {
+	DeliveryTried(ctx context.Context, d job.Delivery, t job.Try)
+	EndpointDisabled(ctx context.Context, e job.Endpoint)
+}
+
+// NoNotificationEvents discards them.
+type NoNotificationEvents struct{}
+
+func (NoNotificationEvents) DeliveryTried(context.Context, job.Delivery, job.Try) {}
+func (NoNotificationEvents) EndpointDisabled(context.Context, job.Endpoint)       {}
+
+// ErrTooManyEndpoints reports an owner at job.MaxEndpointsPerOwner.
+var ErrTooManyEndpoints = errors.New("too many endpoints")
+
+// EndpointsConfig wires Endpoints.
+type EndpointsConfig struct {
+	Store NotificationStore
+	// Rule says which URLs are accepted (locally, loopback http).
+	Rule job.URLRule
+	// Limit bounds an owner's endpoints; 0 is job.MaxEndpointsPerOwner.
+	Limit   int
+	NowFunc func() time.Time
+	Logger  *slog.Logger
+}
+
+// Endpoints are the owner's use cases of notification endpoints and of
+// their jobs' deliveries.
+type Endpoints struct {
+	cfg EndpointsConfig
+}
+
+// NewEndpoints checks the store and defaults the rest.
+func NewEndpoints(c EndpointsConfig) (*Endpoints, error) {
+	if c.Store == nil {
+		return nil, errors.New("lifecycle: endpoints need a notification store")
+	}
+	if c.Limit <= 0 {
+		c.Limit = job.MaxEndpointsPerOwner
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Endpoints{cfg: c}, nil
+}
+
+// NewSecret is a signing secret: job.SecretPrefix and the base64 of 32
+// random bytes.
+func NewSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return job.SecretPrefix + base64.StdEncoding.EncodeToString(b), nil
+}
+
+func newEndpointID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "ep_" + hex.EncodeToString(b), nil
+}
+
+// Create registers an endpoint for owner; its secret is in the answer,
+// and only there.
+func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.EventType) (job.Endpoint, error) {
+	id, err := newEndpointID()
+	if err != nil {
+		return job.Endpoint{}, err
+	}
+	secret, err := NewSecret()
+	if err != nil {
+		return job.Endpoint{}, err
+	}
+	now := x.cfg.NowFunc()
+	e, err := job.NewEndpoint(owner, id, url, events, secret, x.cfg.Rule, now)
+	if err != nil {
+		return job.Endpoint{}, err
+	}
+	ok, err := x.cfg.Store.CountEndpoint(ctx, owner, x.cfg.Limit, now)
+	if err != nil {
+		return job.Endpoint{}, err
+	}
+	if !ok {
+		return job.Endpoint{}, fmt.Errorf("%w: an owner has at most %d", ErrTooManyEndpoints, x.cfg.Limit)
+	}
+	if err := x.cfg.Store.PutEndpoint(ctx, e); err != nil {
+		return job.Endpoint{}, err
+	}
+	x.cfg.Logger.InfoContext(ctx, "endpoint_created", "owner", owner, "endpoint_id", e.ID)
+	return e, nil
+}
+
+// List lists owner's endpoints.
+func (x *Endpoints) List(ctx context.Context, owner string) ([]job.Endpoint, error) {
+	return x.cfg.Store.Endpoints(ctx, owner)
+}
+
+// Get reads one of owner's endpoints.
+func (x *Endpoints) Get(ctx context.Context, owner, id string) (job.Endpoint, error) {
+	return x.cfg.Store.Endpoint(ctx, owner, id)
+}
+
+// Delete deletes one of owner's endpoints; its pending deliveries are
+// settled as endpoint_disabled when their turn comes.
+func (x *Endpoints) Delete(ctx context.Context, owner, id string) error {
+	if err := x.cfg.Store.DeleteEndpoint(ctx, owner, id); err != nil {
+		return err
+	}
+	if err := x.cfg.Store.UncountEndpoint(ctx, owner, x.cfg.NowFunc()); err != nil {
+		// Too high a count only makes jobs notify for nothing.
+		x.cfg.Logger.WarnContext(ctx, "endpoint_uncount_failed", "owner", owner, "error", err.Error())
+	}
+	x.cfg.Logger.InfoContext(ctx, "endpoint_deleted", "owner", owner, "endpoint_id", id)
+	return nil
+}
+
+// Rotate gives an endpoint a new secret; the old one keeps signing for
+// job.SecretOverlap.
+func (x *Endpoints) Rotate(ctx context.Context, owner, id string) (job.Endpoint, error) {
+	for range maxTries {
+		e, err := x.cfg.Store.Endpoint(ctx, owner, id)
+		if err != nil {
+			return job.Endpoint{}, err
+		}
+		secret, err := NewSecret()
+		if err != nil {
+			return job.Endpoint{}, err
+		}
+		after := job.DecideRotate(e, secret, x.cfg.NowFunc())
+		ok, err := x.cfg.Store.SaveEndpoint(ctx, e, after)
+		if err != nil {
+			return job.Endpoint{}, err
+		}
+		if ok {
+			return after, nil
+		}
+	}
+	return job.Endpoint{}, fmt.Errorf("%w endpoint %s", ErrContention, id)
+}
+
+// Deliveries lists a job's deliveries (the caller checked it may see it).
+func (x *Endpoints) Deliveries(ctx context.Context, j job.Job) ([]job.Delivery, error) {
+	return x.cfg.Store.Deliveries(ctx, j.ID)
+}
+
+// Redeliver starts a delivery's schedule again, due now.
+func (x *Endpoints) Redeliver(ctx context.Context, j job.Job, key string) (job.Delivery, error) {
+	for range maxTries {
+		d, err := x.cfg.Store.Delivery(ctx, j.ID, key)
+		if err != nil {
+			return job.Delivery{}, err
+		}
+		after := job.DecideRedeliver(d, x.cfg.NowFunc())
+		ok, err := x.cfg.Store.SaveDelivery(ctx, d, after)
+		if err != nil {
+			return job.Delivery{}, err
+		}
+		if ok {
+			x.cfg.Logger.InfoContext(ctx, "delivery_redelivered", "job_id", j.ID, "message_id", d.MessageID, "endpoint_id", d.EndpointID)
+			return after, nil
+		}
+	}
+	return job.Delivery{}, fmt.Errorf("%w delivery %s", ErrContention, key)
+}
+
+// NotifierConfig wires a Notifier.
+type NotifierConfig struct {
+	Store   Store
+	Notices NotificationStore
+	Sender  Sender
+	// BodyFunc is the body of a notice's deliveries: the owner's view of
+	// the job (never a provider's text).
+	BodyFunc func(j job.Job, n job.Notice) ([]byte, error)
+	// Schedule is the retry schedule (job.DefaultRetrySchedule when nil);
+	// DisableAfter how long an endpoint may fail every try before it is
+	// disabled (job.DefaultDisableAfter when 0).
+	Schedule     job.RetrySchedule
+	DisableAfter time.Duration
+	// Lease is how long a claimed delivery is left to its sender before
+	// another may try it (a crash's cost); default 1 minute, above the
+	// sender's 15-s timeout.
+	Lease time.Duration
+	// Limit bounds the jobs and the deliveries of one pass (default 100);
+	// Parallel the tries at once (default 8).
+	Limit    int
+	Parallel int
+	NowFunc  func() time.Time
+	Logger   *slog.Logger
+	Events   NotificationEvents
+}
+
+// Notifier fans the events jobs record out into deliveries and tries the
+// due ones. It runs in passes (Pass): the notify function on a schedule,
+// locally a loop of the stack.
+type Notifier struct {
+	cfg NotifierConfig
+}
+
+// NewNotifier checks the wiring and defaults the rest.
+func NewNotifier(c NotifierConfig) (*Notifier, error) {
+	if c.Store == nil || c.Notices == nil || c.Sender == nil || c.BodyFunc == nil {
+		return nil, errors.New("lifecycle: the notifier needs a store, a notification store, a sender and a body")
+	}
+	if c.Schedule == nil {
+		c.Schedule = job.DefaultRetrySchedule()
+	}
+	if c.DisableAfter <= 0 {
+		c.DisableAfter = job.DefaultDisableAfter
+	}
+	if c.Lease <= 0 {
+		c.Lease = time.Minute
+	}
+	if c.Limit <= 0 {
+		c.Limit = 100
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = 8
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Events == nil {
+		c.Events = NoNotificationEvents{}
+	}
+	return &Notifier{cfg: c}, nil
+}
+
+// PassReport says what a pass did.
+type PassReport struct {
+	Dispatched int `json:"dispatched"` // jobs whose notices were fanned out
+	Created    int `json:"created"`    // deliveries created
+	Tried      int `json:"tried"`
+	Delivered  int `json:"delivered"`
+}
+
+// Pass fans out pending notices, then tries the due deliveries.
+func (n *Notifier) Pass(ctx context.Context) (PassReport, error) {
+	var rep PassReport
+	var errs []error
+	jobs, err := n.cfg.Notices.PendingJobs(ctx, n.cfg.Limit)
+	if err != nil {
+		return rep, err
+	}
+	for _, j := range jobs {
+		created, err := n.dispatch(ctx, j)
+		rep.Created += created
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rep.Dispatched++
+	}
+	due, err := n.cfg.Notices.DueDeliveries(ctx, n.cfg.NowFunc(), n.cfg.Limit)
+	if err != nil {
+		return rep, errors.Join(append(errs, err)...)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, n.cfg.Parallel)
+	for _, d := range due {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			tried, delivered, err := n.deliver(ctx, d)
+			mu.Lock()
+			defer mu.Unlock()
+			if tried {
+				rep.Tried++
+			}
+			if delivered {
+				rep.Delivered++
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	if rep.Dispatched+rep.Tried > 0 {
+		n.cfg.Logger.InfoContext(ctx, "notify_pass_done", "dispatched", rep.Dispatched, "created", rep.Created,
+			"tried", rep.Tried, "delivered", rep.Delivered)
+	}
+	return rep, errors.Join(errs...)
+}
+
+// dispatch fans out a job's pending notices (j as PendingJobs read it,
+// consistently): one delivery per endpoint that wants each, written
+// unless it exists (so a repeat is harmless), then the job records them
+// dispatched. A notice recorded meanwhile is fanned out in the same call.
+func (n *Notifier) dispatch(ctx context.Context, j job.Job) (int, error) {
+	id := j.ID
+	created := 0
+	for range maxTries {
+		if !j.Pending() {
+			return created, nil
+		}
+		eps, err := n.cfg.Notices.Endpoints(ctx, j.Owner)
+		if err != nil {
+			return created, err
+		}
+		now := n.cfg.NowFunc()
+		for _, nt := range j.Outbox[j.Dispatched:] {
+			body, err := n.cfg.BodyFunc(j, nt)
+			if err != nil {
+				return created, err
+			}
+			for _, e := range eps {
+				if e.Disabled() || !e.Wants(nt.Type) {
+					continue
+				}
+				ok, err := n.cfg.Notices.AddDelivery(ctx, job.NewDelivery(j, nt, e, body, now))
+				if err != nil {
+					return created, err
+				}
+				if ok {
+					created++
+				}
+			}
+		}
+		t, err := job.DecideDispatched(j, len(j.Outbox), now)
+		if err != nil {
+			return created, err
+		}
+		res, err := n.cfg.Store.Apply(ctx, t)
+		if errors.Is(err, job.ErrNotFound) {
+			return created, nil // expired meanwhile: nothing left to tell
+		}
+		if err != nil {
+			return created, err
+		}
+		if res.OK {
+			n.cfg.Logger.InfoContext(ctx, "notices_dispatched", "job_id", j.ID, "owner", j.Owner, "notices", len(j.Outbox),
+				"deliveries", created)
+			return created, nil
+		}
+		j = res.Job
+	}
+	return created, fmt.Errorf("%w %s", ErrContention, id)
+}
+
+// deliver claims a due delivery, sends it, and records the try and what
+// it means for the endpoint.
+func (n *Notifier) deliver(ctx context.Context, d job.Delivery) (tried, delivered bool, err error) {
+	log := n.cfg.Logger
+	claimed, ok := job.DecideClaim(d, n.cfg.Lease, n.cfg.NowFunc())
+	if !ok {
+		return false, false, nil
+	}
+	if ok, err := n.cfg.Notices.SaveDelivery(ctx, d, claimed); err != nil || !ok {
+		return false, false, err // another sender has it
+	}
+	e, err := n.cfg.Notices.Endpoint(ctx, d.Owner, d.EndpointID)
+	switch {
+	case errors.Is(err, job.ErrNotFound) || err == nil && e.Disabled():
+		_, err := n.cfg.Notices.SaveDelivery(ctx, claimed, job.DecideSkip(claimed, n.cfg.NowFunc()))
+		return false, false, err
+	case err != nil:
+		return false, false, err
+	}
+	now := n.cfg.NowFunc()
+	res := n.cfg.Sender.Send(ctx, Message{URL: e.URL, ID: d.MessageID, Secrets: e.Secrets(now), Body: d.Body})
+	now = n.cfg.NowFunc()
+	after := job.DecideTry(claimed, res, n.cfg.Schedule, now)
+	if _, err := n.cfg.Notices.SaveDelivery(ctx, claimed, after); err != nil {
+		return true, false, err
+	}
+	try := after.Tries[len(after.Tries)-1]
+	n.cfg.Events.DeliveryTried(ctx, after, try)
+	log.InfoContext(ctx, "delivery_tried", "job_id", d.JobID, "message_id", d.MessageID, "endpoint_id", d.EndpointID,
+		"event_type", string(d.Type), "try", len(after.Tries), "http_status", try.Status, "error", try.Error,
+		"latency_ms", try.Latency.Milliseconds(), "delivery_state", string(after.State))
+	for range maxTries {
+		ep, changed := job.DecideEndpointAfter(e, after, n.cfg.DisableAfter, now)
+		if !changed {
+			break
+		}
+		ok, err := n.cfg.Notices.SaveEndpoint(ctx, e, ep)
+		if err != nil {
+			return true, after.State == job.DeliveryDelivered, err
+		}
+		if ok {
+			if ep.Disabled() {
+				log.WarnContext(ctx, "endpoint_disabled", "owner", ep.Owner, "endpoint_id", ep.ID, "reason", ep.DisabledReason,
+					"failing_since", ep.FailingSince)
+				n.cfg.Events.EndpointDisabled(ctx, ep)
+			}
+			break
+		}
+		if e, err = n.cfg.Notices.Endpoint(ctx, d.Owner, d.EndpointID); err != nil {
+			break // deleted meanwhile
+		}
+	}
+	return true, after.State == job.DeliveryDelivered, nil
+}
+
+// Drain runs passes until one finds nothing to do (no notice to fan out,
+// no try due) or ctx ends; between passes it waits pause (the notify
+// function: until the next scheduled run's budget).
+func (n *Notifier) Drain(ctx context.Context, pause time.Duration) (PassReport, error) {
+	var total PassReport
+	for {
+		rep, err := n.Pass(ctx)
+		total.Dispatched += rep.Dispatched
+		total.Created += rep.Created
+		total.Tried += rep.Tried
+		total.Delivered += rep.Delivered
+		if err != nil && ctx.Err() == nil {
+			return total, err
+		}
+		if rep.Dispatched+rep.Tried == 0 || ctx.Err() != nil {
+			return total, nil
+		}
+		select {
+		case <-ctx.Done():
+			return total, nil
+		case <-time.After(pause):
+		}
+	}
+}

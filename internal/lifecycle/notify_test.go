@@ -1,0 +1,208 @@
+package lifecycle_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/dev/memstore"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
+)
+
+// scriptedSender answers each try with the next status of its endpoint's
+// script (2xx once the script runs out) and records every message.
+type scriptedSender struct {
+	mu     sync.Mutex
+	script map[string][]int // by URL
+	sent   []lifecycle.Message
+}
+
+func (s *scriptedSender) Send(_ context.Context, m lifecycle.Message) job.TryResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = append(s.sent, m)
+	if q := s.script[m.URL]; len(q) > 0 {
+		s.script[m.URL] = q[1:]
+		return job.TryResult{Status: q[0], Latency: time.Millisecond}
+	}
+	return job.TryResult{Status: 200, Latency: time.Millisecond}
+}
+
+func (s *scriptedSender) messages() []lifecycle.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]lifecycle.Message(nil), s.sent...)
+}
+
+type notifyRig struct {
+	clock     *clock
+	store     *memstore.Store
+	engine    *lifecycle.Engine
+	endpoints *lifecycle.Endpoints
+	notifier  *lifecycle.Notifier
+	sender    *scriptedSender
+}
+
+func newNotifyRig(t *testing.T, script map[string][]int) *notifyRig {
+	t.Helper()
+	c := &clock{now: t0}
+	st := memstore.NewAt(c.Now)
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, NowFunc: c.Now, Owners: st, Notifications: true,
+		Quotas: job.Quotas{UnfinishedJobs: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: st, NowFunc: c.Now, Rule: job.URLRule{AllowLoopbackHTTP: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender := &scriptedSender{script: script}
+	n, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: st, Notices: st, Sender: sender, NowFunc: c.Now,
+		BodyFunc: func(j job.Job, n job.Notice) ([]byte, error) {
+			return json.Marshal(map[string]any{"type": n.Type, "data": map[string]any{"id": j.ID, "status": j.Status}})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &notifyRig{clock: c, store: st, engine: eng, endpoints: eps, notifier: n, sender: sender}
+}
+
+func (r *notifyRig) cancelledJob(t *testing.T, owner, key string) job.Job {
+	t.Helper()
+	j, _, err := r.engine.Create(context.Background(), job.Request{Owner: owner, IdempotencyKey: key, Type: "demo",
+		Input: json.RawMessage(`{"prompt":"x"}`), Providers: []string{primary}, Primary: primary})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err = r.engine.Cancel(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func (r *notifyRig) pass(t *testing.T) lifecycle.PassReport {
+	t.Helper()
+	rep, err := r.notifier.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestNotifier(t *testing.T) {
+	t.Parallel()
+	const url = "http://127.0.0.1:9/hooks"
+	cases := []struct {
+		name   string
+		script []int
+		events []job.EventType
+		// passes: the clock advances by each before a pass.
+		passes     []time.Duration
+		tries      int
+		state      job.DeliveryState
+		disabled   string
+		noEndpoint bool
+	}{
+		{"DeliveredAtOnce", nil, nil, []time.Duration{0}, 1, job.DeliveryDelivered, "", false},
+		{"ThreeFailuresThenDelivered", []int{500, 503, 429}, nil,
+			[]time.Duration{0, 5 * time.Second, 5 * time.Minute, 30 * time.Minute}, 4, job.DeliveryDelivered, "", false},
+		{"GoneDisablesTheEndpoint", []int{410}, nil, []time.Duration{0}, 1, job.DeliveryEndpointDisabled, job.DisabledGone, false},
+		{"UnwantedEventsAreNotSent", nil, []job.EventType{job.EventJobFailed}, []time.Duration{0}, 0, "", "", false},
+		{"OwnersWithoutEndpointsPayNothing", nil, nil, []time.Duration{0}, 0, "", "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := newNotifyRig(t, map[string][]int{url: c.script})
+			ctx := context.Background()
+			var e job.Endpoint
+			if !c.noEndpoint {
+				var err error
+				if e, err = r.endpoints.Create(ctx, "o", url, c.events); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j := r.cancelledJob(t, "o", "k")
+			if j.Notify == c.noEndpoint {
+				t.Fatalf("job notifies: %v", j.Notify)
+			}
+			for _, d := range c.passes {
+				r.clock.Advance(d)
+				r.pass(t)
+			}
+			sent := r.sender.messages()
+			if len(sent) != c.tries {
+				t.Fatalf("%d tries, want %d", len(sent), c.tries)
+			}
+			for _, m := range sent {
+				if m.ID != job.MessageID(j.ID, job.EventJobCancelled, 0) || string(m.Body) != string(sent[0].Body) {
+					t.Fatalf("try %+v differs from the first", m)
+				}
+			}
+			ds, err := r.endpoints.Deliveries(ctx, j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.tries == 0 {
+				if len(ds) != 0 {
+					t.Fatalf("deliveries %+v", ds)
+				}
+				return
+			}
+			if len(ds) != 1 || ds[0].State != c.state || len(ds[0].Tries) != c.tries {
+				t.Fatalf("deliveries %+v", ds)
+			}
+			got, err := r.endpoints.Get(ctx, "o", e.ID)
+			if err != nil || got.DisabledReason != c.disabled {
+				t.Fatalf("endpoint %+v %v, want disabled %q", got, err, c.disabled)
+			}
+			if pending, _ := r.store.PendingJobs(ctx, 10); len(pending) != 0 {
+				t.Fatalf("still pending: %v", pending)
+			}
+		})
+	}
+}
+
+func TestRedeliverAndRotate(t *testing.T) {
+	t.Parallel()
+	const url = "http://127.0.0.1:9/hooks"
+	r := newNotifyRig(t, nil)
+	ctx := context.Background()
+	e, err := r.endpoints.Create(ctx, "o", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := r.cancelledJob(t, "o", "k")
+	r.pass(t)
+	rotated, err := r.endpoints.Rotate(ctx, "o", e.ID)
+	if err != nil || rotated.Secret == e.Secret || rotated.PreviousSecret != e.Secret {
+		t.Fatalf("rotate: %+v %v", rotated, err)
+	}
+	ds, _ := r.endpoints.Deliveries(ctx, j)
+	if _, err := r.endpoints.Redeliver(ctx, j, ds[0].Key()); err != nil {
+		t.Fatal(err)
+	}
+	r.pass(t)
+	sent := r.sender.messages()
+	if len(sent) != 2 || sent[1].ID != sent[0].ID || len(sent[1].Secrets) != 2 {
+		t.Fatalf("sent %+v, want the same message again, signed with both secrets", sent)
+	}
+	r.clock.Advance(job.SecretOverlap)
+	if _, err := r.endpoints.Redeliver(ctx, j, ds[0].Key()); err != nil {
+		t.Fatal(err)
+	}
+	r.pass(t)
+	if sent := r.sender.messages(); len(sent[2].Secrets) != 1 {
+		t.Fatalf("after the overlap: %d secrets", len(sent[2].Secrets))
+	}
+	if err := r.endpoints.Delete(ctx, "o", e.ID); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := r.store.Usage(ctx, "o"); job.NotifiesFor(u) {
+		t.Fatalf("usage after delete: %+v", u)
+	}
+}

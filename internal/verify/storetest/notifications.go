@@ -1,0 +1,168 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// Notifications (lifecycle.NotificationStore and the outbox on the job
+// item): the write that ends or blocks a job that notifies records its
+// event in the same write, so the event is pending at once; an outcome
+// decided on a stale read keeps a notice another write added; the
+// dispatch record takes the job out of the pending listing; endpoints and
+// deliveries change only on the revision a decision read.
+
+func notifyingJob(t *testing.T, st Store, key string) job.Job {
+	t.Helper()
+	j := newJob(t, request("n", key, `{"prompt":"x"}`), at(0))
+	j.Notify = true
+	return create(t, st, j)
+}
+
+func pendingIDs(t *testing.T, st Store) map[string]job.Job {
+	t.Helper()
+	js, err := st.PendingJobs(context.Background(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]job.Job{}
+	for _, j := range js {
+		out[j.ID] = j
+	}
+	return out
+}
+
+var notificationTests = []test{
+	{"TheOutcomeWriteRecordsTheEvent", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		j := notifyingJob(t, st, "k1")
+		quiet := create(t, st, newJob(t, request("n", "k2", `{"prompt":"x"}`), at(0)))
+		if got := get(t, st, j.ID); !got.Notify || len(got.Outbox) != 0 {
+			t.Fatalf("a created job: notify %v outbox %v", got.Notify, got.Outbox)
+		}
+		j = running(t, st, j, "sim-primary", at(1))
+		j = on(t, st).apply(job.DecideComplete(j, 1, json.RawMessage(`{"ok":true}`), "", at(2)))
+		on(t, st).apply(job.DecideCancel(quiet, at(2)))
+		stored := get(t, st, j.ID)
+		if len(stored.Outbox) != 1 || stored.Outbox[0].Type != job.EventJobSucceeded || !stored.Pending() {
+			t.Fatalf("outbox %+v dispatched %d", stored.Outbox, stored.Dispatched)
+		}
+		pending := pendingIDs(t, st)
+		if _, ok := pending[j.ID]; !ok || len(pending) != 1 {
+			t.Fatalf("pending jobs %v, want only %s", pending, j.ID)
+		}
+		on(t, st).apply(job.DecideDispatched(stored, 1, at(3)))
+		if pending := pendingIDs(t, st); len(pending) != 0 {
+			t.Fatalf("pending after dispatch: %v", pending)
+		}
+	}},
+	{"AStaleOutcomeKeepsANoticeAddedMeanwhile", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		j := notifyingJob(t, st, "k")
+		j = running(t, st, j, "sim-primary", at(1))
+		hedged := on(t, st).apply(job.DecideHedge(j, "sim-fallback", at(2)))
+		hedged = on(t, st).apply(job.DecideRunning(hedged, 2, at(2)))
+		// Attempt 2 completes on a read taken before attempt 1 went unknown.
+		stale := hedged
+		on(t, st).apply(job.DecideUnknown(hedged, 1, "timeout", at(3)))
+		done := on(t, st).apply(job.DecideComplete(stale, 2, json.RawMessage(`{"ok":true}`), "", at(4)))
+		if len(done.Outbox) != 2 || done.Outbox[0].Type != job.EventAttemptUnknown || done.Outbox[1].Type != job.EventJobSucceeded {
+			t.Fatalf("outbox %+v, want attempt.unknown then job.succeeded", done.Outbox)
+		}
+	}},
+	{"EndpointsChangeOnTheirRevision", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		ctx := context.Background()
+		for i := range 2 {
+			if ok, err := st.CountEndpoint(ctx, "o", 2, at(i)); err != nil || !ok {
+				t.Fatalf("count %d: %v %v", i, ok, err)
+			}
+		}
+		if ok, err := st.CountEndpoint(ctx, "o", 2, at(2)); err != nil || ok {
+			t.Fatalf("past the limit: %v %v", ok, err)
+		}
+		if u := usageOf(t, st, "o"); u.Endpoints != 2 || !job.NotifiesFor(u) {
+			t.Fatalf("usage %+v", u)
+		}
+		e, err := job.NewEndpoint("o", "ep_1", "https://hooks.example.com/", []job.EventType{job.EventJobFailed}, "whsec_c2VjcmV0", job.URLRule{}, at(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutEndpoint(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Endpoint(ctx, "other", "ep_1"); !errors.Is(err, job.ErrNotFound) {
+			t.Fatalf("another owner's read: %v", err)
+		}
+		rotated := job.DecideRotate(e, "whsec_bmV3", at(5))
+		if ok, err := st.SaveEndpoint(ctx, e, rotated); err != nil || !ok {
+			t.Fatalf("save: %v %v", ok, err)
+		}
+		if ok, err := st.SaveEndpoint(ctx, e, rotated); err != nil || ok {
+			t.Fatalf("a stale save: %v %v", ok, err)
+		}
+		list, err := st.Endpoints(ctx, "o")
+		if err != nil || len(list) != 1 || list[0].Secret != "whsec_bmV3" || list[0].PreviousSecret != e.Secret ||
+			len(list[0].Events) != 1 {
+			t.Fatalf("list %+v %v", list, err)
+		}
+		if err := st.DeleteEndpoint(ctx, "o", "ep_1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteEndpoint(ctx, "o", "ep_1"); !errors.Is(err, job.ErrNotFound) {
+			t.Fatalf("a second delete: %v", err)
+		}
+		if err := st.UncountEndpoint(ctx, "o", at(6)); err != nil || usageOf(t, st, "o").Endpoints != 1 {
+			t.Fatalf("uncount: %v", err)
+		}
+	}},
+	{"DeliveriesAreAddedOnceAndSavedOnTheirRevision", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		ctx := context.Background()
+		j := notifyingJob(t, st, "k")
+		n := job.Notice{ID: job.MessageID(j.ID, job.EventJobCancelled, 0), Type: job.EventJobCancelled, At: at(1)}
+		d := job.NewDelivery(j, n, job.Endpoint{ID: "ep_1"}, []byte(`{"type":"job.cancelled"}`), at(1))
+		for i, want := range []bool{true, false} {
+			if ok, err := st.AddDelivery(ctx, d); err != nil || ok != want {
+				t.Fatalf("add %d: %v %v", i, ok, err)
+			}
+		}
+		if due, err := st.DueDeliveries(ctx, at(0), 10); err != nil || len(due) != 0 {
+			t.Fatalf("due before its time: %v %v", due, err)
+		}
+		due, err := st.DueDeliveries(ctx, at(1), 10)
+		if err != nil || len(due) != 1 || string(due[0].Body) != string(d.Body) {
+			t.Fatalf("due: %+v %v", due, err)
+		}
+		claimed, ok := job.DecideClaim(due[0], time.Minute, at(1))
+		if !ok {
+			t.Fatal("not claimable")
+		}
+		if ok, err := st.SaveDelivery(ctx, due[0], claimed); err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if ok, err := st.SaveDelivery(ctx, due[0], claimed); err != nil || ok {
+			t.Fatalf("a second claim: %v %v", ok, err)
+		}
+		tried := job.DecideTry(claimed, job.TryResult{Status: 204, Latency: 30 * time.Millisecond}, job.DefaultRetrySchedule(), at(2))
+		if ok, err := st.SaveDelivery(ctx, claimed, tried); err != nil || !ok {
+			t.Fatalf("save try: %v %v", ok, err)
+		}
+		if due, err := st.DueDeliveries(ctx, at(3600), 10); err != nil || len(due) != 0 {
+			t.Fatalf("a delivered delivery is due: %v %v", due, err)
+		}
+		list, err := st.Deliveries(ctx, j.ID)
+		if err != nil || len(list) != 1 || list[0].State != job.DeliveryDelivered || len(list[0].Tries) != 1 ||
+			list[0].Tries[0].Status != 204 || list[0].Tries[0].Latency != 30*time.Millisecond {
+			t.Fatalf("deliveries %+v %v", list, err)
+		}
+		if _, err := st.Delivery(ctx, j.ID, "msg_x-ep_y"); !errors.Is(err, job.ErrNotFound) {
+			t.Fatalf("an absent delivery: %v", err)
+		}
+	}},
+}
