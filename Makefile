@@ -252,7 +252,7 @@ bench: tools build
 # resolves it. Prints per batch jobs/s, create p50/p99, drain time, and each
 # process's open descriptors and RSS; fails on a lost, duplicated or open job,
 # on 200+ descriptors or growing memory after the first batch, on a slower
-# drain, or on connections kept once idle. A bounded version (2,000 jobs under
+# drain, or on connections kept once idle. A bounded version (1,000 jobs under
 # ulimit -n 512) is TestBoundedSoak in `make test`. SOAK_FLAGS passes more
 # flags (go run ./cmd/soak -h).
 .PHONY: soak

@@ -61,8 +61,10 @@ type nagLine struct {
 func TestStack(t *testing.T) {
 	root := testenv.MustRoot(t)
 	fnDir := stubFunctions(t)
+	var all []*synthesized
 	for _, env := range []string{"dev", "staging", "prod"} {
 		s := synth(t, root, fnDir, env)
+		all = append(all, s)
 		t.Run(env, func(t *testing.T) {
 			t.Parallel()
 			t.Run("tables", func(t *testing.T) { t.Parallel(); checkTables(t, s) })
@@ -77,11 +79,13 @@ func TestStack(t *testing.T) {
 			t.Run("retention", func(t *testing.T) { t.Parallel(); checkRetention(t, s) })
 			t.Run("no dependency cycle", func(t *testing.T) { t.Parallel(); checkAcyclic(t, s) })
 			t.Run("cors", func(t *testing.T) { t.Parallel(); checkCORS(t, s) })
-			t.Run("cfn-lint", func(t *testing.T) { t.Parallel(); checkCfnLint(t, s) })
 			t.Run("cdk-nag", func(t *testing.T) { t.Parallel(); checkNag(t, s) })
 			t.Run("guards", func(t *testing.T) { t.Parallel(); checkGuards(t, s) })
 		})
 	}
+	// One cfn-lint for the three templates: its start (loading the resource
+	// specifications) is most of its time.
+	t.Run("cfn-lint", func(t *testing.T) { t.Parallel(); checkCfnLint(t, all) })
 }
 
 // synth builds the stack for env the way the CLI would (cdk.json's
@@ -587,14 +591,18 @@ func checkCORS(t *testing.T, s *synthesized) {
 }
 
 // checkCfnLint runs cfn-lint (preinstalled on onejob's machines, offline)
-// on the synthesized template: errors fail, warnings are logged (CDK's
-// redundant DependsOn gives W3005).
-func checkCfnLint(t *testing.T, s *synthesized) {
+// on the synthesized templates: errors fail, warnings are logged (CDK's
+// redundant DependsOn gives W3005). Each line it prints names its template.
+func checkCfnLint(t *testing.T, all []*synthesized) {
 	bin, err := testenv.PythonTool(testenv.MustRoot(t), "cfn-lint")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "--format", "parseable", "--", s.path).CombinedOutput()
+	args := []string{"--format", "parseable", "--"}
+	for _, s := range all {
+		args = append(args, s.path)
+	}
+	out, err := exec.Command(bin, args...).CombinedOutput()
 	var exit *exec.ExitError
 	code := 0
 	if errors.As(err, &exit) {
@@ -605,9 +613,9 @@ func checkCfnLint(t *testing.T, s *synthesized) {
 	// Exit codes are a bit mask: 2 errors, 4 warnings, 8 informational;
 	// anything else is cfn-lint failing.
 	if code&^(4|8) != 0 {
-		t.Fatalf("cfn-lint exit %d on %s:\n%s", code, s.env, out)
+		t.Fatalf("cfn-lint exit %d:\n%s", code, out)
 	}
-	t.Logf("cfn-lint %s: no errors, %d warning or info lines", s.env, strings.Count(string(out), "\n"))
+	t.Logf("cfn-lint on %d templates: no errors, %d warning or info lines", len(all), strings.Count(string(out), "\n"))
 }
 
 func checkSchedule(t *testing.T, s *synthesized) {

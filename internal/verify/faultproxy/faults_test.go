@@ -31,11 +31,11 @@ import (
 // job is one item, every acknowledged create is there, every outcome has at
 // most one winner, and no call was told something the final state denies.
 //
-// ONEJOB_FAULT_JOBS (default 500) and ONEJOB_FAULT_SEED (default 7) scale
+// ONEJOB_FAULT_JOBS (default 300) and ONEJOB_FAULT_SEED (default 7) scale
 // and vary the run.
 func TestFaultsKeepJobsConsistent(t *testing.T) {
 	t.Parallel()
-	n := testenv.EnvInt(t, "ONEJOB_FAULT_JOBS", 500)
+	n := testenv.EnvInt(t, "ONEJOB_FAULT_JOBS", 300)
 	seed := uint64(testenv.EnvInt(t, "ONEJOB_FAULT_SEED", 7))
 	r := newRig(t, faultproxy.Config{Rate: 0.05, Seed: seed, Latency: 25 * time.Millisecond}, 10)
 	run := &faultRun{r: r, cases: make([]*jobCase, n)}

@@ -80,9 +80,8 @@ func (e *env) running(t *testing.T, id string, providers ...string) {
 
 func testDoubleClickYieldsOneJob(t *testing.T, fresh func(*testing.T) Store) {
 	e := newEnv(t, fresh, nil)
-	// Each round is a whole race; eight keep moto (one Python thread) to
-	// seconds.
-	const rounds, clients = 8, 64
+	rounds := e.st.rounds()
+	const clients = 64
 	for round := range rounds {
 		r := request("owner-1", fmt.Sprintf("click-%d", round), `{"prompt":"hi"}`)
 		var wg sync.WaitGroup
@@ -499,7 +498,8 @@ func (e *env) unknownJob(t *testing.T, key string) job.Job {
 func testOneResolutionApplies(t *testing.T, fresh func(*testing.T) Store) {
 	ctx := context.Background()
 	e := newEnv(t, fresh, nil)
-	const rounds, operators = 8, 16
+	rounds := e.st.rounds()
+	const operators = 16
 	for round := range rounds {
 		j := e.unknownJob(t, fmt.Sprintf("round-%d", round))
 		var wg sync.WaitGroup

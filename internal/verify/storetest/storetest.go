@@ -57,8 +57,22 @@ type Store struct {
 	Count func(t *testing.T) Counts
 	// Purge deletes what expired by now, as TTL does (ExpiredPurger).
 	Purge func(ctx context.Context, now time.Time) (jobs, attempts int, err error)
+	// Rounds is how many times each race is run whole (0: DefaultRounds).
+	// A server that answers one request at a time (moto_server) may run
+	// fewer: each round is still the whole race.
+	Rounds int
 
 	clock *Clock
+}
+
+// DefaultRounds is how many times each race is run whole.
+const DefaultRounds = 8
+
+func (s Store) rounds() int {
+	if s.Rounds > 0 {
+		return s.Rounds
+	}
+	return DefaultRounds
 }
 
 // Clock is a test's clock, which its store reads expiry against: it starts
