@@ -148,6 +148,10 @@ Or with the CLI (onejob jobs -h lists its commands):
   go run ./cmd/onejob jobs submit --type demo --input '{"prompt":"hello onejob"}'
   go run ./cmd/onejob jobs watch JOB_ID
 
+Be told when jobs end (signed webhooks to your app, one line per event here):
+
+  go run ./cmd/onejob webhooks listen --forward-to http://localhost:3000/hooks
+
 Script the providers through the input, e.g. a failing primary that falls back:
   -d '{"type":"demo","input":{"prompt":"hi","simulate":{"sim-primary":{"outcome":"error"}}}}'
 or a timeout that leaves attempt 1 unknown until an operator resolves it:

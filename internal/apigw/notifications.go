@@ -121,6 +121,17 @@ func (h *Handler) notificationsOrNotFound() (Notifications, error) {
 	return h.notifications, nil
 }
 
+// endpointTarget is what a request on one endpoint acts through, and the
+// endpoint's ID from its path.
+func (h *Handler) endpointTarget(r *request) (Notifications, string, error) {
+	n, err := h.notificationsOrNotFound()
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := r.endpointID()
+	return n, id, err
+}
+
 // errNoEndpoint answers for an endpoint that is absent or another owner's
 // alike.
 var errNoEndpoint = fail(CodeNotFound, "no such webhook endpoint")
@@ -201,11 +212,7 @@ func (h *Handler) listEndpoints(ctx context.Context, r *request) (reply, error) 
 }
 
 func (h *Handler) getEndpoint(ctx context.Context, r *request) (reply, error) {
-	n, err := h.notificationsOrNotFound()
-	if err != nil {
-		return reply{}, err
-	}
-	id, err := r.endpointID()
+	n, id, err := h.endpointTarget(r)
 	if err != nil {
 		return reply{}, err
 	}
@@ -217,11 +224,7 @@ func (h *Handler) getEndpoint(ctx context.Context, r *request) (reply, error) {
 }
 
 func (h *Handler) deleteEndpoint(ctx context.Context, r *request) (reply, error) {
-	n, err := h.notificationsOrNotFound()
-	if err != nil {
-		return reply{}, err
-	}
-	id, err := r.endpointID()
+	n, id, err := h.endpointTarget(r)
 	if err != nil {
 		return reply{}, err
 	}
@@ -232,11 +235,7 @@ func (h *Handler) deleteEndpoint(ctx context.Context, r *request) (reply, error)
 }
 
 func (h *Handler) rotateSecret(ctx context.Context, r *request) (reply, error) {
-	n, err := h.notificationsOrNotFound()
-	if err != nil {
-		return reply{}, err
-	}
-	id, err := r.endpointID()
+	n, id, err := h.endpointTarget(r)
 	if err != nil {
 		return reply{}, err
 	}

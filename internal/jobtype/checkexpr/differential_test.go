@@ -309,7 +309,7 @@ func TestDifferentialGenerated(t *testing.T) {
 		{"Access", accessCorpus(), 200, 400},
 		{"Functions", functionCorpus(), 350, 400},
 		{"Syntax", syntaxCorpus(), 15, 1},
-		{"Random", randomCorpus(8000), 2000, 800},
+		{"Random", randomCorpus(4000), 1000, 400},
 	}
 	var total tally
 	for _, tc := range tests {
