@@ -512,6 +512,18 @@ func newAlarms(stack awscdk.Stack, cfg Config, httpAPI awsapigatewayv2.HttpApi, 
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	}))
 
+	// An endpoint disabled (410, or failing every try for days) gets no
+	// more events: its owner's app stops hearing of its jobs until the
+	// owner registers it again. An operator tells them.
+	wire(metric(emf.EndpointsDisabled, "Sum", five).CreateAlarm(stack, jsii.String("EndpointDisabledAlarm"), &awscloudwatch.CreateAlarmOptions{
+		AlarmName:          physical(cfg.Env, "webhook-endpoint-disabled"),
+		AlarmDescription:   jsii.String("A webhook endpoint was disabled (it answered 410, or failed every try for 5 days): its owner gets no more events. The notify function's endpoint_disabled log line names the owner, the endpoint and why."),
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	}))
+
 	// Hedging loses some races by design; a high share means providers
 	// are slow enough that most work is done twice.
 	window := awscdk.Duration_Minutes(jsii.Number(cfg.LostRaceWindow.Minutes()))

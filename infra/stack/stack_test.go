@@ -647,9 +647,18 @@ func checkAlarms(t *testing.T, s *synthesized) {
 	for id := range topics {
 		topic = "ref:" + id
 	}
+	readme, err := os.ReadFile(filepath.Join(testenv.MustRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	metrics := map[string]bool{}
 	for id, r := range resources(s, "AWS::CloudWatch::Alarm") {
 		p := props(r)
+		// Every alarm says in the README what it means and what to do.
+		name, _ := p["AlarmName"].(string)
+		if row := "| `onejob-<env>-" + strings.TrimPrefix(name, "onejob-"+s.env+"-") + "` |"; !strings.Contains(string(readme), row) {
+			t.Errorf("%s (%s): no row %s in the README's alarm table", id, name, row)
+		}
 		for _, a := range list(p["AlarmActions"]) {
 			if s.sym(a) != topic {
 				t.Errorf("%s: action %v", id, a)
@@ -674,7 +683,7 @@ func checkAlarms(t *testing.T, s *synthesized) {
 		}
 	}
 	for _, m := range []string{
-		"onejob/AttemptsUnknownOldestSeconds", "onejob/" + emf.ProvidersOpened,
+		"onejob/AttemptsUnknownOldestSeconds", "onejob/" + emf.ProvidersOpened, "onejob/" + emf.EndpointsDisabled,
 		"onejob/RaceLost", "onejob/AttemptsStarted", "expr:IF(started > 0, lost / started, 0)",
 		"AWS/ApiGateway/5xx",
 		"AWS/States/ExecutionsFailed",
