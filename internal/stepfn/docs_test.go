@@ -24,7 +24,8 @@ var taskDecisions = map[string]string{
 // TestDiagramsAreCurrent keeps docs/state-machines.md drawn from the code:
 // the attempt states from job.AttemptEdges, the job statuses from
 // job.StatusEdges, the execution from statemachine/onejob.asl.json, a
-// provider's breaker from job.BreakerEdges and job.OverrideEdges.
+// provider's breaker from job.BreakerEdges and job.OverrideEdges, a webhook
+// delivery from job.DeliveryEdges.
 // ONEJOB_UPDATE_DOCS=1 rewrites the file.
 func TestDiagramsAreCurrent(t *testing.T) {
 	t.Parallel()
@@ -110,7 +111,27 @@ A ` + "`starting`" + ` or ` + "`unknown`" + ` attempt blocks new attempts. A run
 		b.WriteString(r)
 	}
 	renderBreaker(&b)
+	renderDeliveries(&b)
 	return b.String()
+}
+
+// renderDeliveries draws a webhook delivery's states (job.DeliveryEdges),
+// with the schedule of job.DefaultRetrySchedule.
+func renderDeliveries(b *strings.Builder) {
+	waits := make([]string, 0, len(job.DefaultRetrySchedule()))
+	for _, w := range job.DefaultRetrySchedule() {
+		waits = append(waits, w.String())
+	}
+	b.WriteString("\n## Webhook deliveries (one per event and endpoint)\n\n" +
+		"The write that ends or blocks a job records its event in the job's outbox; the notifier fans each event out\n" +
+		"into one delivery per endpoint of the owner, and moves each delivery along `job.DeliveryEdges` only. Every\n" +
+		"try sends the same `webhook-id` and body; after a failed try the next is due after " + strings.Join(waits, ", ") +
+		"\n(or the endpoint's `Retry-After`, if later); a delivery fails after the last.\n\n```mermaid\nstateDiagram-v2\n")
+	fmt.Fprintf(b, "    [*] --> %s: NewDelivery (the notifier's fan-out of an outbox event)\n", job.DeliveryPending)
+	for _, e := range job.DeliveryEdges() {
+		fmt.Fprintf(b, "    %s --> %s: %s\n", e.From, e.To, mermaidLabel(strings.Join(e.By, "; ")))
+	}
+	b.WriteString("```\n")
 }
 
 // renderBreaker draws a provider's breaker and an operator's override of
