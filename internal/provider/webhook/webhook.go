@@ -205,7 +205,10 @@ func (a *Adapter) Settle(ctx context.Context, req provider.Request) (s provider.
 		return provider.Settlement{Evidence: provider.EvidenceAnswered, Response: resp, Detail: provider.Excerpt(detail)}, nil
 	}
 	var ce *provider.CallError
-	if errors.As(err, &ce) && ce.Replayed && ce.Status != http.StatusConflict {
+	if !errors.As(err, &ce) {
+		return provider.Settlement{}, err
+	}
+	if ce.Replayed && ce.Status != http.StatusConflict {
 		// Marked as the key's first answer: whatever its status, it is about
 		// the first request, and a receiver never answers a request it acted
 		// on with a 429 or 5xx (the contract), so a 5xx here is a failure.
@@ -213,7 +216,7 @@ func (a *Adapter) Settle(ctx context.Context, req provider.Request) (s provider.
 			Detail: provider.Excerpt(fmt.Sprintf("%s: %d, its first answer replayed (%s): %s", resent, ce.Status,
 				provider.HeaderIdempotentReplayed, ce.Msg))}, nil
 	}
-	if !errors.As(err, &ce) || ce.Status < 400 || ce.Status >= 500 || slices.Contains(notAboutTheAttempt, ce.Status) {
+	if ce.Status < 400 || ce.Status >= 500 || slices.Contains(notAboutTheAttempt, ce.Status) {
 		return provider.Settlement{}, err
 	}
 	if ce.Status == http.StatusConflict {

@@ -14,6 +14,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/receiver"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
+	"github.com/onejob/onejob/internal/job"
 )
 
 // TestCrashBetweenEndAndDelivery: jobs end while no notifier runs (run 1
@@ -21,8 +22,8 @@ import (
 // outbox, written by the write that ended the job; the stack is killed -9;
 // restarted on the same data, it delivers every event, signed, under one
 // webhook-id each. Not parallel: it runs before TestCrashRecovery rather
-// than beside it, whose two-minute budget a second stack on the same
-// cores would eat into.
+// than beside it, whose budget a second stack on the same cores would eat
+// into.
 func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	root := testenv.MustRoot(t)
 	if _, err := os.Stat(filepath.Join(root, "node_modules", "dynalite")); err != nil {
@@ -102,12 +103,8 @@ func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	endsDelivered := func(ds []receiver.Delivery) int {
 		ends := map[string]bool{}
 		for _, d := range receiver.Delivered(ds) {
-			var e struct {
-				Type string
-				Data struct{ ID string } `json:"data"`
-			}
-			if json.Unmarshal(d.Body, &e) == nil && e.Type != "attempt.unknown" {
-				ends[e.Data.ID] = true
+			if typ, id, ok := eventOf(d); ok && typ != job.EventAttemptUnknown {
+				ends[id] = true
 			}
 		}
 		return len(ends)
@@ -122,16 +119,13 @@ func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	seen := map[string]bool{}
 	ended := map[string]bool{}
 	for _, d := range receiver.Delivered(all) {
-		var e struct {
-			Type string
-			Data struct{ ID string } `json:"data"`
+		typ, id, ok := eventOf(d)
+		if d.Verified != nil || !ok || seen[string(typ)+" "+id] {
+			t.Fatalf("delivery %s: verified %v, %s of job %s seen before %v", d.ID, d.Verified, typ, id, seen[string(typ)+" "+id])
 		}
-		if d.Verified != nil || json.Unmarshal(d.Body, &e) != nil || seen[e.Type+" "+e.Data.ID] {
-			t.Fatalf("delivery %s: verified %v, %s of job %s seen before %v", d.ID, d.Verified, e.Type, e.Data.ID, seen[e.Type+" "+e.Data.ID])
-		}
-		seen[e.Type+" "+e.Data.ID] = true
-		if e.Type != "attempt.unknown" {
-			ended[e.Data.ID] = true
+		seen[string(typ)+" "+id] = true
+		if typ != job.EventAttemptUnknown {
+			ended[id] = true
 		}
 	}
 	for _, id := range ids {
@@ -141,4 +135,16 @@ func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	}
 	t.Logf("killed -9 with %d events in outboxes; after the restart %d requests, %d distinct webhook-ids, all verified, the last %s after the restart",
 		jobs, len(all), len(receiver.Delivered(all)), time.Since(restarted).Round(time.Millisecond))
+}
+
+// eventOf reads a delivered event's type and job.
+func eventOf(d receiver.Delivery) (job.EventType, string, bool) {
+	var e struct {
+		Type job.EventType `json:"type"`
+		Data struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	err := json.Unmarshal(d.Body, &e)
+	return e.Type, e.Data.ID, err == nil
 }
