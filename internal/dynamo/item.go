@@ -40,6 +40,7 @@ const (
 	aFinishedAt   = "finished_at"
 	aUnknownSince = "unknown_since"
 	aProviderReq  = "provider_request_id"
+	aReqDigest    = "request_digest"
 	aOutcome      = "outcome"
 	aWriteToken   = "write_token"
 	aClass        = "class"
@@ -295,6 +296,9 @@ func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
 	if a.WriteToken != "" {
 		m[aWriteToken] = avS(a.WriteToken)
 	}
+	if a.RequestDigest != "" {
+		m[aReqDigest] = avS(a.RequestDigest)
+	}
 	return m
 }
 
@@ -514,6 +518,7 @@ func decodeAttempt(jobID string, number int, m map[string]types.AttributeValue) 
 		Resolution:        d.resolved(aResolution),
 		Outcome:           d.str(aOutcome, false),
 		WriteToken:        d.str(aWriteToken, false),
+		RequestDigest:     d.str(aReqDigest, false),
 	}
 	if v, ok := m[aHedge].(*types.AttributeValueMemberBOOL); ok {
 		a.Hedge = v.Value

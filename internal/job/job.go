@@ -261,6 +261,12 @@ type Attempt struct {
 	// WriteToken names the store call that last wrote this attempt (see
 	// Job.WriteToken).
 	WriteToken string
+	// RequestDigest is what the attempt sent: "<contract version>:<sha256
+	// of the request as rendered>", recorded in the write that launches it
+	// (RequestDigest). A re-send goes only when the request rendered again
+	// has the same digest, so it is the same request byte for byte; empty
+	// (attempts launched before it was recorded): never re-sent.
+	RequestDigest string
 }
 
 // IdempotencyKey is the attempt's identity, passed downstream to providers.

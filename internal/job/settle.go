@@ -30,7 +30,51 @@ const (
 	// EvidenceNone: its API offers no way to ask (or asking failed this
 	// time): only the clock speaks.
 	EvidenceNone Evidence = "none"
+	// EvidenceExecuted: an executing re-send was answered without the
+	// replay mark: the receiver executed the request now.
+	EvidenceExecuted Evidence = "executed"
 )
+
+// ResendMargin is taken off a provider's key retention before an
+// executing re-send: clocks disagree and requests sit in queues, so the
+// first send must be certainly within the receiver's memory.
+const ResendMargin = 2 * time.Minute
+
+// SentRequestVersion is the version of the webhook provider contract an
+// attempt's request digest was made under (Attempt.RequestDigest).
+const SentRequestVersion = "2"
+
+// WithRequestDigest records on the attempt a launch transition starts what
+// it is about to send (Attempt.RequestDigest), in the launch's own write.
+func (t Transition) WithRequestDigest(digest string) Transition {
+	if a, ok := t.after.Attempt(t.attempt); ok && t.kind == KindStartAttempt {
+		a.RequestDigest = digest
+		t.after = t.after.withAttempt(a)
+	}
+	return t
+}
+
+// SameSentRequest reports whether a request rendered now (its digest) is the
+// one attempt a sent: only then may it be re-sent.
+func SameSentRequest(a Attempt, digest string) bool {
+	return a.RequestDigest != "" && a.RequestDigest == digest
+}
+
+// MayResend reports whether an executing re-send of attempt a (a webhook
+// without the lookup) may happen at now: only while the first send is
+// certainly within the receiver's key retention. A receiver remembers a
+// key at least KeyRetention after its first answer, which comes after the
+// attempt was sent, so StartedAt + KeyRetention - ResendMargin is the last
+// moment a re-send is certain to be answered from memory. Past it, no
+// executing re-send ever: the attempt waits for an operator, or for the
+// deadline rule of a type that opted in.
+func MayResend(a Attempt, keyRetention time.Duration, now time.Time) bool {
+	return now.Before(resendUntil(a, keyRetention))
+}
+
+func resendUntil(a Attempt, keyRetention time.Duration) time.Time {
+	return a.StartedAt.Add(keyRetention - ResendMargin)
+}
 
 // SettlePolicy is what settling an attempt needs beyond the evidence.
 type SettlePolicy struct {
@@ -43,6 +87,9 @@ type SettlePolicy struct {
 	// is possible. A type that declares side effects cannot.
 	AtDeadline    bool
 	DeadlineGrace time.Duration
+	// KeyRetention is how long the provider remembers an idempotency key
+	// after its first answer (webhooks; zero for others).
+	KeyRetention time.Duration
 }
 
 // DefaultDeadlineGrace is added to a provider's max processing time before
@@ -68,6 +115,17 @@ func ReadEvidence(a Attempt, e Evidence, detail string, refusal Class, p SettleP
 	switch e {
 	case EvidenceAnswered:
 		return Verdict{Outcome: AttemptSucceeded, Evidence: detail}
+	case EvidenceExecuted:
+		// The receiver executed the re-send now: the attempt's answer only
+		// if it certainly still remembered the key (it would have replayed
+		// an earlier execution), so the first send never ran. Outside the
+		// window it may be a second execution: nothing is settled, an
+		// operator looks.
+		if p.KeyRetention <= 0 || !MayResend(a, p.KeyRetention, now) {
+			return Verdict{Evidence: detail + fmt.Sprintf(" — outside the key retention window (%s after it was sent, retention %s less %s): "+
+				"it may be a second execution, settles nothing; an operator resolves it", now.Sub(a.StartedAt).Round(time.Second), p.KeyRetention, ResendMargin)}
+		}
+		return Verdict{Outcome: AttemptSucceeded, Evidence: detail + " inside the key retention window: the first send never executed, this is its only execution"}
 	case EvidenceRefused:
 		if refusal == "" || refusal == ClassAmbiguous {
 			refusal = ClassNonRetryable
@@ -77,6 +135,11 @@ func ReadEvidence(a Attempt, e Evidence, detail string, refusal Class, p SettleP
 	case EvidenceAbsent:
 		if now.Before(processed) {
 			return Verdict{Evidence: detail + fmt.Sprintf(" (before its max processing time, %s, has passed: proves nothing yet)", p.MaxProcessingTime)}
+		}
+		if p.KeyRetention > 0 && !MayResend(a, p.KeyRetention, now) {
+			// A receiver may have forgotten a key it executed: past its
+			// retention, "no trace" proves nothing.
+			return Verdict{Evidence: detail + fmt.Sprintf(" (past its key retention, %s less %s: the receiver may have forgotten it; proves nothing)", p.KeyRetention, ResendMargin)}
 		}
 		msg := fmt.Sprintf("the provider has no trace of it %s after it was sent, past its max processing time (%s): it produced nothing; %s",
 			now.Sub(a.StartedAt).Round(time.Second), p.MaxProcessingTime, detail)

@@ -122,13 +122,26 @@ func (b *Breakers) remember(h job.Health, at time.Time) {
 	b.cache[h.Provider] = cachedHealth{h: h, at: at}
 }
 
+// unread is the admission when the provider's health cannot be read: the
+// last known operator override holds, whatever its age (a failing table
+// never lifts a forced open); otherwise fail open (security review M3).
+func (b *Breakers) unread(provider string) job.Admission {
+	b.mu.Lock()
+	c, ok := b.cache[provider]
+	b.mu.Unlock()
+	if ok && c.h.Forced != nil && c.h.Forced.State == job.ProviderOpen {
+		return job.Admission{Reason: "forced open (last known; its health cannot be read now)"}
+	}
+	return job.Admission{Allowed: true}
+}
+
 // Available reports whether the provider would take an attempt now, from
 // the cached health: for choosing among providers, deciding nothing.
 func (b *Breakers) Available(ctx context.Context, provider string) job.Admission {
 	h, err := b.read(ctx, provider, false)
 	if err != nil {
 		b.cfg.Logger.WarnContext(ctx, "provider_health_unread", "provider", provider, "error", err.Error())
-		return job.Admission{Allowed: true}
+		return b.unread(provider)
 	}
 	return job.Available(h, b.Policy(provider), b.cfg.NowFunc())
 }
@@ -142,7 +155,7 @@ func (b *Breakers) Admit(ctx context.Context, provider, key string) job.Admissio
 	for range maxHealthRounds {
 		if err != nil {
 			b.cfg.Logger.WarnContext(ctx, "provider_health_unread", "provider", provider, "error", err.Error())
-			return job.Admission{Allowed: true}
+			return b.unread(provider)
 		}
 		a, c, changed := job.Admit(h, key, b.Policy(provider), b.cfg.NowFunc())
 		if !changed {

@@ -246,6 +246,27 @@ func (e *Engine) LaunchHedgeOn(ctx context.Context, j job.Job, provider string) 
 	return e.launchOn(ctx, j, provider, job.DecideLaunchHedge)
 }
 
+// LaunchSentOn is LaunchOn recording on the attempt, in the same write,
+// the digest of the request it is about to send (job.Attempt.RequestDigest).
+func (e *Engine) LaunchSentOn(ctx context.Context, j job.Job, provider, digest string) (_ job.Job, _ job.Attempt, launched bool, err error) {
+	return e.launchOn(ctx, j, provider, sent(job.DecideLaunch, digest))
+}
+
+// LaunchHedgeSentOn is LaunchSentOn for a hedge beside a running attempt.
+func (e *Engine) LaunchHedgeSentOn(ctx context.Context, j job.Job, provider, digest string) (_ job.Job, _ job.Attempt, launched bool, err error) {
+	return e.launchOn(ctx, j, provider, sent(job.DecideLaunchHedge, digest))
+}
+
+func sent(decide func(job.Job, string, time.Time) (job.Transition, error), digest string) func(job.Job, string, time.Time) (job.Transition, error) {
+	return func(j job.Job, provider string, now time.Time) (job.Transition, error) {
+		t, err := decide(j, provider, now)
+		if err != nil || digest == "" {
+			return t, err
+		}
+		return t.WithRequestDigest(digest), nil
+	}
+}
+
 func (e *Engine) launchOn(ctx context.Context, j job.Job, provider string, decide func(job.Job, string, time.Time) (job.Transition, error)) (job.Job, job.Attempt, bool, error) {
 	t, err := decide(j, provider, e.now())
 	if err != nil {

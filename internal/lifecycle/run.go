@@ -2,6 +2,9 @@ package lifecycle
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -110,7 +113,7 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 		}
 		var a job.Attempt
 		var ok bool
-		if j, a, ok, err = w.begin(ctx, j, plan, certs, avail); err != nil {
+		if j, a, ok, err = w.begin(ctx, j, jt, plan, certs, avail); err != nil {
 			return RunResult{}, err
 		}
 		if !ok {
@@ -157,7 +160,7 @@ func (w *Tasks) markOverdue(ctx context.Context, j job.Job, jt JobType) (job.Job
 // is false when another writer moved the job first; j is then the job as
 // it is now. Whether the provider is certified is read before the claim,
 // so a store fault leaves nothing claimed that no one will call.
-func (w *Tasks) begin(ctx context.Context, j job.Job, plan job.Plan, certs *certified, avail *availability) (job.Job, job.Attempt, bool, error) {
+func (w *Tasks) begin(ctx context.Context, j job.Job, jt JobType, plan job.Plan, certs *certified, avail *availability) (job.Job, job.Attempt, bool, error) {
 	if a, ok := j.Attempt(plan.Attempt); ok {
 		return w.claim(ctx, j, a, certs)
 	}
@@ -166,7 +169,7 @@ func (w *Tasks) begin(ctx context.Context, j job.Job, plan job.Plan, certs *cert
 	if !avail.admit(plan.Provider, job.AttemptKey(j.ID, j.AttemptCount+1)) {
 		return j, job.Attempt{}, false, nil
 	}
-	return refusedIsMoved(w.cfg.Engine.LaunchOn(ctx, j, plan.Provider))
+	return refusedIsMoved(w.cfg.Engine.LaunchSentOn(ctx, j, plan.Provider, requestDigest(j, jt, j.AttemptCount+1)))
 }
 
 // refusedIsMoved reads a launch the domain refused (an attempt became
@@ -287,7 +290,7 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, av
 	if !avail.admit(plan.Provider, job.AttemptKey(j.ID, j.AttemptCount+1)) {
 		return j, job.Attempt{}, nil, false, nil // no hedge today: the attempt it would race runs on
 	}
-	j, a, ok, err = refusedIsMoved(w.cfg.Engine.LaunchHedgeOn(ctx, j, plan.Provider))
+	j, a, ok, err = refusedIsMoved(w.cfg.Engine.LaunchHedgeSentOn(ctx, j, plan.Provider, requestDigest(j, jt, j.AttemptCount+1)))
 	return j, a, certs, ok, err
 }
 
@@ -372,6 +375,22 @@ func attemptRequest(j job.Job, jt JobType, a job.Attempt) (provider.Request, err
 	}
 	req.JobID, req.Attempt, req.IdempotencyKey, req.JobType = j.ID, a.Number, a.IdempotencyKey(), j.Type
 	return req, nil
+}
+
+// requestDigest is the digest of attempt n's request as rendered now
+// (job.Attempt.RequestDigest): the webhook contract's version and the
+// SHA-256 of the request; empty when it does not render.
+func requestDigest(j job.Job, jt JobType, n int) string {
+	req, err := attemptRequest(j, jt, job.Attempt{JobID: j.ID, Number: n})
+	if err != nil {
+		return ""
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return job.SentRequestVersion + ":" + hex.EncodeToString(sum[:])
 }
 
 // callTimeout is how long a call may run. A provider that can be asked

@@ -33,22 +33,42 @@ func (w *Tasks) settle(ctx context.Context, j job.Job, jt JobType, a job.Attempt
 	var answer provider.Response
 	p, configured := w.cfg.Providers.Get(a.Provider)
 	if settler, ok := p.(provider.Settler); configured && ok {
+		if w.cfg.Breakers.ForcedOpen(ctx, a.Provider) {
+			// An operator stopped all traffic to it: no question, no re-send
+			// (ask again on a later run).
+			w.log.InfoContext(ctx, "settle_skipped_forced_open", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider)
+			return j, false, nil
+		}
 		req, err := attemptRequest(j, jt, a)
 		if err != nil {
 			return j, false, nil // its prompt no longer renders: an operator's
 		}
-		sctx, cancel := context.WithTimeout(ctx, w.cfg.SettleTimeout)
-		s, err := settler.Settle(sctx, req)
-		cancel()
-		if err != nil {
-			// No answer this time: never settle on the clock a provider
-			// that can be asked.
-			w.log.InfoContext(ctx, "settle_unanswered", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider, "error", err.Error())
-			return j, false, nil
+		ask := true
+		if km, ok := p.(provider.KeyMemory); ok && km.SettleExecutes() {
+			sp.KeyRetention = km.KeyRetention()
+			switch {
+			case !job.SameSentRequest(a, requestDigest(j, jt, a.Number)):
+				ask, detail = false, "no re-send: the request rendered now is not the one the attempt sent (its job type changed, or the attempt recorded no digest)"
+			case !job.MayResend(a, sp.KeyRetention, w.now()):
+				ask, detail = false, fmt.Sprintf("no re-send: the first send is no longer certainly within the provider's key retention (%s less %s)", sp.KeyRetention, job.ResendMargin)
+			}
+		} else if ok {
+			sp.KeyRetention = km.KeyRetention()
 		}
-		ev, detail, answer = evidenceOf(s.Evidence), s.Detail, s.Response
-		if s.Err != nil {
-			refusal = failureClass(provider.Classify(s.Err))
+		if ask {
+			sctx, cancel := context.WithTimeout(ctx, w.cfg.SettleTimeout)
+			s, err := settler.Settle(sctx, req)
+			cancel()
+			if err != nil {
+				// No answer this time: never settle on the clock a provider
+				// that can be asked.
+				w.log.InfoContext(ctx, "settle_unanswered", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider, "error", err.Error())
+				return j, false, nil
+			}
+			ev, detail, answer = evidenceOf(s.Evidence), s.Detail, s.Response
+			if s.Err != nil {
+				refusal = settledRefusal(provider.Classify(s.Err))
+			}
 		}
 	}
 	v := job.ReadEvidence(a, ev, detail, refusal, sp, w.now())
@@ -58,6 +78,9 @@ func (w *Tasks) settle(ctx context.Context, j job.Job, jt JobType, a job.Attempt
 	}
 	var result json.RawMessage
 	var call job.Call
+	if v.Outcome == job.AttemptSucceeded && ev == job.EvidenceExecuted {
+		call.ProviderRequestID = answer.ProviderRequestID
+	}
 	if v.Outcome == job.AttemptSucceeded {
 		call = job.Call{ProviderRequestID: answer.ProviderRequestID, Usage: usageOf(answer, 0)}
 		if err := jt.CheckOutput(answer.Output); err != nil {
@@ -94,6 +117,40 @@ func evidenceOf(e provider.Evidence) job.Evidence {
 		return job.EvidenceAbsent
 	case provider.EvidenceRefused:
 		return job.EvidenceRefused
+	case provider.EvidenceExecuted:
+		return job.EvidenceExecuted
 	}
 	return job.EvidenceNone
+}
+
+// settledRefusal is the failure class of a refusal found by settling. A
+// 402 (billing, spent quota) never moves the job to another provider by
+// itself: it is the account's state, and the job fails as non-retryable
+// (an operator may retry it), never falling back on its own.
+func settledRefusal(c provider.Class) job.Class {
+	if c == provider.ClassExhausted {
+		return job.ClassNonRetryable
+	}
+	return failureClass(c)
+}
+
+// ForcedOpen reports whether an operator forced the provider open: from
+// its health, or, when the health cannot be read, from the last copy this
+// process saw, whatever its age (an unreadable table never lifts an
+// override).
+func (b *Breakers) ForcedOpen(ctx context.Context, provider string) bool {
+	if b == nil {
+		return false
+	}
+	h, err := b.read(ctx, provider, false)
+	if err != nil {
+		b.mu.Lock()
+		c, ok := b.cache[provider]
+		b.mu.Unlock()
+		if !ok {
+			return false
+		}
+		h = c.h
+	}
+	return h.Forced != nil && h.Forced.State == job.ProviderOpen
 }

@@ -114,6 +114,7 @@ func (c *JSONClient) do(ctx context.Context, method, url string, header http.Hea
 		ce.Detail, _ = ParseAPIError(data)
 		ce.RetryAfter = ParseRetryAfter(resp.Header, c.now())
 		ce.Replayed = resp.Header.Get(HeaderIdempotentReplayed) == "true"
+		ce.LookupUnknown = resp.Header.Get("Idempotency-Lookup") == "unknown"
 		if ce.Class == ClassExhausted {
 			ce.Exhausted()
 		}

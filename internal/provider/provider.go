@@ -146,8 +146,11 @@ type CallError struct {
 	// Replayed: the provider marked the answer as its first answer to the
 	// request's Idempotency-Key, replayed (HeaderIdempotentReplayed).
 	Replayed bool
-	Msg      string
-	Err      error
+	// LookupUnknown: a webhook receiver's lookup answer "no trace of this
+	// key" (Idempotency-Lookup: unknown, docs/webhook-provider-contract.md).
+	LookupUnknown bool
+	Msg           string
+	Err           error
 }
 
 // HeaderIdempotentReplayed marks an answer replayed from an earlier request

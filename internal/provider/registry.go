@@ -100,7 +100,34 @@ type ProviderConfig struct {
 	// attempt whose answer was lost can be found again
 	// (GET /chat/completions?metadata[onejob_attempt]=…). OpenAI then keeps
 	// the prompt and the completion (stored completions).
+	//
+	// For webhook: the receiver offers the contract's lookup
+	// (docs/webhook-provider-contract.md: the same POST with
+	// Idempotency-Lookup: only, which never executes), and the reconciler
+	// asks only that way.
 	Lookup bool `json:"lookup,omitempty"`
+	// KeyRetention (webhook) is how long the receiver remembers an
+	// Idempotency-Key after its first answer ("24h"); default and minimum:
+	// the contract's, max_processing_time. An executing re-send happens
+	// only while the first send is certainly within it.
+	KeyRetention string `json:"key_retention,omitempty"`
+}
+
+// KeyRetentionOf is the provider's declared key retention, or the
+// contract's minimum (its max processing time) when undeclared.
+func (p ProviderConfig) KeyRetentionOf() (time.Duration, error) {
+	pol, err := p.Limits()
+	if err != nil {
+		return 0, err
+	}
+	if p.KeyRetention == "" {
+		return pol.MaxProcessingTime, nil
+	}
+	d, err := time.ParseDuration(p.KeyRetention)
+	if err != nil || d < pol.MaxProcessingTime {
+		return 0, fmt.Errorf("key_retention %q must be a duration of at least max_processing_time (%s), the contract's minimum", p.KeyRetention, pol.MaxProcessingTime)
+	}
+	return d, nil
 }
 
 // BreakerConfig tunes one provider's circuit breaker (durations as Go
@@ -190,7 +217,11 @@ func (p ProviderConfig) kindProblems(where string) []string {
 	only("max_request_bytes", p.MaxRequestBytes != 0, KindWebhook)
 	only("context_window", p.ContextWindow != 0, KindOpenAI, KindAnthropic, KindBedrock)
 	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindAnthropic, KindBedrock)
-	only("lookup", p.Lookup, KindOpenAI)
+	only("lookup", p.Lookup, KindOpenAI, KindWebhook)
+	only("key_retention", p.KeyRetention != "", KindWebhook)
+	if _, err := p.KeyRetentionOf(); err != nil {
+		problems = append(problems, where+": "+err.Error())
+	}
 	if p.MaxConcurrent < 0 {
 		problems = append(problems, where+": max_concurrent must not be negative")
 	}

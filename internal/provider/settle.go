@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"time"
 )
 
 // Settling an attempt whose outcome is unknown (its call timed out after it
@@ -38,7 +39,26 @@ const (
 	// at the provider and nothing is in flight. Settlement.Err is the
 	// *CallError Call would have returned, with its class.
 	EvidenceRefused Evidence = "refused"
+	// EvidenceExecuted: an executing re-send was answered 2xx without
+	// Idempotent-Replayed: true — the receiver executed the request now (it
+	// did not remember the key, or never had it). Settlement.Response carries
+	// that answer. Package job accepts it only inside the key retention
+	// window (job.ReadEvidence), and records it as executed now.
+	EvidenceExecuted Evidence = "executed"
 )
+
+// KeyMemory is implemented by a Settler whose Settle may execute: a webhook
+// without the contract's lookup re-sends the request, which a receiver runs
+// unless it still remembers the key. The reconciler re-sends only while
+// the first send is certainly within KeyRetention (job.MayResend).
+type KeyMemory interface {
+	// SettleExecutes reports whether Settle re-sends (false: it asks a
+	// lookup that never executes).
+	SettleExecutes() bool
+	// KeyRetention is how long the provider remembers a key after its
+	// first answer (the contract's minimum when undeclared).
+	KeyRetention() time.Duration
+}
 
 // Settlement is a provider's answer about an earlier attempt.
 type Settlement struct {

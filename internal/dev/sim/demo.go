@@ -274,7 +274,15 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	e, state := &execution{done: make(chan struct{})}, keyNew
-	if key != "" {
+	if r.Header.Get(webhook.HeaderLookup) == webhook.LookupOnly {
+		// The contract's lookup: what became of the key, never executed.
+		if e, state = st.runs.lookup(key); state == keyNew || key == "" {
+			w.Header().Set("X-Request-Id", requestID)
+			w.Header().Set(webhook.HeaderLookup, webhook.LookupUnknown)
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no trace of Idempotency-Key " + key})
+			return
+		}
+	} else if key != "" {
 		e, state = st.runs.begin(key, raw, true)
 	}
 	switch state {

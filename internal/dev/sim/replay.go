@@ -108,6 +108,21 @@ type executions struct {
 
 func newExecutions() *executions { return &executions{byKey: map[string]*execution{}} }
 
+// lookup classifies a key without executing anything (the webhook
+// contract's Idempotency-Lookup: only): keyNew means no trace of it.
+func (x *executions) lookup(key string) (*execution, keyState) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	prev, seen := x.byKey[key]
+	switch {
+	case !seen:
+		return nil, keyNew
+	case isDone(prev.done):
+		return prev, keyAnswered
+	}
+	return prev, keyInProgress
+}
+
 // begin classifies a request under key. dedup says whether the format
 // honours the key; when it does not, every request executes (and a repeat
 // counts as a second execution of the key).

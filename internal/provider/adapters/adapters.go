@@ -68,9 +68,14 @@ func Factories(opts Options) map[string]provider.Factory {
 			return bedrock.New(bedrock.Config{Name: pc.Name, ModelID: pc.Model, Client: client, Logger: opts.Logger, Now: opts.Now})
 		},
 		provider.KindWebhook: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
+			retention, err := pc.KeyRetentionOf()
+			if err != nil {
+				return nil, err
+			}
 			return webhook.New(webhook.Config{
 				Name: pc.Name, URL: pc.BaseURL, Token: cred,
 				HTTPClient: opts.HTTPClient, Logger: opts.Logger, Now: opts.Now,
+				Lookup: pc.Lookup, KeyRetention: retention,
 			})
 		},
 	}

@@ -29,7 +29,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -49,7 +48,26 @@ type Config struct {
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	Now        func() time.Time
+	// Lookup: the receiver offers the contract's lookup (the same POST with
+	// Idempotency-Lookup: only, which never executes); Settle asks only
+	// that way.
+	Lookup bool
+	// KeyRetention is how long the receiver remembers a key after its first
+	// answer (zero: the contract's minimum, provider.DefaultMaxProcessingTime).
+	KeyRetention time.Duration
 }
+
+// HeaderLookup on a request asks a receiver what became of its
+// Idempotency-Key without executing anything (LookupOnly); its answer to
+// an unknown key is 404 marked with the same header (LookupUnknown).
+const (
+	HeaderLookup  = "Idempotency-Lookup"
+	LookupOnly    = "only"
+	LookupUnknown = "unknown"
+)
+
+// ContractVersion is the webhook provider contract this adapter speaks.
+const ContractVersion = "2"
 
 func (c Config) validate() error {
 	var problems []string
@@ -91,6 +109,18 @@ func New(cfg Config) (*Adapter, error) {
 
 // Name implements provider.Provider.
 func (a *Adapter) Name() string { return a.cfg.Name }
+
+// SettleExecutes implements provider.KeyMemory: without the lookup, Settle
+// re-sends the request.
+func (a *Adapter) SettleExecutes() bool { return !a.cfg.Lookup }
+
+// KeyRetention implements provider.KeyMemory.
+func (a *Adapter) KeyRetention() time.Duration {
+	if a.cfg.KeyRetention > 0 {
+		return a.cfg.KeyRetention
+	}
+	return provider.DefaultMaxProcessingTime
+}
 
 // Request is the webhook request body.
 type Request struct {
@@ -169,20 +199,29 @@ func (a *Adapter) parse(hresp provider.HTTPResponse) (provider.Response, error) 
 	return provider.Response{Output: body.Output, ProviderRequestID: hresp.RequestID, Model: model, Usage: body.Usage}, nil
 }
 
-// Settle implements provider.Settler: it sends the attempt's request again,
-// same body, same Idempotency-Key, which a receiver keeping the contract
-// answers without executing it again:
+// Settle implements provider.Settler. With the lookup (Config.Lookup) it
+// sends the attempt's request with Idempotency-Lookup: only, which a
+// receiver keeping the contract answers without executing anything;
+// without it, it re-sends the request, same body, same Idempotency-Key
+// (the reconciler does so only inside the key retention window). What each
+// answer proves (docs/webhook-provider-contract.md, one table):
 //
-//   - 2xx: the first answer, read as Call reads it: EvidenceAnswered (or
-//     EvidenceRefused with Call's error when Call could not have used it);
-//   - 409: the first request is still in progress: EvidenceInProgress;
-//   - another 4xx: the first answer was a refusal: EvidenceRefused with the
-//     *CallError — except the statuses in notAboutTheAttempt, which speak
-//     of the re-send, not of the attempt;
-//   - any other status marked Idempotent-Replayed: the first answer, so
-//     EvidenceRefused (a receiver never answers 429 or 5xx to a request
-//     it acted on);
-//   - 5xx, 429 unmarked, no answer: an error; ask again later.
+//   - 2xx marked Idempotent-Replayed: true: the first answer,
+//     EvidenceAnswered (EvidenceRefused with Call's error when Call could
+//     not have used it);
+//   - 2xx unmarked to a re-send: the receiver executed now,
+//     EvidenceExecuted (package job accepts it only inside the window);
+//     to a lookup: a receiver breaking the contract, an error;
+//   - 409: the first request is still in progress, EvidenceInProgress;
+//   - 404 marked Idempotency-Lookup: unknown, to a lookup: the receiver
+//     has no trace of the key, EvidenceAbsent;
+//   - 4xx or 5xx marked Idempotent-Replayed: true: the first answer, a
+//     failure: EvidenceRefused. A replayed 5xx is the first answer only
+//     because the contract forbids storing a 5xx produced after side
+//     effects: a receiver keeps a 5xx only for a request it did not act on;
+//   - anything unmarked (a billing, auth, WAF or size layer answers before
+//     the idempotency store, a 5xx, a 429), no answer: no evidence, an
+//     error; ask again later.
 func (a *Adapter) Settle(ctx context.Context, req provider.Request) (s provider.Settlement, err error) {
 	start := a.Clock()()
 	defer func() { provider.LogSettle(ctx, a.Logger(), a.cfg.Name, req, a.Clock()().Sub(start), s, err) }()
@@ -190,15 +229,31 @@ func (a *Adapter) Settle(ctx context.Context, req provider.Request) (s provider.
 	if err != nil {
 		return provider.Settlement{}, err
 	}
-	resent := "re-sent with Idempotency-Key " + req.IdempotencyKey
-	hresp, err := a.Client().PostJSON(ctx, a.cfg.URL, a.header(req), prep.Body)
+	header := a.header(req)
+	asked := "re-sent with Idempotency-Key " + req.IdempotencyKey
+	if a.cfg.Lookup {
+		header.Set(HeaderLookup, LookupOnly)
+		asked = "looked up Idempotency-Key " + req.IdempotencyKey
+	}
+	hresp, err := a.Client().PostJSON(ctx, a.cfg.URL, header, prep.Body)
 	if err == nil {
+		replayed := hresp.Header.Get(provider.HeaderIdempotentReplayed) == "true"
+		if !replayed && a.cfg.Lookup {
+			return provider.Settlement{}, fmt.Errorf("%s: %d without %s: true, which a lookup never answers (the contract): no evidence", asked, hresp.Status, provider.HeaderIdempotentReplayed)
+		}
 		resp, perr := a.parse(hresp)
 		if perr != nil {
+			if !replayed {
+				return provider.Settlement{}, fmt.Errorf("%s: %d unmarked and unusable: no evidence: %w", asked, hresp.Status, perr)
+			}
 			return provider.Settlement{Evidence: provider.EvidenceRefused, Err: perr,
-				Detail: provider.Excerpt(fmt.Sprintf("%s: %d, its first answer, which onejob cannot use: %v", resent, hresp.Status, perr))}, nil
+				Detail: provider.Excerpt(fmt.Sprintf("%s: %d, its first answer replayed, which onejob cannot use: %v", asked, hresp.Status, perr))}, nil
 		}
-		detail := fmt.Sprintf("%s: %d, its first answer", resent, hresp.Status)
+		if !replayed {
+			detail := fmt.Sprintf("%s: %d without %s: true, executed now", asked, hresp.Status, provider.HeaderIdempotentReplayed)
+			return provider.Settlement{Evidence: provider.EvidenceExecuted, Response: resp, Detail: provider.Excerpt(detail)}, nil
+		}
+		detail := fmt.Sprintf("%s: %d, its first answer replayed", asked, hresp.Status)
 		if resp.ProviderRequestID != "" {
 			detail += " (request " + resp.ProviderRequestID + ")"
 		}
@@ -208,32 +263,18 @@ func (a *Adapter) Settle(ctx context.Context, req provider.Request) (s provider.
 	if !errors.As(err, &ce) {
 		return provider.Settlement{}, err
 	}
-	if ce.Replayed && ce.Status != http.StatusConflict {
-		// Marked as the key's first answer: whatever its status, it is about
-		// the first request, and a receiver never answers a request it acted
-		// on with a 429 or 5xx (the contract), so a 5xx here is a failure.
-		return provider.Settlement{Evidence: provider.EvidenceRefused, Err: ce,
-			Detail: provider.Excerpt(fmt.Sprintf("%s: %d, its first answer replayed (%s): %s", resent, ce.Status,
-				provider.HeaderIdempotentReplayed, ce.Msg))}, nil
-	}
-	if ce.Status < 400 || ce.Status >= 500 || slices.Contains(notAboutTheAttempt, ce.Status) {
-		return provider.Settlement{}, err
-	}
-	if ce.Status == http.StatusConflict {
+	switch {
+	case ce.Status == http.StatusConflict:
 		return provider.Settlement{Evidence: provider.EvidenceInProgress,
-			Detail: provider.Excerpt(resent + ": 409, the first request with this key is still in progress")}, nil
+			Detail: provider.Excerpt(asked + ": 409, the first request with this key is still in progress")}, nil
+	case ce.Replayed:
+		return provider.Settlement{Evidence: provider.EvidenceRefused, Err: ce,
+			Detail: provider.Excerpt(fmt.Sprintf("%s: %d, its first answer replayed (%s): %s", asked, ce.Status,
+				provider.HeaderIdempotentReplayed, ce.Msg))}, nil
+	case a.cfg.Lookup && ce.Status == http.StatusNotFound && ce.LookupUnknown:
+		return provider.Settlement{Evidence: provider.EvidenceAbsent,
+			Detail: provider.Excerpt(asked + ": 404, the receiver has no trace of the key")}, nil
 	}
-	return provider.Settlement{Evidence: provider.EvidenceRefused, Err: ce,
-		Detail: provider.Excerpt(fmt.Sprintf("%s: %d, its first answer was a refusal: %s", resent, ce.Status, ce.Msg))}, nil
-}
-
-// notAboutTheAttempt are the 4xx a re-send can get that say nothing of what
-// became of the first request: its credentials (401, 403, 407), an endpoint
-// gone (404), the re-send itself timed out, came too early or too often
-// (408, 425, 429), and 422, which the Idempotency-Key draft gives for a key
-// reused with a different request. They are errors: ask again later, or an
-// operator looks.
-var notAboutTheAttempt = []int{
-	http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusProxyAuthRequired,
-	http.StatusRequestTimeout, http.StatusUnprocessableEntity, http.StatusTooEarly, http.StatusTooManyRequests,
+	// Unmarked: about the question, not the attempt (no evidence).
+	return provider.Settlement{}, err
 }
