@@ -107,6 +107,8 @@ func TestReadEvidence(t *testing.T) {
 	pol := job.SettlePolicy{MaxProcessingTime: 10 * time.Minute, DeadlineGrace: 5 * time.Minute}
 	deadline := pol
 	deadline.AtDeadline = true
+	kept := pol // a webhook remembering keys 30 minutes
+	kept.KeyRetention = 30 * time.Minute
 	tests := []struct {
 		name    string
 		e       job.Evidence
@@ -125,6 +127,11 @@ func TestReadEvidence(t *testing.T) {
 		{"NoWayToAskWaitsForAnOperator", job.EvidenceNone, "", pol, 48 * time.Hour, "", ""},
 		{"NoWayToAskBeforeTheDeadlineWaits", job.EvidenceNone, "", deadline, 14 * time.Minute, "", ""},
 		{"NoWayToAskPastTheDeadlineFailsWhereTheTypeOptsIn", job.EvidenceNone, "", deadline, 15 * time.Minute, job.AttemptFailed, job.ClassSettled},
+		{"ExecutedNowInsideTheWindowSucceeds", job.EvidenceExecuted, "", kept, 27 * time.Minute, job.AttemptSucceeded, ""},
+		{"ExecutedNowAtTheWindowsEdgeSettlesNothing", job.EvidenceExecuted, "", kept, 28 * time.Minute, "", ""},
+		{"ExecutedNowWithoutARetentionSettlesNothing", job.EvidenceExecuted, "", pol, time.Minute, "", ""},
+		{"LookupAbsentInsideTheRetentionFails", job.EvidenceAbsent, "", kept, 20 * time.Minute, job.AttemptFailed, job.ClassSettled},
+		{"LookupAbsentPastTheRetentionProvesNothing", job.EvidenceAbsent, "", kept, 28 * time.Minute, "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -203,4 +210,59 @@ func TestDecideSettle(t *testing.T) {
 			t.Fatalf("err %v", err)
 		}
 	})
+}
+
+func TestMayResend(t *testing.T) {
+	t.Parallel()
+	a, _ := unknownAttempt(t).Attempt(1)
+	tests := []struct {
+		name      string
+		retention time.Duration
+		after     time.Duration
+		want      bool
+	}{
+		{"FirstReSendInsideTheContractsMinimum", 10 * time.Minute, time.Minute + 31*time.Second, true},
+		{"SecondReSendPastTheContractsMinimum", 10 * time.Minute, 16*time.Minute + 31*time.Second, false},
+		{"TheMarginIsTakenOff", 10 * time.Minute, 10*time.Minute - job.ResendMargin, false},
+		{"JustInsideTheMargin", 10 * time.Minute, 10*time.Minute - job.ResendMargin - time.Second, true},
+		{"ALongRetentionKeepsReSending", 24 * time.Hour, 2*time.Hour + 16*time.Minute, true},
+		{"NeverPastALongRetention", 24 * time.Hour, 24 * time.Hour, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := job.MayResend(a, tc.retention, a.StartedAt.Add(tc.after)); got != tc.want {
+				t.Fatalf("MayResend(%s, +%s) = %v, want %v", tc.retention, tc.after, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSameSentRequest(t *testing.T) {
+	t.Parallel()
+	a, _ := unknownAttempt(t).Attempt(1)
+	if job.SameSentRequest(a, "2:abc") {
+		t.Fatal("an attempt that recorded no digest is never re-sent")
+	}
+	a.RequestDigest = "2:abc"
+	if !job.SameSentRequest(a, "2:abc") || job.SameSentRequest(a, "2:abd") || job.SameSentRequest(a, "") {
+		t.Fatal("only the same digest is the same request")
+	}
+}
+
+func TestLaunchRecordsTheRequestDigestInItsOwnWrite(t *testing.T) {
+	t.Parallel()
+	j := unknownAttempt(t)
+	j.Attempts[0].State = job.AttemptFailed
+	j.Attempts[0].Error = &job.Failure{Class: job.ClassRetryable, Message: "x"}
+	t0 := j.Attempts[0].StartedAt
+	tr, err := job.DecideLaunch(j, j.Attempts[0].Provider, t0.Add(time.Minute))
+	if err != nil {
+		t.Skipf("the fixture cannot launch again: %v", err)
+	}
+	tr = tr.WithRequestDigest("2:feed")
+	a, ok := tr.After().Attempt(tr.AttemptNumber())
+	if !ok || a.RequestDigest != "2:feed" || a.State != job.AttemptRunning {
+		t.Fatalf("attempt %+v", a)
+	}
 }
