@@ -42,7 +42,8 @@ func main() {
 	deploy.Check(log, err)
 
 	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{
-		Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}, Providers: providers,
+		Namespace: deploy.Namespace(dynamo.NamesFrom(env.Table).Jobs),
+		Engine:    engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}, Providers: providers,
 		Certifications: store, CallTimeout: deploy.CallTimeout, Logger: log,
 	})
 	deploy.Check(log, err)

@@ -41,6 +41,7 @@ const (
 	aUnknownSince = "unknown_since"
 	aProviderReq  = "provider_request_id"
 	aReqDigest    = "request_digest"
+	aProviderKey  = "provider_key"
 	aOutcome      = "outcome"
 	aWriteToken   = "write_token"
 	aClass        = "class"
@@ -299,6 +300,9 @@ func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
 	if a.RequestDigest != "" {
 		m[aReqDigest] = avS(a.RequestDigest)
 	}
+	if a.ProviderKey != "" {
+		m[aProviderKey] = avS(a.ProviderKey)
+	}
 	return m
 }
 
@@ -519,6 +523,7 @@ func decodeAttempt(jobID string, number int, m map[string]types.AttributeValue) 
 		Outcome:           d.str(aOutcome, false),
 		WriteToken:        d.str(aWriteToken, false),
 		RequestDigest:     d.str(aReqDigest, false),
+		ProviderKey:       d.str(aProviderKey, false),
 	}
 	if v, ok := m[aHedge].(*types.AttributeValueMemberBOOL); ok {
 		a.Hedge = v.Value

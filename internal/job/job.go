@@ -267,10 +267,34 @@ type Attempt struct {
 	// has the same digest, so it is the same request byte for byte; empty
 	// (attempts launched before it was recorded): never re-sent.
 	RequestDigest string
+	// ProviderKey is the idempotency key the attempt's provider calls
+	// carry, recorded in the launch's write: "<deployment>:<job_id>/<n>",
+	// so two deployments sharing a provider account never read each
+	// other's answers. Empty (attempts launched before it was recorded):
+	// the old form, IdempotencyKey.
+	ProviderKey string
 }
 
 // IdempotencyKey is the attempt's identity, passed downstream to providers.
 func (a Attempt) IdempotencyKey() string { return AttemptKey(a.JobID, a.Number) }
+
+// SentKey is the key attempt a's provider calls carry: its recorded
+// ProviderKey, or the old form for an attempt that recorded none.
+func (a Attempt) SentKey() string {
+	if a.ProviderKey != "" {
+		return a.ProviderKey
+	}
+	return a.IdempotencyKey()
+}
+
+// ProviderKeyIn is attempt n's provider key in deployment namespace ns
+// ("<ns>:<job_id>/<n>"; the old form when ns is empty).
+func ProviderKeyIn(ns, jobID string, n int) string {
+	if ns == "" {
+		return AttemptKey(jobID, n)
+	}
+	return ns + ":" + AttemptKey(jobID, n)
+}
 
 // AttemptKey is the canonical identity of attempt n of a job: the
 // Idempotency-Key every provider call carries, "<job_id>/<n>".

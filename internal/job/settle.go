@@ -37,22 +37,31 @@ const (
 
 // ResendMargin is taken off a provider's key retention before an
 // executing re-send: clocks disagree and requests sit in queues, so the
-// first send must be certainly within the receiver's memory.
+// first send must be certainly within the receiver's memory. A retention
+// shorter than five margins loses a fifth of itself instead
+// (ResendMarginOf).
 const ResendMargin = 2 * time.Minute
+
+// ResendMarginOf is the margin taken off key retention r.
+func ResendMarginOf(r time.Duration) time.Duration { return min(ResendMargin, r/5) }
 
 // SentRequestVersion is the version of the webhook provider contract an
 // attempt's request digest was made under (Attempt.RequestDigest).
 const SentRequestVersion = "2"
 
-// WithRequestDigest records on the attempt a launch transition starts what
-// it is about to send (Attempt.RequestDigest), in the launch's own write.
-func (t Transition) WithRequestDigest(digest string) Transition {
+// WithSent records on the attempt a launch transition starts the key its
+// provider calls carry and the digest of what it is about to send
+// (Attempt.ProviderKey, Attempt.RequestDigest), in the launch's own write.
+func (t Transition) WithSent(key, digest string) Transition {
 	if a, ok := t.after.Attempt(t.attempt); ok && t.kind == KindStartAttempt {
-		a.RequestDigest = digest
+		a.ProviderKey, a.RequestDigest = key, digest
 		t.after = t.after.withAttempt(a)
 	}
 	return t
 }
+
+// Sent is the attempt a launch transition starts, as it will be written.
+func (t Transition) Sent() (Attempt, bool) { return t.after.Attempt(t.attempt) }
 
 // SameSentRequest reports whether a request rendered now (its digest) is the
 // one attempt a sent: only then may it be re-sent.
@@ -73,7 +82,7 @@ func MayResend(a Attempt, keyRetention time.Duration, now time.Time) bool {
 }
 
 func resendUntil(a Attempt, keyRetention time.Duration) time.Time {
-	return a.StartedAt.Add(keyRetention - ResendMargin)
+	return a.StartedAt.Add(keyRetention - ResendMarginOf(keyRetention))
 }
 
 // SettlePolicy is what settling an attempt needs beyond the evidence.
@@ -123,7 +132,7 @@ func ReadEvidence(a Attempt, e Evidence, detail string, refusal Class, p SettleP
 		// operator looks.
 		if p.KeyRetention <= 0 || !MayResend(a, p.KeyRetention, now) {
 			return Verdict{Evidence: detail + fmt.Sprintf(" — outside the key retention window (%s after it was sent, retention %s less %s): "+
-				"it may be a second execution, settles nothing; an operator resolves it", now.Sub(a.StartedAt).Round(time.Second), p.KeyRetention, ResendMargin)}
+				"it may be a second execution, settles nothing; an operator resolves it", now.Sub(a.StartedAt).Round(time.Second), p.KeyRetention, ResendMarginOf(p.KeyRetention))}
 		}
 		return Verdict{Outcome: AttemptSucceeded, Evidence: detail + " inside the key retention window: the first send never executed, this is its only execution"}
 	case EvidenceRefused:
@@ -139,7 +148,7 @@ func ReadEvidence(a Attempt, e Evidence, detail string, refusal Class, p SettleP
 		if p.KeyRetention > 0 && !MayResend(a, p.KeyRetention, now) {
 			// A receiver may have forgotten a key it executed: past its
 			// retention, "no trace" proves nothing.
-			return Verdict{Evidence: detail + fmt.Sprintf(" (past its key retention, %s less %s: the receiver may have forgotten it; proves nothing)", p.KeyRetention, ResendMargin)}
+			return Verdict{Evidence: detail + fmt.Sprintf(" (past its key retention, %s less %s: the receiver may have forgotten it; proves nothing)", p.KeyRetention, ResendMarginOf(p.KeyRetention))}
 		}
 		msg := fmt.Sprintf("the provider has no trace of it %s after it was sent, past its max processing time (%s): it produced nothing; %s",
 			now.Sub(a.StartedAt).Round(time.Second), p.MaxProcessingTime, detail)

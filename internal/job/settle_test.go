@@ -260,9 +260,9 @@ func TestLaunchRecordsTheRequestDigestInItsOwnWrite(t *testing.T) {
 	if err != nil {
 		t.Skipf("the fixture cannot launch again: %v", err)
 	}
-	tr = tr.WithRequestDigest("2:feed")
+	tr = tr.WithSent("dev:"+j.ID+"/2", "2:feed")
 	a, ok := tr.After().Attempt(tr.AttemptNumber())
-	if !ok || a.RequestDigest != "2:feed" || a.State != job.AttemptRunning {
+	if !ok || a.RequestDigest != "2:feed" || a.SentKey() != "dev:"+j.ID+"/2" || a.State != job.AttemptRunning {
 		t.Fatalf("attempt %+v", a)
 	}
 }

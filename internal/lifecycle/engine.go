@@ -246,24 +246,33 @@ func (e *Engine) LaunchHedgeOn(ctx context.Context, j job.Job, provider string) 
 	return e.launchOn(ctx, j, provider, job.DecideLaunchHedge)
 }
 
+// Sending is what an attempt about to be launched will send: its
+// provider key and its request's digest (job.Attempt.ProviderKey,
+// job.Attempt.RequestDigest).
+type Sending func(a job.Attempt) (key, digest string)
+
 // LaunchSentOn is LaunchOn recording on the attempt, in the same write,
-// the digest of the request it is about to send (job.Attempt.RequestDigest).
-func (e *Engine) LaunchSentOn(ctx context.Context, j job.Job, provider, digest string) (_ job.Job, _ job.Attempt, launched bool, err error) {
-	return e.launchOn(ctx, j, provider, sent(job.DecideLaunch, digest))
+// the key and the digest of the request it is about to send.
+func (e *Engine) LaunchSentOn(ctx context.Context, j job.Job, provider string, s Sending) (_ job.Job, _ job.Attempt, launched bool, err error) {
+	return e.launchOn(ctx, j, provider, sent(job.DecideLaunch, s))
 }
 
 // LaunchHedgeSentOn is LaunchSentOn for a hedge beside a running attempt.
-func (e *Engine) LaunchHedgeSentOn(ctx context.Context, j job.Job, provider, digest string) (_ job.Job, _ job.Attempt, launched bool, err error) {
-	return e.launchOn(ctx, j, provider, sent(job.DecideLaunchHedge, digest))
+func (e *Engine) LaunchHedgeSentOn(ctx context.Context, j job.Job, provider string, s Sending) (_ job.Job, _ job.Attempt, launched bool, err error) {
+	return e.launchOn(ctx, j, provider, sent(job.DecideLaunchHedge, s))
 }
 
-func sent(decide func(job.Job, string, time.Time) (job.Transition, error), digest string) func(job.Job, string, time.Time) (job.Transition, error) {
+func sent(decide func(job.Job, string, time.Time) (job.Transition, error), s Sending) func(job.Job, string, time.Time) (job.Transition, error) {
 	return func(j job.Job, provider string, now time.Time) (job.Transition, error) {
 		t, err := decide(j, provider, now)
-		if err != nil || digest == "" {
+		if err != nil || s == nil {
 			return t, err
 		}
-		return t.WithRequestDigest(digest), nil
+		a, ok := t.Sent()
+		if !ok {
+			return t, nil
+		}
+		return t.WithSent(s(a)), nil
 	}
 }
 

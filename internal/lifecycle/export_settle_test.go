@@ -11,4 +11,6 @@ func AttemptRequestForTest(j job.Job, jt JobType, a job.Attempt) (provider.Reque
 }
 
 // RequestDigestForTest is requestDigest.
-func RequestDigestForTest(j job.Job, jt JobType, n int) string { return requestDigest(j, jt, n) }
+func RequestDigestForTest(j job.Job, jt JobType, a job.Attempt) string {
+	return requestDigest(j, jt, a)
+}

@@ -169,7 +169,7 @@ func (w *Tasks) begin(ctx context.Context, j job.Job, jt JobType, plan job.Plan,
 	if !avail.admit(plan.Provider, job.AttemptKey(j.ID, j.AttemptCount+1)) {
 		return j, job.Attempt{}, false, nil
 	}
-	return refusedIsMoved(w.cfg.Engine.LaunchSentOn(ctx, j, plan.Provider, requestDigest(j, jt, j.AttemptCount+1)))
+	return refusedIsMoved(w.cfg.Engine.LaunchSentOn(ctx, j, plan.Provider, w.sending(j, jt)))
 }
 
 // refusedIsMoved reads a launch the domain refused (an attempt became
@@ -290,7 +290,7 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, av
 	if !avail.admit(plan.Provider, job.AttemptKey(j.ID, j.AttemptCount+1)) {
 		return j, job.Attempt{}, nil, false, nil // no hedge today: the attempt it would race runs on
 	}
-	j, a, ok, err = refusedIsMoved(w.cfg.Engine.LaunchHedgeSentOn(ctx, j, plan.Provider, requestDigest(j, jt, j.AttemptCount+1)))
+	j, a, ok, err = refusedIsMoved(w.cfg.Engine.LaunchHedgeSentOn(ctx, j, plan.Provider, w.sending(j, jt)))
 	return j, a, certs, ok, err
 }
 
@@ -373,24 +373,47 @@ func attemptRequest(j job.Job, jt JobType, a job.Attempt) (provider.Request, err
 	if err != nil {
 		return provider.Request{}, err
 	}
-	req.JobID, req.Attempt, req.IdempotencyKey, req.JobType = j.ID, a.Number, a.IdempotencyKey(), j.Type
+	req.JobID, req.Attempt, req.IdempotencyKey, req.JobType = j.ID, a.Number, a.SentKey(), j.Type
+	req.SentAt = a.StartedAt
 	return req, nil
 }
 
-// requestDigest is the digest of attempt n's request as rendered now
+// sending names an attempt of j about to be launched: its provider key in
+// this deployment's namespace, and its request's digest.
+func (w *Tasks) sending(j job.Job, jt JobType) Sending {
+	return func(a job.Attempt) (string, string) {
+		a.ProviderKey = job.ProviderKeyIn(w.cfg.Namespace, a.JobID, a.Number)
+		return a.ProviderKey, requestDigest(j, jt, a)
+	}
+}
+
+// requestDigest is the digest of attempt a's request as rendered now
 // (job.Attempt.RequestDigest): the webhook contract's version and the
 // SHA-256 of the request; empty when it does not render.
-func requestDigest(j job.Job, jt JobType, n int) string {
-	req, err := attemptRequest(j, jt, job.Attempt{JobID: j.ID, Number: n})
+func requestDigest(j job.Job, jt JobType, a job.Attempt) string {
+	req, err := attemptRequest(j, jt, a)
 	if err != nil {
 		return ""
 	}
+	req.SentAt = time.Time{} // what is sent, not when
 	b, err := json.Marshal(req)
 	if err != nil {
 		return ""
 	}
 	sum := sha256.Sum256(b)
 	return job.SentRequestVersion + ":" + hex.EncodeToString(sum[:])
+}
+
+func validNamespace(ns string) bool {
+	if len(ns) > 64 {
+		return false
+	}
+	for _, r := range ns {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // callTimeout is how long a call may run. A provider that can be asked

@@ -47,10 +47,10 @@ func (w *Tasks) settle(ctx context.Context, j job.Job, jt JobType, a job.Attempt
 		if km, ok := p.(provider.KeyMemory); ok && km.SettleExecutes() {
 			sp.KeyRetention = km.KeyRetention()
 			switch {
-			case !job.SameSentRequest(a, requestDigest(j, jt, a.Number)):
+			case !job.SameSentRequest(a, requestDigest(j, jt, a)):
 				ask, detail = false, "no re-send: the request rendered now is not the one the attempt sent (its job type changed, or the attempt recorded no digest)"
 			case !job.MayResend(a, sp.KeyRetention, w.now()):
-				ask, detail = false, fmt.Sprintf("no re-send: the first send is no longer certainly within the provider's key retention (%s less %s)", sp.KeyRetention, job.ResendMargin)
+				ask, detail = false, fmt.Sprintf("no re-send: the first send is no longer certainly within the provider's key retention (%s less %s)", sp.KeyRetention, job.ResendMarginOf(sp.KeyRetention))
 			}
 		} else if ok {
 			sp.KeyRetention = km.KeyRetention()

@@ -123,7 +123,10 @@ func loopback(t *testing.T, rc *receiver, lookup bool, cat lifecycle.Catalog) (*
 	jt, _ := base.Lookup("demo")
 	r.certify(t, "demo", fallback)
 	j := r.demo(t)
-	j, att, ok, err := r.eng.LaunchSentOn(context.Background(), j, primary, lifecycle.RequestDigestForTest(j, jt, 1))
+	j, att, ok, err := r.eng.LaunchSentOn(context.Background(), j, primary, func(a job.Attempt) (string, string) {
+		a.ProviderKey = job.ProviderKeyIn("test-deployment", a.JobID, a.Number)
+		return a.ProviderKey, lifecycle.RequestDigestForTest(j, jt, a)
+	})
 	if err != nil || !ok {
 		t.Fatalf("launch: %v %v", ok, err)
 	}
@@ -141,7 +144,10 @@ func loopback(t *testing.T, rc *receiver, lookup bool, cat lifecycle.Catalog) (*
 		cat = base
 	}
 	r.tasks = rebuild(t, r, settlers{primary: a, fallback: r.prov[fallback]}, cat)
-	return r, r.get(t, j.ID), att.IdempotencyKey()
+	if !strings.HasPrefix(att.SentKey(), "test-deployment:") {
+		t.Fatalf("provider key %q has no deployment namespace", att.SentKey())
+	}
+	return r, r.get(t, j.ID), att.SentKey()
 }
 
 func stillUnknown(t *testing.T, r *rig, id string) {

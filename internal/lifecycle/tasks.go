@@ -43,6 +43,12 @@ type Providers interface {
 
 // TasksConfig wires Tasks.
 type TasksConfig struct {
+	// Namespace names this deployment in every provider-facing key
+	// (job.ProviderKeyIn, OpenAI lookup metadata), so deployments sharing
+	// a provider account never read each other's answers
+	// (deploy.Namespace). Letters, digits, '.', '_' and '-', at most 64;
+	// empty: the old form, "<job_id>/<n>".
+	Namespace      string
 	Engine         *Engine
 	Catalog        Catalog
 	Providers      Providers
@@ -99,6 +105,8 @@ func NewTasks(c TasksConfig) (*Tasks, error) {
 		return nil, errors.New("lifecycle: tasks need an engine, a catalog, providers and certifications")
 	case c.CallTimeout <= 0:
 		return nil, errors.New("lifecycle: CallTimeout must be positive")
+	case !validNamespace(c.Namespace):
+		return nil, fmt.Errorf("lifecycle: Namespace %q must be at most 64 letters, digits, '.', '_' or '-'", c.Namespace)
 	}
 	if len(c.Wait.Steps) == 0 {
 		c.Wait = job.DefaultWait()

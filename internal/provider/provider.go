@@ -30,6 +30,9 @@ type Request struct {
 	OutputSchema    json.RawMessage
 	Temperature     float64
 	MaxOutputTokens int
+	// SentAt is when the attempt was first sent (zero: unknown): a lookup
+	// accepts only what was created after it.
+	SentAt time.Time
 }
 
 // Response is a provider's answer. Output is not validated here: contract

@@ -130,11 +130,16 @@ func StartDemo() (*DemoSimulator, *Server, error) {
 // call is slow past 1 s (a demo call answers at once unless its input
 // scripts a latency), 3 failures within 10 s open a breaker for 5 s
 // (doubling to a minute on re-trips), one probe half-open for at most 3 s,
-// and at most 8 attempts holding a provider.
+// and at most 8 attempts holding a provider; both offer the webhook
+// contract's lookup and declare a key retention of 24 h.
 func DemoConfig(baseURL string) provider.Config {
 	base := strings.TrimRight(baseURL, "/")
 	limits := func(pc provider.ProviderConfig) provider.ProviderConfig {
 		pc.SlowCallAfter, pc.MaxProcessingTime, pc.MaxConcurrent = "1s", "1m", 8
+		// The demo simulator offers the contract's lookup (the reconciler
+		// never re-sends to it) and keeps its last 10,000 keys, far longer
+		// than a day of demo traffic needs.
+		pc.Lookup, pc.KeyRetention = true, "24h"
 		pc.Breaker = &provider.BreakerConfig{Failures: 3, Window: "10s", Cooldown: "5s", MaxCooldown: "1m", Probes: 1, HalfOpenMax: "3s"}
 		return pc
 	}

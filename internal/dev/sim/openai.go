@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -444,7 +445,7 @@ func openAICompletion(c Call, model, content, finishReason string) map[string]an
 	return map[string]any{
 		"id":                 "chatcmpl-" + c.RequestID,
 		"object":             "chat.completion",
-		"created":            1767225600,
+		"created":            time.Now().Unix(),
 		"model":              model,
 		"service_tier":       "default",
 		"system_fingerprint": "fp_sim",

@@ -160,7 +160,7 @@ func (s *Stack) composeHold(_ context.Context, cfg Config, fc functionClients) (
 // tasks are the task functions' use cases with the local timings.
 func (s *Stack) tasks(cfg Config, engine *lifecycle.Engine, store *dynamo.Store, providers *provider.Registry,
 	breakers *lifecycle.Breakers) (*lifecycle.Tasks, error) {
-	return lifecycle.NewTasks(lifecycle.TasksConfig{Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog},
+	return lifecycle.NewTasks(lifecycle.TasksConfig{Namespace: deploy.Namespace(s.Tables.Jobs), Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog},
 		Providers: providers, Certifications: store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace,
 		Breakers: breakers, MaxProviderWait: cfg.MaxProviderWait, Logger: cfg.Logger})
 }

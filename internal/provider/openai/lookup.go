@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/onejob/onejob/internal/provider"
 )
@@ -83,6 +84,10 @@ func (l *Lookup) Settle(ctx context.Context, req provider.Request) (s provider.S
 	if err := json.Unmarshal(list.Data[0], &c); err != nil {
 		return provider.Settlement{}, l.Client().Malformed(hresp, "decode the listed chat completion", err)
 	}
+	if err := isThisAttempts(list.Data[0], req); err != nil {
+		// Not provably this attempt's: settle nothing, ask again later.
+		return provider.Settlement{}, fmt.Errorf("completion %s found by %s is not this attempt's: %w", c.ID, by, err)
+	}
 	more := ""
 	if list.HasMore {
 		more = " (the first of several)"
@@ -96,4 +101,29 @@ func (l *Lookup) Settle(ctx context.Context, req provider.Request) (s provider.S
 	resp.Output = restore(req, resp.Output)
 	return provider.Settlement{Evidence: provider.EvidenceAnswered, Response: resp,
 		Detail: provider.Excerpt(fmt.Sprintf("completion %s found by %s%s", c.ID, by, more))}, nil
+}
+
+// CreatedSkew is how far OpenAI's clock may be behind onejob's when a
+// found completion's creation is compared with the attempt's send.
+const CreatedSkew = 5 * time.Minute
+
+// isThisAttempts checks that a listed completion is the attempt's before
+// anything is settled on it: its metadata carries the attempt's key
+// exactly (the key names the deployment, job.ProviderKeyIn), and it was
+// created after the attempt was sent (less CreatedSkew).
+func isThisAttempts(raw json.RawMessage, req provider.Request) error {
+	var c struct {
+		Created  int64             `json:"created"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return err
+	}
+	if got := c.Metadata[MetadataKey]; got != req.IdempotencyKey {
+		return fmt.Errorf("its metadata %s is %q, not %q", MetadataKey, got, req.IdempotencyKey)
+	}
+	if !req.SentAt.IsZero() && time.Unix(c.Created, 0).Before(req.SentAt.Add(-CreatedSkew)) {
+		return fmt.Errorf("it was created at %s, before the attempt was sent (%s)", time.Unix(c.Created, 0).UTC().Format(time.RFC3339), req.SentAt.UTC().Format(time.RFC3339))
+	}
+	return nil
 }

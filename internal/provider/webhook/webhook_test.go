@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -289,5 +290,40 @@ func TestSettleAgainstTheDemoSimulator(t *testing.T) {
 				t.Errorf("stats = %+v: one execution for two requests", st)
 			}
 		})
+	}
+}
+
+// TestLookupAgainstTheDemoSimulator: the simulators offer the contract's
+// lookup; asking only that way never executes anything.
+func TestLookupAgainstTheDemoSimulator(t *testing.T) {
+	t.Parallel()
+	demo, srv, err := sim.StartDemo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	a, err := webhook.New(webhook.Config{Name: sim.DemoPrimary, URL: srv.URL() + "/" + sim.DemoPrimary, Lookup: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(n int) provider.Request {
+		return provider.Request{JobID: "job-demo", Attempt: n, IdempotencyKey: fmt.Sprintf("dev:job-demo/%d", n), JobType: "demo", Prompt: "hello",
+			Input: json.RawMessage(`{"prompt":"hello"}`)}
+	}
+	if got, err := a.Settle(t.Context(), req(2)); err != nil || got.Evidence != provider.EvidenceAbsent {
+		t.Fatalf("lookup of a key never sent = %+v, %v; want absent", got, err)
+	}
+	first, err := a.Call(t.Context(), req(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		got, err := a.Settle(t.Context(), req(1))
+		if err != nil || got.Evidence != provider.EvidenceAnswered || string(got.Response.Output) != string(first.Output) {
+			t.Fatalf("lookup = %+v, %v; want the first answer", got, err)
+		}
+	}
+	if st := demo.Stats()[sim.DemoPrimary]; st.Executions != 1 || len(st.ExecutedMoreThanOnce) != 0 {
+		t.Fatalf("stats = %+v: want one execution, lookups executing nothing", st)
 	}
 }
