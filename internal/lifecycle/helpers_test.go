@@ -263,15 +263,17 @@ func (s *store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.
 
 // rig is one test's engine and tasks over their own store.
 type rig struct {
-	st     *store
-	eng    *lifecycle.Engine
-	other  *lifecycle.Engine // a competing writer, past the hooks
-	tasks  *lifecycle.Tasks
-	clock  *clock
-	timers *timers
-	events *events
-	logs   *testenv.SyncBuffer
-	prov   providers
+	// loopbackProviders are the providers of a loopback settlement rig (settle_loopback_test.go).
+	loopbackProviders lifecycle.Providers
+	st                *store
+	eng               *lifecycle.Engine
+	other             *lifecycle.Engine // a competing writer, past the hooks
+	tasks             *lifecycle.Tasks
+	clock             *clock
+	timers            *timers
+	events            *events
+	logs              *testenv.SyncBuffer
+	prov              providers
 }
 
 func newRig(t *testing.T) *rig {

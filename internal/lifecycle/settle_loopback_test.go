@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,6 +34,7 @@ type receiver struct {
 	resend    func(w http.ResponseWriter)
 	before    func()
 	posts     int
+	asked     int
 }
 
 type memory struct {
@@ -49,6 +51,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer rc.mu.Unlock()
 	key := r.Header.Get("Idempotency-Key")
 	lookup := r.Header.Get(webhook.HeaderLookup) == webhook.LookupOnly
+	rc.asked++
 	if !lookup {
 		rc.posts++
 	}
@@ -143,11 +146,117 @@ func loopback(t *testing.T, rc *receiver, lookup bool, cat lifecycle.Catalog) (*
 	if cat == nil {
 		cat = base
 	}
-	r.tasks = rebuild(t, r, settlers{primary: a, fallback: r.prov[fallback]}, cat)
+	r.loopbackProviders = settlers{primary: a, fallback: r.prov[fallback]}
+	r.tasks = rebuild(t, r, r.loopbackProviders, cat)
 	if !strings.HasPrefix(att.SentKey(), "test-deployment:") {
 		t.Fatalf("provider key %q has no deployment namespace", att.SentKey())
 	}
 	return r, r.get(t, j.ID), att.SentKey()
+}
+
+// failingHealth fails every health read while failing is set.
+type failingHealth struct {
+	lifecycle.HealthStore
+	mu      sync.Mutex
+	failing bool
+}
+
+func (f *failingHealth) Health(ctx context.Context, p string) (job.Health, error) {
+	f.mu.Lock()
+	failing := f.failing
+	f.mu.Unlock()
+	if failing {
+		return job.Health{}, context.DeadlineExceeded
+	}
+	return f.HealthStore.Health(ctx, p)
+}
+
+// TestForcedOpenProviderIsNeverAskedOrResentTo: security review M3.
+func TestForcedOpenProviderIsNeverAskedOrResentTo(t *testing.T) {
+	t.Parallel()
+	for _, lookup := range []bool{false, true} {
+		rc := newReceiver(nil, time.Hour)
+		r, j, _ := loopback(t, rc, lookup, nil)
+		hs := &failingHealth{HealthStore: r.st.Store}
+		b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: hs, PolicyFunc: func(string) job.HealthPolicy { return healthPolicy() },
+			NowFunc: r.clock.Now, Events: r.events, CacheFor: time.Nanosecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := catalog()
+		r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: c},
+			Providers: r.loopbackProviders, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval, OverdueGrace: overdue,
+			NowFunc: r.clock.Now, AfterFunc: r.timers.after, Breakers: b, MaxProviderWait: 10 * time.Minute, Namespace: "test-deployment",
+			Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Force(context.Background(), primary, job.ProviderOpen, "operator", "incident"); err != nil {
+			t.Fatal(err)
+		}
+		r.clock.Advance(time.Minute)
+		_, _ = r.run(t, j.ID)
+		// The providers table fails: the last override seen still holds.
+		hs.mu.Lock()
+		hs.failing = true
+		hs.mu.Unlock()
+		r.clock.Advance(15 * time.Minute)
+		_, _ = r.run(t, j.ID)
+		if !b.ForcedOpen(context.Background(), primary) {
+			t.Fatal("a failing health read lifted the forced open")
+		}
+		if adm := b.Available(context.Background(), primary); adm.Allowed {
+			t.Fatalf("Available = %+v with the health unread: want the last override", adm)
+		}
+		rc.mu.Lock()
+		posts, asked := rc.posts, rc.asked
+		rc.mu.Unlock()
+		if posts != 1 || asked != 1 {
+			t.Fatalf("lookup %v: %d executing POSTs, %d requests in all: want only the first send", lookup, posts, asked)
+		}
+		if got := r.get(t, j.ID); got.Status != job.StatusUnknown || got.AttemptCount != 1 || logged(r.logs, "settle_skipped_forced_open") != 2 {
+			t.Fatalf("job %s, %d attempts, skipped %d times\n%s", got.Status, got.AttemptCount, logged(r.logs, "settle_skipped_forced_open"), r.logs)
+		}
+	}
+}
+
+// TestAnAttemptSentBeforeTheNamespaceStillSettles: an attempt launched
+// with no recorded provider key is asked about under its old key.
+func TestAnAttemptSentBeforeTheNamespaceStillSettles(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	rc := newReceiver(r.clock.Now, time.Hour)
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	a, err := webhook.New(webhook.Config{Name: primary, URL: srv.URL, Lookup: true, KeyRetention: time.Hour, Now: r.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := catalog()
+	jt, _ := jobtype.Lookup[lifecycle.JobType]{Catalog: c}.Lookup("demo")
+	j := r.demo(t)
+	j, att, ok, err := r.eng.LaunchOn(context.Background(), j, primary) // as the release before this one launched it
+	if err != nil || !ok || att.ProviderKey != "" {
+		t.Fatalf("launch: %v %v %+v", ok, err, att)
+	}
+	req, _ := lifecycle.AttemptRequestForTest(j, jt, att)
+	if req.IdempotencyKey != job.AttemptKey(j.ID, 1) {
+		t.Fatalf("key %q, want the old form", req.IdempotencyKey)
+	}
+	if _, err := a.Call(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.eng.MarkUnknown(context.Background(), j.ID, 1, "lost"); err != nil {
+		t.Fatal(err)
+	}
+	r.tasks = rebuild(t, r, settlers{primary: a, fallback: r.prov[fallback]}, nil)
+	r.clock.Advance(time.Minute)
+	if res, err := r.run(t, j.ID); err != nil || res.Status != job.StatusSucceeded {
+		t.Fatalf("%+v %v\n%s", res, err, r.logs)
+	}
+	if rc.executions(job.AttemptKey(j.ID, 1)) != 1 || rc.posts != 1 {
+		t.Fatal("executed again")
+	}
 }
 
 func stillUnknown(t *testing.T, r *rig, id string) {
@@ -280,4 +389,18 @@ func TestSettleNeverExecutesAKeyTwice(t *testing.T) {
 			t.Fatalf("%d executions, %d executing POSTs: want zero after the first", rc.executions(key), rc.posts)
 		}
 	})
+}
+
+func TestNamespaceIsValidatedAtInit(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	c, _ := catalog()
+	for ns, ok := range map[string]bool{"": true, "onejob-0123456789ab": true, "local.dev_1": true, "bad:colon": false, "has space": false,
+		strings.Repeat("x", 65): false} {
+		_, err := lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: c}, Providers: r.prov,
+			Certifications: r.st, CallTimeout: callTimeout, Namespace: ns})
+		if (err == nil) != ok {
+			t.Errorf("Namespace %q: err %v, want ok=%v", ns, err, ok)
+		}
+	}
 }
