@@ -36,7 +36,7 @@ func TestHappyPath(t *testing.T) {
 		j.ResultProvider() != sim.DemoPrimary || j.CompletedBy != 1 || j.Version != 1 {
 		t.Fatalf("job = %+v (%s)", j, j.States())
 	}
-	if keys := s.Sim.IdempotencyKeys(sim.DemoPrimary); !slices.Contains(keys, j.ID+"/1") {
+	if keys := s.Sim.IdempotencyKeys(sim.DemoPrimary); !slices.Contains(keys, s.ProviderKey(j.ID, 1)) {
 		t.Fatalf("sim-primary never saw idempotency key %s/1", j.ID)
 	}
 }
@@ -85,7 +85,7 @@ func TestTimeoutBlocksUntilResolved(t *testing.T) {
 	if got := c.get(j.ID); len(got.Attempts) != 1 || got.Status != "unknown" {
 		t.Fatalf("new attempt while unknown: %s (%s)", got.Status, got.States())
 	}
-	if slices.Contains(s.Sim.IdempotencyKeys(sim.DemoFallback), j.ID+"/2") {
+	if slices.Contains(s.Sim.IdempotencyKeys(sim.DemoFallback), s.ProviderKey(j.ID, 2)) {
 		t.Fatal("fallback was called while attempt 1 was unknown")
 	}
 	code, _, body := admin.do(http.MethodPost, "/v1/jobs/"+j.ID+"/attempts/1/resolve", "",
@@ -99,7 +99,7 @@ func TestTimeoutBlocksUntilResolved(t *testing.T) {
 		t.Fatalf("after resolve: %+v (%s)", j, j.States())
 	}
 	// Asked again and again, the primary ran attempt 1 once.
-	if st := s.Sim.Stats()[sim.DemoPrimary]; slices.Contains(st.ExecutedMoreThanOnce, j.ID+"/1") || st.InProgress == 0 {
+	if st := s.Sim.Stats()[sim.DemoPrimary]; slices.Contains(st.ExecutedMoreThanOnce, s.ProviderKey(j.ID, 1)) || st.InProgress == 0 {
 		t.Fatalf("the primary's stats %+v: attempt 1 executed more than once, or never asked again", st)
 	}
 }
@@ -121,7 +121,7 @@ func TestAnUnknownAttemptIsSettledByAskingAgain(t *testing.T) {
 	if len(atts) != 1 || atts[0].Resolution == nil || atts[0].Resolution.By != "reconciler" {
 		t.Fatalf("attempts %+v, want attempt 1 settled by the reconciler", atts)
 	}
-	if st := s.Sim.Stats()[sim.DemoPrimary]; slices.Contains(st.ExecutedMoreThanOnce, j.ID+"/1") {
+	if st := s.Sim.Stats()[sim.DemoPrimary]; slices.Contains(st.ExecutedMoreThanOnce, s.ProviderKey(j.ID, 1)) {
 		t.Fatalf("the primary executed attempt 1 more than once: %+v", st)
 	}
 }
@@ -335,12 +335,12 @@ func TestOversizedResultFallsBack(t *testing.T) {
 	// reconciler re-send its request, which the primary answers from memory.
 	calls := 0
 	for _, k := range s.Sim.IdempotencyKeys(sim.DemoPrimary) {
-		if k == j.ID+"/1" {
+		if k == s.ProviderKey(j.ID, 1) {
 			calls++
 		}
 	}
-	if twice := s.Sim.Stats()[sim.DemoPrimary].ExecutedMoreThanOnce; calls == 0 || slices.Contains(twice, j.ID+"/1") {
-		t.Fatalf("the primary got %d requests for attempt 1 and executed it more than once: %v", calls, slices.Contains(twice, j.ID+"/1"))
+	if twice := s.Sim.Stats()[sim.DemoPrimary].ExecutedMoreThanOnce; calls == 0 || slices.Contains(twice, s.ProviderKey(j.ID, 1)) {
+		t.Fatalf("the primary got %d requests for attempt 1 and executed it more than once: %v", calls, slices.Contains(twice, s.ProviderKey(j.ID, 1)))
 	}
 	// On a loaded machine the run may outlive its 2 s timeout while it
 	// reads and checks the answer: then the attempt is unknown, by the rule,
