@@ -12,9 +12,13 @@ import (
 
 // The reconciler: a run that finds its job blocked on an unknown attempt
 // asks the attempt's provider about that same attempt, with the strongest
-// evidence its API offers (provider.Settler: a webhook answers a repeat of
-// the attempt's Idempotency-Key with its first answer or 409; OpenAI finds a
-// stored completion by the attempt's metadata). Package job decides what
+// evidence its API offers (provider.Settler: a webhook answers its lookup,
+// or a re-send of the attempt's Idempotency-Key, with its first answer or
+// 409; OpenAI finds a stored completion by the attempt's metadata). An
+// executing re-send goes only while the first send is certainly within the
+// provider's key retention (job.MayResend) and only when the request
+// renders to the digest the attempt recorded (job.SameSentRequest); a
+// provider an operator forced open is never asked. Package job decides what
 // the evidence proves (job.ReadEvidence) and writes it as the attempt's
 // answer would be written (job.DecideSettle). A provider that cannot be
 // asked (Anthropic Messages, Bedrock Converse) leaves the attempt to the

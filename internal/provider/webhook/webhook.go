@@ -17,7 +17,10 @@
 // Idempotency-Key with its first answer (same status, same body), or 409
 // while the first request with the key is still in progress. That is what
 // lets the adapter settle an attempt whose answer was lost (Settle): it
-// sends the same request again, under the same key.
+// asks the contract's lookup (Idempotency-Lookup: only, never executing)
+// when the provider declares it, or else sends the same request again,
+// under the same key, which the reconciler does only inside the provider's
+// key retention.
 package webhook
 
 import (
