@@ -158,6 +158,22 @@ var applyTests = []test{
 			t.Fatalf("store holds %+v, want one job and one ledger attempt", c)
 		}
 	}},
+	{"LaunchKeepsWhatTheAttemptSent", func(t *testing.T, fresh func(*testing.T) Store) {
+		// Issue 27: the provider key and the request digest are recorded in
+		// the launch's own write and read back as written.
+		st := fresh(t)
+		j := createAt(t, st, "a", "k", at(0))
+		tr, err := job.DecideLaunch(j, "sim-primary", at(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := on(t, st).apply(tr.WithSent("onejob-0123456789ab:"+j.ID+"/1", "2:"+strings.Repeat("ab", 32)), nil)
+		a := attempt(t, got, 1)
+		if a.ProviderKey != "onejob-0123456789ab:"+j.ID+"/1" || a.RequestDigest != "2:"+strings.Repeat("ab", 32) {
+			t.Fatalf("attempt after the launch: %+v", a)
+		}
+		sameJob(t, "stored job", get(t, st, j.ID), got)
+	}},
 	{"StaleBookkeepingLoses", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		j := createAt(t, st, "a", "k", at(0))
