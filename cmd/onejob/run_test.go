@@ -236,7 +236,7 @@ func TestRunOnAnyLocalAWS(t *testing.T) {
 			t.Fatalf("job %+v (%s): %s", j, j.States(), j.Result)
 		}
 		calls := oai.Calls()
-		if len(calls) != 1 || !calls[0].Authorized || calls[0].IdempotencyKey != j.ID+"/1" || calls[0].Refused != "" {
+		if len(calls) != 1 || !calls[0].Authorized || !strings.HasSuffix(calls[0].IdempotencyKey, ":"+j.ID+"/1") || calls[0].Refused != "" {
 			t.Fatalf("the OpenAI server saw %+v", calls)
 		}
 	})
