@@ -53,12 +53,41 @@ unit: export ONEJOB_TEMPLATES_DIR := $(IAM_DIR)/templates
 
 # As many packages at a time as cores: four on two busy cores starved the
 # in-process stacks (DynamoDB calls past their deadlines, 503s).
+# The unit step's output is kept in $(UNIT_LOG) too, for the slowest-packages
+# table make test ends with.
+UNIT_LOG := $(CURDIR)/.local/unit.log
 unit: tools
 	rm -rf $(IAM_DIR)
-	$(GO) test -race -count=1 ./...
+	@mkdir -p $(dir $(UNIT_LOG))
+	set -o pipefail; $(GO) test -race -count=1 ./... 2>&1 | tee $(UNIT_LOG)
 
 # Function binaries must stay small (cold starts): make build check-sizes.
-test: tools python-tools vet lint lint-api unit sizes-gate test-clients iam-check
+# The steps run in this order, one at a time (internal/dev/steps/run.sh),
+# which stops at the first failure and always ends with each step's wall
+# time and the slowest Go test packages, so a slow step shows in every CI log.
+TEST_STEPS := tools python-tools vet lint lint-api unit sizes-gate test-clients iam-check
+test:
+	@ONEJOB_UNIT_LOG=$(UNIT_LOG) MAKE="$(MAKE)" bash internal/dev/steps/run.sh $(TEST_STEPS)
+
+# The fast inner loop while developing (well under 2 minutes once the build
+# cache is warm): build, gofmt and vet, and the unit tests that start no
+# server (no dynalite, moto, state machine or stack). It never replaces
+# make test before a submission.
+CHECK_PACKAGES := ./internal/job/... ./internal/jobtype ./internal/provider/... ./internal/lifecycle/... \
+	./internal/notifyhttp/... ./internal/emf/... ./internal/deploy/... ./clients/go/... ./internal/dev/memstore/...
+.PHONY: check test-count
+check:
+	$(GO) build ./...
+	@$(MAKE) --no-print-directory vet
+	$(GO) test -count=1 $(CHECK_PACKAGES)
+
+# How many tests make test runs: Go test functions (go test -list) and the
+# TypeScript and browser tests (node:test's test() calls). Issue 30's rule:
+# this number never drops.
+test-count:
+	@go_n=$$($(GO) test -list . ./... 2>/dev/null | grep -cE '^(Test|Benchmark|Example|Fuzz)'); \
+	ts_n=$$(cat $(CLIENT_TESTS) | grep -cE '^[[:space:]]*(test|it)\('); \
+	echo "go test functions: $$go_n"; echo "TypeScript and browser tests: $$ts_n"; echo "total: $$((go_n + ts_n))"
 
 # After unit and test-clients: fails on a recorded call the template does not
 # grant, prints the grants no suite exercised.
@@ -211,7 +240,7 @@ check-sizes:
 # make invoke EVENT=events/<file>.json [FN=<function>]: like `sam local invoke`,
 # without Docker. Builds functions/$(FN) for this machine, seeds dynalite with
 # the state the event needs, runs the bootstrap under the Lambda Runtime Interface
-# Emulator (built once into .local/aws-lambda-rie/) and prints the response;
+# Emulator (built once per machine and version into the user cache folder, ~/.cache/onejob/aws-lambda-rie/, or $$ONEJOB_CACHE_DIR) and prints the response;
 # logs, timings and the AWS calls made (checked against infra/permissions) go to
 # stderr. FN defaults to the event's name: api-*.json → api, hedge.json → hedge.
 invoke: tools

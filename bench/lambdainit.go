@@ -75,7 +75,7 @@ func measureFunctions(ctx context.Context, o options, tmp string, env functionEn
 	if err := goBuild(ctx, o.root, "arm64", arm64Dir, "./bench/"+baselineFunction); err != nil {
 		return nil, err
 	}
-	rie, err := rie.EnsureRIE(ctx, o.root, os.Stderr)
+	rie, err := rie.EnsureRIE(ctx, rie.CacheDir(o.root), os.Stderr)
 	if err != nil {
 		return nil, err
 	}

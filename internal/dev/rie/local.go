@@ -81,7 +81,7 @@ func Start(ctx context.Context, cfg Config) (_ *Local, err error) {
 		cfg.Progress = io.Discard
 	}
 	if cfg.RIE == "" {
-		if cfg.RIE, err = EnsureRIE(ctx, cfg.Root, cfg.Progress); err != nil {
+		if cfg.RIE, err = EnsureRIE(ctx, CacheDir(cfg.Root), cfg.Progress); err != nil {
 			return nil, err
 		}
 	}

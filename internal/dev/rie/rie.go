@@ -37,9 +37,25 @@ const (
 	RIEVersion = "v0.0.0-20261030222936-bef5c4ba774d"
 )
 
-// RIEPath is where EnsureRIE keeps the emulator for this machine.
-func RIEPath(root string) string {
-	return filepath.Join(root, ".local", "aws-lambda-rie", RIEVersion, runtime.GOOS+"_"+runtime.GOARCH, "aws-lambda-rie")
+// CacheDir is where the emulator is kept between clones: it is built
+// from a pinned version, so one build per machine and version serves every
+// checkout (a fresh clone's make test no longer rebuilds it).
+// ONEJOB_CACHE_DIR overrides the user's cache folder; without either, the
+// checkout's own .local is used.
+func CacheDir(root string) string {
+	if d := os.Getenv("ONEJOB_CACHE_DIR"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "onejob")
+	}
+	return filepath.Join(root, ".local")
+}
+
+// RIEPath is where EnsureRIE keeps the emulator for this machine in cache
+// (CacheDir): keyed by the emulator's version and the host's GOOS/GOARCH.
+func RIEPath(cache string) string {
+	return filepath.Join(cache, "aws-lambda-rie", RIEVersion, runtime.GOOS+"_"+runtime.GOARCH, "aws-lambda-rie")
 }
 
 // EnsureRIE returns the cached emulator, building it first if needed
@@ -48,8 +64,8 @@ func RIEPath(root string) string {
 // lock on the cache entry, so one builds and the others wait and reuse it;
 // the build goes to a file of its own and is renamed into place, so the
 // cache never holds a half-written binary.
-func EnsureRIE(ctx context.Context, root string, progress io.Writer) (string, error) {
-	bin := RIEPath(root)
+func EnsureRIE(ctx context.Context, cache string, progress io.Writer) (string, error) {
+	bin := RIEPath(cache)
 	if cached(bin) {
 		return bin, nil
 	}
