@@ -88,11 +88,21 @@ type deliveryList struct {
 	Deliveries []deliveryView `json:"deliveries"`
 }
 
-func deliveryOf(d job.Delivery) deliveryView {
+// ownerTryError is the one class an owner sees for a try that got no HTTP
+// answer: which transport error it was (refused, timed out, TLS) and how
+// long it took would tell whether some host's port is open, from onejob's
+// addresses, making the sender a port scanner. Operators see both.
+const ownerTryError = "unreachable"
+
+func (v viewer) deliveryOf(d job.Delivery) deliveryView {
 	out := deliveryView{ID: d.Key(), MessageID: d.MessageID, EndpointID: d.EndpointID, Type: string(d.Type), State: string(d.State),
 		CreatedAt: timeView(d.CreatedAt), NextAt: timeView(d.NextAt), Tries: make([]tryView, 0, len(d.Tries))}
 	for _, t := range d.Tries {
-		out.Tries = append(out.Tries, tryView{At: timeView(t.At), Status: t.Status, LatencyMS: t.Latency.Milliseconds(), Error: t.Error})
+		tv := tryView{At: timeView(t.At), Status: t.Status, LatencyMS: t.Latency.Milliseconds(), Error: t.Error}
+		if t.Error != "" && !v.admin {
+			tv.Error, tv.LatencyMS = ownerTryError, 0
+		}
+		out.Tries = append(out.Tries, tv)
 	}
 	return out
 }
@@ -262,7 +272,7 @@ func (h *Handler) listDeliveries(ctx context.Context, r *request) (reply, error)
 	}
 	out := deliveryList{JobID: j.ID, Deliveries: make([]deliveryView, 0, len(ds))}
 	for _, d := range ds {
-		out.Deliveries = append(out.Deliveries, deliveryOf(d))
+		out.Deliveries = append(out.Deliveries, r.viewer().deliveryOf(d))
 	}
 	return reply{status: http.StatusOK, body: out, jobID: j.ID}, nil
 }
@@ -291,7 +301,7 @@ func (h *Handler) redeliver(ctx context.Context, r *request) (reply, error) {
 	if err != nil {
 		return reply{jobID: j.ID}, err
 	}
-	return reply{status: http.StatusAccepted, body: deliveryOf(d), jobID: j.ID}, nil
+	return reply{status: http.StatusAccepted, body: r.viewer().deliveryOf(d), jobID: j.ID}, nil
 }
 
 // tooManyEndpoints is the problem for lifecycle.ErrTooManyEndpoints.

@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -164,12 +164,15 @@ func (e Endpoint) Secrets(now time.Time) []string {
 // to a loopback address, for a receiver on this machine.
 type URLRule struct {
 	AllowLoopbackHTTP bool
+	// ExtraPorts are ports an operator allows beyond WebPorts.
+	ExtraPorts []uint16
 }
 
 // CheckURL refuses what an endpoint URL must not be: not absolute, not
 // https (or loopback http where allowed), credentials in it, a fragment,
-// or an address literal that is private, loopback, link-local or
-// unspecified. A name is checked again when the sender resolves it.
+// a port other than WebPorts and the operator's extra ports, or an address
+// literal that is not global unicast (PublicAddr). A name is checked again
+// when the sender resolves it, at every dial.
 func (r URLRule) CheckURL(raw string) error {
 	bad := func(why string) error { return &InvalidError{Field: "url", Reason: why} }
 	if len(raw) == 0 || len(raw) > MaxEndpointURLBytes {
@@ -186,34 +189,101 @@ func (r URLRule) CheckURL(raw string) error {
 		return bad("must not have a fragment")
 	}
 	host := u.Hostname()
-	ip := net.ParseIP(host)
-	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
-	switch {
-	case u.Scheme == "https" && ip == nil && !loopback:
+	ip, err := netip.ParseAddr(host)
+	literal := err == nil
+	loopback := host == "localhost" || (literal && ip.Unmap().IsLoopback())
+	if r.AllowLoopbackHTTP && (u.Scheme == "http" || u.Scheme == "https") && loopback {
 		return nil
-	case u.Scheme == "https" && ip != nil && PublicIP(ip):
-		return nil
-	case r.AllowLoopbackHTTP && (u.Scheme == "http" || u.Scheme == "https") && loopback:
-		return nil
-	case u.Scheme != "https":
+	}
+	if u.Scheme != "https" {
 		return bad("must be https")
 	}
-	return bad("must not name a private, loopback, link-local or metadata address")
+	port := uint16(443)
+	if p := u.Port(); p != "" {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			return bad("must have a valid port")
+		}
+		port = uint16(n)
+	}
+	if !PortAllowed(port, r.ExtraPorts) {
+		return bad(fmt.Sprintf("must use port %s", portList(r.ExtraPorts)))
+	}
+	if literal && !PublicAddr(ip) {
+		return bad("must not name a private, loopback, link-local, metadata, special-purpose or IPv4-embedding address")
+	}
+	return nil
 }
 
-// PublicIP reports whether a delivery may go to ip: none of loopback,
-// private (RFC 1918, unique local), link-local (which holds the cloud
-// metadata address 169.254.169.254), unspecified, multicast, CGNAT or the
-// IPv4-mapped forms of these.
-func PublicIP(ip net.IP) bool {
-	if v4 := ip.To4(); v4 != nil {
-		ip = v4
-		if v4[0] == 0 || (v4[0] == 100 && v4[1]&0xc0 == 64) || v4[0] >= 240 { // this network, CGNAT, reserved
+// PublicAddr reports whether a delivery may go to a: only global unicast.
+// IPv4 outside every block of IANA's special-purpose registry (this
+// network, private, CGNAT, loopback, link-local with the cloud metadata
+// address, IETF protocol assignments, documentation, 6to4 relay,
+// benchmarking, AS112 and AMT, multicast, reserved, broadcast); IPv6 only
+// inside 2000::/3 (global unicast), less the blocks there that are special
+// or embed an IPv4 address a translator would reach: 2001::/23 (Teredo
+// 2001::/32 among them), documentation 2001:db8::/32 and 3fff::/20, 6to4
+// 2002::/16. Everything outside 2000::/3 is refused with it: IPv4-mapped
+// ::ffff:0:0/96 and IPv4-compatible ::/96, NAT64 64:ff9b::/96 and
+// 64:ff9b:1::/48, site-local fec0::/10, unique local, link-local,
+// discard-only 100::/64 and multicast. An allow list, so a block the
+// registry adds later is refused until it is known.
+func PublicAddr(a netip.Addr) bool {
+	if !a.IsValid() || a.Zone() != "" {
+		return false
+	}
+	if a.Is4() {
+		for _, p := range specialIPv4 {
+			if p.Contains(a) {
+				return false
+			}
+		}
+		return true
+	}
+	if !globalUnicastIPv6.Contains(a) {
+		return false
+	}
+	for _, p := range specialIPv6 {
+		if p.Contains(a) {
 			return false
 		}
 	}
-	return !(ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified())
+	return true
+}
+
+var (
+	specialIPv4 = prefixes("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+		"192.0.0.0/24", "192.0.2.0/24", "192.31.196.0/24", "192.52.193.0/24", "192.88.99.0/24", "192.168.0.0/16",
+		"192.175.48.0/24", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4")
+	globalUnicastIPv6 = netip.MustParsePrefix("2000::/3")
+	specialIPv6       = prefixes("2001::/23", "2001:db8::/32", "2002::/16", "3fff::/20")
+)
+
+func portList(extra []uint16) string {
+	var ps []string
+	for _, p := range append(slices.Clone(WebPorts), extra...) {
+		ps = append(ps, strconv.Itoa(int(p)))
+	}
+	return strings.Join(ps, " or ")
+}
+
+func prefixes(ps ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ps))
+	for i, p := range ps {
+		out[i] = netip.MustParsePrefix(p)
+	}
+	return out
+}
+
+// WebPorts are the ports a deployed endpoint may use: HTTPS's own and its
+// usual alternative. Any other port would make the sender a scanner of
+// other services; an operator allows more with URLRule.ExtraPorts.
+var WebPorts = []uint16{443, 8443}
+
+// PortAllowed reports whether a delivery may go to port: one of WebPorts
+// or of the operator's extra ports.
+func PortAllowed(port uint16, extra []uint16) bool {
+	return slices.Contains(WebPorts, port) || slices.Contains(extra, port)
 }
 
 // NewEndpoint is a new endpoint from an owner's request; its ID and secret

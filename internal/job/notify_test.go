@@ -2,7 +2,7 @@ package job_test
 
 import (
 	"encoding/json"
-	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -195,12 +195,83 @@ func TestEndpointURLs(t *testing.T) {
 			}
 		})
 	}
-	for _, ip := range []string{"127.0.0.1", "10.1.2.3", "169.254.169.254", "::1", "fd00::1", "::ffff:10.0.0.1", "100.64.0.1", "0.0.0.0"} {
-		if job.PublicIP(net.ParseIP(ip)) {
-			t.Errorf("PublicIP(%s) = true", ip)
-		}
+}
+
+// Every address form issue 28 and the review name, each refused, and
+// global unicast of both families allowed.
+func TestPublicAddr(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		addr string
+		ok   bool
+	}{
+		{"93.184.216.34", true},
+		{"8.8.8.8", true},
+		{"2606:4700:4700::1111", true},
+		{"2a00:1450:4001:81c::200e", true},
+		{"127.0.0.1", false}, {"10.1.2.3", false}, {"172.16.0.1", false}, {"192.168.1.1", false},
+		{"169.254.169.254", false}, {"100.64.0.1", false}, {"0.0.0.0", false}, {"0.1.2.3", false},
+		{"192.0.0.1", false}, {"192.0.2.1", false}, {"198.51.100.1", false}, {"203.0.113.1", false},
+		{"198.18.0.1", false}, {"198.19.255.254", false}, {"192.88.99.1", false}, {"224.0.0.1", false},
+		{"240.0.0.1", false}, {"255.255.255.255", false},
+		{"::1", false}, {"::", false}, {"fd00::1", false}, {"fd00:ec2::254", false}, {"fe80::1", false},
+		{"ff02::1", false},
+		{"::ffff:10.0.0.1", false}, {"::ffff:8.8.8.8", false}, // IPv4-mapped ::ffff:0:0/96
+		{"::7f00:1", false}, {"::a9fe:a9fe", false}, {"::808:808", false}, // IPv4-compatible ::/96
+		{"64:ff9b::a9fe:a9fe", false}, {"64:ff9b::a00:1", false}, {"64:ff9b::808:808", false}, // NAT64
+		{"64:ff9b:1::a00:1", false},                              // local-use NAT64 64:ff9b:1::/48
+		{"2002:a9fe:a9fe::1", false}, {"2002:808:808::1", false}, // 6to4
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", false},                    // Teredo 2001::/32
+		{"2001:2::1", false}, {"2001:10::1", false}, {"2001:20::1", false}, // benchmarking, ORCHID
+		{"2001:db8::1", false}, {"3fff::1", false}, // documentation
+		{"fec0::1", false}, // site-local
+		{"100::1", false},  // discard-only
+		{"fe80::1%eth0", false},
 	}
-	if !job.PublicIP(net.ParseIP("93.184.216.34")) {
-		t.Error("a public address is refused")
+	for _, c := range cases {
+		t.Run(c.addr, func(t *testing.T) {
+			t.Parallel()
+			if got := job.PublicAddr(netip.MustParseAddr(c.addr)); got != c.ok {
+				t.Fatalf("PublicAddr(%s) = %v, want %v", c.addr, got, c.ok)
+			}
+		})
+	}
+}
+
+// Deployed, an endpoint uses a web port unless an operator allows more; a
+// literal that embeds IPv4 is refused in the URL too.
+func TestCheckURLPortsAndLiterals(t *testing.T) {
+	t.Parallel()
+	deployed, extra := job.URLRule{}, job.URLRule{ExtraPorts: []uint16{9443}}
+	cases := []struct {
+		name string
+		rule job.URLRule
+		url  string
+		ok   bool
+	}{
+		{"DefaultPort", deployed, "https://hooks.example.com/x", true},
+		{"Port443", deployed, "https://hooks.example.com:443/x", true},
+		{"Port8443", deployed, "https://hooks.example.com:8443/x", true},
+		{"Port22", deployed, "https://hooks.example.com:22/x", false},
+		{"Port9443", deployed, "https://hooks.example.com:9443/x", false},
+		{"Port9443Allowed", extra, "https://hooks.example.com:9443/x", true},
+		{"BadPort", deployed, "https://hooks.example.com:99999/x", false},
+		{"NAT64Literal", deployed, "https://[64:ff9b::a9fe:a9fe]/", false},
+		{"MappedLiteral", deployed, "https://[::ffff:8.8.8.8]/", false},
+		{"CompatibleLiteral", deployed, "https://[::7f00:1]/", false},
+		{"SixToFourLiteral", deployed, "https://[2002:a9fe:a9fe::1]/", false},
+		{"TeredoLiteral", deployed, "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/", false},
+		{"SiteLocalLiteral", deployed, "https://[fec0::1]/", false},
+		{"PublicV6Literal", deployed, "https://[2606:4700:4700::1111]/", true},
+		{"PublicV4Literal", deployed, "https://8.8.8.8/", true},
+		{"BenchmarkingV4", deployed, "https://198.18.0.1/", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			if err := c.rule.CheckURL(c.url); (err == nil) != c.ok {
+				t.Fatalf("CheckURL(%s) = %v, want ok %v", c.url, err, c.ok)
+			}
+		})
 	}
 }

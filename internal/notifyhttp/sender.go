@@ -22,6 +22,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,8 +45,11 @@ type Config struct {
 	// on this machine). Private, link-local and metadata addresses stay
 	// refused.
 	AllowLoopback bool
-	NowFunc       func() time.Time
-	Logger        *slog.Logger
+	// ExtraPorts are ports an operator allows beyond job.WebPorts; every
+	// dial is checked against them, as the endpoint was when registered.
+	ExtraPorts []uint16
+	NowFunc    func() time.Time
+	Logger     *slog.Logger
 	// UserAgent is sent with each try.
 	UserAgent string
 }
@@ -77,20 +82,16 @@ func New(c Config) (*Sender, error) {
 	if c.UserAgent == "" {
 		c.UserAgent = "onejob-notifications/1"
 	}
-	allowLoopback := c.AllowLoopback
+	allowLoopback, extraPorts := c.AllowLoopback, slices.Clone(c.ExtraPorts)
 	dialer := &net.Dialer{Timeout: c.Timeout, Control: func(network, address string, _ syscall.RawConn) error {
-		host, _, err := net.SplitHostPort(address)
+		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
-			return err
-		}
-		ip := net.ParseIP(host)
-		if ip == nil {
 			return fmt.Errorf("%w: %s", errRefusedAddress, address)
 		}
-		if allowLoopback && ip.IsLoopback() {
+		if allowLoopback && ap.Addr().Unmap().IsLoopback() {
 			return nil
 		}
-		if !job.PublicIP(ip) {
+		if !job.PublicAddr(ap.Addr()) || !job.PortAllowed(ap.Port(), extraPorts) {
 			return fmt.Errorf("%w: %s", errRefusedAddress, address)
 		}
 		return nil

@@ -87,3 +87,26 @@ func TestSendTimesOut(t *testing.T) {
 		t.Fatalf("Send = %+v, want a timeout", res)
 	}
 }
+
+// The dial-time guard refuses every IPv4-embedding and special-purpose
+// form before the connection is made (net.Dialer.Control runs before
+// connect), whatever name led there: nothing here leaves the machine.
+func TestSendRefusesEmbeddedAndSpecialAddresses(t *testing.T) {
+	t.Parallel()
+	s, err := notifyhttp.New(notifyhttp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"[64:ff9b::7f00:1]", "[64:ff9b:1::a00:1]", "[::7f00:1]", "[::ffff:127.0.0.1]",
+		"[2002:7f00:1::1]", "[2001:0:4136:e378:8000:63bf:3fff:fdd2]", "[fec0::1]", "[100::1]", "[2001:db8::1]",
+		"198.18.0.1", "192.0.0.1", "203.0.113.9", "127.0.0.1"} {
+		t.Run(host, func(t *testing.T) {
+			t.Parallel()
+			res := s.Send(context.Background(), lifecycle.Message{URL: "https://" + host + "/hooks", ID: "msg_1",
+				Secrets: []string{secret}, Body: []byte(`{}`)})
+			if res.Error != "refused_address" || res.Status != 0 {
+				t.Fatalf("Send to %s = %+v, want refused_address", host, res)
+			}
+		})
+	}
+}

@@ -538,7 +538,7 @@ export interface components {
             status?: number;
             /** Format: int64 */
             latency_ms: number;
-            /** @description Why no status came (timeout, connection_refused, refused_address, tls, connection_failed). */
+            /** @description Why no status came. Operators see the class (timeout, connection_refused, refused_address, tls, connection_failed); an owner sees unreachable, with latency_ms 0, so the sender is no port scanner. */
             error?: string;
         };
         Delivery: {
