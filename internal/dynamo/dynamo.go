@@ -153,6 +153,18 @@ func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
 	return j, nil
 }
 
+// Current reads the live incarnation of id's key (lifecycle.Store).
+func (s *Store) Current(ctx context.Context, id string) (job.Job, error) {
+	j, err := s.item(ctx, id)
+	if err != nil {
+		return job.Job{}, err
+	}
+	if j.Expired(s.now()) {
+		return job.Job{}, job.ErrNotFound
+	}
+	return j, nil
+}
+
 // Apply executes one decided transition as one conditional UpdateItem on the
 // job item (composed per kind in write.go), then mirrors the concerned
 // attempt into the ledger when it started or ended (RecordsAttempt). Bookkeeping compares the revision the decision

@@ -107,7 +107,12 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 	}
 	j.Notify = e.notify && job.NotifiesFor(u)
 	if !ok {
-		existing, err := e.store.Get(ctx, j.ID)
+		// A replay is never refused, whichever incarnation of its key is
+		// live (review L1): read the key's live job, not the first's ID.
+		existing, err := e.store.Current(ctx, j.ID)
+		if err == nil && (existing.Owner != j.Owner || existing.IdempotencyKey != j.IdempotencyKey) {
+			err = job.ErrNotFound
+		}
 		switch {
 		case err == nil:
 			if err := job.SameRequest(existing, j); err != nil {

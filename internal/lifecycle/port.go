@@ -63,6 +63,11 @@ type Store interface {
 	Create(ctx context.Context, j job.Job) (existing job.Job, replayed bool, err error)
 	// Get reads a job consistently; job.ErrNotFound when absent.
 	Get(ctx context.Context, id string) (job.Job, error)
+	// Current reads, consistently, the live incarnation of the key whose
+	// job is id (any incarnation of it): a replay of a key that made a new
+	// job after its first expired finds that job. job.ErrNotFound when no
+	// incarnation is live.
+	Current(ctx context.Context, id string) (job.Job, error)
 	// Apply executes a decided transition. A write that lost its condition
 	// is Applied{OK: false} with the current job.
 	Apply(ctx context.Context, t job.Transition) (Applied, error)

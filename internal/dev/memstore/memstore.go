@@ -133,6 +133,21 @@ func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
 	return clone(r.job), nil
 }
 
+// Current reads the live incarnation of id's key, as dynamo.Store does.
+func (s *Store) Current(ctx context.Context, id string) (job.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return job.Job{}, err
+	}
+	base, _ := job.ItemKey(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[base]
+	if !ok || r.job.Expired(s.now()) {
+		return job.Job{}, job.ErrNotFound
+	}
+	return clone(r.job), nil
+}
+
 // Apply executes a decided transition as dynamo.Store does: bookkeeping
 // applies only while the stored revision is the one decided on; an outcome
 // only while the stored version is, no attempt won yet, and the concerned

@@ -54,9 +54,17 @@ var expiryTests = []test{
 		}
 		sameJob(t, "before its expiry", get(t, st, j.ID), j)
 		sameIDs(t, "listed before its expiry", listedIDs(t, st, "a"), []string{j.ID})
+		cur, err := st.Current(context.Background(), j.ID)
+		if err != nil {
+			t.Fatalf("Current before its expiry: %v", err)
+		}
+		sameJob(t, "its key's live job before its expiry", cur, j)
 		st.clock.Advance(day + time.Hour)
 		if _, err := st.Get(context.Background(), j.ID); !errors.Is(err, job.ErrNotFound) {
 			t.Fatalf("an expired job: %v, want not found", err)
+		}
+		if _, err := st.Current(context.Background(), j.ID); !errors.Is(err, job.ErrNotFound) {
+			t.Fatalf("Current after its expiry: %v, want not found", err)
 		}
 		sameIDs(t, "listed after its expiry", listedIDs(t, st, "a"), nil)
 	}},
@@ -91,6 +99,15 @@ var expiryTests = []test{
 			t.Fatalf("the new job: %+v", created)
 		}
 		sameJob(t, "the new job", get(t, st, created.ID), created)
+		// The key's live job is the new one, read by either incarnation's
+		// ID (a replay at a full quota finds it: review L1).
+		for _, id := range []string{old.ID, created.ID} {
+			cur, err := st.Current(ctx, id)
+			if err != nil {
+				t.Fatalf("Current(%s): %v", id, err)
+			}
+			sameJob(t, "the key's live job", cur, created)
+		}
 		if _, err := st.Get(ctx, old.ID); !errors.Is(err, job.ErrNotFound) {
 			t.Fatalf("the expired job: %v, want not found", err)
 		}
