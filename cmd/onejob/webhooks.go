@@ -10,9 +10,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/onejob/onejob/clients/go/webhooks"
@@ -61,6 +63,12 @@ func listenWebhooks(ctx context.Context, args []string, env func(string) string,
 			return fmt.Errorf("--forward-to %q is not an http(s) URL", *forward)
 		}
 	}
+	// The receiver holds the endpoint's secret and answers for the
+	// owner: it listens on loopback only, unless deliveries reach it
+	// through a URL of the user's own (a tunnel), said with --public-url.
+	if !loopbackAddr(*listen) && *public == "" {
+		return fmt.Errorf("--listen %q is not a loopback address (127.0.0.1, [::1], localhost); to listen elsewhere, say where onejob delivers with --public-url", *listen)
+	}
 	client, err := newAPIClient(*api, *token)
 	if err != nil {
 		return err
@@ -104,6 +112,7 @@ func listenWebhooks(ctx context.Context, args []string, env func(string) string,
 	if err != nil {
 		return err
 	}
+	seen := newSeenIDs(1024)
 	fwd := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
@@ -125,9 +134,20 @@ func listenWebhooks(ctx context.Context, args []string, env func(string) string,
 			} `json:"data"`
 		}
 		_ = json.Unmarshal(b, &ev)
+		// Deliveries are at least once: a webhook-id already acknowledged
+		// is answered again without forwarding it twice.
+		if seen.has(id) {
+			fmt.Fprintln(stdout, oneLine(fmt.Sprintf("%s %s %s job=%s repeat, not forwarded -> %d", time.Now().UTC().Format(time.TimeOnly),
+				ev.Type, id, ev.Data.ID, http.StatusNoContent)))
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		status, note := http.StatusNoContent, ""
 		if *forward != "" {
 			status, note = forwardDelivery(r.Context(), fwd, *forward, r.Header, b)
+		}
+		if status >= 200 && status < 300 {
+			seen.add(id)
 		}
 		fmt.Fprintln(stdout, oneLine(fmt.Sprintf("%s %s %s job=%s status=%s -> %d%s", time.Now().UTC().Format(time.TimeOnly),
 			ev.Type, id, ev.Data.ID, ev.Data.Status, status, note)))
@@ -166,4 +186,48 @@ func forwardDelivery(ctx context.Context, c *http.Client, target string, h http.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	return resp.StatusCode, ""
+}
+
+// loopbackAddr reports whether a listen address (host:port) is on loopback.
+func loopbackAddr(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
+// seenIDs remembers the last n webhook-ids acknowledged, oldest forgotten
+// first, so a repeat is not forwarded twice and memory stays bounded.
+type seenIDs struct {
+	mu    sync.Mutex
+	ids   map[string]bool
+	order []string
+	n     int
+}
+
+func newSeenIDs(n int) *seenIDs { return &seenIDs{ids: map[string]bool{}, n: n} }
+
+func (s *seenIDs) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ids[id]
+}
+
+func (s *seenIDs) add(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id == "" || s.ids[id] {
+		return
+	}
+	if len(s.order) == s.n {
+		delete(s.ids, s.order[0])
+		s.order = s.order[1:]
+	}
+	s.ids[id] = true
+	s.order = append(s.order, id)
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/onejob/onejob/clients/go/webhooks"
@@ -18,10 +20,21 @@ import (
 func TestWebhooksListen(t *testing.T) {
 	t.Parallel()
 	c := owner(t, "listen")
-	got := make(chan http.Header, 4)
+	type forwarded struct {
+		header http.Header
+		body   []byte
+	}
+	got := make(chan forwarded, 4)
+	var (
+		mu       sync.Mutex
+		forwards = map[string]int{} // per webhook-id: a job may also notify an unknown attempt
+	)
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		got <- r.Header.Clone()
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		forwards[r.Header.Get(webhooks.HeaderID)]++
+		mu.Unlock()
+		got <- forwarded{r.Header.Clone(), b}
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer target.Close()
@@ -38,15 +51,19 @@ func TestWebhooksListen(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("listen ended: %v\n%s", err, out)
 	}
-	var secret string
+	var secret, listener string
 	for line := range out.ch {
+		if _, rest, ok := strings.Cut(line, " delivers to "); ok {
+			listener = strings.TrimSuffix(strings.Fields(rest)[0], ",")
+		}
 		if s, ok := strings.CutPrefix(line, "signing secret "); ok {
 			secret = strings.Fields(s)[0]
 			break
 		}
 	}
 	id := c.submit(t, "")
-	h := <-got
+	first := <-got
+	h := first.header
 	if h.Get(webhooks.HeaderID) == "" || !strings.HasPrefix(h.Get(webhooks.HeaderSignature), "v1,") || secret == "" {
 		t.Fatalf("forwarded headers %v, secret %q", h, secret)
 	}
@@ -57,6 +74,34 @@ func TestWebhooksListen(t *testing.T) {
 			}
 			break
 		}
+	}
+	// A repeat of an acknowledged webhook-id (deliveries are at least
+	// once) is answered without being forwarded again.
+	again, err := http.NewRequest(http.MethodPost, listener, bytes.NewReader(first.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{webhooks.HeaderID, webhooks.HeaderTimestamp, webhooks.HeaderSignature, "Content-Type"} {
+		again.Header.Set(k, h.Get(k))
+	}
+	rep, err := http.DefaultClient.Do(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rep.Body.Close()
+	for line := range out.ch {
+		if strings.Contains(line, h.Get(webhooks.HeaderID)) {
+			if !strings.Contains(line, "repeat, not forwarded") {
+				t.Fatalf("a repeat was handled as %q", line)
+			}
+			break
+		}
+	}
+	mu.Lock()
+	n := forwards[h.Get(webhooks.HeaderID)]
+	mu.Unlock()
+	if rep.StatusCode != http.StatusNoContent || n != 1 {
+		t.Fatalf("a repeat: %d, %d forwards of its webhook-id, want 204 and 1", rep.StatusCode, n)
 	}
 	stop()
 	if err := <-done; err != nil {
@@ -72,5 +117,36 @@ func TestWebhooksListen(t *testing.T) {
 	resp, err := api.do(context.Background(), apiCall{method: http.MethodGet, path: "/v1/webhook-endpoints"})
 	if err != nil || strings.Contains(string(resp.body), endpointID) {
 		t.Fatalf("endpoints after stop: %s %v", resp.body, err)
+	}
+}
+
+// The receiver holds the endpoint's secret: it listens on loopback only,
+// unless deliveries reach it through a URL the user names; nothing is
+// registered for a refused address.
+func TestWebhooksListenOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		listen string
+		ok     bool
+	}{
+		{"127.0.0.1:0", true}, {"[::1]:0", true}, {"localhost:0", true},
+		{"0.0.0.0:0", false}, {":0", false}, {"[::]:0", false}, {"192.168.1.10:0", false}, {"example.com:80", false},
+	}
+	for _, c := range cases {
+		t.Run(c.listen, func(t *testing.T) {
+			t.Parallel()
+			if got := loopbackAddr(c.listen); got != c.ok {
+				t.Fatalf("loopbackAddr(%q) = %v, want %v", c.listen, got, c.ok)
+			}
+			if c.ok {
+				return
+			}
+			// The API named here does not exist: a refusal comes before any call.
+			err := listenWebhooks(context.Background(), []string{"--listen", c.listen, "--api", "http://127.0.0.1:1"},
+				func(string) string { return "" }, io.Discard, io.Discard, nil)
+			if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+				t.Fatalf("listen on %s: %v, want a refusal", c.listen, err)
+			}
+		})
 	}
 }
