@@ -70,10 +70,17 @@ unit: tools
 	set -o pipefail; $(GO) test -race -count=1 ./... 2>&1 | tee $(UNIT_LOG)
 
 # Function binaries must stay small (cold starts): make build check-sizes.
-# The steps run in this order, one at a time (internal/dev/steps/run.sh),
+# The steps run in this order (internal/dev/steps/run.sh),
 # which stops at the first failure and always ends with each step's wall
 # time and the slowest Go test packages, so a slow step shows in every CI log.
-TEST_STEPS := tools python-tools vet lint lint-api unit sizes-gate test-clients iam-check
+# unit+prep: what only computes (the function builds and their size gate,
+# the TypeScript builds, the CLI) runs beside the unit step, whose drills
+# mostly wait; the browser tests, which start a stack of their own, run
+# after it (beside it, they starved its stacks).
+TEST_STEPS := tools python-tools vet lint lint-api unit+prep test-clients iam-check
+.PHONY: prep
+prep: sizes-gate client chromium console-check
+	$(GO) build -o bin/onejob ./cmd/onejob
 test:
 	@ONEJOB_UNIT_LOG=$(UNIT_LOG) MAKE="$(MAKE)" bash internal/dev/steps/run.sh $(TEST_STEPS)
 
