@@ -70,8 +70,11 @@ func scenarios() []scenario {
 		// asks again under the same key and gets it.
 		{Name: "unknown then settled automatically", jobType: "demo", script: map[string]any{sim.DemoPrimary: map[string]any{"outcome": "ok", "latency_ms": 3500}},
 			want: "1:sim-primary:succeeded"},
-		// Quotas on: one conditional write on the owner's counters per
-		// create and one per finished job.
+		// make run's configuration: quotas on (one conditional write on the
+		// owner's counters per create and one per finished job) and the
+		// demo providers' declared max_concurrent, counted from admission
+		// for the fair share (issue 26: one write of the provider's health
+		// at the admission, one at the release).
 		{Name: "happy path, quotas on", jobType: "demo", want: "1:sim-primary:succeeded", makeRun: true},
 		// The same with one webhook endpoint: the outcome write also
 		// appends the event to the job's outbox (no extra request), then

@@ -3,6 +3,7 @@ package apigw
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"time"
@@ -50,10 +51,20 @@ type providerView struct {
 	WindowStart     string         `json:"window_start,omitempty"`
 	Failures        map[string]int `json:"failures"`
 	Held            int            `json:"held"`
+	Running         int            `json:"running"`
+	BackingOff      []backoffView  `json:"backing_off"`
+	Waiting         []string       `json:"waiting"`
 	Probes          int            `json:"probes"`
 	Opened          int            `json:"opened"`
 	Forced          *forcedView    `json:"forced,omitempty"`
 	UpdatedAt       string         `json:"updated_at,omitempty"`
+}
+
+// backoffView is an owner backing off alone at a provider (issue 26).
+type backoffView struct {
+	Owner    string `json:"owner"`
+	Until    string `json:"until"`
+	Failures int    `json:"failures"`
 }
 
 type providersBody struct {
@@ -70,6 +81,12 @@ func viewProvider(h job.Health) providerView {
 	if h.State != "" {
 		v.BreakerState = string(h.State)
 	}
+	v.Running = len(h.Running)
+	v.BackingOff, v.Waiting = []backoffView{}, []string{}
+	for _, o := range slices.Sorted(maps.Keys(h.Backoff)) {
+		v.BackingOff = append(v.BackingOff, backoffView{Owner: o, Until: timeView(h.Backoff[o]), Failures: h.Owners[o].Failures})
+	}
+	v.Waiting = append(v.Waiting, slices.Sorted(maps.Keys(h.Waiters))...)
 	for k, n := range h.Failures {
 		v.Failures[string(k)] = n
 	}

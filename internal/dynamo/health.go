@@ -18,7 +18,8 @@ import (
 // provider's name and replaced whole by each decided change: a conditional
 // PutItem on the revision the decision read (absent for the first). The
 // item stays small: its maps are bounded by the provider's max_concurrent
-// (held) and its probes.
+// (held, running, held_by) and its probes, and by job.MaxTrackedOwners
+// (owners, backoff, waiters).
 
 // Attribute names of a provider's health item.
 const (
@@ -38,6 +39,13 @@ const (
 	hHeld        = "held"
 	hForced      = "forced"
 	hOpened      = "opened"
+	hOwners      = "owners"
+	hBackoff     = "backoff"
+	hRunning     = "running"
+	hHeldBy      = "held_by"
+	hWaiters     = "waiters"
+	hOwnerFail   = "f"
+	hOwnerAns    = "a"
 )
 
 // Health reads a provider's health with a consistent read; a provider
@@ -147,6 +155,11 @@ func encodeHealth(h job.Health) map[string]types.AttributeValue {
 		hPassed:      avN(int64(h.Passed)),
 		hHeld:        encodeTimes(h.Held),
 		hOpened:      avN(int64(h.Opened)),
+		hOwners:      encodeTallies(h.Owners),
+		hBackoff:     encodeTimes(h.Backoff),
+		hRunning:     encodeTimes(h.Running),
+		hHeldBy:      encodeStrings(h.HeldBy),
+		hWaiters:     encodeTimes(h.Waiters),
 		aUpdatedAt:   avT(h.UpdatedAt),
 		aRevision:    avN(h.Revision),
 	}
@@ -161,6 +174,62 @@ func encodeHealth(h job.Health) map[string]types.AttributeValue {
 		}}
 	}
 	return item
+}
+
+func encodeStrings(m map[string]string) types.AttributeValue {
+	out := make(map[string]types.AttributeValue, len(m))
+	for k, v := range m {
+		out[k] = avS(v)
+	}
+	return &types.AttributeValueMemberM{Value: out}
+}
+
+func (d *decoder) strings(name string) map[string]string {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok || len(v.Value) == 0 {
+		return nil
+	}
+	sub := decoder{m: v.Value}
+	out := make(map[string]string, len(v.Value))
+	for k := range v.Value {
+		out[k] = sub.str(k, true)
+	}
+	if sub.err != nil && d.err == nil {
+		d.err = sub.err
+	}
+	return out
+}
+
+// encodeTallies: owner -> {f: failures, a: answered}; bounded by
+// job.MaxTrackedOwners.
+func encodeTallies(m map[string]job.OwnerTally) types.AttributeValue {
+	out := make(map[string]types.AttributeValue, len(m))
+	for o, t := range m {
+		out[o] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+			hOwnerFail: avN(int64(t.Failures)), hOwnerAns: avN(int64(t.Answered))}}
+	}
+	return &types.AttributeValueMemberM{Value: out}
+}
+
+func (d *decoder) tallies(name string) map[string]job.OwnerTally {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok || len(v.Value) == 0 {
+		return nil
+	}
+	out := make(map[string]job.OwnerTally, len(v.Value))
+	for o, tv := range v.Value {
+		m, ok := tv.(*types.AttributeValueMemberM)
+		if !ok {
+			d.fail(name)
+			continue
+		}
+		sub := decoder{m: m.Value}
+		out[o] = job.OwnerTally{Failures: int(sub.num(hOwnerFail, true)), Answered: int(sub.num(hOwnerAns, true))}
+		if sub.err != nil && d.err == nil {
+			d.err = sub.err
+		}
+	}
+	return out
 }
 
 func (d *decoder) times(name string) map[string]time.Time {
@@ -197,6 +266,11 @@ func decodeHealth(item map[string]types.AttributeValue) (job.Health, error) {
 		Passed:           int(d.num(hPassed, false)),
 		Held:             d.times(hHeld),
 		Opened:           int(d.num(hOpened, false)),
+		Owners:           d.tallies(hOwners),
+		Backoff:          d.times(hBackoff),
+		Running:          d.times(hRunning),
+		HeldBy:           d.strings(hHeldBy),
+		Waiters:          d.times(hWaiters),
 		UpdatedAt:        d.time(aUpdatedAt, true),
 		Revision:         d.num(aRevision, true),
 	}

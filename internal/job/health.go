@@ -84,12 +84,29 @@ type HealthEvent struct {
 	Kind HealthEventKind
 	// Attempt is the attempt's key (AttemptKey).
 	Attempt string
+	// Owner is the owner of the attempt's job: one owner's failures count
+	// toward opening the provider only up to BreakerPolicy.OwnerFailures,
+	// and past Failures of its own they make that owner back off alone.
+	// "" (an observation with no owner) counts in full.
+	Owner string
 	// Answered is how many calls the reporter saw answered since it last
 	// wrote this provider's health: answers write nothing on their own, so
 	// they ride along with the next write, and the failure rate counts
-	// them.
-	Answered int
+	// them. AnsweredBy is the same by owner.
+	Answered   int
+	AnsweredBy map[string]int
 }
+
+// OwnerTally is one owner's calls to a provider in the current window.
+type OwnerTally struct {
+	Failures, Answered int
+}
+
+// MaxTrackedOwners bounds the owners a provider's health tallies in one
+// window (and the owners backing off): the item stays small. Past it, a
+// new owner's failures count in full, as if it had no owner: by then the
+// provider fails for very many owners.
+const MaxTrackedOwners = 64
 
 // Forced is an operator's override of a provider's breaker.
 type Forced struct {
@@ -110,12 +127,20 @@ type Health struct {
 	// window having begun at WindowStart; Answered the answers reported
 	// with them (HealthEvent.Answered). PreviousFailures and
 	// PreviousAnswered are the totals of the window just before, which the
-	// estimate slides over (FailureEstimate).
+	// estimate slides over (countedEstimate); PreviousFailures as they counted.
 	WindowStart      time.Time
 	Failures         map[HealthEventKind]int
 	Answered         int
 	PreviousFailures int
 	PreviousAnswered int
+	// Owners tallies the current window's calls by owner: toward opening,
+	// each owner's failures count for at most OwnerFailures (counted), so
+	// one owner's inputs cannot open the provider for everyone.
+	Owners map[string]OwnerTally
+	// Backoff lists the owners whose own calls failed often enough to open
+	// the provider had they come from several owners, with until when their
+	// new attempts wait; the provider stays closed for everyone else.
+	Backoff map[string]time.Time
 	// OpenUntil is when an open breaker's cooldown ends; Cooldown is its
 	// length, Trips how many times it opened without closing in between.
 	OpenUntil time.Time
@@ -128,6 +153,17 @@ type Health struct {
 	// Held are the attempts holding the provider (running past its slow
 	// bound, or unknown), by key, with since when: the bulkhead counts them.
 	Held map[string]time.Time
+	// Running are the attempts admitted to a provider that counts them from
+	// admission (HealthPolicy.CountAdmitted) and neither slow, unknown nor
+	// ended yet: they take a slot of the bulkhead as Held ones do.
+	Running map[string]time.Time
+	// HeldBy is the owner of each held or running attempt that has one:
+	// an owner's fair share of the bulkhead counts them.
+	HeldBy map[string]string
+	// Waiters are owners refused at capacity while under their fair share,
+	// with when: while they wait (WaiterFresh), owners at or past their
+	// share take no free slot they would need.
+	Waiters map[string]time.Time
 	// Forced is an operator's override, nil when none.
 	Forced *Forced
 	// Opened counts the breaker's openings over its life (metrics).
@@ -170,36 +206,103 @@ func (h Health) FailureCount() int {
 // the calls" when hundreds answered a moment before); older ones are
 // dropped. A now before the window's start (another runner's clock) is
 // within it.
-func (h *Health) roll(now time.Time, w time.Duration) {
+func (h *Health) roll(now time.Time, b BreakerPolicy) {
+	w := b.Window
 	switch elapsed := now.Sub(h.WindowStart); {
 	case h.WindowStart.IsZero() || elapsed >= 2*w:
 		h.PreviousFailures, h.PreviousAnswered = 0, 0
 		h.WindowStart = now
 	case elapsed >= w:
-		h.PreviousFailures, h.PreviousAnswered = h.FailureCount(), h.Answered
+		h.PreviousFailures, h.PreviousAnswered = h.CountedFailures(b), h.Answered
 		h.WindowStart = h.WindowStart.Add(w)
 	default:
 		return
 	}
-	h.Failures, h.Answered = map[HealthEventKind]int{}, 0
+	h.Failures, h.Answered, h.Owners = map[HealthEventKind]int{}, 0, nil
 }
 
-// FailureEstimate is the failures and the calls (failures and answers)
-// within the last w at now: the current window's, and the previous
+// CountedFailures is the current window's failures as they count toward
+// opening: each owner's for at most the policy's OwnerFailures, those
+// with no owner in full.
+func (h Health) CountedFailures(b BreakerPolicy) int {
+	n := h.FailureCount()
+	per := b.ownerCap()
+	for _, t := range h.Owners {
+		n -= t.Failures - min(t.Failures, per)
+	}
+	return max(n, 0)
+}
+
+// ownerCap is the most failures one owner counts for toward opening.
+func (b BreakerPolicy) ownerCap() int {
+	if b.OwnerFailures < 1 {
+		return b.Failures
+	}
+	return min(b.OwnerFailures, b.Failures)
+}
+
+// tally adds one owner's calls to the window's tallies and returns them;
+// an owner past MaxTrackedOwners is not tallied (ok false).
+func (h *Health) tally(owner string, failures, answered int) (OwnerTally, bool) {
+	if owner == "" {
+		return OwnerTally{}, false
+	}
+	t, known := h.Owners[owner]
+	if !known && len(h.Owners) >= MaxTrackedOwners {
+		return OwnerTally{}, false
+	}
+	if h.Owners == nil {
+		h.Owners = map[string]OwnerTally{}
+	}
+	t.Failures += failures
+	t.Answered += answered
+	h.Owners[owner] = t
+	return t, true
+}
+
+// backOff makes an owner whose own failures alone would have opened a
+// closed provider wait a cooldown, while the provider stays closed for
+// the others; expired back-offs are dropped first.
+func (h *Health) backOff(owner string, t OwnerTally, p HealthPolicy, now time.Time) {
+	for o, until := range h.Backoff {
+		if !now.Before(until) {
+			delete(h.Backoff, o)
+		}
+	}
+	b := p.Breaker
+	if h.State != ProviderClosed || t.Failures < b.Failures || float64(t.Failures) < b.FailureRate*float64(t.Failures+t.Answered) {
+		return
+	}
+	if until, ok := h.Backoff[owner]; ok && !until.Before(now.Add(b.Cooldown)) {
+		return
+	}
+	if _, ok := h.Backoff[owner]; !ok && len(h.Backoff) >= MaxTrackedOwners {
+		return
+	}
+	if h.Backoff == nil {
+		h.Backoff = map[string]time.Time{}
+	}
+	h.Backoff[owner] = now.Add(b.Cooldown)
+}
+
+// countedEstimate is the failures (as they count toward opening:
+// CountedFailures) and the calls (failures and answers) within the last
+// window at now: the current window's, and the previous
 // window's in proportion to how much of it that last w still covers.
-func (h Health) FailureEstimate(now time.Time, w time.Duration) (failures, calls float64) {
+func (h Health) countedEstimate(now time.Time, b BreakerPolicy) (failures, calls float64) {
+	w := b.Window
 	weight := 0.0
 	if in := now.Sub(h.WindowStart); in < w {
 		weight = min(1, 1-float64(in)/float64(w))
 	}
-	failures = float64(h.FailureCount()) + float64(h.PreviousFailures)*weight
+	failures = float64(h.CountedFailures(b)) + float64(h.PreviousFailures)*weight
 	return failures, failures + float64(h.Answered) + float64(h.PreviousAnswered)*weight
 }
 
 // tripped opens a closed breaker whose failures within the last Window
 // reach Failures and FailureRate of its calls.
 func tripped(h Health, p HealthPolicy, now time.Time) Health {
-	f, calls := h.FailureEstimate(now, p.Breaker.Window)
+	f, calls := h.countedEstimate(now, p.Breaker)
 	if f < float64(p.Breaker.Failures) || f/max(calls, 1) < p.Breaker.FailureRate {
 		return h
 	}
@@ -212,6 +315,11 @@ func (h Health) clone() Health {
 	out.Failures = maps.Clone(h.Failures)
 	out.Probes = maps.Clone(h.Probes)
 	out.Held = maps.Clone(h.Held)
+	out.HeldBy = maps.Clone(h.HeldBy)
+	out.Running = maps.Clone(h.Running)
+	out.Waiters = maps.Clone(h.Waiters)
+	out.Owners = maps.Clone(h.Owners)
+	out.Backoff = maps.Clone(h.Backoff)
 	if h.Forced != nil {
 		f := *h.Forced
 		out.Forced = &f
@@ -224,9 +332,15 @@ type BreakerPolicy struct {
 	// Failures within Window open a closed breaker, if they are at least
 	// FailureRate of the calls reported in it: a busy provider failing 1%
 	// of its calls keeps working.
-	Failures    int
-	FailureRate float64
-	Window      time.Duration
+	Failures int
+	// OwnerFailures is the most failures of one owner that count toward
+	// Failures (0: no cap), so it takes ceil(Failures/OwnerFailures)
+	// owners to open the provider; an owner whose own failures reach
+	// Failures (and FailureRate of its calls) backs off alone for a
+	// Cooldown instead.
+	OwnerFailures int
+	FailureRate   float64
+	Window        time.Duration
 	// Cooldown is the first open period; each re-trip doubles it, up to
 	// MaxCooldown.
 	Cooldown, MaxCooldown time.Duration
@@ -247,16 +361,24 @@ type HealthPolicy struct {
 	SlowCallAfter time.Duration
 	// MaxProcessingTime is the longest the provider may work on a request.
 	MaxProcessingTime time.Duration
-	// MaxConcurrent caps the attempts holding the provider (Health.Held).
+	// MaxConcurrent caps the attempts holding the provider (Health.Held,
+	// and Health.Running when CountAdmitted).
 	MaxConcurrent int
+	// CountAdmitted: an attempt takes a slot from the moment it is
+	// admitted, not only once it is slow (a provider that declares
+	// max_concurrent). It costs two conditional writes of the provider's
+	// health per attempt (the admission and the release); without it, a
+	// call that answers in time writes nothing.
+	CountAdmitted bool
 }
 
-// DefaultHealthPolicy: open after 5 failures within a minute, for 30 s
+// DefaultHealthPolicy: open after 5 failures within a minute (at most 2 of
+// them from one owner, so of at least 3 owners), for 30 s
 // first, doubling up to 10 minutes; one probe, half-open for at most two
 // slow bounds; calls slow past 30 s; at most 64 attempts held.
 func DefaultHealthPolicy() HealthPolicy {
 	return HealthPolicy{
-		Breaker: BreakerPolicy{Failures: 5, FailureRate: 0.5, Window: time.Minute, Cooldown: 30 * time.Second,
+		Breaker: BreakerPolicy{Failures: 5, OwnerFailures: 2, FailureRate: 0.5, Window: time.Minute, Cooldown: 30 * time.Second,
 			MaxCooldown: 10 * time.Minute, Probes: 1, HalfOpenMax: time.Minute},
 		SlowCallAfter:     30 * time.Second,
 		MaxProcessingTime: 10 * time.Minute,
@@ -270,6 +392,8 @@ func (p HealthPolicy) Validate() error {
 	switch {
 	case b.Failures < 1 || b.Probes < 1:
 		return errors.New("breaker failures and probes must be at least 1")
+	case b.OwnerFailures < 0:
+		return errors.New("breaker owner_failures must not be negative")
 	case b.FailureRate <= 0 || b.FailureRate > 1:
 		return errors.New("breaker failure_rate must be in (0, 1]")
 	case b.Window <= 0 || b.Cooldown <= 0 || b.HalfOpenMax <= 0:
@@ -325,15 +449,31 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 	}
 	changed := false
 	_, wasHeld := h.Held[e.Attempt]
+	if _, running := h.Running[e.Attempt]; running {
+		// Admitted and counted since: slow or unknown, it holds the
+		// provider (and counts as a failure); otherwise it ends here.
+		delete(h.Running, e.Attempt)
+		changed = true
+		if !e.Kind.holds() {
+			delete(h.HeldBy, e.Attempt)
+		}
+	}
 	switch {
 	case e.Kind.holds() && e.Attempt != "" && !wasHeld:
 		if h.Held == nil {
 			h.Held = map[string]time.Time{}
 		}
 		h.Held[e.Attempt] = now
+		if e.Owner != "" && h.HeldBy[e.Attempt] == "" {
+			if h.HeldBy == nil {
+				h.HeldBy = map[string]string{}
+			}
+			h.HeldBy[e.Attempt] = e.Owner
+		}
 		changed = true
 	case !e.Kind.holds() && wasHeld:
 		delete(h.Held, e.Attempt)
+		delete(h.HeldBy, e.Attempt)
 		changed = true
 	}
 	// A call that went slow and then unknown is one failure, not two.
@@ -342,8 +482,11 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 	switch h.State {
 	case ProviderClosed:
 		if counts || (changed && e.Answered > 0) {
-			h.roll(now, p.Breaker.Window)
+			h.roll(now, p.Breaker)
 			h.Answered += e.Answered
+			for o, n := range e.AnsweredBy {
+				h.tally(o, 0, n)
+			}
 		}
 		if counts {
 			if h.Failures == nil {
@@ -351,13 +494,22 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 			}
 			h.Failures[e.Kind]++
 			changed = true
+			t, tallied := h.tally(e.Owner, 1, 0)
 			h = tripped(h, p, now)
+			if tallied {
+				h.backOff(e.Owner, t, p, now)
+			}
 		}
 	case ProviderHalfOpen:
 		switch {
 		case probe && (e.Kind.failure()):
 			delete(h.Probes, e.Attempt)
 			h = open(h, p, fmt.Sprintf("probe %s failed (%s)", e.Attempt, e.Kind), now)
+			changed = true
+		case probe && e.Kind == HealthReleased:
+			// Its launch failed, or it was settled: the slot is free for
+			// another probe (review L3).
+			delete(h.Probes, e.Attempt)
 			changed = true
 		case probe && e.Kind == HealthAnswered:
 			delete(h.Probes, e.Attempt)
@@ -410,6 +562,7 @@ func closeBreaker(h Health, reason string, now time.Time) Health {
 	h.Probes, h.Passed = nil, 0
 	h.WindowStart, h.Failures, h.Answered = time.Time{}, nil, 0
 	h.PreviousFailures, h.PreviousAnswered = 0, 0
+	h.Owners, h.Backoff = nil, nil
 	return h
 }
 
@@ -434,6 +587,12 @@ type Admission struct {
 	// RetryAt is when the provider may take attempts again (zero: unknown,
 	// e.g. forced open).
 	RetryAt time.Time
+	// Owner: the refusal is the owner's alone (its back-off); the provider
+	// takes other owners' attempts.
+	Owner bool
+	// Share: the owner holds its fair share of the provider while others
+	// wait; the provider takes their attempts.
+	Share bool
 }
 
 // Admit decides whether a new attempt (key) may go to the provider now.
@@ -442,7 +601,10 @@ type Admission struct {
 // moving an open breaker whose cooldown ended to half-open, or opening a
 // half-open one that outlived HalfOpenMax is a change to write first; the
 // admission holds only if that write applies.
-func Admit(h Health, key string, p HealthPolicy, now time.Time) (Admission, HealthChange, bool) {
+//
+// An owner backing off (Health.Backoff) is refused while the breaker is
+// closed, for its own failures; the others are not.
+func Admit(h Health, key, owner string, p HealthPolicy, now time.Time) (Admission, HealthChange, bool) {
 	now = now.UTC()
 	if f := h.Forced; f != nil {
 		if f.State == ProviderClosed {
@@ -477,18 +639,168 @@ func Admit(h Health, key string, p HealthPolicy, now time.Time) (Admission, Heal
 		after.Probes[key] = now
 		return Admission{Allowed: true, Probe: true}, healthChange(h, after, now), true
 	}
-	if len(h.Held) >= p.MaxConcurrent {
-		return Admission{Reason: fmt.Sprintf("at capacity: %d attempts hold it (max_concurrent %d)", len(h.Held), p.MaxConcurrent),
-			RetryAt: oldestHeld(h.Held).Add(p.SlowCallAfter)}, HealthChange{}, false
+	if until, ok := h.Backoff[owner]; ok && owner != "" && now.Before(until) {
+		t := h.Owners[owner]
+		return Admission{Reason: fmt.Sprintf("backing off: %d of this owner's calls failed at it within %s (it answers other owners)",
+			t.Failures, p.Breaker.Window), RetryAt: until, Owner: true}, HealthChange{}, false
 	}
-	return Admission{Allowed: true}, HealthChange{}, false
+	return admitShare(h, key, owner, p, now)
+}
+
+// WaiterFresh is how long an owner refused at capacity counts as waiting
+// for the fair share (it asks again well within it while it waits).
+const WaiterFresh = time.Minute
+
+// FairShare is an owner's share of the provider's bulkhead now: its
+// max_concurrent divided among the owners holding it or waiting for it
+// (the owner asking included), at least 1; and how many attempts the
+// owner holds.
+func (h Health) FairShare(owner string, p HealthPolicy, now time.Time) (share, holds int) {
+	share, holds, _ = h.fairShare(owner, p, now)
+	return share, holds
+}
+
+func (h Health) fairShare(owner string, p HealthPolicy, now time.Time) (share, holds, owners int) {
+	active := map[string]bool{owner: true}
+	for _, o := range h.HeldBy {
+		active[o] = true
+	}
+	for o, at := range h.Waiters {
+		if now.Sub(at) < WaiterFresh {
+			active[o] = true
+		}
+	}
+	for _, o := range h.HeldBy {
+		if o == owner {
+			holds++
+		}
+	}
+	return max(1, p.MaxConcurrent/len(active)), holds, len(active)
+}
+
+// Reserved is how many of a bulkhead's slots are kept for owners under
+// their share: a quarter of max_concurrent, at least one. An owner alone
+// fills the rest; the reserve lets a newcomer start at once, even while
+// every other slot is held by calls that hang.
+func (p HealthPolicy) Reserved() int { return max(1, p.MaxConcurrent/4) }
+
+// admitShare is the bulkhead of a closed breaker, fair between owners
+// (issue 26):
+//   - an owner may fill idle capacity but for the last Reserved slots,
+//     which only an owner under its share takes (an owner alone: under
+//     the share it would have beside one newcomer), so a newcomer starts
+//     at once;
+//   - once others wait under their share, an owner at or past its own
+//     takes no slot they need: the free slots are kept for them;
+//   - an owner under its share refused at capacity is recorded as waiting
+//     (a write, only at capacity), so the owners over theirs yield the
+//     next slots to it.
+func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Admission, HealthChange, bool) {
+	share, holds, active := h.fairShare(owner, p, now)
+	free := p.MaxConcurrent - len(h.Held) - len(h.Running)
+	waiting := 0
+	for o, at := range h.Waiters {
+		if o != owner && now.Sub(at) < WaiterFresh {
+			if s, n := h.FairShare(o, p, now); n < s {
+				waiting++
+			}
+		}
+	}
+	switch {
+	case owner != "" && free > 0 && free <= p.Reserved() && holds >= reserveLimit(share, active, p):
+		return Admission{Reason: fmt.Sprintf("fair share: this owner holds %d attempts; the last %d of max_concurrent %d are kept for owners under their share",
+			holds, p.Reserved(), p.MaxConcurrent), RetryAt: shareRetry(h, owner, p, now), Share: true}, HealthChange{}, false
+	case owner != "" && holds >= share && waiting > 0 && free <= waiting:
+		return Admission{Reason: fmt.Sprintf("fair share: this owner holds %d of its %d attempts (max_concurrent %d) while %d other owner(s) wait",
+			holds, share, p.MaxConcurrent, waiting), RetryAt: shareRetry(h, owner, p, now), Share: true}, HealthChange{}, false
+	case free <= 0:
+		a := Admission{Reason: fmt.Sprintf("at capacity: %d attempts hold it (max_concurrent %d)", len(h.Held)+len(h.Running), p.MaxConcurrent),
+			RetryAt: capacityRetry(h, p, now)}
+		if owner == "" || holds >= share {
+			return a, HealthChange{}, false
+		}
+		if at, ok := h.Waiters[owner]; ok && now.Sub(at) < WaiterFresh/2 {
+			return a, HealthChange{}, false // recorded recently enough
+		}
+		after := h.clone()
+		for o, at := range after.Waiters {
+			if now.Sub(at) >= WaiterFresh {
+				delete(after.Waiters, o)
+			}
+		}
+		if _, ok := after.Waiters[owner]; !ok && len(after.Waiters) >= MaxTrackedOwners {
+			return a, HealthChange{}, false
+		}
+		if after.Waiters == nil {
+			after.Waiters = map[string]time.Time{}
+		}
+		after.Waiters[owner] = now
+		return a, healthChange(h, after, now), true
+	}
+	if !p.CountAdmitted || key == "" {
+		return Admission{Allowed: true}, HealthChange{}, false
+	}
+	after := h.clone()
+	if after.Running == nil {
+		after.Running = map[string]time.Time{}
+	}
+	after.Running[key] = now
+	if owner != "" {
+		if after.HeldBy == nil {
+			after.HeldBy = map[string]string{}
+		}
+		after.HeldBy[key] = owner
+	}
+	delete(after.Waiters, owner)
+	return Admission{Allowed: true}, healthChange(h, after, now), true
+}
+
+// capacityRetry is when a full bulkhead may have room: a second from now
+// while admitted calls run (they end at any moment), else when the oldest
+// held attempt has been slow for another slow bound.
+func capacityRetry(h Health, p HealthPolicy, now time.Time) time.Time {
+	if len(h.Running) > 0 {
+		return now.Add(time.Second)
+	}
+	return oldestHeld(h.Held).Add(p.SlowCallAfter)
+}
+
+// reserveLimit is the most an owner may hold and still take a reserved
+// slot: its share among the owners active, or alone, the share it would
+// have beside a newcomer.
+func reserveLimit(share, owners int, p HealthPolicy) int {
+	if owners > 1 {
+		return share
+	}
+	return max(1, p.MaxConcurrent/2)
+}
+
+// shareRetry is when an owner over its share may find room: a second
+// from now while admitted calls run, else when its oldest held attempt
+// has been slow for another slow bound.
+func shareRetry(h Health, owner string, p HealthPolicy, now time.Time) time.Time {
+	if len(h.Running) > 0 {
+		return now.Add(time.Second)
+	}
+	return oldestHeldBy(h, owner).Add(p.SlowCallAfter)
+}
+
+// oldestHeldBy is when the owner's oldest held attempt began holding.
+func oldestHeldBy(h Health, owner string) time.Time {
+	var oldest time.Time
+	for k, o := range h.HeldBy {
+		if t := h.holdSince(k); o == owner && (oldest.IsZero() || t.Before(oldest)) {
+			oldest = t
+		}
+	}
+	return oldest
 }
 
 // Available is Admit without deciding anything: whether the provider would
 // take an attempt now, for choosing among providers. A provider it calls
 // available may still refuse at Admit (a probe slot taken meanwhile).
-func Available(h Health, p HealthPolicy, now time.Time) Admission {
-	a, _, _ := Admit(h, "", p, now)
+func Available(h Health, owner string, p HealthPolicy, now time.Time) Admission {
+	a, _, _ := Admit(h, "", owner, p, now)
 	if !a.Allowed && h.Effective() == ProviderHalfOpen && h.Forced == nil && len(h.Probes)+h.Passed < p.Breaker.Probes {
 		a = Admission{Allowed: true, Probe: true}
 	}
@@ -532,11 +844,26 @@ func DecideForce(h Health, state ProviderState, by, reason string, now time.Time
 	return healthChange(h, after, now), nil
 }
 
-// HeldKeys lists the attempts holding the provider, oldest first.
+// holdSince is when attempt key began holding the provider (held or
+// running).
+func (h Health) holdSince(key string) time.Time {
+	if t, ok := h.Held[key]; ok {
+		return t
+	}
+	return h.Running[key]
+}
+
+// HoldSince is when attempt key began holding the provider (held or
+// running); zero when it holds nothing.
+func (h Health) HoldSince(key string) time.Time { return h.holdSince(key) }
+
+// HeldKeys lists the attempts holding the provider (held or running),
+// oldest first.
 func (h Health) HeldKeys() []string {
 	keys := slices.Collect(maps.Keys(h.Held))
+	keys = append(keys, slices.Collect(maps.Keys(h.Running))...)
 	sort.Slice(keys, func(i, k int) bool {
-		a, b := h.Held[keys[i]], h.Held[keys[k]]
+		a, b := h.holdSince(keys[i]), h.holdSince(keys[k])
 		if !a.Equal(b) {
 			return a.Before(b)
 		}
@@ -553,6 +880,8 @@ func (h Health) HeldKeys() []string {
 type Report struct {
 	Failures map[HealthEventKind]int
 	Answered int
+	// ByOwner is the same by the owner of each attempt (those with one).
+	ByOwner map[string]OwnerTally
 }
 
 // Empty reports nothing to write.
@@ -573,7 +902,7 @@ func DecideReport(h Health, r Report, p HealthPolicy, now time.Time) (HealthChan
 		h.State = ProviderClosed
 	}
 	if h.State == ProviderClosed {
-		h.roll(now, p.Breaker.Window)
+		h.roll(now, p.Breaker)
 	}
 	if h.Failures == nil {
 		h.Failures = map[HealthEventKind]int{}
@@ -584,8 +913,20 @@ func DecideReport(h Health, r Report, p HealthPolicy, now time.Time) (HealthChan
 		}
 	}
 	h.Answered += r.Answered
+	var backOff []string
+	if h.State == ProviderClosed {
+		for _, o := range slices.Sorted(maps.Keys(r.ByOwner)) {
+			t := r.ByOwner[o]
+			if _, ok := h.tally(o, t.Failures, t.Answered); ok && t.Failures > 0 {
+				backOff = append(backOff, o)
+			}
+		}
+	}
 	if h.State == ProviderClosed && r.Failures != nil {
 		h = tripped(h, p, now)
+	}
+	for _, o := range backOff {
+		h.backOff(o, h.Owners[o], p, now)
 	}
 	return healthChange(before, h, now), true
 }

@@ -130,7 +130,7 @@ func tripped(t *testing.T) job.Health {
 // admit admits key at time at, writing what the admission decides.
 func admit(t *testing.T, h job.Health, key string, at float64) (job.Health, job.Admission) {
 	t.Helper()
-	a, c, ok := job.Admit(h, key, testPolicy(), hat(at))
+	a, c, ok := job.Admit(h, key, "", testPolicy(), hat(at))
 	if ok {
 		if !c.Decided() {
 			t.Fatal("admission's change is not decided")
@@ -234,12 +234,12 @@ func TestBulkheadCountsHeldAttempts(t *testing.T) {
 		}
 		h = c.After()
 	}
-	a, _, _ := job.Admit(h, "new/1", p, hat(5))
+	a, _, _ := job.Admit(h, "new/1", "", p, hat(5))
 	if a.Allowed || !strings.Contains(a.Reason, "at capacity: 4 attempts") || !a.RetryAt.Equal(hat(1)) {
 		t.Fatalf("at the cap: %+v", a)
 	}
 	c, _ := job.DecideHealth(h, job.HealthEvent{Kind: job.HealthReleased, Attempt: "j0/1"}, p, hat(6))
-	if a, _, _ := job.Admit(c.After(), "new/1", p, hat(6)); !a.Allowed {
+	if a, _, _ := job.Admit(c.After(), "new/1", "", p, hat(6)); !a.Allowed {
 		t.Fatalf("a slot freed: %+v", a)
 	}
 }
@@ -255,12 +255,12 @@ func TestForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	h = c.After()
-	if a, _, _ := job.Admit(h, "x/1", testPolicy(), hat(4)); !a.Allowed || h.State != job.ProviderClosed {
+	if a, _, _ := job.Admit(h, "x/1", "", testPolicy(), hat(4)); !a.Allowed || h.State != job.ProviderClosed {
 		t.Fatalf("forced closed during a cooldown: %+v, state %s", a, h.State)
 	}
 	c, _ = job.DecideForce(h, job.ProviderOpen, "op", "maintenance", hat(5))
 	h = c.After()
-	if a, _, _ := job.Admit(h, "x/1", testPolicy(), hat(500)); a.Allowed || a.Reason != "forced open by op: maintenance" {
+	if a, _, _ := job.Admit(h, "x/1", "", testPolicy(), hat(500)); a.Allowed || a.Reason != "forced open by op: maintenance" {
 		t.Fatalf("forced open: %+v", a)
 	}
 	// Events keep being counted under an override; lifting it brings back

@@ -38,7 +38,7 @@ func healthInputs() []healthInput {
 			}})
 		}
 		in = append(in, healthInput{"Admit", func(h job.Health, p job.HealthPolicy, now time.Time) (job.HealthChange, bool) {
-			_, c, ok := job.Admit(h, key, p, now)
+			_, c, ok := job.Admit(h, key, "", p, now)
 			return c, ok
 		}})
 	}

@@ -223,6 +223,13 @@ type WaitReason string
 const (
 	// WaitProviders: every provider the job may run on next is unavailable.
 	WaitProviders WaitReason = "providers_unavailable"
+	// WaitOwnerBackoff: the providers take attempts, but not this owner's
+	// for now: its own calls failed at each of them often enough to have
+	// opened it had they come from several owners (Health.Backoff).
+	WaitOwnerBackoff WaitReason = "owner_backoff"
+	// WaitFairShare: the providers take attempts, but this owner holds its
+	// fair share of them while other owners wait (Admission.Share).
+	WaitFairShare WaitReason = "fair_share"
 )
 
 // Waiting is a job waiting for a provider to take attempts again.

@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -227,12 +228,21 @@ func nextProvider(j Job, p Policy, now time.Time) (string, []string, []unavailab
 // none says when), or its failure once it waited MaxProviderWait.
 func waitForProviders(j Job, p Policy, down []unavailable, now time.Time) Plan {
 	since := now
-	if j.Waiting != nil && j.Waiting.Reason == WaitProviders {
+	if j.Waiting != nil && slices.Contains([]WaitReason{WaitProviders, WaitOwnerBackoff, WaitFairShare}, j.Waiting.Reason) {
 		since = j.Waiting.Since
 	}
+	// When every provider refused this owner alone (the others' attempts
+	// go through), the reason says so: its share taken, or its back-off.
+	reason := WaitOwnerBackoff
 	var until time.Time
 	var detail []string
 	for _, d := range down {
+		switch {
+		case !d.why.Owner && !d.why.Share:
+			reason = WaitProviders
+		case d.why.Share && reason == WaitOwnerBackoff:
+			reason = WaitFairShare
+		}
 		if !d.why.RetryAt.IsZero() && (until.IsZero() || d.why.RetryAt.Before(until)) {
 			until = d.why.RetryAt
 		}
@@ -248,7 +258,7 @@ func waitForProviders(j Job, p Policy, down []unavailable, now time.Time) Plan {
 		until = now.Add(time.Second)
 	}
 	until = minTime(until, deadline)
-	w := &Waiting{Reason: WaitProviders, Since: since.UTC(), Until: until.UTC(), Detail: strings.Join(detail, "; ")}
+	w := &Waiting{Reason: reason, Since: since.UTC(), Until: until.UTC(), Detail: strings.Join(detail, "; ")}
 	return Plan{Action: ActionWait, Wait: until.Sub(now), Waiting: w}
 }
 

@@ -137,27 +137,28 @@ func (b *Breakers) unread(provider string) job.Admission {
 
 // Available reports whether the provider would take an attempt now, from
 // the cached health: for choosing among providers, deciding nothing.
-func (b *Breakers) Available(ctx context.Context, provider string) job.Admission {
+func (b *Breakers) Available(ctx context.Context, provider, owner string) job.Admission {
 	h, err := b.read(ctx, provider, false)
 	if err != nil {
 		b.cfg.Logger.WarnContext(ctx, "provider_health_unread", "provider", provider, "error", err.Error())
 		return b.unread(provider)
 	}
-	return job.Available(h, b.Policy(provider), b.cfg.NowFunc())
+	return job.Available(h, owner, b.Policy(provider), b.cfg.NowFunc())
 }
 
-// Admit decides whether attempt key may go to the provider now, and writes
+// Admit decides whether attempt key of owner's job may go to the provider
+// now, and writes
 // what that decides (a probe let through, a cooldown ended, a half-open
 // breaker that outlived its bound opened again). Admitting to a closed
 // breaker with room writes nothing.
-func (b *Breakers) Admit(ctx context.Context, provider, key string) job.Admission {
+func (b *Breakers) Admit(ctx context.Context, provider, key, owner string) job.Admission {
 	h, err := b.read(ctx, provider, false)
 	for range maxHealthRounds {
 		if err != nil {
 			b.cfg.Logger.WarnContext(ctx, "provider_health_unread", "provider", provider, "error", err.Error())
 			return b.unread(provider)
 		}
-		a, c, changed := job.Admit(h, key, b.Policy(provider), b.cfg.NowFunc())
+		a, c, changed := job.Admit(h, key, owner, b.Policy(provider), b.cfg.NowFunc())
 		if !changed {
 			return a
 		}
@@ -187,21 +188,42 @@ func (b *Breakers) Observe(ctx context.Context, provider string, e job.HealthEve
 		return
 	}
 	_, held := h.Held[e.Attempt]
+	if _, running := h.Running[e.Attempt]; running {
+		held = true // counted from its admission
+	}
 	_, probe := h.Probes[e.Attempt]
 	switch {
 	case probe || held || e.Kind == job.HealthSlow || e.Kind == job.HealthUnknown || e.Kind == job.HealthReleased:
 		b.observeNow(ctx, provider, h, e)
 	case e.Kind == job.HealthAnswered:
-		b.gather(provider, func(r *job.Report) { r.Answered++ })
+		b.gather(provider, func(r *job.Report) {
+			r.Answered++
+			byOwner(r, e.Owner, 0, 1)
+		})
 	default:
 		b.gather(provider, func(r *job.Report) {
 			if r.Failures == nil {
 				r.Failures = map[job.HealthEventKind]int{}
 			}
 			r.Failures[e.Kind]++
+			byOwner(r, e.Owner, 1, 0)
 		})
 		b.flush(ctx, provider, h)
 	}
+}
+
+// byOwner adds an owner's calls to a report.
+func byOwner(r *job.Report, owner string, failures, answered int) {
+	if owner == "" {
+		return
+	}
+	if r.ByOwner == nil {
+		r.ByOwner = map[string]job.OwnerTally{}
+	}
+	t := r.ByOwner[owner]
+	t.Failures += failures
+	t.Answered += answered
+	r.ByOwner[owner] = t
 }
 
 // gather adds to the provider's report of this process.
@@ -266,6 +288,9 @@ func (b *Breakers) putBack(provider string, rep job.Report) {
 	defer b.mu.Unlock()
 	r := b.reports[provider]
 	r.report.Answered += rep.Answered
+	for o, t := range rep.ByOwner {
+		byOwner(&r.report, o, t.Failures, t.Answered)
+	}
 	for k, n := range rep.Failures {
 		if r.report.Failures == nil {
 			r.report.Failures = map[job.HealthEventKind]int{}
@@ -281,13 +306,26 @@ func (b *Breakers) observeNow(ctx context.Context, provider string, h job.Health
 	b.mu.Lock()
 	r := b.reports[provider]
 	e.Answered, r.report.Answered = r.report.Answered, 0
+	e.AnsweredBy = map[string]int{}
+	for o, t := range r.report.ByOwner {
+		if t.Answered > 0 {
+			e.AnsweredBy[o] = t.Answered
+			t.Answered = 0
+			r.report.ByOwner[o] = t
+		}
+	}
 	b.reports[provider] = r
 	b.mu.Unlock()
+	// Answers not written are gathered again.
+	unwritten := job.Report{Answered: e.Answered}
+	for o, n := range e.AnsweredBy {
+		byOwner(&unwritten, o, 0, n)
+	}
 	var err error
 	for range maxHealthRounds {
 		c, changed := job.DecideHealth(h, e, b.Policy(provider), b.cfg.NowFunc())
 		if !changed {
-			b.putBack(provider, job.Report{Answered: e.Answered})
+			b.putBack(provider, unwritten)
 			return
 		}
 		var ok bool
@@ -298,7 +336,7 @@ func (b *Breakers) observeNow(ctx context.Context, provider string, h job.Health
 			return
 		}
 	}
-	b.putBack(provider, job.Report{Answered: e.Answered})
+	b.putBack(provider, unwritten)
 	b.cfg.Logger.WarnContext(ctx, "provider_health_not_recorded", "provider", provider, "event", string(e.Kind), "error", fmt.Sprint(err))
 }
 

@@ -95,7 +95,7 @@ func TestBreakersReadOncePerSecondAndWriteOnlyOnChange(t *testing.T) {
 	b, hs, _ := r.withBreakers(t, nil)
 	ctx := context.Background()
 	for range 100 {
-		if a := b.Admit(ctx, primary, "k/1"); !a.Allowed {
+		if a := b.Admit(ctx, primary, "k/1", "alice"); !a.Allowed {
 			t.Fatalf("closed breaker refused: %+v", a)
 		}
 		b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthAnswered, Attempt: "k/1"})
@@ -104,7 +104,7 @@ func TestBreakersReadOncePerSecondAndWriteOnlyOnChange(t *testing.T) {
 		t.Fatalf("100 answered calls in one second: %d reads, %d writes; want 1 and 0", hs.reads.Load(), hs.writes.Load())
 	}
 	r.clock.Advance(time.Second)
-	b.Admit(ctx, primary, "k/2")
+	b.Admit(ctx, primary, "k/2", "alice")
 	if hs.reads.Load() != 2 {
 		t.Fatalf("a second later: %d reads, want 2", hs.reads.Load())
 	}
@@ -216,7 +216,7 @@ func TestRunAvoidsUnavailableProviders(t *testing.T) {
 			calls.Go(func() { _, _ = r.tasks.Run(ctx, r.runInput(t, j.ID)) })
 			slow.fire(t)
 		}
-		waitFor(t, func() bool { return b.Available(ctx, primary).Allowed == false })
+		waitFor(t, func() bool { return b.Available(ctx, primary, "alice").Allowed == false })
 		if h, _ := r.st.Health(ctx, primary); h.State != job.ProviderOpen || len(h.Held) != 2 || h.Failures[job.HealthSlow] != 2 {
 			t.Fatalf("health %+v", h)
 		}

@@ -39,7 +39,7 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 		return RunResult{}, err
 	}
 	ran := false // an attempt ran in this run: the next one gets a run of its own
-	avail := &availability{ctx: ctx, breakers: w.cfg.Breakers, refused: map[string]job.Admission{}}
+	avail := &availability{ctx: ctx, owner: j.Owner, breakers: w.cfg.Breakers, refused: map[string]job.Admission{}}
 	for range maxRounds {
 		if j, err = w.markOverdue(ctx, j, jt); err != nil {
 			return RunResult{}, err
@@ -166,10 +166,25 @@ func (w *Tasks) begin(ctx context.Context, j job.Job, jt JobType, plan job.Plan,
 	}
 	// The provider's breaker admits the attempt first: refused, the
 	// provider is unavailable to this run and the job decides again.
-	if !avail.admit(plan.Provider, job.AttemptKey(j.ID, j.AttemptCount+1)) {
+	key := job.AttemptKey(j.ID, j.AttemptCount+1)
+	if !avail.admit(plan.Provider, key) {
 		return j, job.Attempt{}, false, nil
 	}
-	return refusedIsMoved(w.cfg.Engine.LaunchSentOn(ctx, j, plan.Provider, w.sending(j, jt)))
+	after, a, ok, err := refusedIsMoved(w.cfg.Engine.LaunchSentOn(ctx, j, plan.Provider, w.sending(j, jt)))
+	if !ok || err != nil {
+		w.releaseAdmission(ctx, j.Owner, plan.Provider, key)
+	}
+	return after, a, ok, err
+}
+
+// releaseAdmission gives back what admitting an attempt that was never
+// launched took of its provider: a bulkhead slot counted from admission,
+// a probe slot of a half-open breaker (review L3). It writes only when
+// the admission took something.
+func (w *Tasks) releaseAdmission(ctx context.Context, owner, provider, key string) {
+	if w.cfg.Breakers != nil {
+		w.cfg.Breakers.Observe(ctx, provider, job.HealthEvent{Kind: job.HealthReleased, Attempt: key, Owner: owner})
+	}
 }
 
 // refusedIsMoved reads a launch the domain refused (an attempt became
@@ -287,10 +302,15 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, av
 		j, a, ok, err = w.claim(ctx, j, b, certs)
 		return j, a, certs, ok, err
 	}
-	if !avail.admit(plan.Provider, job.AttemptKey(j.ID, j.AttemptCount+1)) {
+	key := job.AttemptKey(j.ID, j.AttemptCount+1)
+	if !avail.admit(plan.Provider, key) {
 		return j, job.Attempt{}, nil, false, nil // no hedge today: the attempt it would race runs on
 	}
+	owner := j.Owner
 	j, a, ok, err = refusedIsMoved(w.cfg.Engine.LaunchHedgeSentOn(ctx, j, plan.Provider, w.sending(j, jt)))
+	if !ok || err != nil {
+		w.releaseAdmission(ctx, owner, plan.Provider, key)
+	}
 	return j, a, certs, ok, err
 }
 
@@ -329,7 +349,7 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 		case <-slow:
 			w.log.WarnContext(ctx, "provider_slow", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
 				"slow_call_after_ms", pol.SlowCallAfter.Milliseconds())
-			w.observe(ctx, a, job.HealthSlow)
+			w.observe(ctx, j.Owner, a, job.HealthSlow)
 		case <-ended:
 		}
 	}()
@@ -339,7 +359,7 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 	latency := w.now().Sub(start)
 	w.log.InfoContext(ctx, "provider_called", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
 		"latency_ms", latency.Milliseconds(), "ok", err == nil)
-	w.observe(ctx, a, healthKind(err))
+	w.observe(ctx, j.Owner, a, healthKind(err))
 	if err != nil {
 		var ce *provider.CallError
 		f := job.Failure{Class: failureClass(provider.Classify(err)), Message: err.Error()}

@@ -105,7 +105,7 @@ func (w *Tasks) settle(ctx context.Context, j job.Job, jt JobType, a job.Attempt
 	if err != nil {
 		return j, false, err
 	}
-	w.observe(ctx, a, job.HealthReleased)
+	w.observe(ctx, j.Owner, a, job.HealthReleased)
 	s, _ := after.Attempt(a.Number)
 	return after, s.State != job.AttemptUnknown, nil
 }

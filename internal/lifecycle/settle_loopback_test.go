@@ -205,7 +205,7 @@ func TestForcedOpenProviderIsNeverAskedOrResentTo(t *testing.T) {
 		if !b.ForcedOpen(context.Background(), primary) {
 			t.Fatal("a failing health read lifted the forced open")
 		}
-		if adm := b.Available(context.Background(), primary); adm.Allowed {
+		if adm := b.Available(context.Background(), primary, "alice"); adm.Allowed {
 			t.Fatalf("Available = %+v with the health unread: want the last override", adm)
 		}
 		rc.mu.Lock()

@@ -237,7 +237,7 @@ func (w *Sweeper) releaseHeld(ctx context.Context, now time.Time) (int, error) {
 	for _, h := range all {
 		slow := w.cfg.Breakers.Policy(h.Provider).SlowCallAfter
 		for _, key := range h.HeldKeys() {
-			if now.Sub(h.Held[key]) < slow {
+			if now.Sub(h.HoldSince(key)) < slow {
 				continue
 			}
 			id, n, ok := job.ParseAttemptKey(key)

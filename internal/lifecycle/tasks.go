@@ -254,6 +254,7 @@ func (w *Tasks) healthPolicy(provider string) job.HealthPolicy {
 // the breakers say, except those that refused this run an admission.
 type availability struct {
 	ctx      context.Context
+	owner    string
 	breakers *Breakers
 	refused  map[string]job.Admission
 }
@@ -265,7 +266,7 @@ func (v *availability) available(provider string) job.Admission {
 	if v.breakers == nil {
 		return job.Admission{Allowed: true}
 	}
-	return v.breakers.Available(v.ctx, provider)
+	return v.breakers.Available(v.ctx, provider, v.owner)
 }
 
 // admit asks the provider's breaker to take attempt key; a refusal is
@@ -274,17 +275,17 @@ func (v *availability) admit(provider, key string) bool {
 	if v.breakers == nil {
 		return true
 	}
-	a := v.breakers.Admit(v.ctx, provider, key)
+	a := v.breakers.Admit(v.ctx, provider, key, v.owner)
 	if !a.Allowed {
 		v.refused[provider] = a
 	}
 	return a.Allowed
 }
 
-// observe records what an attempt saw of its provider.
-func (w *Tasks) observe(ctx context.Context, a job.Attempt, kind job.HealthEventKind) {
+// observe records what an attempt of owner's job saw of its provider.
+func (w *Tasks) observe(ctx context.Context, owner string, a job.Attempt, kind job.HealthEventKind) {
 	if w.cfg.Breakers != nil {
-		w.cfg.Breakers.Observe(ctx, a.Provider, job.HealthEvent{Kind: kind, Attempt: a.IdempotencyKey()})
+		w.cfg.Breakers.Observe(ctx, a.Provider, job.HealthEvent{Kind: kind, Attempt: a.IdempotencyKey(), Owner: owner})
 	}
 }
 

@@ -89,9 +89,16 @@ type ProviderConfig struct {
 	// produced nothing, and a type that opts in may settle an attempt the
 	// provider cannot be asked about.
 	MaxProcessingTime string `json:"max_processing_time,omitempty"`
-	// MaxConcurrent caps the attempts holding the provider at once (running
-	// past SlowCallAfter, or unknown): past it, new attempts skip it.
+	// MaxConcurrent caps the attempts holding the provider at once: past
+	// it, new attempts skip it. Declared, it counts every attempt from its
+	// admission to its end, shared fairly between owners (two conditional
+	// writes of the provider's health per attempt); undeclared (64), only
+	// calls running past SlowCallAfter or unknown count, and a call that
+	// answers in time writes nothing.
 	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// CountRunning false keeps a declared MaxConcurrent to slow and
+	// unknown calls, as undeclared (no writes for calls that answer).
+	CountRunning *bool `json:"count_running,omitempty"`
 	// Breaker tunes the provider's circuit breaker; unset fields keep the
 	// defaults.
 	Breaker *BreakerConfig `json:"breaker,omitempty"`
@@ -137,7 +144,11 @@ type BreakerConfig struct {
 	// FailureRate (0 to 1) of the calls in it.
 	Failures    int     `json:"failures,omitempty"`
 	FailureRate float64 `json:"failure_rate,omitempty"`
-	Window      string  `json:"window,omitempty"`
+	// OwnerFailures is the most failures of one owner that count toward
+	// Failures (default 2): it takes several owners to open the breaker,
+	// and one owner whose own calls fail that much backs off alone.
+	OwnerFailures int    `json:"owner_failures,omitempty"`
+	Window        string `json:"window,omitempty"`
 	// Cooldown is the first open period; each re-trip doubles it, up to
 	// MaxCooldown.
 	Cooldown    string `json:"cooldown,omitempty"`
@@ -391,7 +402,9 @@ func (p ProviderConfig) Limits() (job.HealthPolicy, error) {
 	dur("slow_call_after", p.SlowCallAfter, &pol.SlowCallAfter)
 	dur("max_processing_time", p.MaxProcessingTime, &pol.MaxProcessingTime)
 	if p.MaxConcurrent > 0 {
-		pol.MaxConcurrent = p.MaxConcurrent
+		// A declared bulkhead counts attempts from admission, shared
+		// fairly between owners (two writes of its health per attempt).
+		pol.MaxConcurrent, pol.CountAdmitted = p.MaxConcurrent, p.CountRunning == nil || *p.CountRunning
 	}
 	if b := p.Breaker; b != nil {
 		if b.Failures < 0 || b.Probes < 0 {
@@ -402,6 +415,12 @@ func (p ProviderConfig) Limits() (job.HealthPolicy, error) {
 		}
 		if b.FailureRate != 0 {
 			pol.Breaker.FailureRate = b.FailureRate
+		}
+		if b.OwnerFailures < 0 {
+			problems = append(problems, "breaker owner_failures must not be negative")
+		}
+		if b.OwnerFailures > 0 {
+			pol.Breaker.OwnerFailures = b.OwnerFailures
 		}
 		if b.Probes > 0 {
 			pol.Breaker.Probes = b.Probes

@@ -111,6 +111,7 @@ A ` + "`starting`" + ` or ` + "`unknown`" + ` attempt blocks new attempts. A run
 		b.WriteString(r)
 	}
 	renderBreaker(&b)
+	renderStanding(&b)
 	renderDeliveries(&b)
 	return b.String()
 }
@@ -175,6 +176,27 @@ func renderBreaker(b *strings.Builder) {
 	for _, e := range job.OverrideEdges() {
 		fmt.Fprintf(b, "    %s --> %s: %s\n", name(e.From), name(e.To), mermaidLabel(strings.Join(e.By, "; ")))
 	}
+	b.WriteString("```\n")
+}
+
+// renderStanding draws an owner's standing at a provider (issue 26's fair
+// share and back-off), with the bounds of job.DefaultHealthPolicy.
+func renderStanding(b *strings.Builder) {
+	p := job.DefaultHealthPolicy()
+	b.WriteString("\n## An owner's standing at a provider (fair share and back-off)\n\n" +
+		"On a closed breaker, `job.Admit` answers each owner by its standing (`job.Standing`), which moves along\n" +
+		"`job.StandingEdges`; `TestStandingEdgesAreWhatTheDecisionsDo` (`internal/job`) drives the decisions through\n" +
+		"every standing with several owners and holds the table to what they do, both ways. A provider that declares\n" +
+		"`max_concurrent` counts each attempt from its admission to its end; its share is `max_concurrent` divided\n" +
+		"among the owners holding or waiting (at least 1), and a quarter of it (at least one slot) is kept for owners\n" +
+		"under their share.\n\n```mermaid\nstateDiagram-v2\n")
+	fmt.Fprintf(b, "    [*] --> %s\n", job.StandingUnder)
+	for _, e := range job.StandingEdges() {
+		fmt.Fprintf(b, "    %s --> %s: %s\n", e.From, e.To, mermaidLabel(strings.Join(e.By, "; ")))
+	}
+	fmt.Fprintf(b, "    note right of %s\n        at most %d of one owner's failures count toward opening the provider (owner_failures)\n"+
+		"        past %d of its own within %s it backs off for %s alone\n    end note\n",
+		job.StandingBackingOff, p.Breaker.OwnerFailures, p.Breaker.Failures, p.Breaker.Window, p.Breaker.Cooldown)
 	b.WriteString("```\n")
 }
 

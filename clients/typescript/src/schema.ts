@@ -714,11 +714,17 @@ export interface components {
          *     attempt starts meanwhile). `providers_unavailable`: every provider
          *     the job may run on next is unavailable (its circuit breaker open);
          *     the job stays as it is until `until`, for at most 30 minutes in all,
-         *     then fails with class `unavailable`.
+         *     then fails with class `unavailable`. `owner_backoff`: the providers
+         *     work for other owners, but this owner's own calls failed at each of
+         *     them often enough to have opened it had they come from several
+         *     owners; its jobs wait a cooldown (bounded as `providers_unavailable`)
+         *     while other owners' jobs run. `fair_share`: the providers take
+         *     attempts, but this owner holds its fair share of them while other
+         *     owners wait; its jobs start as its attempts end.
          */
         Waiting: {
             /** @enum {string} */
-            reason: "attempt_unknown" | "providers_unavailable";
+            reason: "attempt_unknown" | "providers_unavailable" | "owner_backoff" | "fair_share";
             since?: components["schemas"]["Timestamp"];
             until?: components["schemas"]["Timestamp"];
             /** Format: int32 */
@@ -756,6 +762,30 @@ export interface components {
              * @description Attempts holding it (running past its slow bound, or unknown), against its max_concurrent.
              */
             held: number;
+            /**
+             * Format: int32
+             * @description Attempts admitted and not yet slow, unknown or ended, for a
+             *     provider that declares max_concurrent (counted from admission);
+             *     with held, against its max_concurrent.
+             */
+            running: number;
+            /**
+             * @description Owners whose own calls failed at it often enough to have opened
+             *     it had they come from several owners; their jobs wait until
+             *     `until` (`waiting.reason` `owner_backoff`) while it stays closed
+             *     for the others.
+             */
+            backing_off: {
+                owner: string;
+                until: components["schemas"]["Timestamp"];
+                /** Format: int32 */
+                failures: number;
+            }[];
+            /**
+             * @description Owners refused at a full bulkhead while under their fair share;
+             *     owners past their share yield them the next slots.
+             */
+            waiting: string[];
             /** Format: int32 */
             probes: number;
             /** Format: int32 */

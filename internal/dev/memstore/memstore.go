@@ -613,7 +613,18 @@ func cloneHealth(h job.Health) job.Health {
 		}
 		return out
 	}
-	h.Probes, h.Held = times(h.Probes), times(h.Held)
+	h.Probes, h.Held, h.Backoff = times(h.Probes), times(h.Held), times(h.Backoff)
+	h.Running, h.Waiters = times(h.Running), times(h.Waiters)
+	if len(h.HeldBy) == 0 {
+		h.HeldBy = nil
+	} else {
+		h.HeldBy = maps.Clone(h.HeldBy)
+	}
+	if len(h.Owners) == 0 {
+		h.Owners = nil
+	} else {
+		h.Owners = maps.Clone(h.Owners)
+	}
 	if len(h.Failures) == 0 {
 		h.Failures = nil
 	} else {

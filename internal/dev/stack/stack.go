@@ -657,6 +657,7 @@ func BreakersNeverAct(c provider.Config) provider.Config {
 	for i := range c.Providers {
 		c.Providers[i].Breaker = &provider.BreakerConfig{Failures: 1_000_000}
 		c.Providers[i].MaxConcurrent = 1_000_000
+		c.Providers[i].CountRunning = new(false) // no health writes for calls that answer
 	}
 	return c
 }

@@ -85,7 +85,7 @@ var healthTests = []test{
 			t.Fatalf("after three failures: %+v", h)
 		}
 		sameHealth(t, "stored health", get2(t, st, "p"), h)
-		a, c, ok := job.Admit(h, "job_d/1", healthPolicy(), h.OpenUntil)
+		a, c, ok := job.Admit(h, "job_d/1", "", healthPolicy(), h.OpenUntil)
 		if !ok || !a.Probe {
 			t.Fatalf("admission after the cooldown: %+v", a)
 		}
@@ -106,6 +106,52 @@ var healthTests = []test{
 			t.Fatalf("list %+v %v", all, err)
 		}
 		sameHealth(t, "listed health", all[0], forced.After())
+	}},
+	{"OwnersSharesAndBackoffsSurviveTheRoundTrip", func(t *testing.T, fresh func(*testing.T) Store) {
+		// Issue 26: what the fair share and the owner back-off keep on the
+		// provider's health (running attempts and their owners, waiting
+		// owners, tallies by owner, back-offs) is stored whole.
+		st := fresh(t)
+		ctx := context.Background()
+		at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+		p := healthPolicy()
+		p.MaxConcurrent, p.CountAdmitted = 2, true
+		save := func(c job.HealthChange) job.Health {
+			t.Helper()
+			ok, cur, err := st.SaveHealth(ctx, c)
+			if err != nil || !ok {
+				t.Fatalf("save: %v %v", ok, err)
+			}
+			sameHealth(t, "stored health", get2(t, st, "p"), cur)
+			return cur
+		}
+		h, err := st.Health(ctx, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range []string{"mallory", "bob"} {
+			_, c, changed := job.Admit(h, fmt.Sprintf("job_%d/1", i), o, p, at(1))
+			if !changed {
+				t.Fatalf("a counted admission of %s wrote nothing", o)
+			}
+			h = save(c)
+		}
+		if _, c, changed := job.Admit(h, "job_9/1", "alice", p, at(2)); changed {
+			h = save(c) // alice waits
+		}
+		if _, ok := h.Waiters["alice"]; !ok || h.HeldBy["job_0/1"] != "mallory" || len(h.Running) != 2 {
+			t.Fatalf("after the admissions: %+v", h)
+		}
+		c, _ := job.DecideHealth(h, job.HealthEvent{Kind: job.HealthSlow, Attempt: "job_0/1", Owner: "mallory"}, p, at(3))
+		h = save(c)
+		for i := range 3 {
+			c, _ := job.DecideHealth(h, job.HealthEvent{Kind: job.HealthServerError, Attempt: fmt.Sprintf("job_m%d/1", i), Owner: "mallory",
+				AnsweredBy: map[string]int{"bob": 1}, Answered: 1}, p, at(4))
+			h = save(c)
+		}
+		if h.State != job.ProviderClosed || h.Backoff["mallory"].IsZero() || h.Owners["mallory"].Failures != 4 || h.Owners["bob"].Answered != 3 {
+			t.Fatalf("after mallory's failures: %+v", h)
+		}
 	}},
 	{"AStaleChangeLosesAndHandsBackTheStored", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
