@@ -95,6 +95,31 @@ func attemptStateIn(n int, states []job.AttemptState) clause {
 	return clause{text: "#attempts.#n.#state IN (" + strings.Join(in, ", ") + ")", uses: []refs{r}}
 }
 
+// stillInFlight: every attempt the decision saw running or unknown, but
+// the one the transition itself concerns (its own clause covers it), is
+// still in that state. An outcome compares on the version, not the
+// revision, so without it an outcome decided before another attempt ended
+// would keep a settled job in the open index and its owner's slot taken
+// (issue 26); with it, such an outcome is decided again on the job as it
+// is. A job with nothing else in flight (the happy path) adds nothing.
+func stillInFlight(before job.Job, except int) clause {
+	var out []clause
+	for _, a := range before.Attempts {
+		if a.Number == except || (a.State != job.AttemptRunning && a.State != job.AttemptUnknown) {
+			continue
+		}
+		n := strconv.Itoa(a.Number)
+		out = append(out, clause{text: "#attempts.#inflight" + n + ".#state = :inflight" + n, uses: []refs{{
+			names:  nameMap("#attempts", aAttempts, "#inflight"+n, n, "#state", aState),
+			values: map[string]types.AttributeValue{":inflight" + n: avS(string(a.State))},
+		}}})
+	}
+	if len(out) == 0 {
+		return clause{}
+	}
+	return allOf(out...)
+}
+
 // ledgerAbsent: the ledger holds no copy of this attempt yet.
 func ledgerAbsent() clause {
 	return clause{text: "attribute_not_exists(#job)", uses: []refs{{names: nameMap("#job", AttrJobID)}}}
@@ -247,10 +272,19 @@ func setWaiting(before, after job.Job) part {
 	return part{}
 }
 
-// leaveOpenIndex drops the job from the sweeper's sparse by_open index: an
-// outcome closes it.
+// leaveOpenIndex drops the job from the sweeper's sparse by_open index.
 func leaveOpenIndex() part {
 	return part{remove: []string{"#open"}, uses: []refs{{names: nameMap("#open", AttrOpenShard)}}}
+}
+
+// openIndex drops the job from the by_open index with the write that ends
+// its last work in flight (job.SettlesJob): its outcome, or, for a job
+// that has one, the end of its last running or unknown attempt.
+func openIndex(before, after job.Job) part {
+	if job.SettlesJob(before, after) {
+		return leaveOpenIndex()
+	}
+	return part{}
 }
 
 // recordNotices appends the events the transition recorded (a job that

@@ -178,7 +178,7 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	if j.Primary != "" {
 		item[aPrimary] = avS(j.Primary)
 	}
-	if !j.Status.Terminal() {
+	if j.Unsettled() {
 		item[AttrOpenShard] = avS(OpenShard(j.ID))
 	}
 	if j.WriteToken != "" {

@@ -20,7 +20,8 @@ import (
 // batchGetMax is BatchGetItem's most keys per request.
 const batchGetMax = 100
 
-// ListOpen returns a page of jobs without an outcome, oldest first: the
+// ListOpen returns a page of jobs with work in flight (job.Unsettled: no
+// outcome yet, or an attempt still running or unknown), oldest first: the
 // oldest keys of each by_open shard after the cursor, merged, then the jobs themselves in batches. The index is eventually
 // consistent, so a job that ended meanwhile is left out here, and callers
 // still re-read a job before acting on it. The cursor is the sort key of the
@@ -61,7 +62,7 @@ func (s *Store) ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.
 		}
 	}
 	for _, k := range keys {
-		if j, ok := byID[k.id]; ok && !j.Status.Terminal() {
+		if j, ok := byID[k.id]; ok && j.Unsettled() {
 			page.Jobs = append(page.Jobs, j)
 		}
 	}

@@ -45,7 +45,7 @@ func waitWrite(t job.Transition, token string) jobWrite {
 func attemptWrite(t job.Transition, a job.Attempt, token string) jobWrite {
 	return jobWrite{
 		condition: revisionIs(t.Before().Revision),
-		update:    []part{stamp(t.After(), token), putAttempt(a), recordNotices(t.Before(), t.After())},
+		update:    []part{stamp(t.After(), token), putAttempt(a), recordNotices(t.Before(), t.After()), openIndex(t.Before(), t.After())},
 	}
 }
 
@@ -62,9 +62,9 @@ func dispatchedWrite(t job.Transition, token string) jobWrite {
 func completeWrite(t job.Transition, a job.Attempt, token string) jobWrite {
 	before, after := t.Before(), t.After()
 	return jobWrite{
-		condition: allOf(versionIs(before.Version), noWinnerYet(), attemptStateIn(a.Number, t.AllowedAttemptStates())),
+		condition: allOf(versionIs(before.Version), noWinnerYet(), attemptStateIn(a.Number, t.AllowedAttemptStates()), stillInFlight(before, a.Number)),
 		update: []part{stamp(after, token), putAttempt(a), setVersion(after.Version),
-			outcomeFields(before, after), leaveOpenIndex(), recordNotices(before, after)},
+			outcomeFields(before, after), openIndex(before, after), recordNotices(before, after)},
 	}
 }
 
@@ -72,8 +72,8 @@ func completeWrite(t job.Transition, a job.Attempt, token string) jobWrite {
 func failWrite(t job.Transition, token string) jobWrite {
 	before, after := t.Before(), t.After()
 	return jobWrite{
-		condition: allOf(versionIs(before.Version), noWinnerYet()),
-		update: []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), leaveOpenIndex(),
+		condition: allOf(versionIs(before.Version), noWinnerYet(), stillInFlight(before, 0)),
+		update: []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), openIndex(before, after),
 			recordNotices(before, after)},
 	}
 }
@@ -82,8 +82,8 @@ func failWrite(t job.Transition, token string) jobWrite {
 func cancelWrite(t job.Transition, token string) jobWrite {
 	before, after := t.Before(), t.After()
 	return jobWrite{
-		condition: allOf(versionIs(before.Version), noWinnerYet()),
-		update: []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), leaveOpenIndex(),
+		condition: allOf(versionIs(before.Version), noWinnerYet(), stillInFlight(before, 0)),
+		update: []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), openIndex(before, after),
 			recordNotices(before, after)},
 	}
 }

@@ -340,6 +340,29 @@ func (j Job) Blocker() (Attempt, bool) {
 	return Attempt{}, false
 }
 
+// Unsettled reports whether the job still has work in flight: it has no
+// outcome, or an attempt of it is running or unknown (a call to a provider
+// goes on, or may have, though the job was cancelled or won by another
+// attempt). Such a job stays in the sweeper's open index, its execution
+// keeps settling those attempts, and it counts against its owner's
+// unfinished jobs until its last one ends (issue 26, review H2 and H4).
+func (j Job) Unsettled() bool {
+	if !j.Status.Terminal() {
+		return true
+	}
+	for _, a := range j.Attempts {
+		if a.State == AttemptRunning || a.State == AttemptUnknown {
+			return true
+		}
+	}
+	return false
+}
+
+// SettlesJob reports whether the change from before to after ends the
+// job's last work in flight: the one write that gives its owner's
+// unfinished-job slot back.
+func SettlesJob(before, after Job) bool { return before.Unsettled() && !after.Unsettled() }
+
 // Open returns the attempts that may still produce a result.
 func (j Job) Open() []Attempt {
 	var out []Attempt

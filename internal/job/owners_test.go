@@ -1,6 +1,7 @@
 package job_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -318,5 +319,49 @@ func TestWaitReasonSaysWhoseLimitItIs(t *testing.T) {
 				t.Fatalf("plan %+v waiting %+v, want a wait for %s since %v", plan, plan.Waiting, tc.want, t0)
 			}
 		})
+	}
+}
+
+// A job has work in flight while it has no outcome or an attempt of it
+// runs or is unknown; only the change that ends the last of it settles it,
+// and a finished job's execution waits only on an unknown attempt.
+func TestUnsettled(t *testing.T) {
+	t.Parallel()
+	launched := func(t *testing.T) job.Job { return after(job.DecideLaunch(newJob(t), "p1", t0)) }
+	unknown := func(t *testing.T) job.Job { return after(job.DecideUnknown(launched(t), 1, "timed out", t0.Add(time.Second))) }
+	tests := []struct {
+		name      string
+		job       func(*testing.T) job.Job
+		unsettled bool
+		waitsOn   int // the finished job's plan waits on this attempt; 0: done (or not finished)
+	}{
+		{"pending", newJob, true, 0},
+		{"cancelled with nothing started", func(t *testing.T) job.Job { return after(job.DecideCancel(newJob(t), t0)) }, false, 0},
+		{"cancelled while its call runs", func(t *testing.T) job.Job { return after(job.DecideCancel(launched(t), t0)) }, true, 0},
+		{"cancelled while its call is unknown", func(t *testing.T) job.Job { return after(job.DecideCancel(unknown(t), t0)) }, true, 1},
+		{"succeeded", func(t *testing.T) job.Job {
+			return after(job.DecideComplete(launched(t), 1, json.RawMessage(`{}`), "", t0.Add(time.Second)))
+		}, false, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			j := tc.job(t)
+			if j.Unsettled() != tc.unsettled {
+				t.Fatalf("unsettled %v, want %v", j.Unsettled(), tc.unsettled)
+			}
+			if !j.Status.Terminal() {
+				return
+			}
+			plan := job.Next(j, job.Policy{MaxAttempts: 3}, t0.Add(time.Minute))
+			if tc.waitsOn == 0 && plan.Action != job.ActionDone || tc.waitsOn != 0 && (plan.Action != job.ActionWait || plan.Blocker != tc.waitsOn) {
+				t.Fatalf("plan %+v, want a wait on attempt %d (0: done)", plan, tc.waitsOn)
+			}
+		})
+	}
+	running := after(job.DecideCancel(launched(t), t0))
+	ended := after(job.DecideCallFailed(running, 1, job.Failure{Class: job.ClassNonRetryable, Message: "400"}, job.Call{}, t0.Add(time.Second)))
+	if !job.SettlesJob(running, ended) || job.SettlesJob(newJob(t), running) {
+		t.Fatal("SettlesJob must hold for the end of a cancelled job's last call only")
 	}
 }

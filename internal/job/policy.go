@@ -117,7 +117,7 @@ type Plan struct {
 //  7. finalize with the last error, naming the uncertified providers skipped.
 func Next(j Job, p Policy, now time.Time) Plan {
 	if j.Status.Terminal() {
-		return Plan{Action: ActionDone}
+		return settleTerminal(j, p, now)
 	}
 	open := j.Open()
 	for _, a := range open {
@@ -172,6 +172,21 @@ type HedgePlan struct {
 	// Attempt is an existing hedge that started but was never claimed (a
 	// lost reply, a redelivery), to issue again; 0 means start a new one.
 	Attempt int
+}
+
+// settleTerminal is the plan for a job with an outcome: done, unless an
+// attempt of it is unknown. That one is settled by the reconciler as any
+// other (a cancelled job's call may still run at its provider, holding
+// it), so its hold and its owner's slot end when it does. A running
+// attempt of a finished job (a hedge's loser, a call the cancel found
+// running) is left to its runner, which records its end.
+func settleTerminal(j Job, p Policy, now time.Time) Plan {
+	for _, a := range j.Attempts {
+		if a.State == AttemptUnknown {
+			return Plan{Action: ActionWait, Blocker: a.Number, Wait: p.Wait.Next(now.Sub(a.UnknownSince))}
+		}
+	}
+	return Plan{Action: ActionDone}
 }
 
 // NextHedge decides whether to hedge attempt n: only while it is still

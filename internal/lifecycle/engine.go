@@ -214,9 +214,11 @@ func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job
 			return job.Transition{}, j, err
 		}
 		if res.OK {
-			if t.Kind().Outcome() && !t.Noop() && e.counting() {
-				// The job is finished: one unfinished job fewer, once —
-				// only the write that applied the outcome gives it back.
+			if !t.Noop() && e.counting() && job.SettlesJob(t.Before(), t.After()) {
+				// The job's last work ended (its outcome, or, for a job
+				// cancelled or won while an attempt ran, that attempt's
+				// end): one unfinished job fewer, once — only the write
+				// that settles it gives the slot back (review H4).
 				e.uncount(ctx, res.Job.Owner)
 			}
 			return t, res.Job, nil

@@ -75,8 +75,9 @@ type Store interface {
 	ListAttempts(ctx context.Context, j job.Job) ([]job.Attempt, error)
 	// List returns one page of an owner's jobs, newest first.
 	List(ctx context.Context, q ListQuery) (Page, error)
-	// ListOpen returns one page of the jobs without an outcome, oldest
-	// first (eventually consistent: re-read before acting). Next is set
+	// ListOpen returns one page of the jobs with work in flight
+	// (job.Unsettled: no outcome yet, or an attempt running or unknown),
+	// oldest first (eventually consistent: re-read before acting). Next is set
 	// while more may follow; a page may hold fewer than Limit jobs (one
 	// that ended meanwhile is left out) and still have a Next.
 	ListOpen(ctx context.Context, q OpenQuery) (Page, error)

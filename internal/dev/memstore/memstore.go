@@ -105,7 +105,7 @@ func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 			j.Incarnation = r.job.Incarnation + 1
 			j.ID = job.IncarnationID(base, j.Incarnation)
 		}
-		s.jobs[base] = &record{job: clone(j), open: !j.Status.Terminal()}
+		s.jobs[base] = &record{job: clone(j), open: j.Unsettled()}
 		return j, false, nil
 	}
 	existing := clone(r.job)
@@ -213,7 +213,9 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 			c.At = c.At.UTC()
 			cur.Cancellation = &c
 		}
-		r.open = false
+	}
+	if job.SettlesJob(before, after) {
+		r.open = false // as dynamo's openIndex: the job's last work ended
 	}
 	if n := len(before.Outbox); len(after.Outbox) > n {
 		// Appended, as dynamo's list_append: a notice another write added
@@ -238,6 +240,16 @@ func holds(stored job.Job, t job.Transition) bool {
 	}
 	if stored.Version != t.Before().Version || stored.CompletedBy != 0 {
 		return false
+	}
+	// As dynamo's stillInFlight: the attempts the decision saw in flight
+	// (but its own) are still as it saw them.
+	for _, a := range t.Before().Attempts {
+		if a.Number == t.AttemptNumber() || (a.State != job.AttemptRunning && a.State != job.AttemptUnknown) {
+			continue
+		}
+		if cur, ok := stored.Attempt(a.Number); !ok || cur.State != a.State {
+			return false
+		}
 	}
 	if allowed := t.AllowedAttemptStates(); len(allowed) > 0 {
 		a, ok := stored.Attempt(t.AttemptNumber())

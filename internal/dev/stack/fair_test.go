@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
@@ -99,4 +100,103 @@ func TestOneOwnerCannotTakeTheProviders(t *testing.T) {
 	}
 	t.Logf("fair share: %d jobs of one owner hanging both providers %s; another owner's %d jobs each succeeded in %v; providers %+v",
 		heavyJobs, hang, lightJobs, took, view.Providers)
+}
+
+// Issue 26's second drill (review H2 and H4): 16 jobs of 8 owners hang on
+// both providers and are cancelled while their calls are unknown. The
+// cancel gives no slot back while the calls may run; once the providers
+// finish the work, the reconciler settles every attempt with no operator,
+// the providers hold nothing, the cancelled jobs leave the open index and
+// their owners' slots come back, and a new owner's jobs succeed.
+func TestCancelledJobsFreeTheProviders(t *testing.T) {
+	t.Parallel()
+	const (
+		owners  = 8
+		perOne  = 2
+		hang    = 15 * time.Second
+		settled = 2 * time.Minute // bounds a failure only
+	)
+	s := sharedStack(t, "cancelled", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+		DemoProviders: func(c provider.Config) provider.Config { return c }})
+	admin := newClient(t, s, "cancelled-operator", "jobs:admin")
+	slow := script{sim.DemoPrimary: {"latency_ms": hang.Milliseconds()}, sim.DemoFallback: {"latency_ms": hang.Milliseconds()}}
+	type hung struct {
+		c  *client
+		id string
+	}
+	var jobs []hung
+	for o := range owners {
+		c := newClient(t, s, fmt.Sprintf("cancelled-%d", o))
+		for k := range perOne {
+			jobs = append(jobs, hung{c, c.submit("demo", fmt.Sprintf("hung-%d", k), slow).ID})
+		}
+	}
+	for _, h := range jobs {
+		h.c.await(h.id, hang, "an unknown attempt", func(j apiclient.Job) bool { return j.Status == string(job.StatusUnknown) })
+		if code, _, body := h.c.do(http.MethodPost, "/v1/jobs/"+h.id+"/cancel", "", map[string]any{"reason": "drill"}); code != http.StatusOK {
+			t.Fatalf("cancel %s: %d %s", h.id, code, body)
+		}
+	}
+	held := func() (n int) {
+		t.Helper()
+		_, _, body := admin.do(http.MethodGet, "/v1/admin/providers", "", nil)
+		var view struct {
+			Providers []struct {
+				Held    int `json:"held"`
+				Running int `json:"running"`
+			} `json:"providers"`
+		}
+		if err := json.Unmarshal(body, &view); err != nil {
+			t.Fatalf("providers: %v %s", err, body)
+		}
+		for _, p := range view.Providers {
+			n += p.Held + p.Running
+		}
+		return n
+	}
+	if n := held(); n == 0 {
+		t.Fatal("the cancelled jobs' calls, still unknown, hold nothing")
+	}
+	// The providers finish the work; from then on the holds must end with
+	// no operator.
+	for _, p := range []string{sim.DemoPrimary, sim.DemoFallback} {
+		for _, key := range s.Sim.IdempotencyKeys(p) {
+			select {
+			case <-s.Sim.Finished(p, key):
+			case <-time.After(2 * hang):
+				t.Fatalf("%s's work on %s did not end", p, key)
+			}
+		}
+	}
+	finished := time.Now()
+	for held() > 0 {
+		if time.Since(finished) > settled {
+			t.Fatalf("%d attempts still hold the providers %s after they finished", held(), settled)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	freedIn := time.Since(finished).Round(100 * time.Millisecond)
+	for _, h := range jobs {
+		j := h.c.get(h.id)
+		if j.Status != string(job.StatusCancelled) {
+			t.Errorf("job %s is %s, want cancelled", h.id, j.Status)
+		}
+		for _, a := range h.c.attempts(h.id) {
+			if a.State == string(job.AttemptUnknown) || a.State == string(job.AttemptRunning) {
+				t.Errorf("job %s attempt %d still %s", h.id, a.Number, a.State)
+			}
+		}
+	}
+	for name, st := range s.Sim.Stats() {
+		if len(st.ExecutedMoreThanOnce) > 0 {
+			t.Errorf("%s executed attempt keys more than once: %v", name, st.ExecutedMoreThanOnce)
+		}
+	}
+	fresh := newClient(t, s, "cancelled-newcomer")
+	for i := range 3 {
+		j := fresh.submit("demo", fmt.Sprintf("after-%d", i), nil)
+		fresh.await(j.ID, settled, "succeeded", func(j apiclient.Job) bool { return j.Status == string(job.StatusSucceeded) })
+	}
+	t.Logf("cancelled jobs: %d jobs of %d owners cancelled while unknown; every hold ended %s after the providers finished, no operator",
+		len(jobs), owners, freedIn)
 }

@@ -67,10 +67,14 @@ var notificationTests = []test{
 		j = running(t, st, j, "sim-primary", at(1))
 		hedged := on(t, st).apply(job.DecideHedge(j, "sim-fallback", at(2)))
 		hedged = on(t, st).apply(job.DecideRunning(hedged, 2, at(2)))
-		// Attempt 2 completes on a read taken before attempt 1 went unknown.
+		// Attempt 2 completes on a read taken before attempt 1 went unknown:
+		// that outcome loses (an attempt it saw in flight moved: issue 26's
+		// stillInFlight) and hands back the job, and the outcome decided
+		// again keeps the notice added meanwhile.
 		stale := hedged
 		on(t, st).apply(job.DecideUnknown(hedged, 1, "timeout", at(3)))
-		done := on(t, st).apply(job.DecideComplete(stale, 2, json.RawMessage(`{"ok":true}`), "", at(4)))
+		current := on(t, st).lose(job.DecideComplete(stale, 2, json.RawMessage(`{"ok":true}`), "", at(4)))
+		done := on(t, st).apply(job.DecideComplete(current, 2, json.RawMessage(`{"ok":true}`), "", at(4)))
 		if len(done.Outbox) != 2 || done.Outbox[0].Type != job.EventAttemptUnknown || done.Outbox[1].Type != job.EventJobSucceeded {
 			t.Fatalf("outbox %+v, want attempt.unknown then job.succeeded", done.Outbox)
 		}

@@ -272,8 +272,11 @@ var applyTests = []test{
 					t.Fatalf("after %s: %+v", tc.name, got)
 				}
 				sameJob(t, "stored job", get(t, st, j.ID), got)
-				if open, err := st.ListOpen(context.Background(), lifecycle.OpenQuery{CreatedBefore: at(100), Limit: 100}); err != nil || len(open.Jobs) != 0 {
-					t.Fatalf("a job with an outcome is still open: %v err=%v", ids(open.Jobs), err)
+				// An outcome leaves the open index unless an attempt is still
+				// in flight (a cancel finds the call running: issue 26).
+				open, err := st.ListOpen(context.Background(), lifecycle.OpenQuery{CreatedBefore: at(100), Limit: 100})
+				if err != nil || (len(open.Jobs) != 0) != got.Unsettled() {
+					t.Fatalf("a job with an outcome (in flight: %v) listed open: %v err=%v", got.Unsettled(), ids(open.Jobs), err)
 				}
 			})
 		}
@@ -571,6 +574,33 @@ var listOpenTests = []test{
 		if open, err = st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(0), Limit: 100}); err != nil || len(open.Jobs) != 0 {
 			t.Fatalf("cutoff at the oldest job's creation: %v err=%v, want none", ids(open.Jobs), err)
 		}
+	}},
+	{"AFinishedJobStaysOpenWhileAnAttemptIsInFlight", func(t *testing.T, fresh func(*testing.T) Store) {
+		// Issue 26: a job cancelled while its call is unknown, or won while
+		// another attempt runs, stays in the open index until the write
+		// that ends that attempt takes it out.
+		st := fresh(t)
+		ctx := context.Background()
+		cancelled := running(t, st, createAt(t, st, "a", "cancelled-unknown", at(1)), "sim-primary", at(2))
+		cancelled = on(t, st).apply(job.DecideUnknown(cancelled, 1, "timeout", at(3)))
+		cancelled = on(t, st).apply(job.DecideCancel(cancelled, at(4)))
+		won := running(t, st, createAt(t, st, "a", "won-hedged", at(2)), "sim-primary", at(2))
+		won = on(t, st).apply(job.DecideHedge(won, "sim-fallback", at(3)))
+		won = on(t, st).apply(job.DecideRunning(won, 2, at(3)))
+		won = on(t, st).apply(job.DecideComplete(won, 2, json.RawMessage(`{}`), "", at(4)))
+		listed := func() []string {
+			t.Helper()
+			open, err := st.ListOpen(ctx, lifecycle.OpenQuery{CreatedBefore: at(10), Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ids(open.Jobs)
+		}
+		sameIDs(t, "finished with attempts in flight", listed(), []string{cancelled.ID, won.ID})
+		on(t, st).apply(job.DecideSettle(cancelled, 1, job.Verdict{Outcome: job.AttemptFailed, Evidence: "not found",
+			Failure: &job.Failure{Class: job.ClassSettled, Message: "not found"}}, nil, job.Call{}, at(5)))
+		on(t, st).apply(job.DecideComplete(won, 1, json.RawMessage(`{}`), "", at(6))) // the loser, discarded
+		sameIDs(t, "once their last attempts ended", listed(), []string{})
 	}},
 }
 
