@@ -328,7 +328,9 @@ func TestWaitReasonSaysWhoseLimitItIs(t *testing.T) {
 func TestUnsettled(t *testing.T) {
 	t.Parallel()
 	launched := func(t *testing.T) job.Job { return after(job.DecideLaunch(newJob(t), "p1", t0)) }
-	unknown := func(t *testing.T) job.Job { return after(job.DecideUnknown(launched(t), 1, "timed out", t0.Add(time.Second))) }
+	unknown := func(t *testing.T) job.Job {
+		return after(job.DecideUnknown(launched(t), 1, "timed out", t0.Add(time.Second)))
+	}
 	tests := []struct {
 		name      string
 		job       func(*testing.T) job.Job

@@ -55,6 +55,11 @@ type Breakers struct {
 type gathered struct {
 	report  job.Report
 	flushed time.Time
+	// since is when the oldest answer gathered was seen: answers older than
+	// the provider's window are dropped rather than written into the
+	// current one (review L3: hours of answers landing in one minute would
+	// hide a real outage's failure rate).
+	since time.Time
 }
 
 type cachedHealth struct {
@@ -228,11 +233,31 @@ func byOwner(r *job.Report, owner string, failures, answered int) {
 
 // gather adds to the provider's report of this process.
 func (b *Breakers) gather(provider string, add func(*job.Report)) {
+	now := b.cfg.NowFunc()
+	window := b.Policy(provider).Breaker.Window
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.reports[provider]
+	if r.report.Answered > 0 && now.Sub(r.since) > window {
+		dropAnswers(&r.report) // outside the window by now: they say nothing of it
+	}
+	if r.report.Answered == 0 {
+		r.since = now
+	}
 	add(&r.report)
 	b.reports[provider] = r
+}
+
+// dropAnswers forgets a report's answers, keeping its failures.
+func dropAnswers(r *job.Report) {
+	r.Answered = 0
+	for o, t := range r.ByOwner {
+		if t.Answered = 0; t.Failures == 0 {
+			delete(r.ByOwner, o)
+		} else {
+			r.ByOwner[o] = t
+		}
+	}
 }
 
 // flush writes the provider's gathered report when one is due: a second
@@ -245,6 +270,10 @@ func (b *Breakers) flush(ctx context.Context, provider string, h job.Health) {
 	pol := b.Policy(provider)
 	b.mu.Lock()
 	r := b.reports[provider]
+	if r.report.Answered > 0 && now.Sub(r.since) > pol.Breaker.Window {
+		dropAnswers(&r.report)
+		b.reports[provider] = r
+	}
 	failures := 0
 	for _, n := range r.report.Failures {
 		failures += n
@@ -287,6 +316,9 @@ func (b *Breakers) putBack(provider string, rep job.Report) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.reports[provider]
+	if r.report.Answered == 0 && rep.Answered > 0 {
+		r.since = b.cfg.NowFunc()
+	}
 	r.report.Answered += rep.Answered
 	for o, t := range rep.ByOwner {
 		byOwner(&r.report, o, t.Failures, t.Answered)
@@ -305,6 +337,9 @@ func (b *Breakers) putBack(provider string, rep job.Report) {
 func (b *Breakers) observeNow(ctx context.Context, provider string, h job.Health, e job.HealthEvent) {
 	b.mu.Lock()
 	r := b.reports[provider]
+	if now := b.cfg.NowFunc(); r.report.Answered > 0 && now.Sub(r.since) > b.Policy(provider).Breaker.Window {
+		dropAnswers(&r.report)
+	}
 	e.Answered, r.report.Answered = r.report.Answered, 0
 	e.AnsweredBy = map[string]int{}
 	for o, t := range r.report.ByOwner {

@@ -657,3 +657,33 @@ func (s *answersStore) SaveHealth(ctx context.Context, c job.HealthChange) (bool
 	}
 	return ok, cur, err
 }
+
+// Review L3: answers a process gathered longer ago than the provider's
+// window say nothing of the window a failure lands in: they are dropped,
+// so hours of quiet answers cannot hide an outage that starts now.
+func TestOldAnswersDoNotHideAnOutage(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	hs := &healthStore{HealthStore: r.st.Store}
+	pol := healthPolicy() // 2 failures within a minute, at least half the calls
+	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: hs, PolicyFunc: func(string) job.HealthPolicy { return pol },
+		NowFunc: r.clock.Now, FlushEvery: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 100 {
+		b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthAnswered, Attempt: fmt.Sprintf("old/%d", i), Owner: "alice"})
+	}
+	r.clock.Advance(2 * pol.Breaker.Window)
+	for i, owner := range []string{"alice", "bob"} {
+		b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthServerError, Attempt: fmt.Sprintf("new/%d", i), Owner: owner})
+	}
+	h, err := r.st.Health(ctx, primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.State != job.ProviderOpen {
+		t.Fatalf("two failures of two owners after two quiet windows: %s (%s), answered %d; want open", h.State, h.Reason, h.Answered)
+	}
+}

@@ -30,7 +30,8 @@ type SweeperConfig struct {
 	// (its name can never be used again), so there it would only spend the
 	// account's StartExecution quota, once per open job per sweep.
 	RestartRunning bool
-	// Limit bounds one sweep; 0 means 1000.
+	// Limit bounds the open jobs one sweep reads (0 means 1000); the next
+	// sweep goes on after them.
 	Limit int
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
@@ -63,6 +64,14 @@ type Sweeper struct {
 	mu  sync.Mutex
 	// purged is when the last purge ran.
 	purged time.Time
+	// cursor is where the next sweep reads the open jobs from: a sweep
+	// reads at most Limit of them and the next goes on from there, back to
+	// the oldest after the last (review M5: a backlog of old open jobs
+	// never hides a newer pending one). cycleOldest is the oldest unknown
+	// attempt seen since the cycle began, lastOldest that of the last
+	// whole cycle: the metric covers every page, not only this sweep's.
+	cursor                  string
+	cycleOldest, lastOldest time.Duration
 }
 
 // NewSweeper checks the store and starter and defaults the rest.
@@ -160,11 +169,35 @@ func (w *Sweeper) recount(ctx context.Context, now time.Time) (int, error) {
 	return repaired, nil
 }
 
+// advance moves the sweep's cursor on to next (back to the oldest after
+// the last page) and returns the oldest unknown attempt to report: the
+// oldest of this cycle so far and of the last whole one.
+func (w *Sweeper) advance(next string, oldest time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cycleOldest = max(w.cycleOldest, oldest)
+	report := max(w.cycleOldest, w.lastOldest)
+	w.cursor = next
+	if next == "" {
+		w.lastOldest, w.cycleOldest = w.cycleOldest, 0
+		report = w.lastOldest
+	}
+	return report
+}
+
 // Sweep runs once.
 func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	now := w.cfg.NowFunc()
 	log := w.cfg.Logger
-	page, err := w.cfg.Store.ListOpen(ctx, OpenQuery{CreatedBefore: now.Add(-w.cfg.Grace), Limit: w.cfg.Limit})
+	w.mu.Lock()
+	cursor := w.cursor
+	w.mu.Unlock()
+	page, err := w.cfg.Store.ListOpen(ctx, OpenQuery{CreatedBefore: now.Add(-w.cfg.Grace), Limit: w.cfg.Limit, Cursor: cursor})
+	if errors.Is(err, ErrInvalidCursor) {
+		// A position this store no longer reads (another deployment's):
+		// start again from the oldest.
+		page, err = w.cfg.Store.ListOpen(ctx, OpenQuery{CreatedBefore: now.Add(-w.cfg.Grace), Limit: w.cfg.Limit})
+	}
 	if err != nil {
 		return SweepReport{}, err
 	}
@@ -195,6 +228,7 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 			log.WarnContext(ctx, "execution_restarted", "job_id", j.ID, "job_status", string(j.Status))
 		}
 	}
+	oldest = w.advance(page.Next, oldest)
 	rep.OldestUnknownSeconds = oldest.Seconds()
 	w.cfg.Events.OldestUnknown(ctx, oldest)
 	if w.cfg.Purger != nil && w.purgeDue(now) {

@@ -132,6 +132,30 @@ func TestSweeper(t *testing.T) {
 		}
 	})
 
+	// Review M5: a sweep reads at most Limit open jobs and the next goes on
+	// after them, back to the oldest after the last; the oldest-unknown
+	// metric covers every page.
+	t.Run("LimitGoesOnNextSweep", func(t *testing.T) {
+		t.Parallel()
+		s := newSweepRig(t)
+		st := &starter{}
+		sw := s.sweeper(t, st, 2, &events{}, &testenv.SyncBuffer{})
+		var reps []lifecycle.SweepReport
+		for range 3 {
+			rep, err := sw.Sweep(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reps = append(reps, rep)
+		}
+		if want := []string{s.pending.ID, s.running.ID, s.unknown.ID, s.pending.ID, s.running.ID}; !slices.Equal(st.asked, want) {
+			t.Fatalf("asked to start %v over three sweeps, want %v", st.asked, want)
+		}
+		age := s.unknownAge.Seconds()
+		sameJSON(t, "reports", reps, []lifecycle.SweepReport{{Open: 2, Pending: 1}, {Open: 1, OldestUnknownSeconds: age},
+			{Open: 2, Pending: 1, OldestUnknownSeconds: age}})
+	})
+
 	t.Run("NothingOpen", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
