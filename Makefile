@@ -42,9 +42,13 @@ tools: node_modules/.package-lock.json
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-vet:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+vet: fmt
 	$(GO) vet ./...
+
+# gofmt alone: make test's first check, a second's work.
+.PHONY: fmt
+fmt:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 lint:
 	$(GO) run $(STATICCHECK) ./...
@@ -73,13 +77,14 @@ unit: tools
 # The steps run in this order (internal/dev/steps/run.sh),
 # which stops at the first failure and always ends with each step's wall
 # time and the slowest Go test packages, so a slow step shows in every CI log.
-# unit+prep: what only computes (the function builds and their size gate,
-# the TypeScript builds, the CLI) runs beside the unit step, whose drills
-# mostly wait; the browser tests, which start a stack of their own, run
-# after it (beside it, they starved its stacks).
-TEST_STEPS := tools python-tools vet lint lint-api unit+prep test-clients iam-check
+# unit+vet,…: what only computes (go vet, staticcheck, the API and state
+# machine linters, the function builds and their size gate, the TypeScript
+# builds, the CLI) runs beside the unit step, whose drills mostly wait; the
+# browser tests, which start a stack of their own, run after it (beside it,
+# they starved its stacks). gofmt, a second's work, runs first.
+TEST_STEPS := tools python-tools fmt unit+vet,lint,lint-api,sizes-gate,prep test-clients iam-check
 .PHONY: prep
-prep: sizes-gate client chromium console-check
+prep: client chromium console-check
 	$(GO) build -o bin/onejob ./cmd/onejob
 test:
 	@ONEJOB_UNIT_LOG=$(UNIT_LOG) MAKE="$(MAKE)" bash internal/dev/steps/run.sh $(TEST_STEPS)

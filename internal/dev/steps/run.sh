@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make test's driver: runs each make target it is given, in order, stops at
-# the first that fails ("a+b" runs a and b side by side), and always ends
+# the first that fails ("a+b,c" runs b then c beside a), and always ends
 # by printing the wall time of every
 # step it ran (and the slowest Go test packages of the unit step), so a slow
 # step is visible in every CI log. Exits with the failing step's status.
@@ -12,25 +12,36 @@ now() { date +%s.%N; }
 total0=$(now)
 rc=0
 secs_since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
-# A step "a+b" runs make a and make b side by side: b's output goes to
-# .local/<b>.log and is printed once both ended (a's streams as usual).
+# A step "a+b,c" runs make a, and beside it make b then make c: their
+# output goes to .local/beside.log and is printed once all ended (a's
+# streams as usual); each is timed on its own.
 for step in "$@"; do
 	t0=$(now)
 	if [[ $step == *"+"* ]]; then
 		main=${step%%+*} side=${step#*+}
-		side_log=.local/$side.log
 		mkdir -p .local
-		( $make --no-print-directory "$side" >"$side_log" 2>&1; echo $? >"$side_log.rc"; secs_since "$t0" >"$side_log.secs" ) &
+		side_log=.local/beside.log side_times=.local/beside.times
+		: >"$side_times"; : >"$side_log"
+		(
+			for one in ${side//,/ }; do
+				s0=$(now)
+				$make --no-print-directory "$one" >>"$side_log" 2>&1
+				code=$?
+				echo "$one $(secs_since "$s0") $code" >>"$side_times"
+				[ "$code" -eq 0 ] || break
+			done
+		) &
 		side_pid=$!
 		$make --no-print-directory "$main"
 		rc=$?
 		names+=("$main") secs+=("$(secs_since "$t0")") codes+=("$rc")
 		wait "$side_pid"
-		echo "---- make $side (ran beside $main) ----"
+		echo "---- ${side//,/, } (ran beside $main) ----"
 		cat "$side_log"
-		side_rc=$(cat "$side_log.rc")
-		names+=("$side (beside)") secs+=("$(cat "$side_log.secs")") codes+=("$side_rc")
-		[ "$rc" -eq 0 ] && rc=$side_rc
+		while read -r one took code; do
+			names+=("$one (beside)") secs+=("$took") codes+=("$code")
+			[ "$rc" -eq 0 ] && rc=$code
+		done <"$side_times"
 	else
 		$make --no-print-directory "$step"
 		rc=$?
@@ -47,7 +58,7 @@ for i in "${!names[@]}"; do
 	printf '  %-24s %8s s  %s\n' "${names[$i]}" "${secs[$i]}" "$st"
 done
 for step in "$@"; do
-	for one in ${step//+/ }; do
+	for one in $(tr '+,' '  ' <<<"$step"); do
 		case " ${names[*]} " in *" $one "*) ;; *) printf '  %-24s %8s    not run\n' "$one" "-" ;; esac
 	done
 done
