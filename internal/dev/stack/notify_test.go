@@ -289,10 +289,22 @@ func TestGoneDisablesTheEndpoint(t *testing.T) {
 		ds := c.deliveries(first.ID)
 		return len(ds.Deliveries) == 1 && ds.Deliveries[0].State == "endpoint_disabled"
 	})
-	code, _, body := c.do(http.MethodGet, "/v1/webhook-endpoints/"+e.ID, "", nil)
-	var got endpoint
-	if err := json.Unmarshal(body, &got); err != nil || code != http.StatusOK || got.DisabledReason != "gone" {
-		t.Fatalf("endpoint: %d %s", code, body)
+	// The sender records the try, then disables the endpoint: two writes,
+	// so the endpoint is awaited (seen flaking on a loaded machine).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _, body := c.do(http.MethodGet, "/v1/webhook-endpoints/"+e.ID, "", nil)
+		var got endpoint
+		if err := json.Unmarshal(body, &got); err != nil || code != http.StatusOK {
+			t.Fatalf("endpoint: %d %s", code, body)
+		}
+		if got.DisabledReason == "gone" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("endpoint not disabled within 10 s of its 410: %s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	// The next job ends and is dispatched (its outbox emptied), with no
 	// delivery to the disabled endpoint.
