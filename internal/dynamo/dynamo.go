@@ -143,14 +143,11 @@ func (s *Store) item(ctx context.Context, id string) (job.Job, error) {
 // followed by another incarnation of its key, is not found, whether or not
 // DynamoDB has deleted it yet.
 func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
-	j, err := s.item(ctx, id)
-	if err != nil {
-		return job.Job{}, err
-	}
-	if j.ID != id || j.Expired(s.now()) {
+	j, err := s.Current(ctx, id)
+	if err == nil && j.ID != id {
 		return job.Job{}, job.ErrNotFound
 	}
-	return j, nil
+	return j, err
 }
 
 // Current reads the live incarnation of id's key (lifecycle.Store).

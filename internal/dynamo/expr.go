@@ -105,7 +105,7 @@ func attemptStateIn(n int, states []job.AttemptState) clause {
 func stillInFlight(before job.Job, except int) clause {
 	var out []clause
 	for _, a := range before.Attempts {
-		if a.Number == except || (a.State != job.AttemptRunning && a.State != job.AttemptUnknown) {
+		if a.Number == except || !a.State.InFlight() {
 			continue
 		}
 		n := strconv.Itoa(a.Number)

@@ -185,19 +185,7 @@ func encodeStrings(m map[string]string) types.AttributeValue {
 }
 
 func (d *decoder) strings(name string) map[string]string {
-	v, ok := d.m[name].(*types.AttributeValueMemberM)
-	if !ok || len(v.Value) == 0 {
-		return nil
-	}
-	sub := decoder{m: v.Value}
-	out := make(map[string]string, len(v.Value))
-	for k := range v.Value {
-		out[k] = sub.str(k, true)
-	}
-	if sub.err != nil && d.err == nil {
-		d.err = sub.err
-	}
-	return out
+	return decodeMap(d, name, func(sub *decoder, k string) string { return sub.str(k, true) })
 }
 
 // encodeTallies: owner -> {f: failures, a: answered}; bounded by
@@ -233,14 +221,20 @@ func (d *decoder) tallies(name string) map[string]job.OwnerTally {
 }
 
 func (d *decoder) times(name string) map[string]time.Time {
+	return decodeMap(d, name, func(sub *decoder, k string) time.Time { return sub.time(k, true) })
+}
+
+// decodeMap reads a map attribute whose entries decode alike; a bad entry
+// fails the decoder.
+func decodeMap[T any](d *decoder, name string, entry func(sub *decoder, k string) T) map[string]T {
 	v, ok := d.m[name].(*types.AttributeValueMemberM)
 	if !ok || len(v.Value) == 0 {
 		return nil
 	}
 	sub := decoder{m: v.Value}
-	out := make(map[string]time.Time, len(v.Value))
+	out := make(map[string]T, len(v.Value))
 	for k := range v.Value {
-		out[k] = sub.time(k, true)
+		out[k] = entry(&sub, k)
 	}
 	if sub.err != nil && d.err == nil {
 		d.err = sub.err

@@ -664,15 +664,13 @@ func (h Health) fairShare(owner string, p HealthPolicy, now time.Time) (share, h
 	active := map[string]bool{owner: true}
 	for _, o := range h.HeldBy {
 		active[o] = true
+		if o == owner {
+			holds++
+		}
 	}
 	for o, at := range h.Waiters {
 		if now.Sub(at) < WaiterFresh {
 			active[o] = true
-		}
-	}
-	for _, o := range h.HeldBy {
-		if o == owner {
-			holds++
 		}
 	}
 	return max(1, p.MaxConcurrent/len(active)), holds, len(active)
@@ -709,13 +707,13 @@ func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Adm
 	switch {
 	case owner != "" && free > 0 && free <= p.Reserved() && holds >= reserveLimit(share, active, p):
 		return Admission{Reason: fmt.Sprintf("fair share: this owner holds %d attempts; the last %d of max_concurrent %d are kept for owners under their share",
-			holds, p.Reserved(), p.MaxConcurrent), RetryAt: shareRetry(h, owner, p, now), Share: true}, HealthChange{}, false
+			holds, p.Reserved(), p.MaxConcurrent), RetryAt: holdsRetry(h, owner, p, now), Share: true}, HealthChange{}, false
 	case owner != "" && holds >= share && waiting > 0 && free <= waiting:
 		return Admission{Reason: fmt.Sprintf("fair share: this owner holds %d of its %d attempts (max_concurrent %d) while %d other owner(s) wait",
-			holds, share, p.MaxConcurrent, waiting), RetryAt: shareRetry(h, owner, p, now), Share: true}, HealthChange{}, false
+			holds, share, p.MaxConcurrent, waiting), RetryAt: holdsRetry(h, owner, p, now), Share: true}, HealthChange{}, false
 	case free <= 0:
 		a := Admission{Reason: fmt.Sprintf("at capacity: %d attempts hold it (max_concurrent %d)", len(h.Held)+len(h.Running), p.MaxConcurrent),
-			RetryAt: capacityRetry(h, p, now)}
+			RetryAt: holdsRetry(h, "", p, now)}
 		if owner == "" || holds >= share {
 			return a, HealthChange{}, false
 		}
@@ -755,16 +753,6 @@ func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Adm
 	return Admission{Allowed: true}, healthChange(h, after, now), true
 }
 
-// capacityRetry is when a full bulkhead may have room: a second from now
-// while admitted calls run (they end at any moment), else when the oldest
-// held attempt has been slow for another slow bound.
-func capacityRetry(h Health, p HealthPolicy, now time.Time) time.Time {
-	if len(h.Running) > 0 {
-		return now.Add(time.Second)
-	}
-	return oldestHeld(h.Held).Add(p.SlowCallAfter)
-}
-
 // reserveLimit is the most an owner may hold and still take a reserved
 // slot: its share among the owners active, or alone, the share it would
 // have beside a newcomer.
@@ -775,25 +763,20 @@ func reserveLimit(share, owners int, p HealthPolicy) int {
 	return max(1, p.MaxConcurrent/2)
 }
 
-// shareRetry is when an owner over its share may find room: a second
-// from now while admitted calls run, else when its oldest held attempt
-// has been slow for another slow bound.
-func shareRetry(h Health, owner string, p HealthPolicy, now time.Time) time.Time {
+// holdsRetry is when the holds of owner ("": of anyone) may leave room:
+// a second from now while admitted calls run (they end at any moment),
+// else when the oldest of those held has been slow for another slow bound.
+func holdsRetry(h Health, owner string, p HealthPolicy, now time.Time) time.Time {
 	if len(h.Running) > 0 {
 		return now.Add(time.Second)
 	}
-	return oldestHeldBy(h, owner).Add(p.SlowCallAfter)
-}
-
-// oldestHeldBy is when the owner's oldest held attempt began holding.
-func oldestHeldBy(h Health, owner string) time.Time {
 	var oldest time.Time
-	for k, o := range h.HeldBy {
-		if t := h.holdSince(k); o == owner && (oldest.IsZero() || t.Before(oldest)) {
+	for k, t := range h.Held {
+		if (owner == "" || h.HeldBy[k] == owner) && (oldest.IsZero() || t.Before(oldest)) {
 			oldest = t
 		}
 	}
-	return oldest
+	return oldest.Add(p.SlowCallAfter)
 }
 
 // Available is Admit without deciding anything: whether the provider would
@@ -805,16 +788,6 @@ func Available(h Health, owner string, p HealthPolicy, now time.Time) Admission 
 		a = Admission{Allowed: true, Probe: true}
 	}
 	return a
-}
-
-func oldestHeld(held map[string]time.Time) time.Time {
-	var oldest time.Time
-	for _, t := range held {
-		if oldest.IsZero() || t.Before(oldest) {
-			oldest = t
-		}
-	}
-	return oldest
 }
 
 // DecideForce sets or lifts an operator's override: state open or closed
@@ -844,18 +817,14 @@ func DecideForce(h Health, state ProviderState, by, reason string, now time.Time
 	return healthChange(h, after, now), nil
 }
 
-// holdSince is when attempt key began holding the provider (held or
-// running).
-func (h Health) holdSince(key string) time.Time {
+// HoldSince is when attempt key began holding the provider (held or
+// running); zero when it holds nothing.
+func (h Health) HoldSince(key string) time.Time {
 	if t, ok := h.Held[key]; ok {
 		return t
 	}
 	return h.Running[key]
 }
-
-// HoldSince is when attempt key began holding the provider (held or
-// running); zero when it holds nothing.
-func (h Health) HoldSince(key string) time.Time { return h.holdSince(key) }
 
 // HeldKeys lists the attempts holding the provider (held or running),
 // oldest first.
@@ -863,7 +832,7 @@ func (h Health) HeldKeys() []string {
 	keys := slices.Collect(maps.Keys(h.Held))
 	keys = append(keys, slices.Collect(maps.Keys(h.Running))...)
 	sort.Slice(keys, func(i, k int) bool {
-		a, b := h.holdSince(keys[i]), h.holdSince(keys[k])
+		a, b := h.HoldSince(keys[i]), h.HoldSince(keys[k])
 		if !a.Equal(b) {
 			return a.Before(b)
 		}

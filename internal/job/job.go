@@ -2,6 +2,7 @@ package job
 
 import (
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -350,12 +351,7 @@ func (j Job) Unsettled() bool {
 	if !j.Status.Terminal() {
 		return true
 	}
-	for _, a := range j.Attempts {
-		if a.State == AttemptRunning || a.State == AttemptUnknown {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(j.Attempts, func(a Attempt) bool { return a.State.InFlight() })
 }
 
 // SettlesJob reports whether the change from before to after ends the

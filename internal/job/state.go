@@ -103,6 +103,11 @@ func CanTransition(from, to AttemptState) bool {
 // still be producing side effects.
 func (s AttemptState) Blocking() bool { return s == AttemptStarting || s == AttemptUnknown }
 
+// InFlight reports whether an attempt in this state may still be at work
+// at its provider: running, or unknown. (A starting attempt never called
+// it.)
+func (s AttemptState) InFlight() bool { return s == AttemptRunning || s == AttemptUnknown }
+
 // Open reports whether the attempt may still produce a result.
 func (s AttemptState) Open() bool {
 	return s == AttemptStarting || s == AttemptRunning || s == AttemptUnknown

@@ -238,14 +238,32 @@ func (b *Breakers) gather(provider string, add func(*job.Report)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.reports[provider]
-	if r.report.Answered > 0 && now.Sub(r.since) > window {
-		dropAnswers(&r.report) // outside the window by now: they say nothing of it
-	}
+	r.expire(now, window)
 	if r.report.Answered == 0 {
 		r.since = now
 	}
 	add(&r.report)
 	b.reports[provider] = r
+}
+
+// expire drops the answers gathered longer ago than window: they say
+// nothing of the window a write lands in (review L3).
+func (g *gathered) expire(now time.Time, window time.Duration) {
+	if g.report.Answered > 0 && now.Sub(g.since) > window {
+		dropAnswers(&g.report)
+	}
+}
+
+// takeAnswers moves a report's answers out of it, keeping its failures.
+func takeAnswers(r *job.Report) job.Report {
+	out := job.Report{Answered: r.Answered}
+	for o, t := range r.ByOwner {
+		if t.Answered > 0 {
+			byOwner(&out, o, 0, t.Answered)
+		}
+	}
+	dropAnswers(r)
+	return out
 }
 
 // dropAnswers forgets a report's answers, keeping its failures.
@@ -270,10 +288,8 @@ func (b *Breakers) flush(ctx context.Context, provider string, h job.Health) {
 	pol := b.Policy(provider)
 	b.mu.Lock()
 	r := b.reports[provider]
-	if r.report.Answered > 0 && now.Sub(r.since) > pol.Breaker.Window {
-		dropAnswers(&r.report)
-		b.reports[provider] = r
-	}
+	r.expire(now, pol.Breaker.Window)
+	b.reports[provider] = r
 	failures := 0
 	for _, n := range r.report.Failures {
 		failures += n
@@ -337,24 +353,14 @@ func (b *Breakers) putBack(provider string, rep job.Report) {
 func (b *Breakers) observeNow(ctx context.Context, provider string, h job.Health, e job.HealthEvent) {
 	b.mu.Lock()
 	r := b.reports[provider]
-	if now := b.cfg.NowFunc(); r.report.Answered > 0 && now.Sub(r.since) > b.Policy(provider).Breaker.Window {
-		dropAnswers(&r.report)
-	}
-	e.Answered, r.report.Answered = r.report.Answered, 0
-	e.AnsweredBy = map[string]int{}
-	for o, t := range r.report.ByOwner {
-		if t.Answered > 0 {
-			e.AnsweredBy[o] = t.Answered
-			t.Answered = 0
-			r.report.ByOwner[o] = t
-		}
-	}
+	r.expire(b.cfg.NowFunc(), b.Policy(provider).Breaker.Window)
+	// Answers not written are gathered again (unwritten).
+	unwritten := takeAnswers(&r.report)
 	b.reports[provider] = r
 	b.mu.Unlock()
-	// Answers not written are gathered again.
-	unwritten := job.Report{Answered: e.Answered}
-	for o, n := range e.AnsweredBy {
-		byOwner(&unwritten, o, 0, n)
+	e.Answered, e.AnsweredBy = unwritten.Answered, map[string]int{}
+	for o, t := range unwritten.ByOwner {
+		e.AnsweredBy[o] = t.Answered
 	}
 	var err error
 	for range maxHealthRounds {

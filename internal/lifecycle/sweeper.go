@@ -192,11 +192,13 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	w.mu.Lock()
 	cursor := w.cursor
 	w.mu.Unlock()
-	page, err := w.cfg.Store.ListOpen(ctx, OpenQuery{CreatedBefore: now.Add(-w.cfg.Grace), Limit: w.cfg.Limit, Cursor: cursor})
+	q := OpenQuery{CreatedBefore: now.Add(-w.cfg.Grace), Limit: w.cfg.Limit, Cursor: cursor}
+	page, err := w.cfg.Store.ListOpen(ctx, q)
 	if errors.Is(err, ErrInvalidCursor) {
 		// A position this store no longer reads (another deployment's):
 		// start again from the oldest.
-		page, err = w.cfg.Store.ListOpen(ctx, OpenQuery{CreatedBefore: now.Add(-w.cfg.Grace), Limit: w.cfg.Limit})
+		q.Cursor = ""
+		page, err = w.cfg.Store.ListOpen(ctx, q)
 	}
 	if err != nil {
 		return SweepReport{}, err

@@ -118,19 +118,14 @@ func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 	return existing, true, nil
 }
 
-// Get returns the job; job.ErrNotFound when absent.
+// Get returns the job; job.ErrNotFound when absent (or when its key's live
+// job is another incarnation).
 func (s *Store) Get(ctx context.Context, id string) (job.Job, error) {
-	if err := ctx.Err(); err != nil {
-		return job.Job{}, err
-	}
-	base, _ := job.ItemKey(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.jobs[base]
-	if !ok || r.job.ID != id || r.job.Expired(s.now()) {
+	j, err := s.Current(ctx, id)
+	if err == nil && j.ID != id {
 		return job.Job{}, job.ErrNotFound
 	}
-	return clone(r.job), nil
+	return j, err
 }
 
 // Current reads the live incarnation of id's key, as dynamo.Store does.
@@ -244,7 +239,7 @@ func holds(stored job.Job, t job.Transition) bool {
 	// As dynamo's stillInFlight: the attempts the decision saw in flight
 	// (but its own) are still as it saw them.
 	for _, a := range t.Before().Attempts {
-		if a.Number == t.AttemptNumber() || (a.State != job.AttemptRunning && a.State != job.AttemptUnknown) {
+		if a.Number == t.AttemptNumber() || !a.State.InFlight() {
 			continue
 		}
 		if cur, ok := stored.Attempt(a.Number); !ok || cur.State != a.State {
