@@ -18,6 +18,9 @@ var harness ddbtest.Harness
 
 func TestMain(m *testing.M) {
 	code := harness.Run(m)
+	if code != 0 {
+		apiStack.printErrors(os.Stderr)
+	}
 	apiStack.close()
 	os.Exit(code)
 }

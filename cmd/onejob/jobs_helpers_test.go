@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -45,6 +46,19 @@ func (l *sharedStack) get(t *testing.T) *stack.Stack {
 		t.Fatalf("start the local stack: %v", l.err)
 	}
 	return l.s
+}
+
+// printErrors writes the stack's last error logs: a failed CLI test shows
+// a problem's request_id, and this is where that request's cause is.
+func (l *sharedStack) printErrors(w io.Writer) {
+	var errs []string
+	for line := range strings.Lines(l.logs.String()) {
+		if strings.Contains(line, `"level":"ERROR"`) {
+			errs = append(errs, line)
+		}
+	}
+	errs = errs[max(0, len(errs)-20):]
+	fmt.Fprintf(w, "the shared stack's last %d error logs:\n%s", len(errs), strings.Join(errs, ""))
 }
 
 func (l *sharedStack) close() {

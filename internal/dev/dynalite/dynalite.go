@@ -67,25 +67,27 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Port == 0 {
-		if o.Port, err = testenv.FreePort(); err != nil {
-			return nil, err
-		}
+	// dynalite serves on a socket bound here (fd 3): see testenv.Socket.
+	sock, port, err := testenv.Socket(o.Port)
+	if err != nil {
+		return nil, fmt.Errorf("dynalite: listen: %w", err)
 	}
+	defer sock.Close() // the child holds its own copy once started
 	// --expose-gc lets POST /control/gc collect before a memory reading.
-	args := []string{"--expose-gc", script, "--host", "127.0.0.1", "--port", strconv.Itoa(o.Port),
+	args := []string{"--expose-gc", script, "--fd", "3", "--host", "127.0.0.1",
 		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}
 	if o.Path != "" {
 		args = append(args, "--path", o.Path)
 	}
 	cmd := exec.Command(node, args...)
+	cmd.ExtraFiles = []*os.File{sock}
 	cmd.Stdout, cmd.Stderr = o.Stderr, o.Stderr
 	// If this process dies, so does the server: no orphans after a test panic.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(o.Port), done: make(chan struct{})}
+	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(time.Minute) // a liveness bound: generous on a loaded machine
 	for {

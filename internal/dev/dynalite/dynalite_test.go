@@ -2,6 +2,10 @@ package dynalite_test
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -133,5 +137,36 @@ func createTable(t *testing.T, db *dynamodb.Client, name string) {
 		o.MinDelay = 20 * time.Millisecond
 	}).Wait(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(name)}, time.Minute); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A server must serve on its own port or fail: one that lost its port to
+// another server used to exit while its readiness probe reached the other
+// one, and the caller then talked to a stranger's dynalite until that one
+// stopped (a flaky CI run's 503s). Here the port is taken by a server that
+// answers like a dynalite would not: Start must refuse it, and a Start on
+// a free port must serve from its own process.
+func TestStartServesOnItsOwnPort(t *testing.T) {
+	t.Parallel()
+	stranger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "someone else")
+	}))
+	t.Cleanup(stranger.Close)
+	taken := stranger.Listener.Addr().(*net.TCPAddr).Port
+	if srv, err := dynalite.Start(t.Context(), dynalite.Options{Port: taken}); err == nil {
+		_ = srv.Close()
+		t.Fatalf("Start on port %d, held by another server, succeeded", taken)
+	}
+
+	srv, err := dynalite.Start(t.Context(), dynalite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := dynalite.NewClient(srv.Endpoint())
+	createTable(t, db, "mine")
+	_ = srv.Kill()
+	// Its tables went with its process: nothing else answers there.
+	if _, err := db.ListTables(t.Context(), &dynamodb.ListTablesInput{}); err == nil {
+		t.Fatalf("%s still answers after its dynalite was killed", srv.Endpoint())
 	}
 }

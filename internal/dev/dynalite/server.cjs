@@ -1,5 +1,5 @@
 // Starts dynalite (node_modules/dynalite/cli.js, with the same arguments)
-// with one fix and one addition.
+// with one fix and one addition, and optionally on a socket it is given.
 //
 // The fix: dynalite 4.0.0 stops a LevelDB iterator early — every Query or
 // Scan that ends at its Limit or at 1 MB, such as each page of a listing —
@@ -68,4 +68,14 @@ async function settle() {
   await db.compactRange(Buffer.alloc(0), Buffer.alloc(8, 0xff), { keyEncoding: 'buffer' });
 }
 
-require('dynalite/cli.js');
+// With --fd N, serve on the listening socket the parent bound and passed
+// (so its port cannot be taken by another server between being chosen and
+// being bound); otherwise start as dynalite's own cli.js does.
+const argv = fromDynalite('minimist')(process.argv.slice(2));
+if (argv.fd === undefined) {
+  require('dynalite/cli.js');
+} else {
+  const server = require('dynalite')(argv).listen({ fd: Number(argv.fd) }, () => {
+    console.log('Dynalite listening at: http://%s:%s', argv.host || 'localhost', server.address().port);
+  });
+}

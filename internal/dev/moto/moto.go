@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -40,11 +41,18 @@ func Start(ctx context.Context, out io.Writer) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := testenv.FreePort()
+	// moto_server serves on a socket bound here (testenv.Socket), through
+	// werkzeug's own hand-over of a listening socket (run_simple takes
+	// WERKZEUG_SERVER_FD when WERKZEUG_RUN_MAIN is "true"; moto runs no
+	// reloader, so nothing else changes).
+	sock, port, err := testenv.Socket(0)
 	if err != nil {
 		return nil, err
 	}
+	defer sock.Close() // the child holds its own copy once started
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
+	cmd.ExtraFiles = []*os.File{sock}
+	cmd.Env = append(os.Environ(), "WERKZEUG_RUN_MAIN=true", "WERKZEUG_SERVER_FD=3")
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, and it dies with this process: no orphans.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

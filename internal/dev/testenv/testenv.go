@@ -75,7 +75,28 @@ func Path(tb TB, elem ...string) string {
 	return filepath.Join(append([]string{MustRoot(tb)}, elem...)...)
 }
 
-// FreePort asks the kernel for an unused loopback port.
+// Socket binds a loopback listening socket (port 0: any free one) for a
+// child process to serve on, and returns it as a file to pass in
+// exec.Cmd.ExtraFiles, with its port. A child given its socket cannot lose
+// its port to another server between the port being chosen and bound, as
+// one given only a FreePort number can: it would then exit while a
+// readiness probe reached the other server. The caller closes the file
+// once the child has started.
+func Socket(port int) (*os.File, int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer ln.Close() // the file is a duplicate: the socket stays open
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreePort asks the kernel for an unused loopback port: for addresses no
+// server will take (a child process to serve is given a Socket instead).
 func FreePort() (int, error) {
 	ports, err := FreePorts(1)
 	if err != nil {
