@@ -30,7 +30,7 @@ import (
 //
 //	onejob run [--data .local/dynalite] [--table-prefix onejob-local] [--duplicate-delivery] [--log FILE]
 //	           [--sweep-interval 10s] [--overdue-grace 0] [--idle-timeout 30s] [--keep-executions 1000]
-//	           [--breakers on|off] [--notify-interval 250ms]
+//	           [--breakers on|off] [--notify-interval 250ms] [--demo-rate 60/1m]
 //
 // AWS_ENDPOINT_URL_DYNAMODB points it at a DynamoDB already running
 // (DynamoDB Local, LocalStack, moto) instead of the dynalite it starts;
@@ -49,6 +49,7 @@ func runCommand(ctx context.Context, args []string) error {
 	keep := fs.Int("keep-executions", 0, "closed executions the local Step Functions server keeps whole, history included (0: its default, 1000)")
 	notify := fs.Duration("notify-interval", 250*time.Millisecond, "how often the notifier looks for webhook deliveries to make (0 disables it)")
 	breakers := fs.String("breakers", "on", "the demo providers' circuit breakers: on, or off (they never open nor fill: for drills that script provider failures)")
+	rate := fs.String("demo-rate", "", "declare this rate_limit on both demo providers, as REQUESTS/PERIOD (60/1m): the rate drill")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,6 +60,22 @@ func runCommand(ctx context.Context, args []string) error {
 		demoProviders = stack.BreakersNeverAct
 	default:
 		return fmt.Errorf("--breakers %q: want on or off", *breakers)
+	}
+	if *rate != "" {
+		limit, err := parseDemoRate(*rate)
+		if err != nil {
+			return err
+		}
+		before := demoProviders
+		demoProviders = func(c provider.Config) provider.Config {
+			if before != nil {
+				c = before(c)
+			}
+			for i := range c.Providers {
+				c.Providers[i].RateLimit = &limit
+			}
+			return c
+		}
 	}
 	settings := apigwlocal.LocalSettingsFromEnv(os.Getenv)
 	var logOut io.Writer = os.Stderr
@@ -337,4 +354,14 @@ func providersText(l localAWS, cat *jobtype.Catalog) string {
 		fmt.Fprintf(&b, "\n                  %s (%s, from %s): %s", p.Name, p.Kind, l.providersFrom, used)
 	}
 	return b.String()
+}
+
+// parseDemoRate reads --demo-rate: REQUESTS/PERIOD, such as 60/1m.
+func parseDemoRate(v string) (provider.RateLimitConfig, error) {
+	n, per, ok := strings.Cut(v, "/")
+	requests, err := strconv.Atoi(n)
+	if d, perr := time.ParseDuration(per); !ok || err != nil || perr != nil || requests < 1 || d <= 0 {
+		return provider.RateLimitConfig{}, fmt.Errorf("--demo-rate %q: want REQUESTS/PERIOD, such as 60/1m", v)
+	}
+	return provider.RateLimitConfig{Requests: requests, Per: per}, nil
 }

@@ -241,3 +241,29 @@ func TestRunOnAnyLocalAWS(t *testing.T) {
 		}
 	})
 }
+
+func TestParseDemoRate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"60/1m", 60, true},
+		{"6/2s", 6, true},
+		{"60", 0, false},
+		{"0/1m", 0, false},
+		{"60/minute", 0, false},
+		{"-1/1m", 0, false},
+		{"60/0s", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseDemoRate(tc.in)
+			if (err == nil) != tc.ok || got.Requests != tc.want {
+				t.Fatalf("parseDemoRate(%q) = %+v, %v; want %d ok=%v", tc.in, got, err, tc.want, tc.ok)
+			}
+		})
+	}
+}

@@ -54,6 +54,8 @@ type providerView struct {
 	Running         int            `json:"running"`
 	BackingOff      []backoffView  `json:"backing_off"`
 	Waiting         []string       `json:"waiting"`
+	RateWaiting     []string       `json:"rate_waiting"`
+	PausedUntil     string         `json:"paused_until,omitempty"`
 	Probes          int            `json:"probes"`
 	Opened          int            `json:"opened"`
 	Forced          *forcedView    `json:"forced,omitempty"`
@@ -87,6 +89,8 @@ func viewProvider(h job.Health) providerView {
 		v.BackingOff = append(v.BackingOff, backoffView{Owner: o, Until: timeView(h.Backoff[o]), Failures: h.Owners[o].Failures})
 	}
 	v.Waiting = append(v.Waiting, slices.Sorted(maps.Keys(h.Waiters))...)
+	v.RateWaiting = append([]string{}, slices.Sorted(maps.Keys(h.RateWaiters))...)
+	v.PausedUntil = timeView(h.PausedUntil)
 	for k, n := range h.Failures {
 		v.Failures[string(k)] = n
 	}

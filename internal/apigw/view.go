@@ -132,6 +132,8 @@ func classMessage(c job.Class) string {
 		return "settled by an operator"
 	case job.ClassUnavailable:
 		return "no provider took the job in time: their circuit breakers stayed open"
+	case job.ClassRateLimited:
+		return "the provider was at its rate limit and did not act on the request"
 	case job.ClassSettled:
 		return "settled automatically: the provider has no trace of the request, or its deadline passed"
 	}

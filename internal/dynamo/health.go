@@ -3,8 +3,10 @@ package dynamo
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -44,6 +46,9 @@ const (
 	hRunning     = "running"
 	hHeldBy      = "held_by"
 	hWaiters     = "waiters"
+	hRate        = "rate"
+	hRateWaiters = "rate_waiters"
+	hPausedUntil = "paused_until"
 	hOwnerFail   = "f"
 	hOwnerAns    = "a"
 )
@@ -160,10 +165,14 @@ func encodeHealth(h job.Health) map[string]types.AttributeValue {
 		hRunning:     encodeTimes(h.Running),
 		hHeldBy:      encodeStrings(h.HeldBy),
 		hWaiters:     encodeTimes(h.Waiters),
+		hRateWaiters: encodeTimes(h.RateWaiters),
 		aUpdatedAt:   avT(h.UpdatedAt),
 		aRevision:    avN(h.Revision),
 	}
-	for name, t := range map[string]time.Time{hSince: h.Since, hWindowStart: h.WindowStart, hOpenUntil: h.OpenUntil} {
+	if len(h.Rate) > 0 {
+		item[hRate] = encodeRate(h.Rate)
+	}
+	for name, t := range map[string]time.Time{hSince: h.Since, hWindowStart: h.WindowStart, hOpenUntil: h.OpenUntil, hPausedUntil: h.PausedUntil} {
 		if !t.IsZero() {
 			item[name] = avT(t)
 		}
@@ -220,6 +229,50 @@ func (d *decoder) tallies(name string) map[string]job.OwnerTally {
 	return out
 }
 
+// encodeRate: slot start (Unix milliseconds) -> "o"+owner -> requests. The
+// prefix keeps the no-owner count ("") a valid map key; the slots and
+// owners are bounded (job.RateSlots, job.MaxTrackedOwners).
+func encodeRate(slots []job.RateSlot) types.AttributeValue {
+	out := make(map[string]types.AttributeValue, len(slots))
+	for _, s := range slots {
+		by := make(map[string]types.AttributeValue, len(s.ByOwner))
+		for o, n := range s.ByOwner {
+			by["o"+o] = avN(int64(n))
+		}
+		out[strconv.FormatInt(s.Start.UnixMilli(), 10)] = &types.AttributeValueMemberM{Value: by}
+	}
+	return &types.AttributeValueMemberM{Value: out}
+}
+
+func (d *decoder) rate(name string) []job.RateSlot {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok || len(v.Value) == 0 {
+		return nil
+	}
+	out := make([]job.RateSlot, 0, len(v.Value))
+	for k, sv := range v.Value {
+		ms, err := strconv.ParseInt(k, 10, 64)
+		m, ok := sv.(*types.AttributeValueMemberM)
+		if err != nil || !ok {
+			d.fail(name)
+			continue
+		}
+		slot := job.RateSlot{Start: time.UnixMilli(ms).UTC(), ByOwner: make(map[string]int, len(m.Value))}
+		for o, nv := range m.Value {
+			n, ok := nv.(*types.AttributeValueMemberN)
+			x, err := strconv.Atoi(valueOf(n, ok))
+			if !ok || err != nil || !strings.HasPrefix(o, "o") {
+				d.fail(name)
+				continue
+			}
+			slot.ByOwner[o[1:]] = x
+		}
+		out = append(out, slot)
+	}
+	slices.SortFunc(out, func(a, b job.RateSlot) int { return a.Start.Compare(b.Start) })
+	return out
+}
+
 func (d *decoder) times(name string) map[string]time.Time {
 	return decodeMap(d, name, func(sub *decoder, k string) time.Time { return sub.time(k, true) })
 }
@@ -265,6 +318,9 @@ func decodeHealth(item map[string]types.AttributeValue) (job.Health, error) {
 		Running:          d.times(hRunning),
 		HeldBy:           d.strings(hHeldBy),
 		Waiters:          d.times(hWaiters),
+		RateWaiters:      d.times(hRateWaiters),
+		Rate:             d.rate(hRate),
+		PausedUntil:      d.time(hPausedUntil, false),
 		UpdatedAt:        d.time(aUpdatedAt, true),
 		Revision:         d.num(aRevision, true),
 	}

@@ -46,7 +46,7 @@ func ProviderStates() []ProviderState {
 // HealthEventKind is what an attempt saw of its provider.
 type HealthEventKind string
 
-// What attempts report. The first five count as failures.
+// What attempts report. FailureKinds count as failures; a 429 does not.
 const (
 	// HealthUnknown: a call ended without an answer after it was sent
 	// (ambiguous): the provider may still act.
@@ -56,7 +56,12 @@ const (
 	// HealthTransport: the call failed before the provider could act
 	// (connection refused or reset before sending).
 	HealthTransport HealthEventKind = "transport"
-	// HealthRateLimited: the provider answered 429.
+	// HealthExhausted: the provider refused for its account's state (402,
+	// a spent quota): waiting will not fix it.
+	HealthExhausted HealthEventKind = "exhausted"
+	// HealthRateLimited: the provider answered 429 for its rate: "not
+	// acted on, later". It pauses the provider for everyone for its
+	// Retry-After (HealthEvent.RetryAfter), and counts against nothing.
 	HealthRateLimited HealthEventKind = "rate_limited"
 	// HealthSlow: a call still running past the provider's SlowCallAfter.
 	HealthSlow HealthEventKind = "slow"
@@ -70,7 +75,7 @@ const (
 
 // FailureKinds are the events that count against a provider.
 func FailureKinds() []HealthEventKind {
-	return []HealthEventKind{HealthUnknown, HealthServerError, HealthTransport, HealthRateLimited, HealthSlow}
+	return []HealthEventKind{HealthUnknown, HealthServerError, HealthTransport, HealthExhausted, HealthSlow}
 }
 
 func (k HealthEventKind) failure() bool { return slices.Contains(FailureKinds(), k) }
@@ -95,6 +100,8 @@ type HealthEvent struct {
 	// them. AnsweredBy is the same by owner.
 	Answered   int
 	AnsweredBy map[string]int
+	// RetryAfter is what a 429 asked for (HealthRateLimited; 0: none said).
+	RetryAfter time.Duration
 }
 
 // OwnerTally is one owner's calls to a provider in the current window.
@@ -164,6 +171,14 @@ type Health struct {
 	// with when: while they wait (WaiterFresh), owners at or past their
 	// share take no free slot they would need.
 	Waiters map[string]time.Time
+	// Rate counts the requests admitted within the declared rate's period
+	// (HealthPolicy.Rate), by slot and owner; RateWaiters are the owners
+	// refused for it while under their share, with when.
+	Rate        []RateSlot
+	RateWaiters map[string]time.Time
+	// PausedUntil: the provider answered 429; it takes no attempt of
+	// anyone's until then.
+	PausedUntil time.Time
 	// Forced is an operator's override, nil when none.
 	Forced *Forced
 	// Opened counts the breaker's openings over its life (metrics).
@@ -320,6 +335,8 @@ func (h Health) clone() Health {
 	out.Waiters = maps.Clone(h.Waiters)
 	out.Owners = maps.Clone(h.Owners)
 	out.Backoff = maps.Clone(h.Backoff)
+	out.Rate = slices.Clone(h.Rate)
+	out.RateWaiters = maps.Clone(h.RateWaiters)
 	if h.Forced != nil {
 		f := *h.Forced
 		out.Forced = &f
@@ -370,6 +387,10 @@ type HealthPolicy struct {
 	// health per attempt (the admission and the release); without it, a
 	// call that answers in time writes nothing.
 	CountAdmitted bool
+	// Rate is the provider account's declared request rate, spent at
+	// admission (one conditional write of its health per attempt, the same
+	// as CountAdmitted's admission write when both are declared).
+	Rate RateLimit
 }
 
 // DefaultHealthPolicy: open after 5 failures within a minute (at most 2 of
@@ -404,6 +425,8 @@ func (p HealthPolicy) Validate() error {
 		return errors.New("slow_call_after and max_processing_time must be positive")
 	case p.MaxConcurrent < 1:
 		return errors.New("max_concurrent must be at least 1")
+	case p.Rate.Requests < 0 || p.Rate.Per < 0 || (p.Rate.Requests > 0) != (p.Rate.Per > 0):
+		return errors.New("a rate limit needs both a positive number of requests and a positive period")
 	}
 	return nil
 }
@@ -479,6 +502,17 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 	// A call that went slow and then unknown is one failure, not two.
 	counts := e.Kind.failure() && !(e.Kind.holds() && wasHeld)
 	_, probe := h.Probes[e.Attempt]
+	if e.Kind == HealthRateLimited {
+		var paused bool
+		if h, paused = pause(h, e.RetryAfter, now); paused {
+			changed = true
+		}
+		if probe {
+			// Not acted on: its probe slot is free for another.
+			delete(h.Probes, e.Attempt)
+			changed = true
+		}
+	}
 	switch h.State {
 	case ProviderClosed:
 		if counts || (changed && e.Answered > 0) {
@@ -593,6 +627,13 @@ type Admission struct {
 	// Share: the owner holds its fair share of the provider while others
 	// wait; the provider takes their attempts.
 	Share bool
+	// Rate: the refusal is the provider's rate (its declared limit, or a
+	// 429 pausing it), not its health.
+	Rate bool
+	// Full: refused because the bulkhead or the declared rate is full. An
+	// owner refused so waits for it: asking Admit (with no attempt key)
+	// records it as waiting, so owners past their share yield to it.
+	Full bool
 }
 
 // Admit decides whether a new attempt (key) may go to the provider now.
@@ -606,11 +647,14 @@ type Admission struct {
 // closed, for its own failures; the others are not.
 func Admit(h Health, key, owner string, p HealthPolicy, now time.Time) (Admission, HealthChange, bool) {
 	now = now.UTC()
-	if f := h.Forced; f != nil {
-		if f.State == ProviderClosed {
-			return Admission{Allowed: true}, HealthChange{}, false
-		}
+	if f := h.Forced; f != nil && f.State != ProviderClosed {
 		return Admission{Reason: fmt.Sprintf("forced open by %s: %s", f.By, f.Reason)}, HealthChange{}, false
+	}
+	if now.Before(h.PausedUntil) {
+		return Admission{Reason: "paused: it answered 429 (rate limited)", RetryAt: h.PausedUntil, Rate: true}, HealthChange{}, false
+	}
+	if h.Forced != nil {
+		return Admission{Allowed: true}, HealthChange{}, false
 	}
 	switch h.Effective() {
 	case ProviderOpen:
@@ -713,7 +757,7 @@ func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Adm
 			holds, share, p.MaxConcurrent, waiting), RetryAt: holdsRetry(h, owner, p, now), Share: true}, HealthChange{}, false
 	case free <= 0:
 		a := Admission{Reason: fmt.Sprintf("at capacity: %d attempts hold it (max_concurrent %d)", len(h.Held)+len(h.Running), p.MaxConcurrent),
-			RetryAt: holdsRetry(h, "", p, now)}
+			RetryAt: holdsRetry(h, "", p, now), Full: true}
 		if owner == "" || holds >= share {
 			return a, HealthChange{}, false
 		}
@@ -735,10 +779,25 @@ func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Adm
 		after.Waiters[owner] = now
 		return a, healthChange(h, after, now), true
 	}
-	if !p.CountAdmitted || key == "" {
+	rate := p.Rate.Declared()
+	if rate {
+		if a, after, changed, ok := admitRate(h, owner, p.Rate, now); !ok {
+			if changed {
+				return a, healthChange(h, after, now), true
+			}
+			return a, HealthChange{}, false
+		}
+	}
+	if (!p.CountAdmitted && !rate) || key == "" {
 		return Admission{Allowed: true}, HealthChange{}, false
 	}
 	after := h.clone()
+	if rate {
+		after.spendRate(owner, p.Rate, now)
+	}
+	if !p.CountAdmitted {
+		return Admission{Allowed: true}, healthChange(h, after, now), true
+	}
 	if after.Running == nil {
 		after.Running = map[string]time.Time{}
 	}

@@ -62,7 +62,7 @@ func TestDecideHealth(t *testing.T) {
 	}{
 		{"AnswersOnAClosedBreakerWriteNothing", []step{{1, job.HealthAnswered, "a/1", 0}, {2, job.HealthAnswered, "b/1", 0}},
 			job.ProviderClosed, 0, 0, 0, 0, ""},
-		{"FailuresBelowTheThresholdStayClosed", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthRateLimited, "b/1", 0}},
+		{"FailuresBelowTheThresholdStayClosed", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthExhausted, "b/1", 0}},
 			job.ProviderClosed, 2, 0, 2, 0, ""},
 		{"ThresholdWithinTheWindowOpens", []step{{1, job.HealthServerError, "a/1", 0}, {2, job.HealthTransport, "b/1", 0}, {3, job.HealthSlow, "c/1", 0}},
 			job.ProviderOpen, 3, 1, 3, 8, "3 failures within 10s, 100% of 3 calls reported (this window: 1 server_error, 1 transport, 1 slow)"},

@@ -215,7 +215,47 @@ const (
 	// the provider's evidence (it has no trace of the request past its
 	// processing time) or at the job type's deadline.
 	ClassSettled Class = "settled"
+	// ClassRateLimited: the provider answered 429 for its rate: not acted
+	// on. Up to MaxRateLimited such attempts neither count toward the
+	// type's attempts nor make their provider tried: the job waits for the
+	// provider's pause and asks it again.
+	ClassRateLimited Class = "rate_limited"
 )
+
+// MaxRateLimited bounds the rate-limited attempts a job forgives
+// (ClassRateLimited): past it they count as any failure, so a provider that
+// only ever answers 429 cannot grow a job without bound.
+const MaxRateLimited = 5
+
+// forgiven reports whether attempt a is a rate-limited one the job does
+// not count: among the job's first MaxRateLimited of them.
+func (j Job) forgiven(a Attempt) bool {
+	if a.Error == nil || a.Error.Class != ClassRateLimited {
+		return false
+	}
+	n := 0
+	for _, b := range j.Attempts {
+		if b.Error != nil && b.Error.Class == ClassRateLimited {
+			n++
+		}
+		if b.Number == a.Number {
+			return n <= MaxRateLimited
+		}
+	}
+	return false
+}
+
+// Counted is how many attempts count toward the type's MaxAttempts: all
+// but the forgiven rate-limited ones.
+func (j Job) Counted() int {
+	n := j.AttemptCount
+	for _, a := range j.Attempts {
+		if j.forgiven(a) {
+			n--
+		}
+	}
+	return n
+}
 
 // WaitReason says why a job waits with no attempt open.
 type WaitReason string
@@ -231,7 +271,15 @@ const (
 	// WaitFairShare: the providers take attempts, but this owner holds its
 	// fair share of them while other owners wait (Admission.Share).
 	WaitFairShare WaitReason = "fair_share"
+	// WaitRateLimited: the providers are at their rate (the declared
+	// limit, or a 429 pausing them).
+	WaitRateLimited WaitReason = "rate_limited"
 )
+
+// WaitReasons lists every WaitReason.
+func WaitReasons() []WaitReason {
+	return []WaitReason{WaitProviders, WaitOwnerBackoff, WaitFairShare, WaitRateLimited}
+}
 
 // Waiting is a job waiting for a provider to take attempts again.
 type Waiting struct {
@@ -373,7 +421,7 @@ func (j Job) Open() []Attempt {
 // Tried reports whether some attempt already used the provider.
 func (j Job) Tried(provider string) bool {
 	for _, a := range j.Attempts {
-		if a.Provider == provider {
+		if a.Provider == provider && !j.forgiven(a) {
 			return true
 		}
 	}

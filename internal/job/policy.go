@@ -139,7 +139,7 @@ func Next(j Job, p Policy, now time.Time) Plan {
 	if a, ok := j.Last(); ok && a.Error != nil && a.Error.Class == ClassNonRetryable {
 		return Plan{Action: ActionFinalize, Failure: &last}
 	}
-	if p.MaxAttempts > 0 && j.AttemptCount >= p.MaxAttempts {
+	if p.MaxAttempts > 0 && j.Counted() >= p.MaxAttempts {
 		return Plan{Action: ActionFinalize, Failure: &last}
 	}
 	provider, skipped, unavailable := nextProvider(j, p, now)
@@ -243,15 +243,18 @@ func nextProvider(j Job, p Policy, now time.Time) (string, []string, []unavailab
 // none says when), or its failure once it waited MaxProviderWait.
 func waitForProviders(j Job, p Policy, down []unavailable, now time.Time) Plan {
 	since := now
-	if j.Waiting != nil && slices.Contains([]WaitReason{WaitProviders, WaitOwnerBackoff, WaitFairShare}, j.Waiting.Reason) {
+	if j.Waiting != nil && slices.Contains(WaitReasons(), j.Waiting.Reason) {
 		since = j.Waiting.Since
 	}
 	// When every provider refused this owner alone (the others' attempts
-	// go through), the reason says so: its share taken, or its back-off.
+	// go through), the reason says so: its share taken, or its back-off;
+	// when each refused for its rate, that.
 	reason := WaitOwnerBackoff
+	rated := true
 	var until time.Time
 	var detail []string
 	for _, d := range down {
+		rated = rated && d.why.Rate
 		switch {
 		case !d.why.Owner && !d.why.Share:
 			reason = WaitProviders
@@ -262,6 +265,9 @@ func waitForProviders(j Job, p Policy, down []unavailable, now time.Time) Plan {
 			until = d.why.RetryAt
 		}
 		detail = append(detail, d.provider+": "+d.why.Reason)
+	}
+	if rated {
+		reason = WaitRateLimited
 	}
 	deadline := since.Add(p.maxProviderWait())
 	if !now.Before(deadline) {

@@ -179,13 +179,13 @@ func (b *Breakers) Admit(ctx context.Context, provider, key, owner string) job.A
 }
 
 // Observe records what an attempt saw of its provider. A failure that
-// holds nothing (5xx, transport, 429) and an answer are gathered in this
+// holds nothing (5xx, transport, a spent quota) and an answer are gathered in this
 // process and written together, at most about once a second per provider
 // (at once when this process alone has seen enough failures to open the
 // breaker): a busy provider's health is not one write per call, and an
 // answer on a closed breaker writes nothing of its own. What concerns one
 // attempt — slow or unknown (the bulkhead holds it), its release, a probe's
-// result — is written at once.
+// result — and a 429's pause of the provider are written at once.
 func (b *Breakers) Observe(ctx context.Context, provider string, e job.HealthEvent) {
 	h, err := b.read(ctx, provider, false)
 	if err != nil {
@@ -199,6 +199,10 @@ func (b *Breakers) Observe(ctx context.Context, provider string, e job.HealthEve
 	_, probe := h.Probes[e.Attempt]
 	switch {
 	case probe || held || e.Kind == job.HealthSlow || e.Kind == job.HealthUnknown || e.Kind == job.HealthReleased:
+		b.observeNow(ctx, provider, h, e)
+	case e.Kind == job.HealthRateLimited:
+		// A pause is for every process at once; one already as long
+		// writes nothing (job.DecideHealth).
 		b.observeNow(ctx, provider, h, e)
 	case e.Kind == job.HealthAnswered:
 		b.gather(provider, func(r *job.Report) {

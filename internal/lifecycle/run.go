@@ -359,10 +359,22 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 	latency := w.now().Sub(start)
 	w.log.InfoContext(ctx, "provider_called", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
 		"latency_ms", latency.Milliseconds(), "ok", err == nil)
-	w.observe(ctx, j.Owner, a, healthKind(err))
+	kind := healthKind(err)
+	var ce *provider.CallError
+	if w.cfg.Breakers != nil {
+		e := job.HealthEvent{Kind: kind, Attempt: a.IdempotencyKey(), Owner: j.Owner}
+		if kind == job.HealthRateLimited && errors.As(err, &ce) {
+			e.RetryAfter = ce.RetryAfter
+		}
+		w.cfg.Breakers.Observe(ctx, a.Provider, e)
+	}
 	if err != nil {
-		var ce *provider.CallError
 		f := job.Failure{Class: failureClass(provider.Classify(err)), Message: err.Error()}
+		if kind == job.HealthRateLimited {
+			// Not acted on: the job waits for the provider's pause and
+			// asks it again (job.ClassRateLimited).
+			f.Class = job.ClassRateLimited
+		}
 		c := job.Call{Usage: &job.Usage{Latency: latency}}
 		if errors.As(err, &ce) {
 			c.ProviderRequestID, f.ProviderStatus = ce.ProviderRequestID, ce.Status
@@ -466,7 +478,9 @@ func healthKind(err error) job.HealthEventKind {
 	switch {
 	case ce.Class == provider.ClassAmbiguous:
 		return job.HealthUnknown
-	case ce.Status == http.StatusTooManyRequests || ce.Class == provider.ClassExhausted:
+	case ce.Class == provider.ClassExhausted:
+		return job.HealthExhausted
+	case ce.Status == http.StatusTooManyRequests:
 		return job.HealthRateLimited
 	case ce.Status >= 500:
 		return job.HealthServerError

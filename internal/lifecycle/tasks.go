@@ -266,7 +266,18 @@ func (v *availability) available(provider string) job.Admission {
 	if v.breakers == nil {
 		return job.Admission{Allowed: true}
 	}
-	return v.breakers.Available(v.ctx, provider, v.owner)
+	a := v.breakers.Available(v.ctx, provider, v.owner)
+	if !a.Allowed && a.Full {
+		// The owner waits for a full provider: Admit records it as
+		// waiting (at most a write per owner and half a waiting period),
+		// so that owners past their share yield it the next slots. It
+		// starts no attempt (no key), and its answer stands for the run.
+		a = v.breakers.Admit(v.ctx, provider, "", v.owner)
+		if !a.Allowed {
+			v.refused[provider] = a
+		}
+	}
+	return a
 }
 
 // admit asks the provider's breaker to take attempt key; a refusal is

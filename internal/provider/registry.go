@@ -99,6 +99,13 @@ type ProviderConfig struct {
 	// CountRunning false keeps a declared MaxConcurrent to slow and
 	// unknown calls, as undeclared (no writes for calls that answer).
 	CountRunning *bool `json:"count_running,omitempty"`
+	// RateLimit declares the provider account's request rate: admission
+	// spends it across every Lambda instance, shared fairly between the
+	// owners waiting for it (one conditional write of the provider's
+	// health per attempt, the admission write of max_concurrent when both
+	// are declared). Undeclared, it costs nothing; a 429 from the provider
+	// pauses it for everyone either way.
+	RateLimit *RateLimitConfig `json:"rate_limit,omitempty"`
 	// Breaker tunes the provider's circuit breaker; unset fields keep the
 	// defaults.
 	Breaker *BreakerConfig `json:"breaker,omitempty"`
@@ -383,6 +390,13 @@ const (
 	DefaultMaxConcurrent     = 64
 )
 
+// RateLimitConfig is a declared request rate: at most Requests within any
+// Per ("1m" for requests per minute).
+type RateLimitConfig struct {
+	Requests int    `json:"requests"`
+	Per      string `json:"per"`
+}
+
 // Limits is the provider's health policy: its declared limits and breaker
 // settings, the defaults (job.DefaultBreaker) filling what it leaves unset.
 func (p ProviderConfig) Limits() (job.HealthPolicy, error) {
@@ -405,6 +419,16 @@ func (p ProviderConfig) Limits() (job.HealthPolicy, error) {
 		// A declared bulkhead counts attempts from admission, shared
 		// fairly between owners (two writes of its health per attempt).
 		pol.MaxConcurrent, pol.CountAdmitted = p.MaxConcurrent, p.CountRunning == nil || *p.CountRunning
+	}
+	if r := p.RateLimit; r != nil {
+		if r.Requests < 1 {
+			problems = append(problems, "rate_limit.requests must be at least 1")
+		}
+		pol.Rate.Requests = r.Requests
+		if r.Per == "" {
+			problems = append(problems, `rate_limit.per must be a positive duration such as "1m"`)
+		}
+		dur("rate_limit.per", r.Per, &pol.Rate.Per)
 	}
 	if b := p.Breaker; b != nil {
 		if b.Failures < 0 || b.Probes < 0 {

@@ -605,6 +605,7 @@ export interface components {
              * @example resolved
              * @example unavailable
              * @example settled
+             * @example rate_limited
              */
             class: string;
             /** @description A short, fixed message for the class. */
@@ -720,11 +721,16 @@ export interface components {
          *     owners; its jobs wait a cooldown (bounded as `providers_unavailable`)
          *     while other owners' jobs run. `fair_share`: the providers take
          *     attempts, but this owner holds its fair share of them while other
-         *     owners wait; its jobs start as its attempts end.
+         *     owners wait; its jobs start as its attempts end. `rate_limited`:
+         *     the providers are at their rate: the requests per period their
+         *     account declares (shared fairly between the owners waiting), or a
+         *     `429` from the provider, which pauses it for everyone for its
+         *     `Retry-After`; its jobs start as the rate allows (bounded as
+         *     `providers_unavailable`).
          */
         Waiting: {
             /** @enum {string} */
-            reason: "attempt_unknown" | "providers_unavailable" | "owner_backoff" | "fair_share";
+            reason: "attempt_unknown" | "providers_unavailable" | "owner_backoff" | "fair_share" | "rate_limited";
             since?: components["schemas"]["Timestamp"];
             until?: components["schemas"]["Timestamp"];
             /** Format: int32 */
@@ -786,6 +792,19 @@ export interface components {
              *     owners past their share yield them the next slots.
              */
             waiting: string[];
+            /**
+             * @description Owners refused because the provider's declared `rate_limit` was
+             *     spent within its period, recently; owners that sent more within
+             *     it yield them the next requests (`waiting.reason` `rate_limited`).
+             */
+            rate_waiting: string[];
+            /**
+             * @description The provider answered `429`: it takes no attempt of anyone's
+             *     until then (its `Retry-After`, at most 5 minutes; 5 s when it
+             *     names none). A `429` counts against neither its breaker nor the
+             *     job, which waits and asks it again.
+             */
+            paused_until?: components["schemas"]["Timestamp"];
             /** Format: int32 */
             probes: number;
             /** Format: int32 */

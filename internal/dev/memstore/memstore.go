@@ -621,7 +621,18 @@ func cloneHealth(h job.Health) job.Health {
 		return out
 	}
 	h.Probes, h.Held, h.Backoff = times(h.Probes), times(h.Held), times(h.Backoff)
-	h.Running, h.Waiters = times(h.Running), times(h.Waiters)
+	h.Running, h.Waiters, h.RateWaiters = times(h.Running), times(h.Waiters), times(h.RateWaiters)
+	h.PausedUntil = h.PausedUntil.UTC()
+	if len(h.Rate) == 0 {
+		h.Rate = nil
+	} else {
+		rate := make([]job.RateSlot, len(h.Rate))
+		for i, s := range h.Rate {
+			rate[i] = job.RateSlot{Start: s.Start.UTC(), ByOwner: maps.Clone(s.ByOwner)}
+		}
+		slices.SortFunc(rate, func(a, b job.RateSlot) int { return a.Start.Compare(b.Start) })
+		h.Rate = rate
+	}
 	if len(h.HeldBy) == 0 {
 		h.HeldBy = nil
 	} else {

@@ -29,6 +29,9 @@ const (
 	// OutcomeOversized answers a valid result of OversizedBytes: more than a
 	// job item can hold.
 	OutcomeOversized = "oversized"
+	// OutcomeRateLimited answers 429 with Retry-After: 1 at once, acting
+	// on nothing: a repeat of its key is a new request.
+	OutcomeRateLimited = "rate_limited"
 )
 
 // OversizedBytes is the size of an oversized demo answer's text: past
@@ -48,7 +51,7 @@ type DemoScript struct {
 }
 
 // DemoOutcomes are the outcomes a script may name ("" is ok).
-var DemoOutcomes = []string{OutcomeOK, OutcomeError, OutcomeTimeout, OutcomeMalformed, OutcomeOversized}
+var DemoOutcomes = []string{OutcomeOK, OutcomeError, OutcomeTimeout, OutcomeMalformed, OutcomeOversized, OutcomeRateLimited}
 
 // Validate refuses an outcome the simulator does not know and a latency
 // outside [0, MaxDemoLatency].
@@ -103,6 +106,8 @@ type DemoSimulator struct {
 
 type demoProvider struct {
 	calls      int
+	arrivals   []Arrival
+	limited    int
 	keys       []string
 	replays    int
 	inProgress int
@@ -124,6 +129,9 @@ func StartDemo() (*DemoSimulator, *Server, error) {
 	return d, srv, nil
 }
 
+// DemoMaxConcurrent is the demo providers' declared max_concurrent.
+const DemoMaxConcurrent = 8
+
 // DemoConfig is the provider config of sim-primary and sim-fallback served by
 // the webhook adapter against a DemoSimulator at baseURL. Their health
 // limits are a local machine's, so that a brownout shows within seconds: a
@@ -135,7 +143,7 @@ func StartDemo() (*DemoSimulator, *Server, error) {
 func DemoConfig(baseURL string) provider.Config {
 	base := strings.TrimRight(baseURL, "/")
 	limits := func(pc provider.ProviderConfig) provider.ProviderConfig {
-		pc.SlowCallAfter, pc.MaxProcessingTime, pc.MaxConcurrent = "1s", "1m", 8
+		pc.SlowCallAfter, pc.MaxProcessingTime, pc.MaxConcurrent = "1s", "1m", DemoMaxConcurrent
 		// The demo simulator offers the contract's lookup (the reconciler
 		// never re-sends to it) and keeps its last 10,000 keys, far longer
 		// than a day of demo traffic needs.
@@ -147,6 +155,33 @@ func DemoConfig(baseURL string) provider.Config {
 		limits(provider.ProviderConfig{Name: DemoPrimary, Kind: provider.KindWebhook, BaseURL: base + "/" + DemoPrimary}),
 		limits(provider.ProviderConfig{Name: DemoFallback, Kind: provider.KindWebhook, BaseURL: base + "/" + DemoFallback}),
 	}}
+}
+
+// Arrival is one request a demo provider received: when, for which job.
+type Arrival struct {
+	At    time.Time
+	JobID string
+}
+
+// Arrivals returns the requests the provider received (the last MaxCalls),
+// in arrival order, lookups excluded: what its account's rate counts.
+func (d *DemoSimulator) Arrivals(providerName string) []Arrival {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if st, ok := d.stats[providerName]; ok {
+		return slices.Clone(latest(st.arrivals))
+	}
+	return nil
+}
+
+// RateLimited returns how many requests the provider answered 429.
+func (d *DemoSimulator) RateLimited(providerName string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if st, ok := d.stats[providerName]; ok {
+		return st.limited
+	}
+	return 0
 }
 
 // Calls returns how many requests reached the provider, including ones that
@@ -276,6 +311,16 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	script, own := in.Simulate[name]
 	if !own && scripted {
 		script = wide
+	}
+	if r.Header.Get(webhook.HeaderLookup) != webhook.LookupOnly {
+		d.count(func() { st.arrivals = remember(st.arrivals, Arrival{At: time.Now(), JobID: body.JobID}) })
+	}
+	if script.Outcome == OutcomeRateLimited {
+		d.count(func() { st.limited++ })
+		w.Header().Set("X-Request-Id", requestID)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "rate limited"})
+		return
 	}
 
 	e, state := &execution{done: make(chan struct{})}, keyNew

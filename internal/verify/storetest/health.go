@@ -153,6 +153,49 @@ var healthTests = []test{
 			t.Fatalf("after mallory's failures: %+v", h)
 		}
 	}},
+	{"RateSpendAndPausesSurviveTheRoundTrip", func(t *testing.T, fresh func(*testing.T) Store) {
+		// Issue 26: a declared rate's slots by owner (the no-owner count
+		// too), its waiting owners and a 429's pause are stored whole.
+		st := fresh(t)
+		ctx := context.Background()
+		at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+		p := healthPolicy()
+		p.Rate = job.RateLimit{Requests: 3, Per: 10 * time.Second}
+		h, err := st.Health(ctx, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		save := func(c job.HealthChange) {
+			t.Helper()
+			ok, cur, err := st.SaveHealth(ctx, c)
+			if err != nil || !ok {
+				t.Fatalf("save: %v %v", ok, err)
+			}
+			sameHealth(t, "stored health", get2(t, st, "p"), cur)
+			h = cur
+		}
+		for i, ask := range []struct {
+			owner string
+			at    float64
+		}{{"alice", 1}, {"", 1.5}, {"alice", 2}, {"bob", 2.5}} {
+			a, c, changed := job.Admit(h, fmt.Sprintf("job_%d/1", i), ask.owner, p, at(ask.at))
+			if !changed {
+				t.Fatalf("request %d (%+v) wrote nothing", i, a)
+			}
+			save(c)
+		}
+		if total, mine, _ := h.RateUsed("alice", p.Rate, at(3)); total != 3 || mine != 2 || h.RateWaiters["bob"].IsZero() {
+			t.Fatalf("after the requests: %d sent, alice %d, waiters %v", total, mine, h.RateWaiters)
+		}
+		c, changed := job.DecideHealth(h, job.HealthEvent{Kind: job.HealthRateLimited, Attempt: "job_0/1", Owner: "alice", RetryAfter: 7 * time.Second}, p, at(3))
+		if !changed {
+			t.Fatal("a 429 wrote nothing")
+		}
+		save(c)
+		if !h.PausedUntil.Equal(at(10)) {
+			t.Fatalf("paused until %s, want %s", h.PausedUntil, at(10))
+		}
+	}},
 	{"AStaleChangeLosesAndHandsBackTheStored", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		ctx := context.Background()

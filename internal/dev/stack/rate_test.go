@@ -1,0 +1,137 @@
+package stack_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/dev/stack"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/provider"
+)
+
+// Issue 26's rate drill, scaled in time so that it stays lean (make run's
+// README drill is the same at 60 requests per minute): both demo providers
+// declare 6 requests per 2 s; one owner submits 36 jobs, then two others
+// 24 each. Measured at the providers: no 2 s window holds more than 6
+// requests to either; once all three owners have jobs waiting and while
+// they all do, each owner's share of what ran is within 20% of a third
+// (first come, first served would give the first owner all of it); and a
+// 429 from a provider pauses it without failing any job.
+func TestAProvidersRateIsSharedAndNeverExceeded(t *testing.T) {
+	t.Parallel()
+	const (
+		requests = 6
+		per      = 2 * time.Second
+	)
+	s := sharedStack(t, "rate", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+		DemoProviders: func(c provider.Config) provider.Config {
+			c = stack.BreakersNeverAct(c)
+			for i := range c.Providers {
+				c.Providers[i].RateLimit = &provider.RateLimitConfig{Requests: requests, Per: per.String()}
+			}
+			return c
+		}})
+	owners := []string{"rate-alice", "rate-bob", "rate-carol"}
+	jobsOf := map[string]int{"rate-alice": 36, "rate-bob": 24, "rate-carol": 24}
+	clients := map[string]*client{}
+	for _, o := range owners {
+		clients[o] = newClient(t, s, o)
+	}
+	// The primary answers 429 to its first request, then works.
+	if err := s.Sim.SetScript(sim.DemoPrimary, sim.DemoScript{Outcome: sim.OutcomeRateLimited}); err != nil {
+		t.Fatal(err)
+	}
+	ownerOf := map[string]string{}
+	var ids []string
+	for _, o := range owners {
+		for i := range jobsOf[o] {
+			j := clients[o].submit("demo", fmt.Sprintf("%s-%02d", o, i), nil)
+			ownerOf[j.ID] = o
+			ids = append(ids, j.ID)
+			if s.Sim.RateLimited(sim.DemoPrimary) > 0 {
+				s.Sim.ClearScript(sim.DemoPrimary)
+			}
+		}
+	}
+	// By a period after the last submission, every owner has asked and
+	// been refused at least once: all three wait.
+	allWaiting := time.Now().Add(per)
+	// Every job succeeds: none fails for the rate or the 429.
+	deadline := time.Now().Add(3 * time.Minute) // a liveness bound: 48 jobs need 6 windows of 2 s
+	for _, id := range ids {
+		for {
+			j := clients[ownerOf[id]].get(id)
+			if j.Status == string(job.StatusSucceeded) {
+				break
+			}
+			if j.Status == string(job.StatusFailed) || j.Status == string(job.StatusCancelled) || time.Now().After(deadline) {
+				t.Fatalf("job %s of %s: %s (%s)", id, ownerOf[id], j.Status, j.States())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	s.Sim.ClearScript(sim.DemoPrimary)
+	if n := s.Sim.RateLimited(sim.DemoPrimary); n < 1 {
+		t.Fatalf("the primary answered %d 429s: the drill never paused it", n)
+	}
+
+	var all []sim.Arrival
+	for _, p := range []string{sim.DemoPrimary, sim.DemoFallback} {
+		// The drill's requests: the stack's start certified the
+		// providers with contract tests of its own, outside admission.
+		got := slices.DeleteFunc(s.Sim.Arrivals(p), func(a sim.Arrival) bool { return ownerOf[a.JobID] == "" })
+		// Never more than declared within any window, at each provider.
+		for i, a := range got {
+			k := 0
+			for _, b := range got[i:] {
+				if b.At.Sub(a.At) < per {
+					k++
+				}
+			}
+			if k > requests {
+				var in []string
+				for _, b := range got[i : i+k] {
+					in = append(in, fmt.Sprintf("%s %s", b.At.Format("05.000"), b.JobID))
+				}
+				t.Fatalf("%s received %d requests within %s: %v; it declares %d", p, k, per, in, requests)
+			}
+		}
+		all = append(all, got...)
+	}
+	slices.SortFunc(all, func(a, b sim.Arrival) int { return a.At.Compare(b.At) })
+	// Once all three owners have jobs waiting, and until the first of
+	// them has no job left to run (its last job's first request).
+	left := maps.Clone(jobsOf)
+	ran := map[string]int{}
+	seen := map[string]bool{}
+	total := 0
+	for _, a := range all {
+		o := ownerOf[a.JobID]
+		if o == "" {
+			continue
+		}
+		first := !seen[a.JobID]
+		seen[a.JobID] = true
+		if first {
+			left[o]--
+		}
+		if a.At.Before(allWaiting) {
+			continue
+		}
+		ran[o]++
+		total++
+		if left[o] == 0 {
+			break
+		}
+	}
+	for _, o := range owners {
+		if share := float64(ran[o]) / float64(total); share < 0.8/3 || share > 1.2/3 {
+			t.Fatalf("while all three waited, %s ran %d of %d requests (%.0f%%), want within 20%% of a third; all: %v", o, ran[o], total, 100*share, ran)
+		}
+	}
+	t.Logf("while all three waited: %v of %d requests", ran, total)
+}

@@ -1,0 +1,215 @@
+package job
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// RateLimit is a provider account's declared request rate: at most
+// Requests admitted within any Per (a provider's requests per minute, per
+// second or per day). Zero Requests declares none, and costs nothing.
+type RateLimit struct {
+	Requests int
+	Per      time.Duration
+}
+
+// Declared reports whether the provider declares a rate.
+func (r RateLimit) Declared() bool { return r.Requests > 0 && r.Per > 0 }
+
+// RateSlots is how many slots a rate period is counted in: the health item
+// holds at most RateSlots+1 of them, whatever the rate.
+const RateSlots = 12
+
+// slot is a whole number of milliseconds, so that a slot's start survives
+// a store that keeps milliseconds.
+func (r RateLimit) slot() time.Duration {
+	return max((r.Per / RateSlots).Truncate(time.Millisecond), time.Millisecond)
+}
+
+// RateSlot is the requests admitted to a provider in one slot of its rate
+// period, by owner ("" for attempts with no owner, and for owners past
+// MaxTrackedOwners).
+type RateSlot struct {
+	Start   time.Time
+	ByOwner map[string]int
+}
+
+// counted reports whether slot s may hold requests within (now-Per, now]:
+// a slot counts in full while any part of it is in the window, so the
+// requests counted are never fewer than those sent in the window; and for
+// RateMargin (or a slot, if longer) more, since a request reaches its
+// provider a moment after its admission, and that moment varies.
+func (r RateLimit) counted(s RateSlot, now time.Time) bool {
+	return now.Before(s.Start.Add(r.span()))
+}
+
+// span is how long a slot counts from its start.
+func (r RateLimit) span() time.Duration { return r.slot() + r.Per + max(r.slot(), RateMargin) }
+
+// RateMargin bounds how much later than its admission a request may reach
+// its provider (the attempt's claim, the runner's start) and still never
+// take the provider past its declared rate: a request counts for
+// Per plus the margin. At 60 requests per minute it costs about 5 of them.
+const RateMargin = time.Second
+
+// RateUsed is what the provider's window holds: every owner's requests,
+// this owner's, and the owners that sent any.
+func (h Health) RateUsed(owner string, r RateLimit, now time.Time) (total, mine int, owners map[string]bool) {
+	owners = map[string]bool{}
+	for _, s := range h.Rate {
+		if !r.counted(s, now) {
+			continue
+		}
+		for o, n := range s.ByOwner {
+			total += n
+			if o == owner {
+				mine += n
+			}
+			if o != "" && n > 0 {
+				owners[o] = true
+			}
+		}
+	}
+	return total, mine, owners
+}
+
+// rateRetry is when the oldest slot counted now leaves the window.
+func (h Health) rateRetry(r RateLimit, now time.Time) time.Time {
+	var at time.Time
+	for _, s := range h.Rate {
+		if r.counted(s, now) {
+			if end := s.Start.Add(r.span()); at.IsZero() || end.Before(at) {
+				at = end
+			}
+		}
+	}
+	if at.IsZero() {
+		return now.Add(r.slot())
+	}
+	return at
+}
+
+// admitRate is the provider's declared rate, shared fairly between owners:
+// an owner alone may use all of it; while owners wait for it (refused for
+// it within its waiterFresh), an owner that sent
+// more requests within the window than some of them takes a request only
+// if what is left still brings them level with it, so the requests that
+// free up go first to the owners with the fewest: each owner's share of
+// what runs tends to an equal part while all wait, whatever their backlogs.
+// A refusal (full, or kept for others) records the owner as waiting (a
+// write, at most twice per waiterFresh per owner while it waits). changed
+// reports a waiter to record; after is the health to write then.
+func admitRate(h Health, owner string, r RateLimit, now time.Time) (a Admission, after Health, changed, allowed bool) {
+	total, mine, _ := h.RateUsed(owner, r, now)
+	left := r.Requests - total
+	// Water-filling: while an owner waiting for the rate sent fewer
+	// requests within the window than this one, this one takes a request
+	// only if what is left after it still brings every waiting owner not
+	// ahead of it level with it.
+	behind, needed := 0, 0
+	fresh := r.waiterFresh()
+	if owner != "" {
+		for o, at := range h.RateWaiters {
+			if o == owner || now.Sub(at) >= fresh {
+				continue
+			}
+			_, theirs, _ := h.RateUsed(o, r, now)
+			if theirs < mine {
+				behind++
+			}
+			if theirs <= mine {
+				needed += mine + 1 - theirs
+			}
+		}
+	}
+	var refused Admission
+	switch {
+	case left > 0 && behind > 0 && left-1 < needed:
+		refused = Admission{Reason: fmt.Sprintf("fair share of the rate: this owner sent %d requests within %s (declared %d) while %d owner(s) with fewer wait",
+			mine, r.Per, r.Requests, behind), RetryAt: h.rateRetry(r, now), Share: true, Rate: true, Full: true}
+	case left <= 0:
+		refused = Admission{Reason: fmt.Sprintf("rate limit: %d requests within %s (declared %d per %s)", total, r.Per, r.Requests, r.Per),
+			RetryAt: h.rateRetry(r, now), Rate: true, Full: true}
+	default:
+		return Admission{Allowed: true}, h, false, true
+	}
+	// Refused either way, the owner waits for the rate: recorded (or
+	// kept fresh) so that owners ahead of it yield it the next requests.
+	if owner == "" {
+		return refused, h, false, false
+	}
+	if at, ok := h.RateWaiters[owner]; ok && now.Sub(at) < fresh/2 {
+		return refused, h, false, false // recorded recently enough
+	}
+	after = h.clone()
+	for o, at := range after.RateWaiters {
+		if now.Sub(at) >= fresh {
+			delete(after.RateWaiters, o)
+		}
+	}
+	if _, ok := after.RateWaiters[owner]; !ok && len(after.RateWaiters) >= MaxTrackedOwners {
+		return refused, h, false, false
+	}
+	if after.RateWaiters == nil {
+		after.RateWaiters = map[string]time.Time{}
+	}
+	after.RateWaiters[owner] = now
+	return refused, after, true, false
+}
+
+// waiterFresh is how long an owner refused for the rate counts as waiting:
+// as long as a request counts (span), at least RateWaiterMin (a waiting job asks again within
+// seconds, not within a short period) and at most WaiterFresh. An owner
+// still waiting is refused again within it and recorded anew; one that
+// stopped asking holds nothing back for longer. An admission does not end
+// the wait: an owner's backlog outlives one request.
+func (r RateLimit) waiterFresh() time.Duration { return min(WaiterFresh, max(r.span(), RateWaiterMin)) }
+
+// RateWaiterMin is the least time an owner refused for the rate counts as
+// waiting.
+const RateWaiterMin = 10 * time.Second
+
+// spendRate counts one request of owner in the slot of now, dropping the
+// slots that left the window.
+func (h *Health) spendRate(owner string, r RateLimit, now time.Time) {
+	start := now.Truncate(r.slot())
+	h.Rate = slices.DeleteFunc(slices.Clone(h.Rate), func(s RateSlot) bool { return !r.counted(s, now) })
+	i := slices.IndexFunc(h.Rate, func(s RateSlot) bool { return s.Start.Equal(start) })
+	if i < 0 {
+		h.Rate = append(h.Rate, RateSlot{Start: start})
+		i = len(h.Rate) - 1
+	}
+	s := RateSlot{Start: start, ByOwner: maps.Clone(h.Rate[i].ByOwner)}
+	if s.ByOwner == nil {
+		s.ByOwner = map[string]int{}
+	}
+	if _, ok := s.ByOwner[owner]; !ok && len(s.ByOwner) >= MaxTrackedOwners {
+		owner = ""
+	}
+	s.ByOwner[owner]++
+	h.Rate[i] = s
+}
+
+// MaxPause bounds how long one 429 pauses a provider, whatever its
+// Retry-After says; DefaultPause is the pause of a 429 that names none.
+const (
+	MaxPause     = 5 * time.Minute
+	DefaultPause = 5 * time.Second
+)
+
+// pause is the provider's health after it answered 429 asking for
+// retryAfter: paused for everyone until then (never shortened), without
+// counting against its health.
+func pause(h Health, retryAfter time.Duration, now time.Time) (Health, bool) {
+	if retryAfter <= 0 {
+		retryAfter = DefaultPause
+	}
+	until := now.Add(min(retryAfter, MaxPause))
+	if !until.After(h.PausedUntil) {
+		return h, false
+	}
+	h.PausedUntil = until
+	return h, true
+}
