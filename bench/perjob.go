@@ -24,6 +24,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/provider"
 )
 
 // benchOwners is how many owners share make run's stack in its rows.
@@ -43,6 +44,14 @@ type scenario struct {
 	// breakers that act); the others run with quotas off and breakers that
 	// never act, so that each measures its own path.
 	makeRun bool
+	// rate: on a stack whose demo providers declare a rate_limit (too high
+	// to bind), quotas off and breakers that never act: what declaring a
+	// rate adds.
+	rate bool
+	// createRate: on a stack whose only quota is a create rate (600 a
+	// minute, a burst of 1,000: never binding) for its owner, whose burst
+	// comes faster than the rate refills: what the token bucket adds.
+	createRate bool
 	// brownout: the primary hangs brownoutHang on every call while the
 	// jobs are submitted over brownoutSpread (then recovers); makeRun.
 	brownout bool
@@ -80,6 +89,14 @@ func scenarios() []scenario {
 		// for the fair share (issue 26: one write of the provider's health
 		// at the admission, one at the release).
 		{Name: "happy path, quotas on", jobType: "demo", want: "1:sim-primary:succeeded", makeRun: true},
+		// A declared rate (issue 26): its spend rides on one conditional
+		// write of the provider's health at the admission.
+		{Name: "happy path, rate limit declared", jobType: "demo", want: "1:sim-primary:succeeded", rate: true},
+		// A create rate (issue 26): spent in the owner's counting write (the
+		// quotas' count and uncount, which it needs), a second write when
+		// the owner's bucket is not full (its creates come faster than its
+		// rate refills).
+		{Name: "happy path, create rate", jobType: "demo", want: "1:sim-primary:succeeded", createRate: true},
 		// The same with one webhook endpoint: the outcome write also
 		// appends the event to the job's outbox (no extra request), then
 		// the notifier fans it out and delivers it.
@@ -100,7 +117,7 @@ type perJob struct {
 	IndexWriteUnits float64            `json:"index_write_request_units_modelled"`
 	CondFailed      float64            `json:"conditional_check_failures"`
 	// ReadBacks are GetItems the store makes after a failed condition on the
-	// jobs table only because dynalite ignores
+	// jobs and providers tables only because dynalite ignores
 	// ReturnValuesOnConditionCheckFailure; DynamoDB would not see them.
 	ReadBacks        float64 `json:"local_only_read_backs"`
 	StateTransitions float64 `json:"state_transitions"`
@@ -137,7 +154,8 @@ const benchCallTimeout = 5 * time.Second
 // through the counting proxy, with the sweeper off so nothing else writes.
 func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slog.Logger) ([]perJob, []waitRow, *stack.Stack, func(), error) {
 	names := dynamo.NamesWithPrefix("bench-cost")
-	proxy := newDDBProxy(dynamoURL, names.Jobs, dynamo.NamesWithPrefix("bench-brownout").Jobs)
+	proxy := newDDBProxy(dynamoURL, names.Jobs, dynamo.NamesWithPrefix("bench-brownout").Jobs, dynamo.NamesWithPrefix("bench-rate").Jobs,
+		dynamo.NamesWithPrefix("bench-create").Jobs)
 	ps := httptest.NewServer(proxy)
 	times := newLambdaTimes()
 	log := slog.New(captureHandler{next: logOut.Handler(), observe: times.observe})
@@ -157,6 +175,50 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		return nil, nil, nil, nil, err
 	}
 	closeAll = func() { _ = b.Close(); _ = s.Close(); ps.Close() }
+	// A declared rate, on tables of its own.
+	rs, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
+		TablePrefix: "bench-rate", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log, Quotas: &job.Quotas{}, NotificationsOff: true,
+		DemoProviders: func(c provider.Config) provider.Config {
+			c = stack.BreakersNeverAct(c)
+			for i := range c.Providers {
+				c.Providers[i].RateLimit = &provider.RateLimitConfig{Requests: 1_000_000, Per: "1m"}
+			}
+			return c
+		}})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	closeAll = func() { _ = rs.Close(); _ = b.Close(); _ = s.Close(); ps.Close() }
+	// A create rate, on tables of its own.
+	cs, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
+		TablePrefix: "bench-create", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log, NotificationsOff: true,
+		Quotas: &job.Quotas{Creates: job.CreateRate{PerMinute: 600, Burst: 1_000}}, DemoProviders: stack.BreakersNeverAct})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	closeAll = func() { _ = cs.Close(); _ = rs.Close(); _ = b.Close(); _ = s.Close(); ps.Close() }
+	cUser, err := newAPIClient(cs.APIURL, cs.JWTSecret(), "bench-cost")
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	cReader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), Tables: cs.Tables})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	rUser, err := newAPIClient(rs.APIURL, rs.JWTSecret(), "bench-cost")
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	rReader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), Tables: rs.Tables})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
 	user, err := newAPIClient(s.APIURL, s.JWTSecret(), "bench-cost")
 	if err != nil {
 		closeAll()
@@ -227,6 +289,12 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 			// At most what the primary takes at once: more would rightly
 			// go to the fallback, and the row measures the happy path.
 			on, u, rd, n = b, bUsers, bReader, min(n, sim.DemoMaxConcurrent)
+		}
+		if sc.rate {
+			on, u, rd = rs, []*apiClient{rUser}, rReader
+		}
+		if sc.createRate {
+			on, u, rd = cs, []*apiClient{cUser}, cReader
 		}
 		var hk *receiver.Receiver
 		if sc.endpoint {
@@ -391,7 +459,7 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	fn := float64(n)
 	var readBacks int
 	for k, st := range d {
-		if strings.HasSuffix(k, " "+s.Tables.Jobs) {
+		if strings.HasSuffix(k, " "+s.Tables.Jobs) || strings.HasSuffix(k, " "+s.Tables.Providers) {
 			readBacks += st.CondFailed
 		}
 	}

@@ -189,14 +189,16 @@ Ctrl-C stops everything.
 }
 
 // quotasFromEnv is make run's per-owner quotas: stack.DefaultQuotas, each
-// replaced by ONEJOB_QUOTA_UNFINISHED_JOBS / ONEJOB_QUOTA_HELD_REQUESTS when
-// set (0: no bound), the variables the deployed functions read.
+// replaced by ONEJOB_QUOTA_UNFINISHED_JOBS / ONEJOB_QUOTA_HELD_REQUESTS /
+// ONEJOB_QUOTA_CREATES_PER_MINUTE / ONEJOB_QUOTA_CREATE_BURST when set (0:
+// no bound), the variables the deployed functions read.
 func quotasFromEnv(getenv func(string) string) (job.Quotas, error) {
 	q := stack.DefaultQuotas()
 	for _, v := range []struct {
 		name string
 		into *int
-	}{{deploy.EnvQuotaUnfinishedJobs, &q.UnfinishedJobs}, {deploy.EnvQuotaHeldRequests, &q.HeldRequests}} {
+	}{{deploy.EnvQuotaUnfinishedJobs, &q.UnfinishedJobs}, {deploy.EnvQuotaHeldRequests, &q.HeldRequests},
+		{deploy.EnvQuotaCreatesPerMinute, &q.Creates.PerMinute}, {deploy.EnvQuotaCreateBurst, &q.Creates.Burst}} {
 		s := getenv(v.name)
 		if s == "" {
 			continue
@@ -207,7 +209,7 @@ func quotasFromEnv(getenv func(string) string) (job.Quotas, error) {
 		}
 		*v.into = n
 	}
-	return q, nil
+	return q, q.Validate()
 }
 
 // EnvNotifyRetryScale compresses make run's webhook retry schedule (and

@@ -14,7 +14,6 @@ import (
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
-	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/stepfn"
@@ -35,7 +34,7 @@ func main() {
 	})
 	deploy.Check(log, err)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
-		Owners: store, Quotas: job.Quotas{UnfinishedJobs: env.QuotaUnfinishedJobs, HeldRequests: env.QuotaHeldRequests},
+		Owners: store, Quotas: env.Quotas(),
 		Notifications: true})
 	deploy.Check(log, err)
 	// Input validation needs the job types' input schemas; each execution

@@ -15,7 +15,6 @@ import (
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
-	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider/adapters"
@@ -39,7 +38,7 @@ func main() {
 	deploy.Check(log, err)
 	metrics := emf.New(os.Stdout, env.Name, nil)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: metrics,
-		Owners: store, Quotas: job.Quotas{UnfinishedJobs: env.QuotaUnfinishedJobs, HeldRequests: env.QuotaHeldRequests}})
+		Owners: store, Quotas: env.Quotas()})
 	deploy.Check(log, err)
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)

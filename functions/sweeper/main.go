@@ -21,7 +21,7 @@ import (
 // owners is the store of the owners' counters when quotas are on: the
 // sweeper recounts them.
 func owners(env deploy.Env, store *dynamo.Store) lifecycle.OwnerStore {
-	if env.QuotaUnfinishedJobs == 0 && env.QuotaHeldRequests == 0 {
+	if !env.Quotas().Enabled() {
 		return nil
 	}
 	return store

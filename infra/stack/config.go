@@ -33,17 +33,20 @@ func profileFor(env string) (profile, bool) {
 		// call it. Small guards: a developer's account may have little
 		// concurrency to reserve.
 		return profile{retainData: false, logDays: 7, fullExecutionLogs: true, loopbackOrigins: true,
-			throttle: Throttle{Rate: 20, Burst: 40}, reserved: map[string]int{deploy.FnAPI: 10, deploy.FnRun: 10, deploy.FnHold: 5}}, true
+			throttle: Throttle{Rate: 20, Burst: 40}, reserved: map[string]int{deploy.FnAPI: 10, deploy.FnRun: 10, deploy.FnHold: 5},
+			quotas: job.Quotas{UnfinishedJobs: 8, HeldRequests: 5, Creates: job.CreateRate{PerMinute: 60, Burst: 20}}}, true
 	case "staging":
 		// Mirrors prod's shape but its data is rebuildable; retaining it
 		// would leave tables whose fixed names block the next deploy.
 		return profile{retainData: false, logDays: 30, fullExecutionLogs: true,
-			throttle: Throttle{Rate: 50, Burst: 100}, reserved: map[string]int{deploy.FnAPI: 20, deploy.FnRun: 40, deploy.FnHold: 20}}, true
+			throttle: Throttle{Rate: 50, Burst: 100}, reserved: map[string]int{deploy.FnAPI: 20, deploy.FnRun: 40, deploy.FnHold: 20},
+			quotas: job.Quotas{UnfinishedJobs: 30, HeldRequests: 10, Creates: job.CreateRate{PerMinute: 120, Burst: 30}}}, true
 	case "prod":
 		// Keeps its data when the stack or a table goes away, and keeps
 		// job payloads out of the Step Functions logs.
 		return profile{retainData: true, logDays: 90, fullExecutionLogs: false,
-			throttle: Throttle{Rate: 200, Burst: 400}, reserved: map[string]int{deploy.FnAPI: 100, deploy.FnRun: 200, deploy.FnHold: 100}}, true
+			throttle: Throttle{Rate: 200, Burst: 400}, reserved: map[string]int{deploy.FnAPI: 100, deploy.FnRun: 200, deploy.FnHold: 100},
+			quotas: job.Quotas{UnfinishedJobs: 150, HeldRequests: 50, Creates: job.CreateRate{PerMinute: 600, Burst: 100}}}, true
 	}
 	return profile{}, false
 }
@@ -58,10 +61,12 @@ type profile struct {
 	// loopbackOrigins lets plain-http loopback origins (a page on a
 	// developer's machine) call the API.
 	loopbackOrigins bool
-	// throttle and reserved are the defaults of Config's guards, which
-	// cdk.json may change per environment.
+	// throttle, reserved and quotas are the defaults of Config's guards,
+	// which cdk.json may change per environment; each quota stays below
+	// the reserved concurrency it shares (Validate).
 	throttle Throttle
 	reserved map[string]int
+	quotas   job.Quotas
 }
 
 // Throttle is an HTTP API stage's default route throttling: a token
@@ -185,8 +190,10 @@ type envSettings struct {
 	AdminClaim         string   `json:"adminClaim"`
 	AdminValue         string   `json:"adminValue"`
 	Quotas             *struct {
-		UnfinishedJobs int `json:"unfinishedJobs"`
-		HeldRequests   int `json:"heldRequests"`
+		UnfinishedJobs   int `json:"unfinishedJobs"`
+		HeldRequests     int `json:"heldRequests"`
+		CreatesPerMinute int `json:"createsPerMinute"`
+		CreateBurst      int `json:"createBurst"`
 	} `json:"quotas"`
 	// Throttle and ReservedConcurrency replace the profile's defaults
 	// when given (the whole object: a partial one would be a typo).
@@ -214,8 +221,9 @@ func DefaultConfig(env string) (Config, error) {
 		LostRaceRateAlarm:   0.2,
 		LostRaceWindow:      15 * time.Minute,
 		API5xxAlarm:         5,
-		// One person's normal use fits; a runaway client does not.
-		Quotas: job.Quotas{UnfinishedJobs: 100, HeldRequests: 20},
+		// One person's normal use fits; a runaway client does not, nor
+		// can one owner take the concurrency every owner shares.
+		Quotas: p.quotas,
 	}, nil
 }
 
@@ -267,7 +275,8 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 		cfg.Admin = apigw.AdminRule{Claim: s.AdminClaim, Value: s.AdminValue}
 	}
 	if q := s.Quotas; q != nil {
-		cfg.Quotas = job.Quotas{UnfinishedJobs: q.UnfinishedJobs, HeldRequests: q.HeldRequests}
+		cfg.Quotas = job.Quotas{UnfinishedJobs: q.UnfinishedJobs, HeldRequests: q.HeldRequests,
+			Creates: job.CreateRate{PerMinute: q.CreatesPerMinute, Burst: q.CreateBurst}}
 	}
 
 	if v := contextString(lookup, ContextJWTIssuer); v != "" {
@@ -413,6 +422,22 @@ func (c Config) Validate() error {
 	}
 	if sum > maxReservedInAll {
 		bad("reserved concurrency adds up to %d, more than %d (%s.reservedConcurrency; %s)", sum, maxReservedInAll, where, accountRaiseHint)
+	}
+	// One owner's quota below the reserved concurrency it shares with
+	// every owner (issue 26, review H4): held GETs each keep an api
+	// instance busy, and unfinished jobs may each be running in run. At
+	// or above it (or unbounded, 0), one owner could take it all.
+	for _, q := range []struct {
+		name, fn string
+		quota    int
+	}{
+		{"heldRequests", deploy.FnAPI, c.Quotas.HeldRequests},
+		{"unfinishedJobs", deploy.FnRun, c.Quotas.UnfinishedJobs},
+	} {
+		if n, ok := c.ReservedConcurrency[q.fn]; ok && (q.quota < 1 || q.quota >= n) {
+			bad("quota %s %d must be at least 1 and below the %s function's reserved concurrency %d, which every owner shares (%s.quotas.%s)",
+				q.name, q.quota, q.fn, n, where, q.name)
+		}
 	}
 
 	if !filepath.IsAbs(c.FunctionsDir) {

@@ -114,8 +114,10 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	// The variable names are the ones internal/app reads, so the two
 	// cannot drift.
 	common := map[string]*string{deploy.EnvName: jsii.String(cfg.Env),
-		deploy.EnvQuotaUnfinishedJobs: jsii.String(strconv.Itoa(cfg.Quotas.UnfinishedJobs)),
-		deploy.EnvQuotaHeldRequests:   jsii.String(strconv.Itoa(cfg.Quotas.HeldRequests)),
+		deploy.EnvQuotaUnfinishedJobs:   jsii.String(strconv.Itoa(cfg.Quotas.UnfinishedJobs)),
+		deploy.EnvQuotaHeldRequests:     jsii.String(strconv.Itoa(cfg.Quotas.HeldRequests)),
+		deploy.EnvQuotaCreatesPerMinute: jsii.String(strconv.Itoa(cfg.Quotas.Creates.PerMinute)),
+		deploy.EnvQuotaCreateBurst:      jsii.String(strconv.Itoa(cfg.Quotas.Creates.Burst)),
 	}
 	for logical, t := range tables {
 		common[deploy.TableEnv(logical)] = t.TableName()

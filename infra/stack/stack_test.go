@@ -362,8 +362,10 @@ func checkFunctions(t *testing.T, s *synthesized) {
 			vars[k] = s.sym(v)
 		}
 		want := map[string]string{deploy.EnvName: s.env,
-			deploy.EnvQuotaUnfinishedJobs: strconv.Itoa(s.cfg.Quotas.UnfinishedJobs),
-			deploy.EnvQuotaHeldRequests:   strconv.Itoa(s.cfg.Quotas.HeldRequests)}
+			deploy.EnvQuotaUnfinishedJobs:   strconv.Itoa(s.cfg.Quotas.UnfinishedJobs),
+			deploy.EnvQuotaHeldRequests:     strconv.Itoa(s.cfg.Quotas.HeldRequests),
+			deploy.EnvQuotaCreatesPerMinute: strconv.Itoa(s.cfg.Quotas.Creates.PerMinute),
+			deploy.EnvQuotaCreateBurst:      strconv.Itoa(s.cfg.Quotas.Creates.Burst)}
 		for _, logical := range dynamo.Logicals() {
 			want[deploy.TableEnv(logical)] = "ref:table:" + logical
 		}
@@ -1595,6 +1597,18 @@ func TestGuardsConfig(t *testing.T) {
 			m["reservedConcurrency"] = map[string]any{"api": 1, "run": 1, "hold": 1, "apy": 1}
 		}, "which is no function"},
 		{"ZeroReserved", func(m map[string]any) { m["reservedConcurrency"] = map[string]any{"api": 0, "run": 1, "hold": 1} }, "at least 1"},
+		{"HeldRequestsTakeTheAPI", func(m map[string]any) {
+			m["quotas"] = map[string]any{"unfinishedJobs": 5, "heldRequests": 10}
+			m["reservedConcurrency"] = map[string]any{"api": 10, "run": 10, "hold": 5}
+		}, "quota heldRequests 10 must be at least 1 and below the api function's reserved concurrency 10"},
+		{"UnfinishedJobsTakeRun", func(m map[string]any) {
+			m["quotas"] = map[string]any{"unfinishedJobs": 100, "heldRequests": 5}
+			m["reservedConcurrency"] = map[string]any{"api": 10, "run": 10, "hold": 5}
+		}, "quota unfinishedJobs 100 must be at least 1 and below the run function's reserved concurrency 10"},
+		{"UnboundedQuota", func(m map[string]any) {
+			m["quotas"] = map[string]any{"unfinishedJobs": 0, "heldRequests": 5}
+			m["reservedConcurrency"] = map[string]any{"api": 10, "run": 10, "hold": 5}
+		}, "quota unfinishedJobs 0"},
 		{"TooMuchReserved", func(m map[string]any) {
 			m["reservedConcurrency"] = map[string]any{"api": 500, "run": 300, "hold": 200}
 		}, "adds up to 1000"},

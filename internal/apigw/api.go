@@ -187,7 +187,8 @@ func (h *Handler) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 
 // ratePolicy announces the owners' quotas as
 // draft-ietf-httpapi-ratelimit-headers' RateLimit-Policy field: each a
-// concurrency quota (no window) named by the limit it bounds.
+// concurrency quota (no window), or the create rate, named by the limit it
+// bounds.
 func ratePolicy(q job.Quotas) string {
 	var parts []string
 	if q.UnfinishedJobs > 0 {
@@ -195,6 +196,12 @@ func ratePolicy(q job.Quotas) string {
 	}
 	if q.HeldRequests > 0 {
 		parts = append(parts, fmt.Sprintf("%q;q=%d;qu=\"concurrent-requests\"", job.LimitHeldRequests, q.HeldRequests))
+	}
+	if c := q.Creates; c.Enabled() {
+		// A token bucket: Burst creates, refilled at PerMinute a minute
+		// (the window is how long a full burst takes to come back).
+		window := max(1, int((time.Duration(c.Burst)*c.Interval()+time.Second-1)/time.Second))
+		parts = append(parts, fmt.Sprintf("%q;q=%d;w=%d", job.LimitCreateRate, c.Burst, window))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
@@ -181,8 +182,11 @@ func problemOf(err error) problem {
 	case errors.As(err, &quota):
 		code, p.Limit, p.Quota = CodeQuotaExceeded, quota.Limit, quota.Quota
 		p.ViolatedPolicies = []string{quota.Limit}
-		p.retryAfter = max(1, int(quota.RetryAfter.Seconds()))
+		p.retryAfter = max(1, int((quota.RetryAfter+time.Second-1)/time.Second))
 		p.Detail = fmt.Sprintf("this owner is at its quota of %s (%d); retry after %d s", quota.Limit, quota.Quota, p.retryAfter)
+		if quota.Limit == job.LimitCreateRate {
+			p.Detail = fmt.Sprintf("this owner created jobs faster than its create rate allows (a burst of %d); retry after %d s", quota.Quota, p.retryAfter)
+		}
 	case errors.As(err, &reused):
 		code, p.JobID = CodeIdempotencyKeyReused, reused.JobID
 		p.Detail = "this Idempotency-Key already names a job created from a different request"

@@ -112,3 +112,38 @@ func waitUntil(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Issue 26: an owner's create rate, a token bucket spent in the counting
+// write: its burst goes through, the next create is refused with the
+// RateLimit fields and nothing written, a replay is still answered, and
+// other owners have buckets of their own.
+func TestCreateRate(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, job.Quotas{UnfinishedJobs: 100, Creates: job.CreateRate{PerMinute: 6, Burst: 3}})
+	for i := range 3 {
+		r := e.create(t, "mallory", fmt.Sprint("k", i), demoBody)
+		if r.status != http.StatusCreated {
+			t.Fatalf("create %d of the burst: %d %s", i, r.status, r.body)
+		}
+		if got := r.header.Get("RateLimit-Policy"); got != `"unfinished-jobs";q=100;qu="concurrent-requests", "create-rate";q=3;w=30` {
+			t.Fatalf("RateLimit-Policy %q", got)
+		}
+	}
+	r := e.create(t, "mallory", "k3", demoBody)
+	p := wantProblem(t, r, http.StatusTooManyRequests, apigw.CodeQuotaExceeded)
+	// The next token is about 10 s away (one every 10 s).
+	retry := r.header.Get("Retry-After")
+	if p["limit"] != job.LimitCreateRate || p["quota"] != float64(3) || (retry != "10" && retry != "9") ||
+		r.header.Get("RateLimit") != `"create-rate";r=0;t=`+retry {
+		t.Fatalf("429: %s %v", r.body, r.header)
+	}
+	if n := e.count(t, e.names.Jobs); n != 3 {
+		t.Fatalf("%d jobs stored, want 3", n)
+	}
+	if r := e.create(t, "mallory", "k1", demoBody); r.status != http.StatusOK || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay past the rate: %d %s", r.status, r.body)
+	}
+	if r := e.create(t, "alice", "k0", demoBody); r.status != http.StatusCreated {
+		t.Fatalf("another owner: %d %s", r.status, r.body)
+	}
+}

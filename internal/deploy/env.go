@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/onejob/onejob/internal/job"
 )
 
 // Environment variables the functions read; infra/ sets exactly these,
@@ -30,6 +32,10 @@ const (
 	// wherever its outcome is written.
 	EnvQuotaUnfinishedJobs = "ONEJOB_QUOTA_UNFINISHED_JOBS"
 	EnvQuotaHeldRequests   = "ONEJOB_QUOTA_HELD_REQUESTS"
+	// EnvQuotaCreatesPerMinute and EnvQuotaCreateBurst are each owner's
+	// create rate (job.CreateRate); unset or 0 per minute is no rate.
+	EnvQuotaCreatesPerMinute = "ONEJOB_QUOTA_CREATES_PER_MINUTE"
+	EnvQuotaCreateBurst      = "ONEJOB_QUOTA_CREATE_BURST"
 )
 
 // TableEnv is the variable holding a table's physical name, by its logical
@@ -47,10 +53,18 @@ type Env struct {
 	ProvidersSecretARN     string
 	Providers              string
 	AdminClaim, AdminValue string
-	// QuotaUnfinishedJobs and QuotaHeldRequests are the owners' quotas.
-	QuotaUnfinishedJobs, QuotaHeldRequests int
+	// QuotaUnfinishedJobs and QuotaHeldRequests are the owners' quotas;
+	// QuotaCreatesPerMinute and QuotaCreateBurst their create rate.
+	QuotaUnfinishedJobs, QuotaHeldRequests  int
+	QuotaCreatesPerMinute, QuotaCreateBurst int
 	// quotaErr is a quota variable that is not a count.
 	quotaErr error
+}
+
+// Quotas are the owners' quotas, as every function applies them.
+func (e Env) Quotas() job.Quotas {
+	return job.Quotas{UnfinishedJobs: e.QuotaUnfinishedJobs, HeldRequests: e.QuotaHeldRequests,
+		Creates: job.CreateRate{PerMinute: e.QuotaCreatesPerMinute, Burst: e.QuotaCreateBurst}}
 }
 
 // Table is a table's physical name, by its logical name.
@@ -76,20 +90,27 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 		*into = n
 	}
 	var quotaErrs []error
-	var unfinished, held int
+	var unfinished, held, perMinute, burst int
 	count(EnvQuotaUnfinishedJobs, &unfinished, &quotaErrs)
 	count(EnvQuotaHeldRequests, &held, &quotaErrs)
+	count(EnvQuotaCreatesPerMinute, &perMinute, &quotaErrs)
+	count(EnvQuotaCreateBurst, &burst, &quotaErrs)
+	if err := (job.CreateRate{PerMinute: perMinute, Burst: burst}).Validate(); err != nil {
+		quotaErrs = append(quotaErrs, fmt.Errorf("%s and %s: %w", EnvQuotaCreatesPerMinute, EnvQuotaCreateBurst, err))
+	}
 	return Env{
-		QuotaUnfinishedJobs: unfinished,
-		QuotaHeldRequests:   held,
-		quotaErr:            errors.Join(quotaErrs...),
-		tables:              names,
-		Name:                getenv(EnvName),
-		StateMachineARN:     getenv(EnvStateMachineARN),
-		ProvidersSecretARN:  getenv(EnvProvidersSecretARN),
-		Providers:           getenv(EnvProviders),
-		AdminClaim:          getenv(EnvAdminClaim),
-		AdminValue:          getenv(EnvAdminValue),
+		QuotaUnfinishedJobs:   unfinished,
+		QuotaHeldRequests:     held,
+		QuotaCreatesPerMinute: perMinute,
+		QuotaCreateBurst:      burst,
+		quotaErr:              errors.Join(quotaErrs...),
+		tables:                names,
+		Name:                  getenv(EnvName),
+		StateMachineARN:       getenv(EnvStateMachineARN),
+		ProvidersSecretARN:    getenv(EnvProvidersSecretARN),
+		Providers:             getenv(EnvProviders),
+		AdminClaim:            getenv(EnvAdminClaim),
+		AdminValue:            getenv(EnvAdminValue),
 	}
 }
 

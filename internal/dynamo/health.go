@@ -87,10 +87,17 @@ func (s *Store) SaveHealth(ctx context.Context, c job.HealthChange) (bool, job.H
 		ConditionExpression:       aws.String(cond.text),
 		ExpressionAttributeNames:  ns,
 		ExpressionAttributeValues: vs,
+		// A lost race hands back the stored health in the same request
+		// (DynamoDB; dynalite ignores it, and the health is read then).
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case errors.As(err, &ccf):
+		if len(ccf.Item) > 0 {
+			cur, err := decodeHealth(ccf.Item)
+			return false, cur, err
+		}
 		cur, err := s.Health(ctx, c.After().Provider)
 		return false, cur, err
 	case err != nil:

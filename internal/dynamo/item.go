@@ -361,6 +361,14 @@ func (d *decoder) num(name string, required bool) int64 {
 	return x
 }
 
+// millis reads a time kept as Unix milliseconds (zero when absent).
+func (d *decoder) millis(name string) time.Time {
+	if _, ok := d.m[name]; !ok {
+		return time.Time{}
+	}
+	return time.UnixMilli(d.num(name, true)).UTC()
+}
+
 func (d *decoder) time(name string, required bool) time.Time {
 	v := d.str(name, required)
 	if v == "" {

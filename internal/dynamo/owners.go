@@ -27,6 +27,9 @@ const (
 	oUnfinished = "unfinished"
 	oHolds      = "holds"
 	oEndpoints  = "endpoints"
+	// oCreateTAT is the create rate's arrival time, in Unix milliseconds
+	// (a number, so a write can move it with SET tat = tat + :interval).
+	oCreateTAT = "create_tat"
 )
 
 // BusyShards spreads busy owners over partitions of by_busy.
@@ -39,9 +42,54 @@ func BusyShard(owner string) string {
 	return "busy#" + strconv.Itoa(int(h.Sum32()%BusyShards))
 }
 
-// CountJob counts one more unfinished job unless the owner has limit.
-func (s *Store) CountJob(ctx context.Context, owner string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
-	return s.count(ctx, owner, oUnfinished, limit, now)
+// CountJob counts one more unfinished job unless the owner has limit, and
+// spends its create rate (spend, nil for none) in the same conditional
+// write. DynamoDB cannot take the larger of the stored arrival time and
+// now in one write, so the write assumes the bucket full first (an owner
+// creating at its pace: one write); if it is not, the refusal hands back
+// the record and the other case is written (an owner bursting: two).
+func (s *Store) CountJob(ctx context.Context, owner string, limit int, spend *job.RateSpend, now time.Time) (bool, job.OwnerUsage, error) {
+	if spend == nil {
+		return s.count(ctx, owner, oUnfinished, limit, now)
+	}
+	full := true
+	for range 4 {
+		in := s.countInput(owner, oUnfinished, limit, now)
+		addRateClause(in, *spend, full)
+		ok, u, err := s.countWith(ctx, in, owner, oUnfinished)
+		switch {
+		case err != nil || ok:
+			return ok, u, err
+		case limit > 0 && u.Unfinished >= limit, !spend.Allows(u.CreateTAT):
+			return false, u, nil
+		}
+		full = spend.Full(u.CreateTAT) // the other case holds now
+	}
+	return false, job.OwnerUsage{}, storeError("count "+oUnfinished, errors.New("the create rate's arrival time kept moving"))
+}
+
+// addRateClause adds the create rate's clause to a counting write: with
+// the bucket full, the arrival time becomes now plus the interval;
+// otherwise it moves an interval later, while within the tolerance.
+func addRateClause(in *dynamodb.UpdateItemInput, spend job.RateSpend, full bool) {
+	in.ExpressionAttributeNames["#tat"] = oCreateTAT
+	in.ExpressionAttributeValues[":tnow"] = avN(spend.Now.UnixMilli())
+	var set, cond string
+	if full {
+		set, cond = "#tat = :tnew", "(attribute_not_exists(#tat) OR #tat <= :tnow)"
+		in.ExpressionAttributeValues[":tnew"] = avN(spend.Now.Add(spend.Interval).UnixMilli())
+	} else {
+		set, cond = "#tat = #tat + :tstep", "(#tat > :tnow AND #tat <= :tmax)"
+		in.ExpressionAttributeValues[":tstep"] = avN(spend.Interval.Milliseconds())
+		in.ExpressionAttributeValues[":tmax"] = avN(spend.Now.Add(spend.Tolerance).UnixMilli())
+	}
+	in.UpdateExpression = aws.String(strings.Replace(*in.UpdateExpression, "SET ", "SET "+set+", ", 1))
+	if in.ConditionExpression == nil {
+		in.ConditionExpression = aws.String(cond)
+	} else {
+		in.ConditionExpression = aws.String(cond + " AND (" + *in.ConditionExpression + ")")
+	}
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
 }
 
 // CountHold counts one more held request unless the owner has limit.
@@ -60,6 +108,11 @@ func (s *Store) UncountHold(ctx context.Context, owner string, now time.Time) er
 }
 
 func (s *Store) count(ctx context.Context, owner, counter string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
+	return s.countWith(ctx, s.countInput(owner, counter, limit, now), owner, counter)
+}
+
+// countInput is the write counting one more of counter while under limit.
+func (s *Store) countInput(owner, counter string, limit int, now time.Time) *dynamodb.UpdateItemInput {
 	in := &dynamodb.UpdateItemInput{
 		TableName: aws.String(s.owners),
 		Key:       map[string]types.AttributeValue{AttrOwner: avS(owner)},
@@ -76,6 +129,12 @@ func (s *Store) count(ctx context.Context, owner, counter string, limit int, now
 		in.ExpressionAttributeValues[":limit"] = avN(int64(limit))
 		in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
 	}
+	return in
+}
+
+// countWith writes a counting write: ok false when its condition failed,
+// with the record as it is.
+func (s *Store) countWith(ctx context.Context, in *dynamodb.UpdateItemInput, owner, counter string) (bool, job.OwnerUsage, error) {
 	out, err := s.db.updateItem(ctx, in)
 	var ccf *types.ConditionalCheckFailedException
 	switch {
@@ -240,6 +299,7 @@ func decodeUsage(item map[string]types.AttributeValue) (job.OwnerUsage, error) {
 		Holds:      int(d.num(oHolds, false)),
 		Endpoints:  int(d.num(oEndpoints, false)),
 		UpdatedAt:  d.time(aUpdatedAt, false),
+		CreateTAT:  d.millis(oCreateTAT),
 		Revision:   d.num(aRevision, false),
 	}
 	return u, d.err

@@ -14,18 +14,22 @@ type Quotas struct {
 	UnfinishedJobs int
 	// HeldRequests bounds an owner's held GETs (Prefer: wait) at once.
 	HeldRequests int
+	// Creates bounds how fast an owner creates jobs (a token bucket).
+	Creates CreateRate
 }
 
 // Enabled reports whether any quota applies, and so whether owners'
 // counters are kept at all.
-func (q Quotas) Enabled() bool { return q.UnfinishedJobs > 0 || q.HeldRequests > 0 }
+func (q Quotas) Enabled() bool {
+	return q.UnfinishedJobs > 0 || q.HeldRequests > 0 || q.Creates.Enabled()
+}
 
 // Validate refuses negative bounds.
 func (q Quotas) Validate() error {
 	if q.UnfinishedJobs < 0 || q.HeldRequests < 0 {
 		return errors.New("quotas must not be negative (0 is no bound)")
 	}
-	return nil
+	return q.Creates.Validate()
 }
 
 // The limits an owner can reach, as clients read their names (the
@@ -33,6 +37,7 @@ func (q Quotas) Validate() error {
 const (
 	LimitUnfinishedJobs = "unfinished-jobs"
 	LimitHeldRequests   = "held-requests"
+	LimitCreateRate     = "create-rate"
 )
 
 // How long a refused client should wait before asking again: a job
@@ -48,7 +53,7 @@ var ErrQuotaExceeded = errors.New("quota exceeded")
 // QuotaError refuses a request past one of its owner's quotas. Nothing was
 // written.
 type QuotaError struct {
-	Limit      string // LimitUnfinishedJobs or LimitHeldRequests
+	Limit      string // LimitUnfinishedJobs, LimitHeldRequests or LimitCreateRate
 	Quota      int
 	RetryAfter time.Duration
 }
@@ -68,8 +73,11 @@ type OwnerUsage struct {
 	Unfinished int
 	Holds      int
 	Endpoints  int
-	UpdatedAt  time.Time
-	Revision   int64
+	// CreateTAT is the create rate's theoretical arrival time (CreateRate);
+	// zero when the owner never spent it.
+	CreateTAT time.Time
+	UpdatedAt time.Time
+	Revision  int64
 }
 
 // RecountQuiet is how long an owner's counters must have been left alone

@@ -101,7 +101,9 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 		}
 		return e.store.Create(ctx, j)
 	}
-	ok, u, err := e.owners.CountJob(ctx, j.Owner, e.quotas.UnfinishedJobs, e.now())
+	now := e.now()
+	spend := e.quotas.Creates.Spend(now)
+	ok, u, err := e.owners.CountJob(ctx, j.Owner, e.quotas.UnfinishedJobs, spend, now)
 	if err != nil {
 		return job.Job{}, false, err
 	}
@@ -121,6 +123,10 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 			return existing, true, nil
 		case !errors.Is(err, job.ErrNotFound):
 			return job.Job{}, false, err
+		}
+		if spend != nil && !spend.Allows(u.CreateTAT) && (e.quotas.UnfinishedJobs == 0 || u.Unfinished < e.quotas.UnfinishedJobs) {
+			return job.Job{}, false, &job.QuotaError{Limit: job.LimitCreateRate, Quota: e.quotas.Creates.Burst,
+				RetryAfter: spend.RetryAfter(u.CreateTAT)}
 		}
 		return job.Job{}, false, &job.QuotaError{Limit: job.LimitUnfinishedJobs, Quota: e.quotas.UnfinishedJobs,
 			RetryAfter: job.UnfinishedRetryAfter}

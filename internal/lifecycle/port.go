@@ -104,9 +104,11 @@ type HealthStore interface {
 // dynamo.Store and dev/memstore, held to it by verify/storetest.
 type OwnerStore interface {
 	// CountJob counts one more unfinished job of the owner unless it has
-	// limit already (limit 0: no bound). ok is false at the limit, with
-	// nothing written; u is the owner's counters after (or as they are).
-	CountJob(ctx context.Context, owner string, limit int, now time.Time) (ok bool, u job.OwnerUsage, err error)
+	// limit already (limit 0: no bound), and spends its create rate (spend,
+	// nil for none: job.RateSpend) in the same write. ok is false at the
+	// limit or past the rate, with nothing written; u is the owner's
+	// counters after (or as they are, which tells which).
+	CountJob(ctx context.Context, owner string, limit int, spend *job.RateSpend, now time.Time) (ok bool, u job.OwnerUsage, err error)
 	// UncountJob counts one job fewer (never below zero).
 	UncountJob(ctx context.Context, owner string, now time.Time) error
 	// CountHold and UncountHold do the same for held requests.

@@ -929,10 +929,11 @@ export interface components {
             job_id?: components["schemas"]["JobID"];
             attempt_state?: components["schemas"]["AttemptState"];
             /**
-             * @description For quota-exceeded, the quota reached.
+             * @description For quota-exceeded, the quota reached: `create-rate` is the
+             *     owner's create rate (a token bucket), whose `quota` is its burst.
              * @enum {string}
              */
-            limit?: "unfinished-jobs" | "held-requests";
+            limit?: "unfinished-jobs" | "held-requests" | "create-rate";
             /**
              * Format: int32
              * @description For quota-exceeded, its bound.
@@ -1185,8 +1186,9 @@ export interface components {
          *     "concurrent-requests"), `w` (the time window in seconds, a positive
          *     Integer) and `pk` (the partition key, a Byte Sequence); other
          *     Parameters are comments. onejob's quotas are per owner, for example
-         *     unfinished jobs and concurrent held GETs:
-         *     `"unfinished-jobs";q=100;qu="concurrent-requests", "held-requests";q=20;qu="concurrent-requests"`.
+         *     unfinished jobs and concurrent held GETs, and the create rate (a
+         *     token bucket of `q` creates, full again within `w` seconds):
+         *     `"unfinished-jobs";q=100;qu="concurrent-requests", "held-requests";q=20;qu="concurrent-requests", "create-rate";q=20;w=20`.
          *     Present on answers to an owner when the deployment enforces quotas.
          */
         RateLimitPolicy: string;

@@ -659,13 +659,13 @@ func cloneHealth(h job.Health) job.Health {
 }
 
 // CountJob counts one more unfinished job unless the owner has limit.
-func (s *Store) CountJob(ctx context.Context, owner string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
-	return s.count(ctx, owner, limit, now, func(u *job.OwnerUsage) *int { return &u.Unfinished })
+func (s *Store) CountJob(ctx context.Context, owner string, limit int, spend *job.RateSpend, now time.Time) (bool, job.OwnerUsage, error) {
+	return s.count(ctx, owner, limit, spend, now, func(u *job.OwnerUsage) *int { return &u.Unfinished })
 }
 
 // CountHold counts one more held request unless the owner has limit.
 func (s *Store) CountHold(ctx context.Context, owner string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
-	return s.count(ctx, owner, limit, now, func(u *job.OwnerUsage) *int { return &u.Holds })
+	return s.count(ctx, owner, limit, nil, now, func(u *job.OwnerUsage) *int { return &u.Holds })
 }
 
 // UncountJob counts one unfinished job fewer, never below zero.
@@ -678,7 +678,7 @@ func (s *Store) UncountHold(ctx context.Context, owner string, now time.Time) er
 	return s.uncount(ctx, owner, now, func(u *job.OwnerUsage) *int { return &u.Holds })
 }
 
-func (s *Store) count(ctx context.Context, owner string, limit int, now time.Time, counter func(*job.OwnerUsage) *int) (bool, job.OwnerUsage, error) {
+func (s *Store) count(ctx context.Context, owner string, limit int, spend *job.RateSpend, now time.Time, counter func(*job.OwnerUsage) *int) (bool, job.OwnerUsage, error) {
 	if err := ctx.Err(); err != nil {
 		return false, job.OwnerUsage{}, err
 	}
@@ -691,6 +691,13 @@ func (s *Store) count(ctx context.Context, owner string, limit int, now time.Tim
 	}
 	if c := counter(&u.usage); limit > 0 && *c >= limit {
 		return false, u.usage, nil
+	}
+	if spend != nil {
+		if !spend.Allows(u.usage.CreateTAT) {
+			return false, u.usage, nil
+		}
+		// As DynamoDB keeps it: in milliseconds.
+		u.usage.CreateTAT = spend.After(u.usage.CreateTAT).Truncate(time.Millisecond)
 	}
 	*counter(&u.usage)++
 	u.usage.UpdatedAt, u.usage.Revision, u.busy = now.UTC(), u.usage.Revision+1, true

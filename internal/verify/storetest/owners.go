@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/onejob/onejob/internal/job"
 )
@@ -30,12 +31,12 @@ var ownerTests = []test{
 			t.Fatalf("an owner never counted: %+v", u)
 		}
 		for i := 1; i <= 3; i++ {
-			ok, u, err := st.CountJob(ctx, "a", 3, at(i))
+			ok, u, err := st.CountJob(ctx, "a", 3, nil, at(i))
 			if err != nil || !ok || u.Unfinished != i || u.Owner != "a" {
 				t.Fatalf("count %d: ok=%v %+v %v", i, ok, u, err)
 			}
 		}
-		ok, u, err := st.CountJob(ctx, "a", 3, at(4))
+		ok, u, err := st.CountJob(ctx, "a", 3, nil, at(4))
 		if err != nil || ok || u.Unfinished != 3 {
 			t.Fatalf("past the quota: ok=%v %+v %v", ok, u, err)
 		}
@@ -52,13 +53,64 @@ var ownerTests = []test{
 			t.Fatalf("after the holds: %+v", got)
 		}
 	}},
+	{"ACreateRateSpendsItsBurstThenRefills", func(t *testing.T, fresh func(*testing.T) Store) {
+		// Issue 26: 60 creates a minute (one a second), a burst of 3,
+		// spent in the counting write; concurrent creates never spend more.
+		st := fresh(t)
+		ctx := context.Background()
+		rate := job.CreateRate{PerMinute: 60, Burst: 3}
+		count := func(owner string, when time.Time) (bool, job.OwnerUsage) {
+			t.Helper()
+			ok, u, err := st.CountJob(ctx, owner, 100, rate.Spend(when), when)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok, u
+		}
+		var wg sync.WaitGroup
+		var admitted atomic.Int32
+		for range 12 {
+			wg.Go(func() {
+				if ok, _, err := st.CountJob(ctx, "a", 100, rate.Spend(at(0)), at(0)); err != nil {
+					t.Error(err)
+				} else if ok {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := admitted.Load(); n != 3 {
+			t.Fatalf("12 concurrent creates at once spent %d of a burst of 3", n)
+		}
+		u := usageOf(t, st, "a")
+		if u.Unfinished != 3 || !u.CreateTAT.Equal(at(3)) {
+			t.Fatalf("after the burst: %+v, want 3 counted and the arrival time at %s", u, at(3))
+		}
+		// A second later one token is back, and only one.
+		if ok, _ := count("a", at(1)); !ok {
+			t.Fatal("refused a refilled token")
+		}
+		if ok, u := count("a", at(1)); ok || !u.CreateTAT.Equal(at(4)) || u.Unfinished != 4 {
+			t.Fatalf("a second create within the second: ok=%v %+v", ok, u)
+		}
+		// Idle long enough, the bucket is full again: the burst anew.
+		for i := range 3 {
+			if ok, _ := count("a", at(30)); !ok {
+				t.Fatalf("after idling, create %d of the burst refused", i+1)
+			}
+		}
+		// Owners have buckets of their own.
+		if ok, _ := count("b", at(30)); !ok {
+			t.Fatal("another owner refused")
+		}
+	}},
 	{"UncountingNeverGoesBelowZero", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		ctx := context.Background()
 		if err := st.UncountJob(ctx, "nobody", at(0)); err != nil {
 			t.Fatalf("uncounting an owner never counted: %v", err)
 		}
-		if _, _, err := st.CountJob(ctx, "a", 0, at(1)); err != nil {
+		if _, _, err := st.CountJob(ctx, "a", 0, nil, at(1)); err != nil {
 			t.Fatal(err)
 		}
 		for range 3 {
@@ -79,7 +131,7 @@ var ownerTests = []test{
 		var wg sync.WaitGroup
 		for range 32 {
 			wg.Go(func() {
-				ok, _, err := st.CountJob(context.Background(), "a", 10, at(1))
+				ok, _, err := st.CountJob(context.Background(), "a", 10, nil, at(1))
 				if err != nil {
 					t.Error(err)
 				}
@@ -97,7 +149,7 @@ var ownerTests = []test{
 		st := fresh(t)
 		ctx := context.Background()
 		for range 3 {
-			if _, _, err := st.CountJob(ctx, "a", 0, at(1)); err != nil {
+			if _, _, err := st.CountJob(ctx, "a", 0, nil, at(1)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -114,7 +166,7 @@ var ownerTests = []test{
 			t.Fatal("no recount decided")
 		}
 		// A count in between: the recount decided on u must lose.
-		if _, _, err := st.CountJob(ctx, "a", 0, at(2)); err != nil {
+		if _, _, err := st.CountJob(ctx, "a", 0, nil, at(2)); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := st.Recount(ctx, u, after); err != nil || ok {
