@@ -159,6 +159,15 @@ func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.
 		return job.Endpoint{}, fmt.Errorf("%w: an owner has at most %d", ErrTooManyEndpoints, x.cfg.Limit)
 	}
 	if err := x.cfg.Store.PutEndpoint(ctx, e); err != nil {
+		// The count came first: give it back unless the endpoint was
+		// written after all (a failure that may have applied), so a failed
+		// create never keeps a slot (review L2), and the count is never
+		// too low.
+		if _, rerr := x.cfg.Store.Endpoint(ctx, owner, e.ID); errors.Is(rerr, job.ErrNotFound) {
+			if uerr := x.cfg.Store.UncountEndpoint(ctx, owner, now); uerr != nil {
+				x.cfg.Logger.WarnContext(ctx, "endpoint_uncount_failed", "owner", owner, "error", uerr.Error())
+			}
+		}
 		return job.Endpoint{}, err
 	}
 	x.cfg.Logger.InfoContext(ctx, "endpoint_created", "owner", owner, "endpoint_id", e.ID)

@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -204,5 +205,61 @@ func TestRedeliverAndRotate(t *testing.T) {
 	}
 	if u, _ := r.store.Usage(ctx, "o"); job.NotifiesFor(u) {
 		t.Fatalf("usage after delete: %+v", u)
+	}
+}
+
+// failingPut is a store whose endpoint writes fail: after the count, as a
+// throttled or refused PutEndpoint would.
+type failingPut struct {
+	*memstore.Store
+	applied bool // the write happened though it answered an error
+}
+
+func (f failingPut) PutEndpoint(ctx context.Context, e job.Endpoint) error {
+	if f.applied {
+		if err := f.Store.PutEndpoint(ctx, e); err != nil {
+			return err
+		}
+	}
+	return errors.New("store unavailable")
+}
+
+// Review L2: an endpoint create whose write fails gives its count back,
+// unless the write applied after all; so failed creates never use up an
+// owner's endpoints.
+func TestAFailedEndpointCreateKeepsNoSlot(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		applied bool
+		want    int
+	}{
+		{"NotWritten", false, 0},
+		{"WrittenThoughItFailed", true, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := memstore.NewAt(func() time.Time { return t0 })
+			eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: failingPut{Store: st, applied: tc.applied},
+				NowFunc: func() time.Time { return t0 }, Limit: 2, Rule: job.URLRule{AllowLoopbackHTTP: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				if _, err := eps.Create(context.Background(), "alice", "http://127.0.0.1:9/hook", nil); err == nil {
+					t.Fatal("a failed write was answered as created")
+				} else if errors.Is(err, lifecycle.ErrTooManyEndpoints) && !tc.applied {
+					t.Fatalf("failed creates used up the owner's endpoints: %v", err)
+				}
+			}
+			u, err := st.Usage(context.Background(), "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := min(tc.want, 2); u.Endpoints != want {
+				t.Fatalf("endpoints counted %d, want %d", u.Endpoints, want)
+			}
+		})
 	}
 }
