@@ -1,12 +1,16 @@
 package stack_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
@@ -15,7 +19,7 @@ import (
 
 // Issue 26's rate drill, scaled in time so that it stays lean (make run's
 // README drill is the same at 60 requests per minute): both demo providers
-// declare 6 requests per 2 s; one owner submits 36 jobs, then two others
+// declare 6 requests per 2 s; one owner submits 48 jobs, then two others
 // 24 each. Measured at the providers: no 2 s window holds more than 6
 // requests to either; once all three owners have jobs waiting and while
 // they all do, each owner's share of what ran is within 20% of a third
@@ -36,7 +40,7 @@ func TestAProvidersRateIsSharedAndNeverExceeded(t *testing.T) {
 			return c
 		}})
 	owners := []string{"rate-alice", "rate-bob", "rate-carol"}
-	jobsOf := map[string]int{"rate-alice": 36, "rate-bob": 24, "rate-carol": 24}
+	jobsOf := map[string]int{"rate-alice": 48, "rate-bob": 24, "rate-carol": 24}
 	clients := map[string]*client{}
 	for _, o := range owners {
 		clients[o] = newClient(t, s, o)
@@ -45,23 +49,58 @@ func TestAProvidersRateIsSharedAndNeverExceeded(t *testing.T) {
 	if err := s.Sim.SetScript(sim.DemoPrimary, sim.DemoScript{Outcome: sim.OutcomeRateLimited}); err != nil {
 		t.Fatal(err)
 	}
+	cleared := make(chan struct{})
+	go func() { // once the primary answered its 429, it works again
+		defer close(cleared)
+		for s.Sim.RateLimited(sim.DemoPrimary) == 0 && t.Context().Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		s.Sim.ClearScript(sim.DemoPrimary)
+	}()
+	// The first owner's jobs, then the others', 16 creates at a time: on
+	// a loaded machine, creating them one by one took long enough for the
+	// first owner's jobs all to run before the others had submitted.
+	type submission struct{ owner, key string }
+	work := make(chan submission)
 	ownerOf := map[string]string{}
 	var ids []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for w := range work {
+				input := map[string]any{"type": "demo", "input": map[string]any{"prompt": "e2e " + w.key}}
+				code, _, body, err := clients[w.owner].api.Do(t.Context(), http.MethodPost, "/v1/jobs", w.key, input)
+				var j apiclient.Job
+				if err == nil && (code != http.StatusCreated || json.Unmarshal(body, &j) != nil) {
+					err = fmt.Errorf("%d %s", code, body)
+				}
+				if err != nil {
+					t.Errorf("submit %s: %v", w.key, err)
+					continue
+				}
+				mu.Lock()
+				ownerOf[j.ID] = w.owner
+				ids = append(ids, j.ID)
+				mu.Unlock()
+			}
+		})
+	}
 	for _, o := range owners {
 		for i := range jobsOf[o] {
-			j := clients[o].submit("demo", fmt.Sprintf("%s-%02d", o, i), nil)
-			ownerOf[j.ID] = o
-			ids = append(ids, j.ID)
-			if s.Sim.RateLimited(sim.DemoPrimary) > 0 {
-				s.Sim.ClearScript(sim.DemoPrimary)
-			}
+			work <- submission{o, fmt.Sprintf("%s-%02d", o, i)}
 		}
+	}
+	close(work)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 	// By a period after the last submission, every owner has asked and
 	// been refused at least once: all three wait.
 	allWaiting := time.Now().Add(per)
 	// Every job succeeds: none fails for the rate or the 429.
-	deadline := time.Now().Add(3 * time.Minute) // a liveness bound: 48 jobs need 6 windows of 2 s
+	deadline := time.Now().Add(3 * time.Minute) // a liveness bound: 96 jobs need 8 windows of 2 s and its margin
 	for _, id := range ids {
 		for {
 			j := clients[ownerOf[id]].get(id)
@@ -74,7 +113,7 @@ func TestAProvidersRateIsSharedAndNeverExceeded(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	s.Sim.ClearScript(sim.DemoPrimary)
+	<-cleared
 	if n := s.Sim.RateLimited(sim.DemoPrimary); n < 1 {
 		t.Fatalf("the primary answered %d 429s: the drill never paused it", n)
 	}
