@@ -47,6 +47,19 @@ type Server struct {
 // Endpoint is the server's base URL.
 func (s *Server) Endpoint() string { return s.endpoint }
 
+// Exited is closed once the node process has exited.
+func (s *Server) Exited() <-chan struct{} { return s.done }
+
+// ExitState says how the node process ended ("" while it runs).
+func (s *Server) ExitState() string {
+	select {
+	case <-s.done:
+		return s.cmd.ProcessState.String()
+	default:
+		return ""
+	}
+}
+
 // PID is the node process's id.
 func (s *Server) PID() int { return s.cmd.Process.Pid }
 
@@ -84,11 +97,10 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	cmd.Stdout, cmd.Stderr = o.Stderr, o.Stderr
 	// If this process dies, so does the server: no orphans after a test panic.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
+	if err := testenv.StartHeld(cmd, s.done); err != nil {
 		return nil, err
 	}
-	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(time.Minute) // a liveness bound: generous on a loaded machine
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint, nil)

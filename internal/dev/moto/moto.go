@@ -56,11 +56,10 @@ func Start(ctx context.Context, out io.Writer) (*Server, error) {
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, and it dies with this process: no orphans.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
+	if err := testenv.StartHeld(cmd, s.done); err != nil {
 		return nil, err
 	}
-	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(time.Minute) // a liveness bound: generous on a loaded machine
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint, nil)

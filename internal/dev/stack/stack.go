@@ -272,6 +272,17 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 		s.closers = append(s.closers, s.Dynalite.Close)
 		endpoint = s.Dynalite.Endpoint()
+		// A dynalite that dies under a running stack leaves only
+		// connections refused: say so, and how it ended.
+		closing := make(chan struct{})
+		s.closers = append(s.closers, func() error { close(closing); return nil })
+		go func(d *dynalite.Server) {
+			select {
+			case <-d.Exited():
+				log.Error("dynalite_exited", "endpoint", d.Endpoint(), "state", d.ExitState())
+			case <-closing:
+			}
+		}(s.Dynalite)
 	}
 	s.DynamoEndpoint = endpoint
 	// One connection pool for the stack's own client and every function's.

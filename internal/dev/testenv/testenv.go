@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -93,6 +94,28 @@ func Socket(port int) (*os.File, int, error) {
 		return nil, 0, err
 	}
 	return f, ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StartHeld starts cmd from a goroutine locked to its OS thread for the
+// child's whole life, and closes done once the child has exited. A child
+// started with Pdeathsig is signalled when the *thread* that started it
+// exits, not the process (golang/go#27505): started from any thread, it
+// could be killed while this process lives on, and its callers would see
+// only connections refused.
+func StartHeld(cmd *exec.Cmd, done chan<- struct{}) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(done)
+	}()
+	return <-started
 }
 
 // FreePort asks the kernel for an unused loopback port: for addresses no
