@@ -761,22 +761,12 @@ func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Adm
 		if owner == "" || holds >= share {
 			return a, HealthChange{}, false
 		}
-		if at, ok := h.Waiters[owner]; ok && now.Sub(at) < WaiterFresh/2 {
-			return a, HealthChange{}, false // recorded recently enough
-		}
-		after := h.clone()
-		for o, at := range after.Waiters {
-			if now.Sub(at) >= WaiterFresh {
-				delete(after.Waiters, o)
-			}
-		}
-		if _, ok := after.Waiters[owner]; !ok && len(after.Waiters) >= MaxTrackedOwners {
+		waiters, ok := noteWaiter(h.Waiters, owner, WaiterFresh, now)
+		if !ok {
 			return a, HealthChange{}, false
 		}
-		if after.Waiters == nil {
-			after.Waiters = map[string]time.Time{}
-		}
-		after.Waiters[owner] = now
+		after := h.clone()
+		after.Waiters = waiters
 		return a, healthChange(h, after, now), true
 	}
 	rate := p.Rate.Declared()
@@ -810,6 +800,27 @@ func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Adm
 	}
 	delete(after.Waiters, owner)
 	return Admission{Allowed: true}, healthChange(h, after, now), true
+}
+
+// noteWaiter is waiters with owner recorded as waiting at now, the entries
+// fresh no more dropped; ok is false when nothing needs writing: the owner
+// was recorded within fresh/2, or a new owner finds MaxTrackedOwners
+// there. The bulkhead's waiters and the rate's are kept alike.
+func noteWaiter(waiters map[string]time.Time, owner string, fresh time.Duration, now time.Time) (map[string]time.Time, bool) {
+	if at, ok := waiters[owner]; ok && now.Sub(at) < fresh/2 {
+		return nil, false
+	}
+	out := make(map[string]time.Time, len(waiters)+1)
+	for o, at := range waiters {
+		if now.Sub(at) < fresh {
+			out[o] = at
+		}
+	}
+	if _, ok := out[owner]; !ok && len(out) >= MaxTrackedOwners {
+		return nil, false
+	}
+	out[owner] = now
+	return out, true
 }
 
 // reserveLimit is the most an owner may hold and still take a reserved

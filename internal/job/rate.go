@@ -140,22 +140,12 @@ func admitRate(h Health, owner string, r RateLimit, now time.Time) (a Admission,
 	if owner == "" {
 		return refused, h, false, false
 	}
-	if at, ok := h.RateWaiters[owner]; ok && now.Sub(at) < fresh/2 {
-		return refused, h, false, false // recorded recently enough
-	}
-	after = h.clone()
-	for o, at := range after.RateWaiters {
-		if now.Sub(at) >= fresh {
-			delete(after.RateWaiters, o)
-		}
-	}
-	if _, ok := after.RateWaiters[owner]; !ok && len(after.RateWaiters) >= MaxTrackedOwners {
+	waiters, ok := noteWaiter(h.RateWaiters, owner, fresh, now)
+	if !ok {
 		return refused, h, false, false
 	}
-	if after.RateWaiters == nil {
-		after.RateWaiters = map[string]time.Time{}
-	}
-	after.RateWaiters[owner] = now
+	after = h.clone()
+	after.RateWaiters = waiters
 	return refused, after, true, false
 }
 
