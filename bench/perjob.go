@@ -52,6 +52,10 @@ type scenario struct {
 	// minute, a burst of 1,000: never binding) for its owner, whose burst
 	// comes faster than the rate refills: what the token bucket adds.
 	createRate bool
+	// budget: on a stack whose owners' spend is budgeted ($1,000 a day at
+	// the demo prices: never binding) and no quota: what a reservation at
+	// the create and its settlement at the attempt's end add.
+	budget bool
 	// brownout: the primary hangs brownoutHang on every call while the
 	// jobs are submitted over brownoutSpread (then recovers); makeRun.
 	brownout bool
@@ -97,6 +101,9 @@ func scenarios() []scenario {
 		// the owner's bucket is not full (its creates come faster than its
 		// rate refills).
 		{Name: "happy path, create rate", jobType: "demo", want: "1:sim-primary:succeeded", createRate: true},
+		// A budget (issue 26): a reservation written on the owner's item
+		// with the create, a settling write when the attempt ends.
+		{Name: "happy path, budget", jobType: "demo", want: "1:sim-primary:succeeded", budget: true},
 		// The same with one webhook endpoint: the outcome write also
 		// appends the event to the job's outbox (no extra request), then
 		// the notifier fans it out and delivers it.
@@ -155,7 +162,7 @@ const benchCallTimeout = 5 * time.Second
 func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slog.Logger) ([]perJob, []waitRow, *stack.Stack, func(), error) {
 	names := dynamo.NamesWithPrefix("bench-cost")
 	proxy := newDDBProxy(dynamoURL, names.Jobs, dynamo.NamesWithPrefix("bench-brownout").Jobs, dynamo.NamesWithPrefix("bench-rate").Jobs,
-		dynamo.NamesWithPrefix("bench-create").Jobs)
+		dynamo.NamesWithPrefix("bench-create").Jobs, dynamo.NamesWithPrefix("bench-budget").Jobs)
 	ps := httptest.NewServer(proxy)
 	times := newLambdaTimes()
 	log := slog.New(captureHandler{next: logOut.Handler(), observe: times.observe})
@@ -199,6 +206,33 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		return nil, nil, nil, nil, err
 	}
 	closeAll = func() { _ = cs.Close(); _ = rs.Close(); _ = b.Close(); _ = s.Close(); ps.Close() }
+	// A budget, on tables of its own.
+	bs, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
+		TablePrefix: "bench-budget", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log, NotificationsOff: true,
+		Quotas: &job.Quotas{}, DemoProviders: stack.BreakersNeverAct,
+		Budget: job.Budget{Amount: 1000 * job.NanosPerUSD, Period: 24 * time.Hour, Prices: stack.DemoPrices()}})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	closeAll = func() {
+		_ = bs.Close()
+		_ = cs.Close()
+		_ = rs.Close()
+		_ = b.Close()
+		_ = s.Close()
+		ps.Close()
+	}
+	bsUser, err := newAPIClient(bs.APIURL, bs.JWTSecret(), "bench-cost")
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	bsReader, err := dynamo.New(dynamo.Config{Client: dynalite.NewClient(dynamoURL), Tables: bs.Tables})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
 	cUser, err := newAPIClient(cs.APIURL, cs.JWTSecret(), "bench-cost")
 	if err != nil {
 		closeAll()
@@ -295,6 +329,9 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		}
 		if sc.createRate {
 			on, u, rd = cs, []*apiClient{cUser}, cReader
+		}
+		if sc.budget {
+			on, u, rd = bs, []*apiClient{bsUser}, bsReader
 		}
 		var hk *receiver.Receiver
 		if sc.endpoint {

@@ -31,6 +31,7 @@ import (
 //	onejob run [--data .local/dynalite] [--table-prefix onejob-local] [--duplicate-delivery] [--log FILE]
 //	           [--sweep-interval 10s] [--overdue-grace 0] [--idle-timeout 30s] [--keep-executions 1000]
 //	           [--breakers on|off] [--notify-interval 250ms] [--demo-rate 60/1m]
+//	           [--demo-budget 0.10]
 //
 // AWS_ENDPOINT_URL_DYNAMODB points it at a DynamoDB already running
 // (DynamoDB Local, LocalStack, moto) instead of the dynalite it starts;
@@ -50,6 +51,7 @@ func runCommand(ctx context.Context, args []string) error {
 	notify := fs.Duration("notify-interval", 250*time.Millisecond, "how often the notifier looks for webhook deliveries to make (0 disables it)")
 	breakers := fs.String("breakers", "on", "the demo providers' circuit breakers: on, or off (they never open nor fill: for drills that script provider failures)")
 	rate := fs.String("demo-rate", "", "declare this rate_limit on both demo providers, as REQUESTS/PERIOD (60/1m): the rate drill")
+	demoBudget := fs.String("demo-budget", "", "give every owner this budget a day in USD (0.10), the demo providers priced: the budget drill ("+deploy.EnvBudget+" sets any budget)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,6 +103,10 @@ func runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	budget, err := budgetFrom(*demoBudget, os.Getenv)
+	if err != nil {
+		return err
+	}
 	schedule, disableAfter, err := notifyScheduleFromEnv(os.Getenv)
 	if err != nil {
 		return err
@@ -116,7 +122,7 @@ func runCommand(ctx context.Context, args []string) error {
 		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data, TablePrefix: *prefix,
 		DynamoEndpoint: local.dynamoEndpoint, DynamoOptions: local.dynamoOptions,
 		Providers: local.providers, AWSCredentials: local.credentials,
-		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas,
+		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas, Budget: budget,
 		NotifyInterval: *notify, NotifySchedule: schedule, NotifyDisableAfter: disableAfter,
 		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
@@ -186,6 +192,20 @@ Ctrl-C stops everything.
 	<-ctx.Done()
 	fmt.Println("\nstopping…")
 	return nil
+}
+
+// budgetFrom is make run's owners' budget: --demo-budget's amount a day at
+// the demo providers' prices, else ONEJOB_BUDGET's (the deployed
+// functions' variable), else none.
+func budgetFrom(demo string, getenv func(string) string) (job.Budget, error) {
+	if demo == "" {
+		return deploy.ParseBudget(getenv(deploy.EnvBudget))
+	}
+	amount, err := job.ParseUSD(demo)
+	if err != nil {
+		return job.Budget{}, fmt.Errorf("--demo-budget: %w", err)
+	}
+	return job.Budget{Amount: amount, Period: 24 * time.Hour, Prices: stack.DemoPrices()}, nil
 }
 
 // quotasFromEnv is make run's per-owner quotas: stack.DefaultQuotas, each

@@ -34,7 +34,7 @@ func main() {
 	})
 	deploy.Check(log, err)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
-		Owners: store, Quotas: env.Quotas(),
+		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(),
 		Notifications: true})
 	deploy.Check(log, err)
 	// Input validation needs the job types' input schemas; each execution

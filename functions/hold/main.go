@@ -33,7 +33,7 @@ func main() {
 	})
 	deploy.Check(log, err)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
-		Owners: store, Quotas: env.Quotas()})
+		Owners: store, Quotas: env.Quotas(), Budget: env.Budget()})
 	deploy.Check(log, err)
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)

@@ -38,7 +38,7 @@ func main() {
 	deploy.Check(log, err)
 	metrics := emf.New(os.Stdout, env.Name, nil)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: metrics,
-		Owners: store, Quotas: env.Quotas()})
+		Owners: store, Quotas: env.Quotas(), Budget: env.Budget()})
 	deploy.Check(log, err)
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)

@@ -176,6 +176,10 @@ type Config struct {
 	// (cdk.json quotas.unfinishedJobs and quotas.heldRequests; 0 is no
 	// bound, and with both 0 no owner counter is kept).
 	Quotas job.Quotas
+	// Budget is every owner's spend budget and the providers' price table
+	// (cdk.json budget; nil: spend is not budgeted). The functions get it
+	// as deploy.EnvBudget.
+	Budget *deploy.BudgetConfig
 }
 
 // envSettings is the per-environment block in cdk.json.
@@ -195,6 +199,7 @@ type envSettings struct {
 		CreatesPerMinute int `json:"createsPerMinute"`
 		CreateBurst      int `json:"createBurst"`
 	} `json:"quotas"`
+	Budget *deploy.BudgetConfig `json:"budget"`
 	// Throttle and ReservedConcurrency replace the profile's defaults
 	// when given (the whole object: a partial one would be a typo).
 	Throttle            *Throttle      `json:"throttle"`
@@ -278,6 +283,7 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 		cfg.Quotas = job.Quotas{UnfinishedJobs: q.UnfinishedJobs, HeldRequests: q.HeldRequests,
 			Creates: job.CreateRate{PerMinute: q.CreatesPerMinute, Burst: q.CreateBurst}}
 	}
+	cfg.Budget = s.Budget
 
 	if v := contextString(lookup, ContextJWTIssuer); v != "" {
 		cfg.JWTIssuer = v
@@ -392,6 +398,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.Quotas.Validate(); err != nil {
 		bad("%v (%s.%s.quotas in cdk.json)", err, ContextEnvironments, c.Env)
+	}
+	if c.Budget != nil {
+		if _, err := c.Budget.Budget(); err != nil {
+			bad("%v (%s.%s.budget in cdk.json)", err, ContextEnvironments, c.Env)
+		}
 	}
 	where := ContextEnvironments + "." + c.Env
 	if c.Throttle.Rate <= 0 || c.Throttle.Rate > maxThrottleRate {

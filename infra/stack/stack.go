@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -118,6 +119,13 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		deploy.EnvQuotaHeldRequests:     jsii.String(strconv.Itoa(cfg.Quotas.HeldRequests)),
 		deploy.EnvQuotaCreatesPerMinute: jsii.String(strconv.Itoa(cfg.Quotas.Creates.PerMinute)),
 		deploy.EnvQuotaCreateBurst:      jsii.String(strconv.Itoa(cfg.Quotas.Creates.Burst)),
+	}
+	if cfg.Budget != nil {
+		b, err := json.Marshal(cfg.Budget)
+		if err != nil {
+			panic(err) // plain strings and maps always marshal
+		}
+		common[deploy.EnvBudget] = jsii.String(string(b))
 	}
 	for logical, t := range tables {
 		common[deploy.TableEnv(logical)] = t.TableName()

@@ -366,6 +366,13 @@ func checkFunctions(t *testing.T, s *synthesized) {
 			deploy.EnvQuotaHeldRequests:     strconv.Itoa(s.cfg.Quotas.HeldRequests),
 			deploy.EnvQuotaCreatesPerMinute: strconv.Itoa(s.cfg.Quotas.Creates.PerMinute),
 			deploy.EnvQuotaCreateBurst:      strconv.Itoa(s.cfg.Quotas.Creates.Burst)}
+		if s.cfg.Budget != nil {
+			b, err := json.Marshal(s.cfg.Budget)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[deploy.EnvBudget] = string(b)
+		}
 		for _, logical := range dynamo.Logicals() {
 			want[deploy.TableEnv(logical)] = "ref:table:" + logical
 		}
@@ -1609,6 +1616,13 @@ func TestGuardsConfig(t *testing.T) {
 			m["quotas"] = map[string]any{"unfinishedJobs": 0, "heldRequests": 5}
 			m["reservedConcurrency"] = map[string]any{"api": 10, "run": 10, "hold": 5}
 		}, "quota unfinishedJobs 0"},
+		{"BudgetWithoutPeriod", func(m map[string]any) {
+			m["budget"] = map[string]any{"amountUSD": "1", "period": "1x"}
+		}, "budget period"},
+		{"PriceNotAnAmount", func(m map[string]any) {
+			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
+				"prices": map[string]any{"openai-primary": map[string]any{"version": "v", "inputUSDPerMTok": "cheap", "outputUSDPerMTok": "1"}}}
+		}, "inputUSDPerMTok"},
 		{"TooMuchReserved", func(m map[string]any) {
 			m["reservedConcurrency"] = map[string]any{"api": 500, "run": 300, "hold": 200}
 		}, "adds up to 1000"},

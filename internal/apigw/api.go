@@ -57,6 +57,9 @@ type Config struct {
 	// deliveries; nil: the deployment sends none (their routes answer
 	// not-found).
 	Notifications Notifications
+	// Owners are the owners' counters and spend (the usage routes); nil:
+	// Jobs' own when it keeps them (a *lifecycle.Engine does).
+	Owners Owners
 }
 
 // Handler serves the API's routes.
@@ -79,6 +82,7 @@ type Handler struct {
 	notifications Notifications
 	// ratePolicy is the RateLimit-Policy field value; empty without quotas.
 	ratePolicy string
+	owners     Owners
 }
 
 // New validates the configuration.
@@ -116,11 +120,18 @@ func New(c Config) (*Handler, error) {
 	if err := c.Admin.Validate(); err != nil {
 		return nil, err
 	}
+	if o, ok := c.Jobs.(Owners); ok && c.Owners == nil {
+		c.Owners = o
+	}
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
 		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin, providers: c.Providers,
-		notifications: c.Notifications}
+		notifications: c.Notifications, owners: c.Owners}
 	h.routes = routes()
-	h.ratePolicy = ratePolicy(c.Jobs.Quotas())
+	var b job.Budget
+	if c.Owners != nil {
+		b = c.Owners.Budget()
+	}
+	h.ratePolicy = ratePolicy(c.Jobs.Quotas(), b)
 	files, err := consoleFiles()
 	if err != nil {
 		return nil, err
@@ -189,7 +200,7 @@ func (h *Handler) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 // draft-ietf-httpapi-ratelimit-headers' RateLimit-Policy field: each a
 // concurrency quota (no window), or the create rate, named by the limit it
 // bounds.
-func ratePolicy(q job.Quotas) string {
+func ratePolicy(q job.Quotas, b job.Budget) string {
 	var parts []string
 	if q.UnfinishedJobs > 0 {
 		parts = append(parts, fmt.Sprintf("%q;q=%d;qu=\"concurrent-requests\"", job.LimitUnfinishedJobs, q.UnfinishedJobs))
@@ -202,6 +213,12 @@ func ratePolicy(q job.Quotas) string {
 		// (the window is how long a full burst takes to come back).
 		window := max(1, int((time.Duration(c.Burst)*c.Interval()+time.Second-1)/time.Second))
 		parts = append(parts, fmt.Sprintf("%q;q=%d;w=%d", job.LimitCreateRate, c.Burst, window))
+	}
+	if b.Enabled() {
+		// The deployment's amount in micro-dollars a window (an owner's
+		// own amount is in GET /v1/usage): no registered quota unit
+		// counts money, so the unit is named.
+		parts = append(parts, fmt.Sprintf("%q;q=%d;qu=\"usd-micros\";w=%d", job.LimitBudget, b.Amount/1000, int64(b.Period/time.Second)))
 	}
 	return strings.Join(parts, ", ")
 }

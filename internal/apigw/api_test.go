@@ -279,7 +279,7 @@ func TestOwnersSeeNoProviderText(t *testing.T) {
 			if r.status != http.StatusOK {
 				t.Fatalf("%d %s", r.status, r.body)
 			}
-			for _, leak := range []string{"acct-8812", "sk-", "internal.example", "prov-req-7", "401", "provider_message"} {
+			for _, leak := range []string{"acct-8812", "sk-", "internal.example", "prov-req-7", "status 401", "provider_status", "provider_message"} {
 				if strings.Contains(string(r.body), leak) {
 					t.Fatalf("an owner sees %q: %s", leak, r.body)
 				}

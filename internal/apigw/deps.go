@@ -37,6 +37,9 @@ type JobType interface {
 	// Retention is how long a finished job of the type (and its key) is
 	// kept.
 	Retention() time.Duration
+	// CostBasis prices a job of the input (its rendered request's size,
+	// the type's output limit) for a budgeted owner.
+	CostBasis(input json.RawMessage) (job.CostBasis, error)
 }
 
 // Starter starts a job's execution. It must be idempotent (Step Functions

@@ -32,6 +32,11 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 	provDown := newEnv(t, unreachableStore, withProviders)
 	full := newEnvWith(t, job.Quotas{UnfinishedJobs: 1, HeldRequests: 1})
 	full.mustCreate(t, "owner-1", "q-1", demoBody)
+	spent := newEnvBudgeted(t, job.Quotas{}, testBudget())
+	for _, k := range []string{"b-1", "b-2", "b-3"} {
+		spent.mustCreate(t, "owner-1", k, demoBody)
+	}
+	budgetDown := newEnvBudgeted(t, job.Quotas{}, testBudget(), unreachableStore)
 	owner, other := e.token(t, "owner-1"), e.token(t, "owner-2")
 	admin := e.token(t, "operator-1", "jobs:admin")
 	id := e.mustCreate(t, "owner-1", "k-1", demoBody)
@@ -86,6 +91,7 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 		{"CreatePanics", "POST /v1/jobs", e, call{method: "POST", path: "/v1/jobs", token: owner, headers: create("i"),
 			body: []byte(`{"type":"explode","input":{"prompt":"x"}}`)}, 500},
 		{"CreateOverQuota", "POST /v1/jobs", full, call{method: "POST", path: "/v1/jobs", token: owner, headers: create("q-2"), body: []byte(demoBody)}, 429},
+		{"CreateOverBudget", "POST /v1/jobs", spent, call{method: "POST", path: "/v1/jobs", token: owner, headers: create("b-4"), body: []byte(demoBody)}, 429},
 		{"CreateStoreDown", "POST /v1/jobs", down, call{method: "POST", path: "/v1/jobs", token: owner, headers: create("j"), body: []byte(demoBody)}, 503},
 		// GET /v1/jobs
 		{"ListWithoutToken", "GET /v1/jobs", e, call{method: "GET", path: "/v1/jobs"}, 401},
@@ -182,6 +188,34 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 			headers: jsonCT, body: []byte(`{"state":"sideways","reason":"x"}`)}, 422},
 		{"ForceStoreDown", "POST /v1/admin/providers/{name}/force", provDown, call{method: "POST", path: "/v1/admin/providers/sim-primary/force", token: admin,
 			headers: jsonCT, body: []byte(`{"state":"open","reason":"x"}`)}, 503},
+		// GET /v1/usage
+		{"UsageWithoutToken", "GET /v1/usage", e, call{method: "GET", path: "/v1/usage"}, 401},
+		{"UsageStoreDown", "GET /v1/usage", down, call{method: "GET", path: "/v1/usage", token: owner}, 503},
+		// GET /v1/admin/owners
+		{"OwnersWithoutToken", "GET /v1/admin/owners", e, call{method: "GET", path: "/v1/admin/owners"}, 401},
+		{"OwnersAsOwner", "GET /v1/admin/owners", e, call{method: "GET", path: "/v1/admin/owners", token: owner}, 403},
+		{"OwnersBadLimit", "GET /v1/admin/owners", e, call{method: "GET", path: "/v1/admin/owners?limit=0", token: admin}, 422},
+		{"OwnersForgedCursor", "GET /v1/admin/owners", e, call{method: "GET", path: "/v1/admin/owners?cursor=%21%21", token: admin}, 400},
+		{"OwnersStoreDown", "GET /v1/admin/owners", down, call{method: "GET", path: "/v1/admin/owners", token: admin}, 503},
+		// POST /v1/admin/owners/{owner}/budget
+		{"BudgetWithoutToken", "POST /v1/admin/owners/{owner}/budget", spent, call{method: "POST", path: "/v1/admin/owners/owner-1/budget",
+			headers: jsonCT, body: []byte(`{"amount_usd":"1"}`)}, 401},
+		{"BudgetAsOwner", "POST /v1/admin/owners/{owner}/budget", spent, call{method: "POST", path: "/v1/admin/owners/owner-1/budget", token: owner,
+			headers: jsonCT, body: []byte(`{"amount_usd":"1"}`)}, 403},
+		{"BudgetNotBudgeted", "POST /v1/admin/owners/{owner}/budget", e, call{method: "POST", path: "/v1/admin/owners/owner-1/budget", token: admin,
+			headers: jsonCT, body: []byte(`{"amount_usd":"1"}`)}, 409},
+		{"BudgetInvalid", "POST /v1/admin/owners/{owner}/budget", spent, call{method: "POST", path: "/v1/admin/owners/owner-1/budget", token: admin,
+			headers: jsonCT, body: []byte(`{"amount_usd":"-1"}`)}, 422},
+		{"BudgetNotANumber", "POST /v1/admin/owners/{owner}/budget", spent, call{method: "POST", path: "/v1/admin/owners/owner-1/budget", token: admin,
+			headers: jsonCT, body: []byte(`{"amount_usd":0.1}`)}, 422},
+		{"BudgetMalformed", "POST /v1/admin/owners/{owner}/budget", spent, call{method: "POST", path: "/v1/admin/owners/owner-1/budget", token: admin,
+			headers: jsonCT, body: []byte(`{"amount_usd"`)}, 400},
+		{"BudgetTooLarge", "POST /v1/admin/owners/{owner}/budget", spent, call{method: "POST", path: "/v1/admin/owners/owner-1/budget", token: admin,
+			headers: jsonCT, body: big}, 413},
+		{"BudgetAsText", "POST /v1/admin/owners/{owner}/budget", spent, call{method: "POST", path: "/v1/admin/owners/owner-1/budget", token: admin,
+			headers: map[string]string{"Content-Type": "text/plain"}, body: []byte(`{"amount_usd":"1"}`)}, 415},
+		{"BudgetStoreDown", "POST /v1/admin/owners/{owner}/budget", budgetDown, call{method: "POST", path: "/v1/admin/owners/owner-1/budget", token: admin,
+			headers: jsonCT, body: []byte(`{"amount_usd":"1"}`)}, 503},
 		// GET /v1/jobs/{id}/deliveries
 		{"DeliveriesWithoutToken", "GET /v1/jobs/{id}/deliveries", e, call{method: "GET", path: "/v1/jobs/" + id + "/deliveries"}, 401},
 		{"DeliveriesNotAnID", "GET /v1/jobs/{id}/deliveries", e, call{method: "GET", path: "/v1/jobs/x/deliveries", token: owner}, 404},

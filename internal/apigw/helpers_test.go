@@ -67,6 +67,18 @@ func (fakeCatalog) ProviderNames() []string { return []string{"sim-fallback", "s
 // Retention is every job type's default.
 func (t fakeType) Retention() time.Duration { return job.DefaultRetention }
 
+// testBudget is a budget of $0.10 a day, each fake job's worst case about
+// $0.03 on either fake provider (demoBody: about 30 bytes, 100 output tokens).
+func testBudget() job.Budget {
+	p := job.Price{Version: "test-1", Input: 100 * job.NanosPerUSD, Output: 250 * job.NanosPerUSD}
+	return job.Budget{Amount: job.NanosPerUSD / 10, Period: 24 * time.Hour, Prices: map[string]job.Price{"sim-primary": p, "sim-fallback": p}}
+}
+
+// CostBasis prices a fake job by its input's size (a prompt of the input) and 100 output tokens.
+func (t fakeType) CostBasis(input json.RawMessage) (job.CostBasis, error) {
+	return job.CostBasis{RequestBytes: len(input), MaxOutputTokens: 100}, nil
+}
+
 func (t fakeType) Providers() []string { return append([]string(nil), t.providers...) }
 
 // Timeout and HedgeAfter are the demo types' (2 s; demo-hedge races after 500 ms).
@@ -179,6 +191,12 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 // newEnvWith is newEnv with per-owner quotas.
 func newEnvWith(t testing.TB, q job.Quotas, opts ...envOption) *env {
 	t.Helper()
+	return newEnvBudgeted(t, q, job.Budget{}, opts...)
+}
+
+// newEnvBudgeted is newEnvWith with owners' spend budgeted.
+func newEnvBudgeted(t testing.TB, q job.Quotas, b job.Budget, opts ...envOption) *env {
+	t.Helper()
 	db, names := harness.Tables(t)
 	logs := &testenv.SyncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
@@ -192,7 +210,7 @@ func newEnvWith(t testing.TB, q job.Quotas, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Logger: logger, Owners: st, Quotas: q})
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Logger: logger, Owners: st, Quotas: q, Budget: b})
 	if err != nil {
 		t.Fatal(err)
 	}

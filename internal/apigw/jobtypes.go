@@ -5,7 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // JobTypes adapts the embedded job types to what the API validates.
@@ -58,3 +60,11 @@ func (a apiType) Timeout() time.Duration { return a.t.Timeout() }
 func (a apiType) HedgeAfter() (time.Duration, bool) { return a.t.HedgeAfter() }
 
 func (a apiType) Retention() time.Duration { return a.t.Retention() }
+
+func (a apiType) CostBasis(input json.RawMessage) (job.CostBasis, error) {
+	req, err := a.t.Request(input)
+	if err != nil {
+		return job.CostBasis{}, err
+	}
+	return lifecycle.CostBasisOf(req), nil
+}

@@ -46,6 +46,9 @@ const (
 	// CodeQuotaExceeded: the owner is at one of its quotas (limit names
 	// which); nothing was written.
 	CodeQuotaExceeded Code = "quota-exceeded"
+	// CodeBudgetExceeded: the owner's budget has less left than the job's
+	// worst case; nothing was written, no provider called.
+	CodeBudgetExceeded Code = "budget-exceeded"
 )
 
 // Codes lists every problem code, for documentation and tests.
@@ -55,7 +58,7 @@ func Codes() []Code {
 		CodeUnsupportedMediaType, CodePayloadTooLarge, CodeValidationFailed, CodeUnknownJobType,
 		CodeInvalidCursor, CodeInvalidQuery, CodeNotFound, CodeForbidden, CodeUnauthenticated, CodeConflict,
 		CodeMethodNotAllowed, CodeUnavailable, CodeInternal, CodeResolutionConflict, CodeResultViolatesContract,
-		CodeQuotaExceeded,
+		CodeQuotaExceeded, CodeBudgetExceeded,
 	}
 }
 
@@ -103,6 +106,8 @@ func (c Code) describe() (int, string) {
 		return http.StatusUnprocessableEntity, "Result violates the job type's contract"
 	case CodeQuotaExceeded:
 		return http.StatusTooManyRequests, "Quota exceeded"
+	case CodeBudgetExceeded:
+		return http.StatusTooManyRequests, "Budget exceeded"
 	default:
 		return http.StatusInternalServerError, "Internal error"
 	}
@@ -150,6 +155,14 @@ type problem struct {
 	// ViolatedPolicies names the spent RateLimit-Policy policies
 	// (draft-ietf-httpapi-ratelimit-headers §5.1), for quota-exceeded.
 	ViolatedPolicies []string `json:"violated_policies,omitempty"`
+	// For budget-exceeded: the owner's amount, what is left of it, what
+	// the job would set aside, and when the window starts again.
+	BudgetUSD    string     `json:"budget_usd,omitempty"`
+	RemainingUSD string     `json:"remaining_usd,omitempty"`
+	NeededUSD    string     `json:"needed_usd,omitempty"`
+	ResetsAt     *time.Time `json:"resets_at,omitempty"`
+	// remaining is the RateLimit field's r for budget-exceeded.
+	remaining int64
 
 	allow string
 	// retryAfter is the Retry-After of a quota-exceeded answer, seconds.
@@ -169,6 +182,7 @@ func problemOf(err error) problem {
 		invalidJ *job.InvalidError
 		authErr  *AuthError
 		quota    *job.QuotaError
+		budget   *job.BudgetError
 	)
 	p := problem{}
 	code := CodeInternal
@@ -187,6 +201,14 @@ func problemOf(err error) problem {
 		if quota.Limit == job.LimitCreateRate {
 			p.Detail = fmt.Sprintf("this owner created jobs faster than its create rate allows (a burst of %d); retry after %d s", quota.Quota, p.retryAfter)
 		}
+	case errors.As(err, &budget):
+		code, p.Limit, p.ViolatedPolicies = CodeBudgetExceeded, job.LimitBudget, []string{job.LimitBudget}
+		p.BudgetUSD, p.RemainingUSD, p.NeededUSD = budget.Amount.USD(), budget.Remaining.USD(), budget.Needed.USD()
+		resets := budget.Resets.UTC()
+		p.ResetsAt, p.remaining = &resets, int64(budget.Remaining/1000)
+		p.retryAfter = max(1, int((budget.RetryAfter+time.Second-1)/time.Second))
+		p.Detail = fmt.Sprintf("this owner's budget has %s USD left of %s; this job may cost up to %s USD. Retry after %d s (when running jobs settle) or once the budget starts again",
+			p.RemainingUSD, p.BudgetUSD, p.NeededUSD, p.retryAfter)
 	case errors.As(err, &reused):
 		code, p.JobID = CodeIdempotencyKeyReused, reused.JobID
 		p.Detail = "this Idempotency-Key already names a job created from a different request"

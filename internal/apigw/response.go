@@ -85,7 +85,7 @@ func (h *Handler) problemResponse(r *request, err error) events.APIGatewayV2HTTP
 		headers["Retry-After"] = strconv.Itoa(p.retryAfter)
 		// draft-ietf-httpapi-ratelimit-headers: none of the quota left
 		// until a slot frees, in about retryAfter seconds.
-		headers["RateLimit"] = fmt.Sprintf("%q;r=0;t=%d", p.Limit, p.retryAfter)
+		headers["RateLimit"] = fmt.Sprintf("%q;r=%d;t=%d", p.Limit, p.remaining, p.retryAfter)
 	}
 	b, merr := marshal(p)
 	if merr != nil {

@@ -50,6 +50,9 @@ func routes() []route {
 		{Route{http.MethodPost, "/v1/admin/attempts/resolve", false}, (*Handler).resolveAttempts},
 		{Route{http.MethodGet, "/v1/admin/providers", false}, (*Handler).listProviders},
 		{Route{http.MethodPost, "/v1/admin/providers/{name}/force", false}, (*Handler).forceProvider},
+		{Route{http.MethodGet, "/v1/usage", false}, (*Handler).getUsage},
+		{Route{http.MethodGet, "/v1/admin/owners", false}, (*Handler).listOwners},
+		{Route{http.MethodPost, "/v1/admin/owners/{owner}/budget", false}, (*Handler).setBudget},
 		// The operator console: static files that call the routes above
 		// with the operator's token.
 		{Route{http.MethodGet, "/console", true}, (*Handler).consolePage},

@@ -109,7 +109,18 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 	if len(errs) > 0 {
 		return job.Request{}, invalid(errs...)
 	}
-	return job.Request{Type: jobType, Input: input, Providers: providers, Retention: jt.Retention(), Primary: job.PrimaryOf(jt.Providers())}, nil
+	r := job.Request{Type: jobType, Input: input, Providers: providers, Retention: jt.Retention(), Primary: job.PrimaryOf(jt.Providers())}
+	if h.owners != nil && h.owners.Budget().Enabled() {
+		basis, err := jt.CostBasis(input)
+		if err != nil {
+			// An input its schema accepts renders; one that does not
+			// cannot be priced, so it is refused before anything is set
+			// aside.
+			return job.Request{}, invalid(FieldError{Pointer: "/input", Detail: "cannot be rendered into the type's prompt"})
+		}
+		r.Basis = basis
+	}
+	return r, nil
 }
 
 // start starts the job's execution. The job is durable already, so a

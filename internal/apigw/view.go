@@ -66,9 +66,19 @@ type attemptView struct {
 	Outcome      string          `json:"outcome,omitempty"`
 	UnknownSince string          `json:"unknown_since,omitempty"`
 	Usage        *usageView      `json:"usage,omitempty"`
+	Spend        *spendView      `json:"spend,omitempty"`
 	Resolution   *resolutionView `json:"resolution,omitempty"`
 	// Operators only.
 	ProviderRequestID string `json:"provider_request_id,omitempty"`
+}
+
+// spendView is what a budgeted attempt set aside and, once it ended, what
+// it cost and how that was known (job.SpendOf).
+type spendView struct {
+	ReservedUSD  string `json:"reserved_usd"`
+	PriceVersion string `json:"price_version"`
+	CostUSD      string `json:"cost_usd,omitempty"`
+	Source       string `json:"source,omitempty"`
 }
 
 type jobBody struct {
@@ -220,6 +230,13 @@ func (v viewer) attempts(jobID string, attempts []job.Attempt) attemptsBody {
 		}
 		if u := a.Usage; u != nil {
 			av.Usage = &usageView{Model: u.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, LatencyMS: u.Latency.Milliseconds()}
+		}
+		if s := a.Spend; s != nil {
+			av.Spend = &spendView{ReservedUSD: s.Reserved.USD(), PriceVersion: s.Price.Version}
+			if !a.State.Open() {
+				cost, source := job.SpendOf(a)
+				av.Spend.CostUSD, av.Spend.Source = cost.USD(), string(source)
+			}
 		}
 		if r := a.Resolution; r != nil {
 			av.Resolution = &resolutionView{Outcome: string(r.Outcome), At: timeView(r.At)}

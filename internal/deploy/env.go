@@ -59,7 +59,13 @@ type Env struct {
 	QuotaCreatesPerMinute, QuotaCreateBurst int
 	// quotaErr is a quota variable that is not a count.
 	quotaErr error
+	// budget is EnvBudget's; budgetErr why it is not one.
+	budget    job.Budget
+	budgetErr error
 }
+
+// Budget is the owners' budget and the price table (EnvBudget).
+func (e Env) Budget() job.Budget { return e.budget }
 
 // Quotas are the owners' quotas, as every function applies them.
 func (e Env) Quotas() job.Quotas {
@@ -98,7 +104,10 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 	if err := (job.CreateRate{PerMinute: perMinute, Burst: burst}).Validate(); err != nil {
 		quotaErrs = append(quotaErrs, fmt.Errorf("%s and %s: %w", EnvQuotaCreatesPerMinute, EnvQuotaCreateBurst, err))
 	}
+	budget, budgetErr := ParseBudget(getenv(EnvBudget))
 	return Env{
+		budget:                budget,
+		budgetErr:             budgetErr,
 		QuotaUnfinishedJobs:   unfinished,
 		QuotaHeldRequests:     held,
 		QuotaCreatesPerMinute: perMinute,
@@ -136,6 +145,9 @@ func (e Env) Validate(needs Need) error {
 	}
 	if e.quotaErr != nil {
 		missing = append(missing, e.quotaErr)
+	}
+	if e.budgetErr != nil {
+		missing = append(missing, e.budgetErr)
 	}
 	if needs&NeedStateMachine != 0 && e.StateMachineARN == "" {
 		missing = append(missing, fmt.Errorf("%s is not set", EnvStateMachineARN))

@@ -73,6 +73,15 @@ const (
 	aOutbox     = "outbox"
 	aDispatched = "dispatched"
 	aAttempt    = "attempt"
+	// aReservedN is what a budgeted job's create set aside (nano-dollars);
+	// aSpend is a budgeted attempt's reservation and price.
+	aReservedN    = "reserved_nusd"
+	aReservation  = "reservation"
+	aSpend        = "spend"
+	aPriceVersion = "price_version"
+	aPriceIn      = "price_in_nusd_per_mtok"
+	aPriceOut     = "price_out_nusd_per_mtok"
+	aKey          = "key"
 )
 
 // NotifyShards spreads jobs with pending notices over partitions of
@@ -217,6 +226,9 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	if j.Pending() {
 		item[AttrNotifyShard] = avS(NotifyShard(j.ID))
 	}
+	if r := j.Reservation; r != nil {
+		item[aReservation] = encodeSpend(*r)
+	}
 	return item
 }
 
@@ -303,7 +315,32 @@ func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
 	if a.ProviderKey != "" {
 		m[aProviderKey] = avS(a.ProviderKey)
 	}
+	if s := a.Spend; s != nil {
+		m[aSpend] = encodeSpend(*s)
+	}
 	return m
+}
+
+func encodeSpend(s job.Spend) types.AttributeValue {
+	m := map[string]types.AttributeValue{aReservedN: avN(int64(s.Reserved)), aKey: avS(s.Key)}
+	if s.Price.Version != "" {
+		m[aPriceVersion], m[aPriceIn], m[aPriceOut] = avS(s.Price.Version), avN(int64(s.Price.Input)), avN(int64(s.Price.Output))
+	}
+	return &types.AttributeValueMemberM{Value: m}
+}
+
+func (d *decoder) spend(name string) *job.Spend {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil
+	}
+	sub := decoder{m: v.Value}
+	s := &job.Spend{Key: sub.str(aKey, true), Reserved: job.Money(sub.num(aReservedN, true)), Price: job.Price{
+		Version: sub.str(aPriceVersion, false), Input: job.Money(sub.num(aPriceIn, false)), Output: job.Money(sub.num(aPriceOut, false))}}
+	if sub.err != nil && d.err == nil {
+		d.err = sub.err
+	}
+	return s
 }
 
 // ledgerItem is the attempt ledger's copy of an attempt, stamped with the
@@ -476,6 +513,7 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 		WriteToken:     d.str(aWriteToken, false),
 		Outbox:         d.outbox(aOutbox),
 		Dispatched:     int(d.num(aDispatched, false)),
+		Reservation:    d.spend(aReservation),
 	}
 	if v, ok := item[aNotify].(*types.AttributeValueMemberBOOL); ok {
 		j.Notify = v.Value
@@ -532,6 +570,7 @@ func decodeAttempt(jobID string, number int, m map[string]types.AttributeValue) 
 		WriteToken:        d.str(aWriteToken, false),
 		RequestDigest:     d.str(aReqDigest, false),
 		ProviderKey:       d.str(aProviderKey, false),
+		Spend:             d.spend(aSpend),
 	}
 	if v, ok := m[aHedge].(*types.AttributeValueMemberBOOL); ok {
 		a.Hedge = v.Value

@@ -300,6 +300,7 @@ func decodeUsage(item map[string]types.AttributeValue) (job.OwnerUsage, error) {
 		Endpoints:  int(d.num(oEndpoints, false)),
 		UpdatedAt:  d.time(aUpdatedAt, false),
 		CreateTAT:  d.millis(oCreateTAT),
+		Budget:     d.budget(),
 		Revision:   d.num(aRevision, false),
 	}
 	return u, d.err

@@ -630,6 +630,9 @@ type Admission struct {
 	// Rate: the refusal is the provider's rate (its declared limit, or a
 	// 429 pausing it), not its health.
 	Rate bool
+	// Budget: refused by the owner's budget (spent for the window, or the
+	// provider has no price), not by the provider.
+	Budget bool
 	// Full: refused because the bulkhead or the declared rate is full. An
 	// owner refused so waits for it: asking Admit (with no attempt key)
 	// records it as waiting, so owners past their share yield to it.

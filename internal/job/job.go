@@ -65,6 +65,10 @@ type Job struct {
 	Notify     bool
 	Outbox     []Notice
 	Dispatched int
+	// Reservation is what the job's create set aside from its owner's
+	// budget for its first attempt (the most that attempt can cost on any
+	// of its providers), under which key; nil: not budgeted.
+	Reservation *Spend
 }
 
 // Retention bounds: a finished job, and so its idempotency key, is kept
@@ -274,11 +278,14 @@ const (
 	// WaitRateLimited: the providers are at their rate (the declared
 	// limit, or a 429 pausing them).
 	WaitRateLimited WaitReason = "rate_limited"
+	// WaitBudget: the owner's budget has too little left for the attempt's
+	// worst case (until other attempts settle, or the window ends).
+	WaitBudget WaitReason = "budget_exhausted"
 )
 
 // WaitReasons lists every WaitReason.
 func WaitReasons() []WaitReason {
-	return []WaitReason{WaitProviders, WaitOwnerBackoff, WaitFairShare, WaitRateLimited}
+	return []WaitReason{WaitProviders, WaitOwnerBackoff, WaitFairShare, WaitRateLimited, WaitBudget}
 }
 
 // Waiting is a job waiting for a provider to take attempts again.
@@ -329,6 +336,9 @@ type Attempt struct {
 	// other's answers. Empty (attempts launched before it was recorded):
 	// the old form, IdempotencyKey.
 	ProviderKey string
+	// Spend is what the attempt set aside from its owner's budget and, once
+	// it ended, what it cost; nil for an attempt not budgeted.
+	Spend *Spend
 }
 
 // IdempotencyKey is the attempt's identity, passed downstream to providers.

@@ -250,11 +250,12 @@ func waitForProviders(j Job, p Policy, down []unavailable, now time.Time) Plan {
 	// go through), the reason says so: its share taken, or its back-off;
 	// when each refused for its rate, that.
 	reason := WaitOwnerBackoff
-	rated := true
+	rated, budgeted := true, true
 	var until time.Time
 	var detail []string
 	for _, d := range down {
 		rated = rated && d.why.Rate
+		budgeted = budgeted && d.why.Budget
 		switch {
 		case !d.why.Owner && !d.why.Share:
 			reason = WaitProviders
@@ -268,6 +269,9 @@ func waitForProviders(j Job, p Policy, down []unavailable, now time.Time) Plan {
 	}
 	if rated {
 		reason = WaitRateLimited
+	}
+	if budgeted {
+		reason = WaitBudget
 	}
 	deadline := since.Add(p.maxProviderWait())
 	if !now.Before(deadline) {

@@ -76,6 +76,9 @@ type OwnerUsage struct {
 	// CreateTAT is the create rate's theoretical arrival time (CreateRate);
 	// zero when the owner never spent it.
 	CreateTAT time.Time
+	// Budget is the owner's spend in the current window (job.Budget);
+	// zero while it was never budgeted.
+	Budget    OwnerBudget
 	UpdatedAt time.Time
 	Revision  int64
 }

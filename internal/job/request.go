@@ -24,6 +24,8 @@ type Request struct {
 	// provider the job runs on without a certification, whatever providers
 	// the request names and in whatever order.
 	Primary string
+	// Basis prices the job's attempts when its owner's spend is budgeted.
+	Basis CostBasis
 }
 
 // Limits on a request, checked before anything is written.

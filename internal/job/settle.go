@@ -60,6 +60,16 @@ func (t Transition) WithSent(key, digest string) Transition {
 	return t
 }
 
+// WithSpend records on the attempt a launch transition starts what it set
+// aside from its owner's budget (nil: not budgeted), in the launch's write.
+func (t Transition) WithSpend(s *Spend) Transition {
+	if a, ok := t.after.Attempt(t.attempt); ok && t.kind == KindStartAttempt && s != nil {
+		a.Spend = s
+		t.after = t.after.withAttempt(a)
+	}
+	return t
+}
+
 // Sent is the attempt a launch transition starts, as it will be written.
 func (t Transition) Sent() (Attempt, bool) { return t.after.Attempt(t.attempt) }
 

@@ -33,6 +33,10 @@ type EngineConfig struct {
 	// counters — read for free with the quota count, else one read.
 	// Needs Owners.
 	Notifications bool
+	// Budget bounds what each owner's attempts may cost per period (a
+	// reservation before each attempt, settled when it ends); zero: none.
+	// Needs Owners.
+	Budget job.Budget
 }
 
 // Engine creates jobs and executes their transitions: read, let package job
@@ -45,6 +49,7 @@ type Engine struct {
 	owners OwnerStore
 	quotas job.Quotas
 	notify bool
+	budget job.Budget
 }
 
 // NewEngine checks that a store is given and defaults the rest.
@@ -70,8 +75,14 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 	if c.Notifications && c.Owners == nil {
 		return nil, errors.New("lifecycle: notifications need an owner store")
 	}
+	if err := c.Budget.Validate(); err != nil {
+		return nil, fmt.Errorf("lifecycle: %w", err)
+	}
+	if c.Budget.Enabled() && c.Owners == nil {
+		return nil, errors.New("lifecycle: budgets need an owner store")
+	}
 	return &Engine{store: c.Store, now: c.NowFunc, log: c.Logger, events: c.Events, owners: c.Owners, quotas: c.Quotas,
-		notify: c.Notifications}, nil
+		notify: c.Notifications, budget: c.Budget}, nil
 }
 
 // Quotas are the engine's per-owner bounds.
@@ -91,7 +102,7 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 	if err != nil {
 		return job.Job{}, false, err
 	}
-	if !e.counting() {
+	if !e.counting() && !e.budget.Enabled() {
 		if e.notify {
 			u, err := e.owners.Usage(ctx, j.Owner)
 			if err != nil {
@@ -101,45 +112,82 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 		}
 		return e.store.Create(ctx, j)
 	}
-	now := e.now()
-	spend := e.quotas.Creates.Spend(now)
-	ok, u, err := e.owners.CountJob(ctx, j.Owner, e.quotas.UnfinishedJobs, spend, now)
-	if err != nil {
-		return job.Job{}, false, err
-	}
-	j.Notify = e.notify && job.NotifiesFor(u)
-	if !ok {
-		// A replay is never refused, whichever incarnation of its key is
-		// live (review L1): read the key's live job, not the first's ID.
-		existing, err := e.store.Current(ctx, j.ID)
-		if err == nil && (existing.Owner != j.Owner || existing.IdempotencyKey != j.IdempotencyKey) {
-			err = job.ErrNotFound
-		}
-		switch {
-		case err == nil:
-			if err := job.SameRequest(existing, j); err != nil {
-				return existing, false, err
-			}
-			return existing, true, nil
-		case !errors.Is(err, job.ErrNotFound):
+	counted := false
+	if e.counting() {
+		now := e.now()
+		spend := e.quotas.Creates.Spend(now)
+		ok, u, err := e.owners.CountJob(ctx, j.Owner, e.quotas.UnfinishedJobs, spend, now)
+		if err != nil {
 			return job.Job{}, false, err
 		}
-		if spend != nil && !spend.Allows(u.CreateTAT) && (e.quotas.UnfinishedJobs == 0 || u.Unfinished < e.quotas.UnfinishedJobs) {
-			return job.Job{}, false, &job.QuotaError{Limit: job.LimitCreateRate, Quota: e.quotas.Creates.Burst,
-				RetryAfter: spend.RetryAfter(u.CreateTAT)}
+		j.Notify = e.notify && job.NotifiesFor(u)
+		if !ok {
+			return e.refused(ctx, j, e.quotaError(spend, u))
 		}
-		return job.Job{}, false, &job.QuotaError{Limit: job.LimitUnfinishedJobs, Quota: e.quotas.UnfinishedJobs,
-			RetryAfter: job.UnfinishedRetryAfter}
+		counted = true
+	} else if e.notify {
+		u, err := e.owners.Usage(ctx, j.Owner)
+		if err != nil {
+			return job.Job{}, false, err
+		}
+		j.Notify = job.NotifiesFor(u)
+	}
+	reservedBefore := false
+	if e.budget.Enabled() {
+		if reservedBefore, err = e.reserveFirst(ctx, &j, r.Basis); err != nil {
+			if counted {
+				e.uncount(ctx, j.Owner)
+			}
+			var over *job.BudgetError
+			if errors.As(err, &over) {
+				return e.refused(ctx, j, err)
+			}
+			return job.Job{}, false, err
+		}
 	}
 	created, replayed, err := e.store.Create(ctx, j)
 	var reused *job.KeyReusedError
 	if replayed || errors.As(err, &reused) {
 		// The job was there already: this create counted nothing new. (A
-		// store fault leaves the count: whether the job was written is
-		// unknown, and a recount repairs a count too high.)
-		e.uncount(ctx, j.Owner)
+		// store fault leaves the count and the reservation: whether the job
+		// was written is unknown; a recount repairs a count too high.)
+		if counted {
+			e.uncount(ctx, j.Owner)
+		}
+		if j.Reservation != nil && !reservedBefore {
+			e.release(ctx, j.Owner, j.Reservation.Key, j.Reservation.Reserved, 0)
+		}
 	}
 	return created, replayed, err
+}
+
+// refused answers a create its owner's limits refused (refusal): a replay
+// is never refused, whichever incarnation of its key is live (review L1),
+// so the key's live job is read first.
+func (e *Engine) refused(ctx context.Context, j job.Job, refusal error) (job.Job, bool, error) {
+	existing, err := e.store.Current(ctx, j.ID)
+	if err == nil && (existing.Owner != j.Owner || existing.IdempotencyKey != j.IdempotencyKey) {
+		err = job.ErrNotFound
+	}
+	switch {
+	case err == nil:
+		if err := job.SameRequest(existing, j); err != nil {
+			return existing, false, err
+		}
+		return existing, true, nil
+	case !errors.Is(err, job.ErrNotFound):
+		return job.Job{}, false, err
+	}
+	return job.Job{}, false, refusal
+}
+
+// quotaError is the quota a refused count reached: the create rate when it
+// is spent and the unfinished jobs are not, else the unfinished jobs.
+func (e *Engine) quotaError(spend *job.RateSpend, u job.OwnerUsage) error {
+	if spend != nil && !spend.Allows(u.CreateTAT) && (e.quotas.UnfinishedJobs == 0 || u.Unfinished < e.quotas.UnfinishedJobs) {
+		return &job.QuotaError{Limit: job.LimitCreateRate, Quota: e.quotas.Creates.Burst, RetryAfter: spend.RetryAfter(u.CreateTAT)}
+	}
+	return &job.QuotaError{Limit: job.LimitUnfinishedJobs, Quota: e.quotas.UnfinishedJobs, RetryAfter: job.UnfinishedRetryAfter}
 }
 
 // counting reports whether owners' counters are kept.
@@ -220,6 +268,9 @@ func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job
 			return job.Transition{}, j, err
 		}
 		if res.OK {
+			if !t.Noop() && e.budget.Enabled() {
+				e.settleSpend(ctx, t.Before(), res.Job)
+			}
 			if !t.Noop() && e.counting() && job.SettlesJob(t.Before(), t.After()) {
 				// The job's last work ended (its outcome, or, for a job
 				// cancelled or won while an attempt ran, that attempt's
@@ -265,27 +316,28 @@ func (e *Engine) LaunchHedgeOn(ctx context.Context, j job.Job, provider string) 
 type Sending func(a job.Attempt) (key, digest string)
 
 // LaunchSentOn is LaunchOn recording on the attempt, in the same write,
-// the key and the digest of the request it is about to send.
-func (e *Engine) LaunchSentOn(ctx context.Context, j job.Job, provider string, s Sending) (_ job.Job, _ job.Attempt, launched bool, err error) {
-	return e.launchOn(ctx, j, provider, sent(job.DecideLaunch, s))
+// the key and the digest of the request it is about to send, and what it
+// set aside from its owner's budget (spend; nil: not budgeted).
+func (e *Engine) LaunchSentOn(ctx context.Context, j job.Job, provider string, s Sending, spend *job.Spend) (_ job.Job, _ job.Attempt, launched bool, err error) {
+	return e.launchOn(ctx, j, provider, sent(job.DecideLaunch, s, spend))
 }
 
 // LaunchHedgeSentOn is LaunchSentOn for a hedge beside a running attempt.
-func (e *Engine) LaunchHedgeSentOn(ctx context.Context, j job.Job, provider string, s Sending) (_ job.Job, _ job.Attempt, launched bool, err error) {
-	return e.launchOn(ctx, j, provider, sent(job.DecideLaunchHedge, s))
+func (e *Engine) LaunchHedgeSentOn(ctx context.Context, j job.Job, provider string, s Sending, spend *job.Spend) (_ job.Job, _ job.Attempt, launched bool, err error) {
+	return e.launchOn(ctx, j, provider, sent(job.DecideLaunchHedge, s, spend))
 }
 
-func sent(decide func(job.Job, string, time.Time) (job.Transition, error), s Sending) func(job.Job, string, time.Time) (job.Transition, error) {
+func sent(decide func(job.Job, string, time.Time) (job.Transition, error), s Sending, spend *job.Spend) func(job.Job, string, time.Time) (job.Transition, error) {
 	return func(j job.Job, provider string, now time.Time) (job.Transition, error) {
 		t, err := decide(j, provider, now)
 		if err != nil || s == nil {
-			return t, err
+			return t.WithSpend(spend), err
 		}
 		a, ok := t.Sent()
 		if !ok {
 			return t, nil
 		}
-		return t.WithSent(s(a)), nil
+		return t.WithSent(s(a)).WithSpend(spend), nil
 	}
 }
 

@@ -278,6 +278,12 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
+	return newRigWith(t, job.Budget{})
+}
+
+// newRigWith is newRig with owners' spend budgeted.
+func newRigWith(t *testing.T, b job.Budget) *rig {
+	t.Helper()
 	cat, err := catalog()
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +301,8 @@ func newRig(t *testing.T) *rig {
 		r.prov[name] = &fakeProvider{name: name, answer: answers(provider.Response{Output: good(name), ProviderRequestID: "req-" + name}, nil)}
 	}
 	log := slog.New(slog.NewJSONHandler(r.logs, nil))
-	r.eng, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: r.st, NowFunc: r.clock.Now, Logger: log, Events: r.events})
+	r.eng, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: r.st, NowFunc: r.clock.Now, Logger: log, Events: r.events,
+		Owners: r.st.Store, Budget: b})
 	if err != nil {
 		t.Fatal(err)
 	}

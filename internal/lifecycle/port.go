@@ -119,6 +119,20 @@ type OwnerStore interface {
 	// Recount replaces the counters with after (job.DecideRecount) unless
 	// they moved since before: ok false, nothing written.
 	Recount(ctx context.Context, before, after job.OwnerUsage) (ok bool, err error)
+	// Reserve sets r.Amount aside for r.Key from the owner's budget unless
+	// less is left, bringing the budget to r.Window and the deployment's
+	// amount first (job.DecideBudget, one more write when it moved). A key
+	// reserved already is ok (already true: nothing written). ok false:
+	// refused, nothing written; u is the owner's record as it is.
+	Reserve(ctx context.Context, owner string, r job.Reservation) (ok, already bool, u job.OwnerUsage, err error)
+	// Release settles key's reservation at cost: reserved (what was set
+	// aside under key) less cost returns to the headroom, cost counts as
+	// spent. A key not reserved (settled already) writes nothing.
+	Release(ctx context.Context, owner, key string, reserved, cost job.Money, now time.Time) error
+	// SetBudget applies an operator's change of the owner's amount.
+	SetBudget(ctx context.Context, owner string, change job.OwnBudget, b job.Budget, now time.Time) (job.OwnerUsage, error)
+	// ListOwners returns one page of every owner's record, by owner.
+	ListOwners(ctx context.Context, limit int, cursor string) ([]job.OwnerUsage, string, error)
 	// BusyOwners lists the owners whose counters may not be zero.
 	BusyOwners(ctx context.Context) ([]job.OwnerUsage, error)
 	// OpenJobsByOwner counts every owner's jobs without an outcome.

@@ -166,15 +166,59 @@ func (w *Tasks) begin(ctx context.Context, j job.Job, jt JobType, plan job.Plan,
 	}
 	// The provider's breaker admits the attempt first: refused, the
 	// provider is unavailable to this run and the job decides again.
-	key := job.AttemptKey(j.ID, j.AttemptCount+1)
+	n := j.AttemptCount + 1
+	key := job.AttemptKey(j.ID, n)
 	if !avail.admit(plan.Provider, key) {
 		return j, job.Attempt{}, false, nil
 	}
-	after, a, ok, err := refusedIsMoved(w.cfg.Engine.LaunchSentOn(ctx, j, plan.Provider, w.sending(j, jt)))
+	spend, err := w.reserve(ctx, j, jt, n, plan.Provider, avail)
+	if spend == nil && err != nil {
+		w.releaseAdmission(ctx, j.Owner, plan.Provider, key)
+		return j, job.Attempt{}, false, ignoreRefusal(err)
+	}
+	after, a, ok, err := refusedIsMoved(w.cfg.Engine.LaunchSentOn(ctx, j, plan.Provider, w.sending(j, jt), spend))
 	if !ok || err != nil {
 		w.releaseAdmission(ctx, j.Owner, plan.Provider, key)
+		w.cfg.Engine.ReleaseUnlaunched(ctx, j.Owner, spend, n)
 	}
 	return after, a, ok, err
+}
+
+// reserve sets aside what attempt n of a budgeted job may cost on
+// provider, before it is launched. A refusal (the owner's budget spent,
+// or a provider without a price) is remembered as the provider's for the
+// rest of the run, so the job tries another or waits (job.WaitBudget).
+// It returns nil and no error for a job that is not budgeted.
+func (w *Tasks) reserve(ctx context.Context, j job.Job, jt JobType, n int, prov string, avail *availability) (*job.Spend, error) {
+	if j.Reservation == nil {
+		return nil, nil
+	}
+	req, err := jt.Request(j.Input)
+	if err != nil {
+		return nil, refusal{err}
+	}
+	spend, err := w.cfg.Engine.ReserveAttempt(ctx, j, n, prov, CostBasisOf(req))
+	var over *job.BudgetError
+	switch {
+	case errors.As(err, &over):
+		avail.refused[prov] = job.Admission{Reason: over.Error(), Owner: true, Budget: true, RetryAt: w.now().Add(over.RetryAfter)}
+		return nil, refusal{err}
+	case errors.Is(err, ErrUnpriced):
+		avail.refused[prov] = job.Admission{Reason: err.Error(), Owner: true, Budget: true}
+		return nil, refusal{err}
+	}
+	return spend, err
+}
+
+// refusal marks an attempt its owner's budget refused: the run decides
+// again, it is no error of the run's.
+type refusal struct{ error }
+
+func ignoreRefusal(err error) error {
+	if _, ok := err.(refusal); ok {
+		return nil
+	}
+	return err
 }
 
 // releaseAdmission gives back what admitting an attempt that was never
@@ -302,14 +346,21 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, av
 		j, a, ok, err = w.claim(ctx, j, b, certs)
 		return j, a, certs, ok, err
 	}
-	key := job.AttemptKey(j.ID, j.AttemptCount+1)
+	next := j.AttemptCount + 1
+	key := job.AttemptKey(j.ID, next)
 	if !avail.admit(plan.Provider, key) {
 		return j, job.Attempt{}, nil, false, nil // no hedge today: the attempt it would race runs on
 	}
 	owner := j.Owner
-	j, a, ok, err = refusedIsMoved(w.cfg.Engine.LaunchHedgeSentOn(ctx, j, plan.Provider, w.sending(j, jt)))
+	spend, err := w.reserve(ctx, j, jt, next, plan.Provider, avail)
+	if spend == nil && err != nil {
+		w.releaseAdmission(ctx, owner, plan.Provider, key)
+		return j, job.Attempt{}, nil, false, ignoreRefusal(err) // the budget takes no hedge
+	}
+	j, a, ok, err = refusedIsMoved(w.cfg.Engine.LaunchHedgeSentOn(ctx, j, plan.Provider, w.sending(j, jt), spend))
 	if !ok || err != nil {
 		w.releaseAdmission(ctx, owner, plan.Provider, key)
+		w.cfg.Engine.ReleaseUnlaunched(ctx, owner, spend, next)
 	}
 	return j, a, certs, ok, err
 }

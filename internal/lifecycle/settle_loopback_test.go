@@ -129,7 +129,7 @@ func loopback(t *testing.T, rc *receiver, lookup bool, cat lifecycle.Catalog) (*
 	j, att, ok, err := r.eng.LaunchSentOn(context.Background(), j, primary, func(a job.Attempt) (string, string) {
 		a.ProviderKey = job.ProviderKeyIn("test-deployment", a.JobID, a.Number)
 		return a.ProviderKey, lifecycle.RequestDigestForTest(j, jt, a)
-	})
+	}, nil)
 	if err != nil || !ok {
 		t.Fatalf("launch: %v %v", ok, err)
 	}

@@ -406,6 +406,73 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's own counters, quotas and spend.
+         * @description The owner's unfinished jobs and held requests, the quotas that
+         *     bound them, and, when the deployment budgets spend, its budget in
+         *     the current window: the amount, what was spent, what running
+         *     attempts hold in reservations, what is left and when the window
+         *     starts again. Amounts are decimal US-dollar strings.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/owners": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every owner's counters and spend, a page at a time (operators only). */
+        get: operations["listOwners"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/owners/{owner}/budget": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The owner (its token's subject). */
+                owner: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Set one owner's budget amount, or return it to the deployment's (operators only).
+         * @description `{"amount_usd": "0.10"}` gives the owner its own amount per window
+         *     (what it spent and holds in the window still counts);
+         *     `{"amount_usd": null}` returns it to the deployment's. Refused with
+         *     409 when the deployment budgets no spend.
+         */
+        post: operations["setOwnerBudget"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/console": {
         parameters: {
             query?: never;
@@ -673,6 +740,21 @@ export interface components {
             outcome?: string;
             unknown_since?: components["schemas"]["Timestamp"];
             usage?: components["schemas"]["Usage"];
+            /**
+             * @description For an owner whose spend is budgeted: what the attempt set aside
+             *     (its worst case) at which price table version, and once it
+             *     ended, what it cost — from the tokens the provider reported
+             *     (`provider_reported`), nothing when the provider did not act
+             *     (`not_billed`), or its whole reservation when the provider
+             *     reported no usage (`reserved_worst_case`).
+             */
+            spend?: {
+                reserved_usd: components["schemas"]["USD"];
+                price_version: string;
+                cost_usd?: components["schemas"]["USD"];
+                /** @enum {string} */
+                source?: "provider_reported" | "not_billed" | "reserved_worst_case";
+            };
             resolution?: components["schemas"]["Resolution"];
         };
         Job: {
@@ -933,7 +1015,7 @@ export interface components {
              *     owner's create rate (a token bucket), whose `quota` is its burst.
              * @enum {string}
              */
-            limit?: "unfinished-jobs" | "held-requests" | "create-rate";
+            limit?: "unfinished-jobs" | "held-requests" | "create-rate" | "budget";
             /**
              * Format: int32
              * @description For quota-exceeded, its bound.
@@ -941,8 +1023,56 @@ export interface components {
             quota?: number;
             /** @description What is wrong, each with where; at most the first 100. */
             errors?: components["schemas"]["FieldError"][];
-            /** @description For quota-exceeded, the RateLimit-Policy policies whose quota is spent (draft-ietf-httpapi-ratelimit-headers-11 §5.1). */
+            /** @description For quota-exceeded and budget-exceeded, the RateLimit-Policy policies whose quota is spent (draft-ietf-httpapi-ratelimit-headers-11 §5.1). */
             violated_policies?: string[];
+            budget_usd?: components["schemas"]["USD"];
+            remaining_usd?: components["schemas"]["USD"];
+            needed_usd?: components["schemas"]["USD"];
+            /**
+             * Format: date-time
+             * @description For budget-exceeded, when the owner's budget window starts again.
+             */
+            resets_at?: string;
+        };
+        /** @description An amount in US dollars as an exact decimal string (at most 9 decimals). */
+        USD: string;
+        OwnerUsage: {
+            owner: string;
+            /** Format: int32 */
+            unfinished_jobs: number;
+            /** Format: int32 */
+            held_requests: number;
+            /** Format: date-time */
+            updated_at?: string;
+            quotas?: {
+                /** Format: int32 */
+                unfinished_jobs?: number;
+                /** Format: int32 */
+                held_requests?: number;
+                /** Format: int32 */
+                creates_per_minute?: number;
+                /** Format: int32 */
+                create_burst?: number;
+            };
+            /**
+             * @description The owner's spend in the current window. A create sets its first
+             *     attempt's worst case aside (reserved); each attempt's end
+             *     settles it at what the provider reported.
+             */
+            budget?: {
+                amount_usd: components["schemas"]["USD"];
+                /** @description An operator set this owner's amount; else it is the deployment's. */
+                own: boolean;
+                spent_usd: components["schemas"]["USD"];
+                reserved_usd: components["schemas"]["USD"];
+                remaining_usd: components["schemas"]["USD"];
+                /** Format: int32 */
+                reservations: number;
+                /** @description The window's length, as a Go duration (24h0m0s). */
+                period: string;
+                /** Format: date-time */
+                window_ends: string;
+            };
         };
     };
     responses: {
@@ -1096,7 +1226,11 @@ export interface components {
          *     `violated_policies` names the spent RateLimit-Policy policy). Nothing
          *     was written; retry after `Retry-After` seconds, with the same
          *     Idempotency-Key. A replay of a key already accepted is never refused
-         *     by a quota. The gateway's own throttling (each stage's
+         *     by a quota. budget-exceeded — the owner's budget has less left than
+         *     the job's worst case (`budget_usd`, `remaining_usd`, `needed_usd`,
+         *     `resets_at`); nothing was written and no provider called; retry
+         *     after `Retry-After` seconds (sooner while the owner's running jobs
+         *     may settle below their reservations). The gateway's own throttling (each stage's
          *     rate and burst, shared by every caller) also answers 429, as
          *     `{"message":"Too Many Requests"}` without these fields.
          */
@@ -1111,8 +1245,8 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"] & {
                     /** @constant */
                     status?: 429;
-                    /** @constant */
-                    type?: "https://onejob.dev/problems/quota-exceeded";
+                    /** @enum {unknown} */
+                    type?: "https://onejob.dev/problems/quota-exceeded" | "https://onejob.dev/problems/budget-exceeded";
                 };
                 "application/json": {
                     /** @constant */
@@ -1840,6 +1974,108 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller's usage. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerUsage"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listOwners: {
+        parameters: {
+            query?: {
+                /** @description Owners per page, at most 100. */
+                limit?: number;
+                /** @description The `next_cursor` of the previous page; opaque. */
+                cursor?: components["schemas"]["Cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of owners. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        owners: components["schemas"]["OwnerUsage"][];
+                        next_cursor?: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    setOwnerBudget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The owner (its token's subject). */
+                owner: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    amount_usd: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The owner's usage after. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OwnerUsage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];

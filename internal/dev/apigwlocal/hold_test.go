@@ -30,6 +30,7 @@ func (demoCatalog) ProviderNames() []string                  { return []string{"
 func (demoType) ValidateInput(json.RawMessage) []apigw.FieldError { return nil }
 func (demoType) CheckOutput(json.RawMessage) []apigw.FieldError   { return nil }
 func (demoType) Providers() []string                              { return []string{"p"} }
+func (demoType) CostBasis(json.RawMessage) (job.CostBasis, error) { return job.CostBasis{}, nil }
 func (demoType) Timeout() time.Duration                           { return 2 * time.Second }
 func (demoType) HedgeAfter() (time.Duration, bool)                { return 0, false }
 func (demoType) Retention() time.Duration                         { return job.DefaultRetention }

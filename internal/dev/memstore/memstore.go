@@ -690,18 +690,18 @@ func (s *Store) count(ctx context.Context, owner string, limit int, spend *job.R
 		s.owners[owner] = u
 	}
 	if c := counter(&u.usage); limit > 0 && *c >= limit {
-		return false, u.usage, nil
+		return false, u.snapshot(), nil
 	}
 	if spend != nil {
 		if !spend.Allows(u.usage.CreateTAT) {
-			return false, u.usage, nil
+			return false, u.snapshot(), nil
 		}
 		// As DynamoDB keeps it: in milliseconds.
 		u.usage.CreateTAT = spend.After(u.usage.CreateTAT).Truncate(time.Millisecond)
 	}
 	*counter(&u.usage)++
 	u.usage.UpdatedAt, u.usage.Revision, u.busy = now.UTC(), u.usage.Revision+1, true
-	return true, u.usage, nil
+	return true, u.snapshot(), nil
 }
 
 func (s *Store) uncount(ctx context.Context, owner string, now time.Time, counter func(*job.OwnerUsage) *int) error {
@@ -727,7 +727,7 @@ func (s *Store) Usage(ctx context.Context, owner string) (job.OwnerUsage, error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if u, ok := s.owners[owner]; ok {
-		return u.usage, nil
+		return u.snapshot(), nil
 	}
 	return job.OwnerUsage{Owner: owner}, nil
 }
@@ -763,7 +763,7 @@ func (s *Store) BusyOwners(ctx context.Context) ([]job.OwnerUsage, error) {
 	var out []job.OwnerUsage
 	for _, u := range s.owners {
 		if u.busy {
-			out = append(out, u.usage)
+			out = append(out, u.snapshot())
 		}
 	}
 	slices.SortFunc(out, func(a, b job.OwnerUsage) int { return strings.Compare(a.Owner, b.Owner) })

@@ -48,6 +48,12 @@ const MaxDemoLatency = time.Minute
 type DemoScript struct {
 	LatencyMS int    `json:"latency_ms"`
 	Outcome   string `json:"outcome"`
+	// InputTokens and OutputTokens replace the usage an answer reports
+	// (words of the prompt and of the answer): the budget drill's calls
+	// cost what a real model's would. Provider-wide scripts only: the demo
+	// type's input schema has no place for them.
+	InputTokens  int `json:"input_tokens,omitempty"`
+	OutputTokens int `json:"output_tokens,omitempty"`
 }
 
 // DemoOutcomes are the outcomes a script may name ("" is ok).
@@ -387,9 +393,13 @@ func demoWork(w http.ResponseWriter, name, prompt string, script DemoScript) {
 		_, _ = w.Write([]byte("this is not JSON {"))
 	default:
 		out := demoOutput(name, prompt)
-		// Usage as a model-backed webhook may report it: words for tokens.
-		writeJSON(w, http.StatusOK, map[string]any{"output": out, "model": "sim",
-			"usage": map[string]int{"input_tokens": len(strings.Fields(prompt)), "output_tokens": len(strings.Fields(out["text"]))}})
+		// Usage as a model-backed webhook may report it: words for tokens,
+		// unless the script says what to report.
+		usage := map[string]int{"input_tokens": len(strings.Fields(prompt)), "output_tokens": len(strings.Fields(out["text"]))}
+		if script.InputTokens+script.OutputTokens > 0 {
+			usage = map[string]int{"input_tokens": script.InputTokens, "output_tokens": script.OutputTokens}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"output": out, "model": "sim", "usage": usage})
 	}
 }
 

@@ -78,7 +78,7 @@ func (s *Stack) engine(cfg Config, fc functionClients, fn string) (*dynamo.Store
 		return nil, nil, err
 	}
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: cfg.Logger, Events: s.Metrics,
-		Owners: store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff})
+		Owners: store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff, Budget: cfg.Budget})
 	return store, engine, err
 }
 

@@ -101,6 +101,8 @@ type Config struct {
 	// Quotas bound each owner's unfinished jobs and held requests; nil is
 	// make run's defaults (DefaultQuotas), &job.Quotas{} none.
 	Quotas *job.Quotas
+	// Budget bounds each owner's spend (job.Budget); zero: none.
+	Budget job.Budget
 	// MaxProviderWait bounds a job's wait for unavailable providers
 	// (locally 2 minutes, so that it shows; in AWS job.DefaultMaxProviderWait).
 	MaxProviderWait time.Duration
@@ -194,6 +196,14 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("stack: APIAddr %s is not a loopback address", c.APIAddr)
 	}
 	return nil
+}
+
+// DemoPrices are the demo providers' prices, per million tokens: a demo
+// job (about 300 input tokens, 256 output at most) costs about $0.03 on
+// either, the figure of the budget drill.
+func DemoPrices() map[string]job.Price {
+	p := job.Price{Version: "demo-2026-12", Input: 10 * job.NanosPerUSD, Output: 100 * job.NanosPerUSD}
+	return map[string]job.Price{"sim-primary": p, "sim-fallback": p}
 }
 
 // DefaultQuotas are make run's per-owner bounds: small enough to see,
@@ -303,7 +313,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.Metrics = emf.New(cfg.MetricsOut, "local", nil)
 	s.Engine, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: s.Store, Logger: log, Events: s.Metrics,
-		Owners: s.Store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff})
+		Owners: s.Store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff, Budget: cfg.Budget})
 	if err != nil {
 		return nil, err
 	}

@@ -128,6 +128,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T, now func() time.Time) St
 		{"Health", healthTests},
 		{"Waiting", waitingTests},
 		{"Owners", ownerTests},
+		{"Budgets", budgetTests},
 		{"Notifications", notificationTests},
 		{"Expiry", expiryTests},
 		{"Rules", ruleTests},

@@ -1,0 +1,80 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+// EnvBudget holds the owners' budget and the providers' price table as
+// JSON (BudgetConfig): the same object as cdk.json's "budget". Unset: no
+// budget. Not secret, unlike the providers configuration: the API
+// function prices a create with it, and may not read that secret.
+const EnvBudget = "ONEJOB_BUDGET"
+
+// BudgetConfig is the owners' budget as configured: every owner may spend
+// AmountUSD per Period unless an operator set its own amount; Prices is
+// the versioned price table, by provider name.
+type BudgetConfig struct {
+	AmountUSD string                 `json:"amountUSD"`
+	Period    string                 `json:"period"`
+	Prices    map[string]PriceConfig `json:"prices"`
+}
+
+// PriceConfig is one provider's price per million tokens, in US dollars,
+// with the version of the price table it is from.
+type PriceConfig struct {
+	Version       string `json:"version"`
+	InputPerMTok  string `json:"inputUSDPerMTok"`
+	OutputPerMTok string `json:"outputUSDPerMTok"`
+}
+
+// Budget is the configuration as the engine applies it.
+func (c BudgetConfig) Budget() (job.Budget, error) {
+	var b job.Budget
+	if c.Period == "" && c.AmountUSD == "" && len(c.Prices) == 0 {
+		return b, nil
+	}
+	p, err := time.ParseDuration(c.Period)
+	if err != nil || p <= 0 {
+		return b, fmt.Errorf("budget period %q must be a duration such as 24h", c.Period)
+	}
+	amount, err := job.ParseUSD(c.AmountUSD)
+	if err != nil {
+		return b, fmt.Errorf("budget amountUSD: %w", err)
+	}
+	b = job.Budget{Amount: amount, Period: p, Prices: map[string]job.Price{}}
+	for name, pc := range c.Prices {
+		in, err := job.ParseUSD(pc.InputPerMTok)
+		if err != nil {
+			return job.Budget{}, fmt.Errorf("price of %s: inputUSDPerMTok: %w", name, err)
+		}
+		out, err := job.ParseUSD(pc.OutputPerMTok)
+		if err != nil {
+			return job.Budget{}, fmt.Errorf("price of %s: outputUSDPerMTok: %w", name, err)
+		}
+		b.Prices[name] = job.Price{Version: pc.Version, Input: in, Output: out}
+	}
+	return b, b.Validate()
+}
+
+// ParseBudget reads EnvBudget's JSON; empty is no budget.
+func ParseBudget(raw string) (job.Budget, error) {
+	if raw == "" {
+		return job.Budget{}, nil
+	}
+	var c BudgetConfig
+	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return job.Budget{}, fmt.Errorf("%s is not a budget object: %w", EnvBudget, err)
+	}
+	b, err := c.Budget()
+	if err != nil {
+		return job.Budget{}, fmt.Errorf("%s: %w", EnvBudget, err)
+	}
+	return b, nil
+}

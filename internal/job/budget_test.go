@@ -1,0 +1,190 @@
+package job_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/internal/job"
+)
+
+func TestMoneyParsesAndPrints(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want job.Money
+		ok   bool
+		out  string
+	}{
+		{"0.10", 100_000_000, true, "0.1"},
+		{"2.5", 2_500_000_000, true, "2.5"},
+		{"0", 0, true, "0"},
+		{"0.000000001", 1, true, "0.000000001"},
+		{"0.0000000001", 0, false, ""},
+		{"-1", 0, false, ""},
+		{"1e3", 0, false, ""},
+		{"", 0, false, ""},
+		{"ten", 0, false, ""},
+		{"99999999999", 0, false, ""},
+	} {
+		got, err := job.ParseUSD(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("ParseUSD(%q) = %d, %v; want %d, ok %v", c.in, got, err, c.want, c.ok)
+		}
+		if c.ok && got.USD() != c.out {
+			t.Errorf("%q prints as %q, want %q", c.in, got.USD(), c.out)
+		}
+	}
+}
+
+func TestPriceCostRoundsUp(t *testing.T) {
+	t.Parallel()
+	p := job.Price{Version: "v", Input: 150_000_000, Output: 600_000_000} // $0.15 and $0.60 per million
+	for _, c := range []struct {
+		in, out int
+		want    job.Money
+	}{
+		{0, 0, 0},
+		{1, 0, 150},
+		{1_000_000, 0, 150_000_000},
+		{0, 1_000_000, 600_000_000},
+		{1000, 500, 150_000 + 300_000},
+	} {
+		if got := p.Cost(c.in, c.out); got != c.want {
+			t.Errorf("Cost(%d, %d) = %d, want %d", c.in, c.out, got, c.want)
+		}
+	}
+	// A thousandth of a nano-dollar still costs one: never an under-count.
+	if got := (job.Price{Input: 1}).Cost(1, 0); got != 1 {
+		t.Errorf("a fraction of a nano-dollar cost %d, want 1", got)
+	}
+	// The worst case bounds what any answer within the type's output limit
+	// and a request of that many bytes can cost.
+	basis := job.CostBasis{RequestBytes: 1200, MaxOutputTokens: 256}
+	if w, c := p.WorstCase(basis), p.Cost(1200, 256); w < c {
+		t.Errorf("worst case %d below the cost of a request with a token per byte %d", w, c)
+	}
+}
+
+func TestBudgetWorstCaseNeedsAPrice(t *testing.T) {
+	t.Parallel()
+	cheap := job.Price{Version: "v", Input: job.NanosPerUSD, Output: job.NanosPerUSD}
+	dear := job.Price{Version: "v", Input: 10 * job.NanosPerUSD, Output: 10 * job.NanosPerUSD}
+	b := job.Budget{Amount: job.NanosPerUSD, Period: time.Hour, Prices: map[string]job.Price{"a": cheap, "b": dear}}
+	basis := job.CostBasis{RequestBytes: 100, MaxOutputTokens: 100}
+	for _, c := range []struct {
+		providers []string
+		want      job.Money
+		ok        bool
+	}{
+		{[]string{"a", "b"}, dear.WorstCase(basis), true},
+		{[]string{"a", "unpriced"}, cheap.WorstCase(basis), true},
+		{[]string{"unpriced"}, 0, false},
+	} {
+		got, ok := b.WorstCase(c.providers, basis)
+		if got != c.want || ok != c.ok {
+			t.Errorf("WorstCase(%v) = %d, %v; want %d, %v", c.providers, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestDecideBudget(t *testing.T) {
+	t.Parallel()
+	day := 24 * time.Hour
+	def := job.Budget{Amount: 100, Period: day}
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	win, ends := def.Window(now)
+	if !ends.Equal(time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("a day's window ends at %v, want midnight UTC", ends)
+	}
+	own := job.Money(500)
+	for _, c := range []struct {
+		name    string
+		cur     job.OwnerBudget
+		change  *job.OwnBudget
+		want    job.OwnerBudget
+		changed bool
+	}{
+		{"FirstUse", job.OwnerBudget{}, nil, job.OwnerBudget{Amount: 100, Window: win, Headroom: 100}, true},
+		{"Current", job.OwnerBudget{Amount: 100, Window: win, Headroom: 40, Spent: 30, Reserved: map[string]job.Money{"k": 30}}, nil,
+			job.OwnerBudget{Amount: 100, Window: win, Headroom: 40, Spent: 30}, false},
+		// A new window forgets what was spent; what running attempts
+		// hold still counts.
+		{"NewWindow", job.OwnerBudget{Amount: 100, Window: win - 1, Headroom: 10, Spent: 60, Reserved: map[string]job.Money{"k": 30}}, nil,
+			job.OwnerBudget{Amount: 100, Window: win, Headroom: 70}, true},
+		{"DeploymentRaised", job.OwnerBudget{Amount: 80, Window: win, Headroom: 10, Spent: 70}, nil,
+			job.OwnerBudget{Amount: 100, Window: win, Headroom: 30, Spent: 70}, true},
+		{"OwnAmountKept", job.OwnerBudget{Amount: 500, Own: true, Window: win, Headroom: 400, Spent: 100}, nil,
+			job.OwnerBudget{Amount: 500, Own: true, Window: win, Headroom: 400, Spent: 100}, false},
+		{"OperatorSetsOwn", job.OwnerBudget{Amount: 100, Window: win, Headroom: 0, Spent: 100}, &job.OwnBudget{Amount: &own},
+			job.OwnerBudget{Amount: 500, Own: true, Window: win, Headroom: 400, Spent: 100}, true},
+		// Lowered below what is spent: the headroom goes negative and
+		// every reservation is refused until the window ends.
+		{"OperatorReturnsToDeployment", job.OwnerBudget{Amount: 500, Own: true, Window: win, Headroom: 300, Spent: 200}, &job.OwnBudget{},
+			job.OwnerBudget{Amount: 100, Window: win, Headroom: -100, Spent: 200}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got, changed := job.DecideBudget(c.cur, def, c.change, now)
+			got.Reserved = nil
+			if changed != c.changed || got.Amount != c.want.Amount || got.Own != c.want.Own || got.Window != c.want.Window ||
+				got.Headroom != c.want.Headroom || got.Spent != c.want.Spent {
+				t.Errorf("DecideBudget = %+v, %v; want %+v, %v", got, changed, c.want, c.changed)
+			}
+			if changed && !got.Current(def, win) {
+				t.Errorf("a decided budget %+v is not current", got)
+			}
+		})
+	}
+}
+
+func TestSpendOfAnEndedAttempt(t *testing.T) {
+	t.Parallel()
+	p := job.Price{Version: "v", Input: job.NanosPerUSD, Output: 2 * job.NanosPerUSD}
+	spend := &job.Spend{Key: "job_x/1", Price: p, Reserved: 5000}
+	for _, c := range []struct {
+		name   string
+		a      job.Attempt
+		want   job.Money
+		source job.SpendSource
+	}{
+		{"Reported", job.Attempt{State: job.AttemptSucceeded, Spend: spend, Usage: &job.Usage{InputTokens: 1000, OutputTokens: 500}},
+			2_000_000, job.SpendReported},
+		{"ContractViolationIsPaid", job.Attempt{State: job.AttemptFailed, Spend: spend, Error: &job.Failure{Class: job.ClassContractViolation},
+			Usage: &job.Usage{InputTokens: 10, OutputTokens: 10}}, 30_000, job.SpendReported},
+		{"RefusedIsFree", job.Attempt{State: job.AttemptFailed, Spend: spend, Error: &job.Failure{Class: job.ClassRetryable}}, 0, job.SpendNone},
+		{"RateLimitedIsFree", job.Attempt{State: job.AttemptFailed, Spend: spend, Error: &job.Failure{Class: job.ClassRateLimited}}, 0, job.SpendNone},
+		{"AnswerWithoutUsageSpendsTheReservation", job.Attempt{State: job.AttemptSucceeded, Spend: spend}, 5000, job.SpendWorstCase},
+		{"SettledUnknownSpendsTheReservation", job.Attempt{State: job.AttemptFailed, Spend: spend, Error: &job.Failure{Class: job.ClassAmbiguous}},
+			5000, job.SpendWorstCase},
+		{"OperatorsFailureWithoutUsageSpendsTheReservation", job.Attempt{State: job.AttemptFailed, Spend: spend,
+			Error: &job.Failure{Class: job.ClassRetryable}, Resolution: &job.Resolved{Outcome: job.AttemptFailed}}, 5000, job.SpendWorstCase},
+		{"NotBudgeted", job.Attempt{State: job.AttemptSucceeded, Usage: &job.Usage{InputTokens: 1}}, 0, job.SpendNone},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got, source := job.SpendOf(c.a)
+			if got != c.want || source != c.source {
+				t.Errorf("SpendOf = %d, %s; want %d, %s", got, source, c.want, c.source)
+			}
+		})
+	}
+}
+
+func TestBudgetValidate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		b    job.Budget
+		ok   bool
+	}{
+		{"None", job.Budget{}, true},
+		{"Daily", job.Budget{Amount: 1, Period: 24 * time.Hour}, true},
+		{"AmountWithoutPeriod", job.Budget{Amount: 1}, false},
+		{"TooShort", job.Budget{Amount: 1, Period: time.Second}, false},
+		{"PriceWithoutVersion", job.Budget{Amount: 1, Period: time.Hour, Prices: map[string]job.Price{"p": {Input: 1}}}, false},
+	} {
+		if err := c.b.Validate(); (err == nil) != c.ok {
+			t.Errorf("%s: Validate() = %v, want ok %v", c.name, err, c.ok)
+		}
+	}
+}
