@@ -18,10 +18,10 @@ import (
 	"github.com/onejob/onejob/internal/stepfn"
 )
 
-// owners is the store of the owners' counters when quotas are on: the
-// sweeper recounts them.
+// owners is the store of the owners' counters when quotas or budgets are
+// on: the sweeper recounts them and settles the reservations left behind.
 func owners(env deploy.Env, store *dynamo.Store) lifecycle.OwnerStore {
-	if !env.Quotas().Enabled() {
+	if !env.Quotas().Enabled() && !env.Budget().Enabled() {
 		return nil
 	}
 	return store
@@ -62,7 +62,8 @@ func main() {
 	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: log, Events: metrics})
 	deploy.Check(log, err)
 	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: deploy.SweepGrace,
-		Logger: log, Events: metrics, Breakers: breakers, HealthStore: store, Owners: owners(env, store)})
+		Logger: log, Events: metrics, Breakers: breakers, HealthStore: store, Owners: owners(env, store),
+		Endpoints: store})
 	deploy.Check(log, err)
 	lambda.Start(sweeper.Sweep)
 }

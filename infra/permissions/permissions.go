@@ -91,6 +91,10 @@ var (
 	// An owner's counters: a finished job's slot given back (conditional
 	// UpdateItem).
 	uncount = Grant{[]string{"dynamodb:UpdateItem"}, table(dynamo.OwnersTable())}
+	// An owner's budget: a fallback's or a hedge's reservation
+	// (conditional UpdateItem; GetItem after a refusal) and the settling
+	// of an ended attempt's (conditional UpdateItem).
+	budget = Grant{[]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, table(dynamo.OwnersTable())}
 )
 
 // All returns every function's grants, by function name.
@@ -112,10 +116,11 @@ func All() map[string][]Grant {
 			// Operators list every provider's health (a Scan of a handful
 			// of items) and override one.
 			{[]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())},
-			// Owners' quotas: count and uncount (conditional UpdateItem;
-			// GetItem after a refused count where the store does not hand
-			// the item back).
-			{[]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, table(dynamo.OwnersTable())},
+			// Owners' quotas and budgets: count and uncount, reserve and
+			// settle (conditional UpdateItem; GetItem after a refusal
+			// where the store does not hand the item back), and the
+			// operators' listing of every owner (a paged Scan).
+			{[]string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Scan"}, table(dynamo.OwnersTable())},
 			// Webhook endpoints (put, read, list an owner's, rotate,
 			// delete; the owner's endpoint count above) and a job's
 			// deliveries (listed; an operator's redelivery reads one and
@@ -149,16 +154,20 @@ func All() map[string][]Grant {
 			// counters, and a conditional update to repair them.
 			{[]string{"dynamodb:Query"}, index(dynamo.OwnersTable(), dynamo.IndexByBusy)},
 			{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.OwnersTable())},
+			// ...their webhook endpoints, counted (Query by owner), and the
+			// jobs of budget reservations left behind (GetItem, above).
+			{[]string{"dynamodb:Query"}, table(dynamo.EndpointsTable())},
 		},
 		// Runs a job's attempts: reads the job and the fallbacks'
 		// certifications, starts, claims, completes or fails attempts
 		// (conditional UpdateItem) and records them in the ledger. Only it
 		// calls providers, so only it reads their configuration.
-		deploy.FnRun: {jobRW, ledger, certs, health, uncount,
+		deploy.FnRun: {jobRW, ledger, certs, health, budget,
 			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
 		// Marks a silent run's attempts unknown and decides the wait: no
-		// certifications, no providers.
-		deploy.FnHold: {jobRW, ledger},
+		// certifications, no providers; an attempt it ends (one never
+		// claimed) settles its budget reservation.
+		deploy.FnHold: {jobRW, ledger, uncount},
 	}
 }
 

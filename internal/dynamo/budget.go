@@ -31,6 +31,9 @@ const (
 	oHeadroom = "b_head"
 	oSpent    = "b_spent"
 	oReserved = "b_res"
+	// oReservedAt holds when each reservation was made (Unix ms), for the
+	// sweeper's recount of reservations never settled.
+	oReservedAt = "b_rat"
 )
 
 // maxBudgetRounds bounds Reserve's fix-and-retry loop: each round means the
@@ -43,13 +46,14 @@ func (s *Store) Reserve(ctx context.Context, owner string, r job.Reservation) (b
 		out, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: aws.String(s.owners),
 			Key:       map[string]types.AttributeValue{AttrOwner: avS(owner)},
-			UpdateExpression: aws.String("SET #head = #head - :amt, #res.#k = :amt, #updated = :now, #busy = :busy, " +
+			UpdateExpression: aws.String("SET #head = #head - :amt, #res.#k = :amt, #rat.#k = :at, #updated = :now, #busy = :busy, " +
 				"#rev = #rev + :one"),
 			ConditionExpression: aws.String("attribute_not_exists(#res.#k) AND #win = :win AND #head >= :amt AND " +
 				"(#own = :true OR #bamt = :def)"),
-			ExpressionAttributeNames: map[string]string{"#head": oHeadroom, "#res": oReserved, "#k": r.Key,
+			ExpressionAttributeNames: map[string]string{"#head": oHeadroom, "#res": oReserved, "#rat": oReservedAt, "#k": r.Key,
 				"#updated": aUpdatedAt, "#busy": AttrBusyShard, "#rev": aRevision, "#win": oWindow, "#own": oOwn, "#bamt": oBudget},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":amt": avN(int64(r.Amount)), ":now": avT(r.Now),
+				":at":   avN(r.Now.UnixMilli()),
 				":busy": avS(BusyShard(owner)), ":one": avN(1), ":win": avN(r.Window), ":true": avB(true),
 				":def": avN(int64(r.Budget.Amount))},
 			ReturnValues: types.ReturnValueAllNew,
@@ -89,7 +93,7 @@ func (s *Store) Reserve(ctx context.Context, owner string, r job.Reservation) (b
 // created, so that a reservation can set its entry.
 func (s *Store) writeBudget(ctx context.Context, before job.OwnerUsage, after job.OwnerBudget, now time.Time) (bool, error) {
 	names := map[string]string{"#bamt": oBudget, "#own": oOwn, "#win": oWindow, "#head": oHeadroom, "#spent": oSpent,
-		"#res": oReserved, "#updated": aUpdatedAt, "#rev": aRevision, "#busy": AttrBusyShard}
+		"#res": oReserved, "#rat": oReservedAt, "#updated": aUpdatedAt, "#rev": aRevision, "#busy": AttrBusyShard}
 	values := map[string]types.AttributeValue{":amt": avN(int64(after.Amount)), ":own": avB(after.Own),
 		":win": avN(after.Window), ":head": avN(int64(after.Headroom)), ":spent": avN(int64(after.Spent)),
 		":empty": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}, ":now": avT(now),
@@ -104,7 +108,7 @@ func (s *Store) writeBudget(ctx context.Context, before job.OwnerUsage, after jo
 		TableName: aws.String(s.owners),
 		Key:       map[string]types.AttributeValue{AttrOwner: avS(before.Owner)},
 		UpdateExpression: aws.String("SET #bamt = :amt, #own = :own, #win = :win, #head = :head, #spent = :spent, " +
-			"#res = if_not_exists(#res, :empty), #updated = :now, #rev = :newrev, #busy = :busy"),
+			"#res = if_not_exists(#res, :empty), #rat = if_not_exists(#rat, :empty), #updated = :now, #rev = :newrev, #busy = :busy"),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
@@ -124,9 +128,9 @@ func (s *Store) Release(ctx context.Context, owner, key string, reserved, cost j
 	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(s.owners),
 		Key:                 map[string]types.AttributeValue{AttrOwner: avS(owner)},
-		UpdateExpression:    aws.String("SET #head = #head + :back, #spent = #spent + :cost, #updated = :now, #rev = #rev + :one REMOVE #res.#k"),
+		UpdateExpression:    aws.String("SET #head = #head + :back, #spent = #spent + :cost, #updated = :now, #rev = #rev + :one REMOVE #res.#k, #rat.#k"),
 		ConditionExpression: aws.String("attribute_exists(#res.#k)"),
-		ExpressionAttributeNames: map[string]string{"#head": oHeadroom, "#spent": oSpent, "#res": oReserved, "#k": key,
+		ExpressionAttributeNames: map[string]string{"#head": oHeadroom, "#spent": oSpent, "#res": oReserved, "#rat": oReservedAt, "#k": key,
 			"#updated": aUpdatedAt, "#rev": aRevision},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":back": avN(int64(reserved - cost)), ":cost": avN(int64(cost)),
 			":now": avT(now), ":one": avN(1)},
@@ -198,6 +202,9 @@ func (d *decoder) budget() job.OwnerBudget {
 		Headroom: job.Money(d.num(oHeadroom, false)),
 		Spent:    job.Money(d.num(oSpent, false)),
 		Reserved: decodeMap(d, oReserved, func(sub *decoder, k string) job.Money { return job.Money(sub.num(k, true)) }),
+		ReservedAt: decodeMap(d, oReservedAt, func(sub *decoder, k string) time.Time {
+			return time.UnixMilli(sub.num(k, true)).UTC()
+		}),
 	}
 	if v, ok := d.m[oOwn].(*types.AttributeValueMemberBOOL); ok {
 		b.Own = v.Value

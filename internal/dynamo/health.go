@@ -236,15 +236,19 @@ func (d *decoder) tallies(name string) map[string]job.OwnerTally {
 	return out
 }
 
-// encodeRate: slot start (Unix milliseconds) -> "o"+owner -> requests. The
-// prefix keeps the no-owner count ("") a valid map key; the slots and
-// owners are bounded (job.RateSlots, job.MaxTrackedOwners).
+// encodeRate: slot start (Unix milliseconds) -> "o"+owner -> requests, and
+// "t"+owner -> tokens under a token rate. The prefix keeps the no-owner
+// count ("") a valid map key; the slots and owners are bounded
+// (job.RateSlots, job.MaxTrackedOwners).
 func encodeRate(slots []job.RateSlot) types.AttributeValue {
 	out := make(map[string]types.AttributeValue, len(slots))
 	for _, s := range slots {
 		by := make(map[string]types.AttributeValue, len(s.ByOwner))
 		for o, n := range s.ByOwner {
 			by["o"+o] = avN(int64(n))
+		}
+		for o, n := range s.Tokens {
+			by["t"+o] = avN(int64(n))
 		}
 		out[strconv.FormatInt(s.Start.UnixMilli(), 10)] = &types.AttributeValueMemberM{Value: by}
 	}
@@ -268,11 +272,19 @@ func (d *decoder) rate(name string) []job.RateSlot {
 		for o, nv := range m.Value {
 			n, ok := nv.(*types.AttributeValueMemberN)
 			x, err := strconv.Atoi(valueOf(n, ok))
-			if !ok || err != nil || !strings.HasPrefix(o, "o") {
+			switch {
+			case !ok || err != nil:
 				d.fail(name)
-				continue
+			case strings.HasPrefix(o, "o"):
+				slot.ByOwner[o[1:]] = x
+			case strings.HasPrefix(o, "t"):
+				if slot.Tokens == nil {
+					slot.Tokens = map[string]int{}
+				}
+				slot.Tokens[o[1:]] = x
+			default:
+				d.fail(name)
 			}
-			slot.ByOwner[o[1:]] = x
 		}
 		out = append(out, slot)
 	}

@@ -57,12 +57,14 @@ func DueShard(jobID string) string {
 // CountEndpoint counts one more endpoint unless the owner has limit.
 func (s *Store) CountEndpoint(ctx context.Context, owner string, limit int, now time.Time) (bool, error) {
 	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.owners),
-		Key:                       map[string]types.AttributeValue{AttrOwner: avS(owner)},
-		UpdateExpression:          aws.String("SET #updated = :now, #rev = if_not_exists(#rev, :zero) + :one ADD #counter :one"),
+		TableName: aws.String(s.owners),
+		Key:       map[string]types.AttributeValue{AttrOwner: avS(owner)},
+		// busy_shard: the sweeper's recount counts the owner's endpoints
+		// (an endpoint counted whose write and uncount both failed).
+		UpdateExpression:          aws.String("SET #updated = :now, #busy = :busy, #rev = if_not_exists(#rev, :zero) + :one ADD #counter :one"),
 		ConditionExpression:       aws.String("attribute_not_exists(#counter) OR #counter < :limit"),
-		ExpressionAttributeNames:  map[string]string{"#updated": aUpdatedAt, "#rev": aRevision, "#counter": oEndpoints},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avT(now), ":zero": avN(0), ":one": avN(1), ":limit": avN(int64(limit))},
+		ExpressionAttributeNames:  map[string]string{"#updated": aUpdatedAt, "#busy": AttrBusyShard, "#rev": aRevision, "#counter": oEndpoints},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avT(now), ":busy": avS(BusyShard(owner)), ":zero": avN(0), ":one": avN(1), ":limit": avN(int64(limit))},
 	})
 	var ccf *types.ConditionalCheckFailedException
 	switch {

@@ -187,11 +187,12 @@ func (s *Store) Usage(ctx context.Context, owner string) (job.OwnerUsage, error)
 // Recount replaces the counters with after unless the revision moved since
 // before; counters back at zero leave the busy index.
 func (s *Store) Recount(ctx context.Context, before, after job.OwnerUsage) (bool, error) {
-	update := "SET #unfinished = :unfinished, #holds = :holds, #updated = :now, #rev = :newrev"
-	names := map[string]string{"#unfinished": oUnfinished, "#holds": oHolds, "#updated": aUpdatedAt, "#rev": aRevision}
+	update := "SET #unfinished = :unfinished, #holds = :holds, #endpoints = :endpoints, #updated = :now, #rev = :newrev"
+	names := map[string]string{"#unfinished": oUnfinished, "#holds": oHolds, "#endpoints": oEndpoints, "#updated": aUpdatedAt, "#rev": aRevision}
 	values := map[string]types.AttributeValue{":unfinished": avN(int64(after.Unfinished)), ":holds": avN(int64(after.Holds)),
-		":now": avT(after.UpdatedAt), ":newrev": avN(after.Revision), ":rev": avN(before.Revision)}
-	if after.Unfinished == 0 && after.Holds == 0 {
+		":endpoints": avN(int64(after.Endpoints)), ":now": avT(after.UpdatedAt), ":newrev": avN(after.Revision), ":rev": avN(before.Revision)}
+	if after.Unfinished == 0 && after.Holds == 0 && len(before.Budget.Reserved) == 0 {
+		// Reservations keep an owner busy: the sweeper settles the stale.
 		update += " REMOVE #busy"
 		names["#busy"] = AttrBusyShard
 	}
@@ -201,7 +202,7 @@ func (s *Store) Recount(ctx context.Context, before, after job.OwnerUsage) (bool
 		cond = "attribute_not_exists(#rev)"
 		delete(values, ":rev")
 	}
-	if after.Unfinished != 0 || after.Holds != 0 {
+	if after.Unfinished != 0 || after.Holds != 0 || len(before.Budget.Reserved) != 0 {
 		update = strings.Replace(update, "SET ", "SET #busy = :busy, ", 1)
 		names["#busy"], values[":busy"] = AttrBusyShard, avS(BusyShard(before.Owner))
 	}

@@ -162,6 +162,10 @@ type OwnerBudget struct {
 	Headroom Money
 	Spent    Money
 	Reserved map[string]Money
+	// ReservedAt is when each reservation was made: one older than
+	// RecountQuiet whose attempt ended (or never launched) was not settled
+	// (a write lost to a crash or a fault), and a recount settles it.
+	ReservedAt map[string]time.Time
 }
 
 // Set reports whether the owner's budget was ever initialised.
@@ -294,6 +298,45 @@ func Ended(before, after Job) []Attempt {
 func UnlaunchedReservation(before, after Job) bool {
 	_, launched := after.Attempt(1)
 	return after.Reservation != nil && !launched && SettlesJob(before, after)
+}
+
+// StaleReservations are the owner's reservations made more than
+// RecountQuiet before now: long enough that whatever made one has written
+// the job or launched the attempt it was for, if it ever will.
+func StaleReservations(b OwnerBudget, now time.Time) []string {
+	var out []string
+	for k, at := range b.ReservedAt {
+		if _, held := b.Reserved[k]; held && now.Sub(at) >= RecountQuiet {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// DecideReservation says whether a stale reservation (key) still holds:
+// j is the live job of its key's job ID (found false: none). It holds
+// while its attempt is open, or, for a create's reservation, while the
+// job waits to launch its first attempt. Otherwise it is settled: at what
+// its attempt cost (the settling write was lost), or at nothing when no
+// attempt ever held it (the job was never written, or the launch it was
+// set aside for did not apply).
+func DecideReservation(key string, j Job, found bool) (release bool, cost Money) {
+	if !found {
+		return true, 0
+	}
+	for _, a := range j.Attempts {
+		if a.Spend != nil && a.Spend.Key == key {
+			if a.State.Open() {
+				return false, 0
+			}
+			cost, _ := SpendOf(a)
+			return true, cost
+		}
+	}
+	if r := j.Reservation; r != nil && r.Key == key && j.Unsettled() {
+		return false, 0
+	}
+	return true, 0
 }
 
 // BudgetError refuses an attempt or a create past the owner's budget:

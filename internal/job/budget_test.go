@@ -188,3 +188,48 @@ func TestBudgetValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestDecideReservation(t *testing.T) {
+	t.Parallel()
+	p := job.Price{Version: "v", Input: job.NanosPerUSD, Output: job.NanosPerUSD}
+	key1, key2 := "job_a/1", "job_a/2"
+	spend := func(k string) *job.Spend { return &job.Spend{Key: k, Price: p, Reserved: 9000} }
+	reserved := &job.Spend{Key: key1, Reserved: 9000}
+	paid := &job.Usage{InputTokens: 2, OutputTokens: 3}
+	for _, c := range []struct {
+		name    string
+		key     string
+		j       job.Job
+		found   bool
+		release bool
+		cost    job.Money
+	}{
+		{"JobNeverWritten", key1, job.Job{}, false, true, 0},
+		{"PendingJobKeepsItsCreatesReservation", key1, job.Job{Status: job.StatusPending, Reservation: reserved}, true, false, 0},
+		{"CancelledBeforeLaunch", key1, job.Job{Status: job.StatusCancelled, Reservation: reserved}, true, true, 0},
+		{"RunningAttemptKeepsIt", key1, job.Job{Status: job.StatusRunning, Reservation: reserved,
+			Attempts: []job.Attempt{{Number: 1, State: job.AttemptRunning, Spend: spend(key1)}}}, true, false, 0},
+		{"UnknownAttemptKeepsIt", key2, job.Job{Status: job.StatusUnknown, Reservation: reserved,
+			Attempts: []job.Attempt{{Number: 1, State: job.AttemptFailed, Spend: spend(key1)}, {Number: 2, State: job.AttemptUnknown, Spend: spend(key2)}}},
+			true, false, 0},
+		{"EndedAttemptsLostSettlement", key1, job.Job{Status: job.StatusSucceeded, Reservation: reserved,
+			Attempts: []job.Attempt{{Number: 1, State: job.AttemptSucceeded, Spend: spend(key1), Usage: paid}}}, true, true, p.Cost(2, 3)},
+		{"LaunchThatNeverApplied", key2, job.Job{Status: job.StatusRunning, Reservation: reserved,
+			Attempts: []job.Attempt{{Number: 1, State: job.AttemptRunning, Spend: spend(key1)}}}, true, true, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			release, cost := job.DecideReservation(c.key, c.j, c.found)
+			if release != c.release || cost != c.cost {
+				t.Errorf("DecideReservation = %v, %d; want %v, %d", release, cost, c.release, c.cost)
+			}
+		})
+	}
+	// Only reservations older than RecountQuiet are looked at.
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	b := job.OwnerBudget{Reserved: map[string]job.Money{"old": 1, "young": 1},
+		ReservedAt: map[string]time.Time{"old": now.Add(-job.RecountQuiet), "young": now.Add(-time.Second), "settled": now.Add(-time.Hour)}}
+	if got := job.StaleReservations(b, now); len(got) != 1 || got[0] != "old" {
+		t.Errorf("StaleReservations = %v, want [old]", got)
+	}
+}

@@ -425,8 +425,8 @@ func (p HealthPolicy) Validate() error {
 		return errors.New("slow_call_after and max_processing_time must be positive")
 	case p.MaxConcurrent < 1:
 		return errors.New("max_concurrent must be at least 1")
-	case p.Rate.Requests < 0 || p.Rate.Per < 0 || (p.Rate.Requests > 0) != (p.Rate.Per > 0):
-		return errors.New("a rate limit needs both a positive number of requests and a positive period")
+	case p.Rate.Requests < 0 || p.Rate.Tokens < 0 || p.Rate.Per < 0 || (p.Rate.Requests > 0 || p.Rate.Tokens > 0) != (p.Rate.Per > 0):
+		return errors.New("a rate limit needs a positive number of requests or tokens and a positive period")
 	}
 	return nil
 }
@@ -649,6 +649,13 @@ type Admission struct {
 // An owner backing off (Health.Backoff) is refused while the breaker is
 // closed, for its own failures; the others are not.
 func Admit(h Health, key, owner string, p HealthPolicy, now time.Time) (Admission, HealthChange, bool) {
+	return AdmitTokens(h, key, owner, 0, p, now)
+}
+
+// AdmitTokens is Admit for a request that may use up to tokens tokens (its
+// input bound and every output token its type allows): a provider that
+// declares a token rate spends them at the admission (RateLimit.Tokens).
+func AdmitTokens(h Health, key, owner string, tokens int, p HealthPolicy, now time.Time) (Admission, HealthChange, bool) {
 	now = now.UTC()
 	if f := h.Forced; f != nil && f.State != ProviderClosed {
 		return Admission{Reason: fmt.Sprintf("forced open by %s: %s", f.By, f.Reason)}, HealthChange{}, false
@@ -691,7 +698,7 @@ func Admit(h Health, key, owner string, p HealthPolicy, now time.Time) (Admissio
 		return Admission{Reason: fmt.Sprintf("backing off: %d of this owner's calls failed at it within %s (it answers other owners)",
 			t.Failures, p.Breaker.Window), RetryAt: until, Owner: true}, HealthChange{}, false
 	}
-	return admitShare(h, key, owner, p, now)
+	return admitShare(h, key, owner, tokens, p, now)
 }
 
 // WaiterFresh is how long an owner refused at capacity counts as waiting
@@ -740,7 +747,7 @@ func (p HealthPolicy) Reserved() int { return max(1, p.MaxConcurrent/4) }
 //   - an owner under its share refused at capacity is recorded as waiting
 //     (a write, only at capacity), so the owners over theirs yield the
 //     next slots to it.
-func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Admission, HealthChange, bool) {
+func admitShare(h Health, key, owner string, tokens int, p HealthPolicy, now time.Time) (Admission, HealthChange, bool) {
 	share, holds, active := h.fairShare(owner, p, now)
 	free := p.MaxConcurrent - len(h.Held) - len(h.Running)
 	waiting := 0
@@ -774,7 +781,7 @@ func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Adm
 	}
 	rate := p.Rate.Declared()
 	if rate {
-		if a, after, changed, ok := admitRate(h, owner, p.Rate, now); !ok {
+		if a, after, changed, ok := admitRate(h, owner, tokens, p.Rate, now); !ok {
 			if changed {
 				return a, healthChange(h, after, now), true
 			}
@@ -786,7 +793,7 @@ func admitShare(h Health, key, owner string, p HealthPolicy, now time.Time) (Adm
 	}
 	after := h.clone()
 	if rate {
-		after.spendRate(owner, p.Rate, now)
+		after.spendRate(owner, tokens, p.Rate, now)
 	}
 	if !p.CountAdmitted {
 		return Admission{Allowed: true}, healthChange(h, after, now), true

@@ -97,11 +97,34 @@ const RecountQuiet = 2 * time.Minute
 // which last seconds, to none). ok is false when nothing needs writing or
 // it is too soon.
 func DecideRecount(u OwnerUsage, open int, now time.Time) (OwnerUsage, bool) {
-	if now.Sub(u.UpdatedAt) < RecountQuiet || (u.Unfinished == open && u.Holds == 0) {
+	return DecideRecountOf(u, Truth{Open: open, Endpoints: -1}, now)
+}
+
+// Truth is what an owner's counters should say, counted from the jobs and
+// the endpoints themselves. Endpoints -1: not counted (left as they are).
+type Truth struct {
+	Open      int
+	Endpoints int
+	// Listed: the owner is in the busy index, which a write with its
+	// counters at zero takes it out of (so an owner marked busy by an
+	// endpoint's count is not looked at in every sweep).
+	Listed bool
+}
+
+// DecideRecountOf is DecideRecount with the owner's endpoints counted too
+// (review L2: an endpoint counted whose write failed, and whose uncount
+// failed as well, would hold a slot for good).
+func DecideRecountOf(u OwnerUsage, truth Truth, now time.Time) (OwnerUsage, bool) {
+	endpoints := u.Endpoints
+	if truth.Endpoints >= 0 {
+		endpoints = truth.Endpoints
+	}
+	idle := truth.Listed && truth.Open == 0 && len(u.Budget.Reserved) == 0
+	if now.Sub(u.UpdatedAt) < RecountQuiet || (u.Unfinished == truth.Open && u.Holds == 0 && u.Endpoints == endpoints && !idle) {
 		return u, false
 	}
 	after := u
-	after.Unfinished, after.Holds = open, 0
+	after.Unfinished, after.Holds, after.Endpoints = truth.Open, 0, endpoints
 	after.UpdatedAt = now.UTC()
 	after.Revision = u.Revision + 1
 	return after, true

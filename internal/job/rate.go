@@ -7,16 +7,20 @@ import (
 	"time"
 )
 
-// RateLimit is a provider account's declared request rate: at most
-// Requests admitted within any Per (a provider's requests per minute, per
-// second or per day). Zero Requests declares none, and costs nothing.
+// RateLimit is a provider account's declared rate: at most Requests
+// admitted within any Per (a provider's requests per minute, per second or
+// per day), and at most Tokens (tokens per minute): each request counts at
+// the most it can use, its input bound (InputBound) and every output token
+// its type allows, as the providers' own token limits count a request's
+// max_tokens before it runs. Zero declares none, and costs nothing.
 type RateLimit struct {
 	Requests int
+	Tokens   int
 	Per      time.Duration
 }
 
 // Declared reports whether the provider declares a rate.
-func (r RateLimit) Declared() bool { return r.Requests > 0 && r.Per > 0 }
+func (r RateLimit) Declared() bool { return (r.Requests > 0 || r.Tokens > 0) && r.Per > 0 }
 
 // RateSlots is how many slots a rate period is counted in: the health item
 // holds at most RateSlots+1 of them, whatever the rate.
@@ -34,6 +38,9 @@ func (r RateLimit) slot() time.Duration {
 type RateSlot struct {
 	Start   time.Time
 	ByOwner map[string]int
+	// Tokens are the tokens admitted in the slot, by owner, when the
+	// provider declares a token rate.
+	Tokens map[string]int
 }
 
 // counted reports whether slot s may hold requests within (now-Per, now]:
@@ -75,6 +82,35 @@ func (h Health) RateUsed(owner string, r RateLimit, now time.Time) (total, mine 
 	return total, mine, owners
 }
 
+// TokensUsed is the tokens the provider's window holds: every owner's, and
+// this owner's.
+func (h Health) TokensUsed(owner string, r RateLimit, now time.Time) (total, mine int) {
+	for _, s := range h.Rate {
+		if !r.counted(s, now) {
+			continue
+		}
+		for o, n := range s.Tokens {
+			total += n
+			if o == owner {
+				mine += n
+			}
+		}
+	}
+	return total, mine
+}
+
+// lastAdmitted is the start of the newest slot counted now that holds a
+// request of owner (zero when none does).
+func (h Health) lastAdmitted(owner string, r RateLimit, now time.Time) time.Time {
+	var last time.Time
+	for _, s := range h.Rate {
+		if r.counted(s, now) && s.ByOwner[owner] > 0 && s.Start.After(last) {
+			last = s.Start
+		}
+	}
+	return last
+}
+
 // rateRetry is when the oldest slot counted now leaves the window.
 func (h Health) rateRetry(r RateLimit, now time.Time) time.Time {
 	var at time.Time
@@ -101,37 +137,56 @@ func (h Health) rateRetry(r RateLimit, now time.Time) time.Time {
 // A refusal (full, or kept for others) records the owner as waiting (a
 // write, at most twice per waiterFresh per owner while it waits). changed
 // reports a waiter to record; after is the health to write then.
-func admitRate(h Health, owner string, r RateLimit, now time.Time) (a Admission, after Health, changed, allowed bool) {
+func admitRate(h Health, owner string, tokens int, r RateLimit, now time.Time) (a Admission, after Health, changed, allowed bool) {
 	total, mine, _ := h.RateUsed(owner, r, now)
-	left := r.Requests - total
+	tTotal, tMine := h.TokensUsed(owner, r, now)
+	left, tLeft := r.Requests-total, r.Tokens-tTotal
 	// Water-filling: while an owner waiting for the rate sent fewer
-	// requests within the window than this one, this one takes a request
-	// only if what is left after it still brings every waiting owner not
-	// ahead of it level with it.
-	behind, needed := 0, 0
+	// requests (or tokens) within the window than this one, this one takes
+	// a request only if what is left after it still brings every waiting
+	// owner not ahead of it level with it.
+	// A waiting owner level with this one counts as behind it when its
+	// last request is older: ties go round, not to the owner that asks
+	// most often (the one with the most jobs waiting).
+	behind, needed, tBehind, tNeeded := 0, 0, 0, 0
 	fresh := r.waiterFresh()
 	if owner != "" {
+		myLast := h.lastAdmitted(owner, r, now)
 		for o, at := range h.RateWaiters {
 			if o == owner || now.Sub(at) >= fresh {
 				continue
 			}
 			_, theirs, _ := h.RateUsed(o, r, now)
-			if theirs < mine {
+			older := h.lastAdmitted(o, r, now).Before(myLast)
+			if theirs < mine || (theirs == mine && older) {
 				behind++
 			}
 			if theirs <= mine {
 				needed += mine + 1 - theirs
 			}
+			_, theirsT := h.TokensUsed(o, r, now)
+			if theirsT < tMine || (theirsT == tMine && older) {
+				tBehind++
+			}
+			if theirsT <= tMine {
+				tNeeded += tMine + tokens - theirsT
+			}
 		}
 	}
 	var refused Admission
 	switch {
-	case left > 0 && behind > 0 && left-1 < needed:
+	case r.Requests > 0 && left > 0 && behind > 0 && left-1 < needed:
 		refused = Admission{Reason: fmt.Sprintf("fair share of the rate: this owner sent %d requests within %s (declared %d) while %d owner(s) with fewer wait",
 			mine, r.Per, r.Requests, behind), RetryAt: h.rateRetry(r, now), Share: true, Rate: true, Full: true}
-	case left <= 0:
+	case r.Requests > 0 && left <= 0:
 		refused = Admission{Reason: fmt.Sprintf("rate limit: %d requests within %s (declared %d per %s)", total, r.Per, r.Requests, r.Per),
 			RetryAt: h.rateRetry(r, now), Rate: true, Full: true}
+	case r.Tokens > 0 && tLeft >= tokens && tBehind > 0 && tLeft-tokens < tNeeded:
+		refused = Admission{Reason: fmt.Sprintf("fair share of the token rate: this owner used %d tokens within %s (declared %d) while %d owner(s) with fewer wait",
+			tMine, r.Per, r.Tokens, tBehind), RetryAt: h.rateRetry(r, now), Share: true, Rate: true, Full: true}
+	case r.Tokens > 0 && tLeft < tokens:
+		refused = Admission{Reason: fmt.Sprintf("token rate limit: %d tokens within %s and this request may use %d (declared %d per %s)",
+			tTotal, r.Per, tokens, r.Tokens, r.Per), RetryAt: h.rateRetry(r, now), Rate: true, Full: true}
 	default:
 		return Admission{Allowed: true}, h, false, true
 	}
@@ -161,9 +216,10 @@ func (r RateLimit) waiterFresh() time.Duration { return min(WaiterFresh, max(r.s
 // waiting.
 const RateWaiterMin = 10 * time.Second
 
-// spendRate counts one request of owner in the slot of now, dropping the
-// slots that left the window.
-func (h *Health) spendRate(owner string, r RateLimit, now time.Time) {
+// spendRate counts one request of owner, and its tokens when the provider
+// declares a token rate, in the slot of now, dropping the slots that left
+// the window.
+func (h *Health) spendRate(owner string, tokens int, r RateLimit, now time.Time) {
 	start := now.Truncate(r.slot())
 	h.Rate = slices.DeleteFunc(slices.Clone(h.Rate), func(s RateSlot) bool { return !r.counted(s, now) })
 	i := slices.IndexFunc(h.Rate, func(s RateSlot) bool { return s.Start.Equal(start) })
@@ -171,7 +227,7 @@ func (h *Health) spendRate(owner string, r RateLimit, now time.Time) {
 		h.Rate = append(h.Rate, RateSlot{Start: start})
 		i = len(h.Rate) - 1
 	}
-	s := RateSlot{Start: start, ByOwner: maps.Clone(h.Rate[i].ByOwner)}
+	s := RateSlot{Start: start, ByOwner: maps.Clone(h.Rate[i].ByOwner), Tokens: maps.Clone(h.Rate[i].Tokens)}
 	if s.ByOwner == nil {
 		s.ByOwner = map[string]int{}
 	}
@@ -179,6 +235,12 @@ func (h *Health) spendRate(owner string, r RateLimit, now time.Time) {
 		owner = ""
 	}
 	s.ByOwner[owner]++
+	if r.Tokens > 0 && tokens > 0 {
+		if s.Tokens == nil {
+			s.Tokens = map[string]int{}
+		}
+		s.Tokens[owner] += tokens
+	}
 	h.Rate[i] = s
 }
 

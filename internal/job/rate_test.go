@@ -251,3 +251,76 @@ func TestRateLimitedAttemptsAreForgiven(t *testing.T) {
 		t.Fatalf("plan %+v, want a rate_limited wait of 3s", plan)
 	}
 }
+
+// TestDeclaredTokenRate: a provider declaring 12,000 tokens per 10 s takes
+// requests while their worst cases fit, never more within any window, and
+// shares them fairly: an owner whose requests are 4x larger does not take
+// the tokens from owners waiting with smaller ones.
+func TestDeclaredTokenRate(t *testing.T) {
+	t.Parallel()
+	p := testPolicy()
+	p.MaxConcurrent = 1000
+	p.Rate = job.RateLimit{Tokens: 12_000, Per: 10 * time.Second}
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	h := job.NewHealth("p")
+	sizes := map[string]int{"big": 4000, "small-1": 1000, "small-2": 1000}
+	used := map[string]int{}
+	type admitted struct {
+		at     time.Time
+		tokens int
+	}
+	var log []admitted
+	n := 0
+	// The first window goes to whoever asks first (nobody waits yet); the
+	// shares are measured once all three have been refused and wait.
+	settled := t0.Add(15 * time.Second)
+	for tick := range 800 {
+		at := t0.Add(time.Duration(tick) * 250 * time.Millisecond)
+		for _, o := range []string{"big", "small-1", "small-2"} {
+			n++
+			a, c, changed := job.AdmitTokens(h, fmt.Sprintf("j%d/1", n), o, sizes[o], p, at)
+			if changed {
+				h = c.After()
+			}
+			if a.Allowed {
+				if !at.Before(settled) {
+					used[o] += sizes[o]
+				}
+				log = append(log, admitted{at, sizes[o]})
+			} else if !a.Rate {
+				t.Fatalf("refusal %+v: want a rate refusal", a)
+			}
+		}
+	}
+	// No window of Per holds more than the declared tokens.
+	for i, first := range log {
+		sum := 0
+		for _, l := range log[i:] {
+			if l.at.Sub(first.at) < p.Rate.Per {
+				sum += l.tokens
+			}
+		}
+		if sum > p.Rate.Tokens {
+			t.Fatalf("%d tokens admitted within %s from %s (declared %d)", sum, p.Rate.Per, first.at, p.Rate.Tokens)
+		}
+	}
+	// While all three wait, each owner's share of the tokens is within
+	// 20% of a third (first come, first served would give the big owner
+	// about two thirds: it asks first, and for four times as much).
+	total := used["big"] + used["small-1"] + used["small-2"]
+	for o, u := range used {
+		t.Logf("%s used %d of %d tokens (%.0f%%)", o, u, total, 100*float64(u)/float64(total))
+		if share := float64(u) / float64(total); share < 0.8/3 || share > 1.2/3 {
+			t.Errorf("%s used %d of %d tokens (%.0f%%), want within 20%% of a third (%v)", o, u, total, 100*share, used)
+		}
+	}
+	// A request larger than the whole rate is refused (20,000 of 12,000).
+	if a, _, _ := job.AdmitTokens(h, "huge/1", "other", 20_000, p, t0.Add(time.Hour)); a.Allowed || !a.Rate {
+		t.Fatalf("a request of 20,000 tokens under 10,000 a period: %+v", a)
+	}
+	// Undeclared, tokens cost nothing and write nothing.
+	q := testPolicy()
+	if a, _, changed := job.AdmitTokens(job.NewHealth("q"), "x/1", "big", 1_000_000, q, t0); !a.Allowed || changed {
+		t.Fatalf("no rate declared: %+v changed=%v", a, changed)
+	}
+}

@@ -30,7 +30,7 @@ func Standing(h Health, owner string, p HealthPolicy, now time.Time) OwnerStandi
 	if until, ok := h.Backoff[owner]; ok && now.Before(until) {
 		return StandingBackingOff
 	}
-	a, _, _ := admitShare(h, "", owner, p, now)
+	a, _, _ := admitShare(h, "", owner, 0, p, now)
 	switch {
 	case a.Share:
 		return StandingAtShare

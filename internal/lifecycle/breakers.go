@@ -157,13 +157,19 @@ func (b *Breakers) Available(ctx context.Context, provider, owner string) job.Ad
 // breaker that outlived its bound opened again). Admitting to a closed
 // breaker with room writes nothing.
 func (b *Breakers) Admit(ctx context.Context, provider, key, owner string) job.Admission {
+	return b.AdmitTokens(ctx, provider, key, owner, 0)
+}
+
+// AdmitTokens is Admit for an attempt that may use up to tokens tokens,
+// which a provider declaring a token rate spends (job.AdmitTokens).
+func (b *Breakers) AdmitTokens(ctx context.Context, provider, key, owner string, tokens int) job.Admission {
 	h, err := b.read(ctx, provider, false)
 	for range maxHealthRounds {
 		if err != nil {
 			b.cfg.Logger.WarnContext(ctx, "provider_health_unread", "provider", provider, "error", err.Error())
 			return b.unread(provider)
 		}
-		a, c, changed := job.Admit(h, key, owner, b.Policy(provider), b.cfg.NowFunc())
+		a, c, changed := job.AdmitTokens(h, key, owner, tokens, b.Policy(provider), b.cfg.NowFunc())
 		if !changed {
 			return a
 		}

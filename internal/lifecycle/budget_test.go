@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider"
 )
@@ -164,5 +167,143 @@ func TestAFallbackPastTheBudgetWaits(t *testing.T) {
 	// A create past the budget is refused with nothing written.
 	if _, err := r.createBudgeted(t, "k2"); !errors.Is(err, job.ErrBudgetExceeded) {
 		t.Fatalf("a create past the budget: %v", err)
+	}
+}
+
+// TestTheSweeperSettlesReservationsLeftBehind: reservations whose settling
+// never happened (a crash between the job's write and the owner's, a
+// create that reserved and died before writing its job) are settled by
+// the sweeper once stale, while the owner's other jobs keep it busy; a
+// reservation still backing an open attempt or a pending job is kept.
+func TestTheSweeperSettlesReservationsLeftBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRigWith(t, budgeted(job.NanosPerUSD))
+	r.prov[primary].answer = answers(provider.Response{Output: good(primary), Usage: &provider.Usage{InputTokens: 300, OutputTokens: 250}}, nil)
+	done, err := r.createBudgeted(t, "done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.run(t, done.ID); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := r.createBudgeted(t, "pending")
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := demoWorst(t)
+	b := budgeted(job.NanosPerUSD)
+	win, _ := b.Window(r.clock.Now())
+	reserve := func(key string) {
+		t.Helper()
+		if ok, _, _, err := r.st.Reserve(ctx, "owner", job.Reservation{Key: key, Amount: worst, Budget: b, Window: win, Now: r.clock.Now()}); err != nil || !ok {
+			t.Fatalf("reserve %s: %v %v", key, ok, err)
+		}
+	}
+	reserve(done.ID + "/1")                          // its settling write was lost
+	reserve("job_" + strings.Repeat("7", 26) + "/1") // a create that never wrote its job
+	before := r.budgetOf(t)
+	sw, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: r.st, Starter: &starter{}, Grace: time.Minute,
+		NowFunc: r.clock.Now, Owners: r.st.Store, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sw.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.budgetOf(t); got.Held() != before.Held() {
+		t.Fatalf("a young reservation was settled: %+v", got)
+	}
+	r.clock.Advance(job.RecountQuiet)
+	// The owner is busy meanwhile: traffic does not hold the recount back.
+	if _, err := r.createBudgeted(t, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sw.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := r.budgetOf(t)
+	spent := testPrice.Cost(300, 250)
+	if got.Spent != 2*spent || len(got.Reserved) != 2 || got.Reserved[pending.Reservation.Key] != worst {
+		t.Fatalf("after the sweep: %+v, want the done job's lost settlement spent (%d twice over) and the pending and busy jobs' held", got, spent)
+	}
+}
+
+// TestTheSweeperRecountsEndpoints (review L2): an endpoint counted whose
+// write failed, and whose uncount failed too, no longer holds a slot for
+// good: once the owner is quiet, the recount counts its endpoints.
+func TestTheSweeperRecountsEndpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	for range 2 {
+		if ok, err := r.st.CountEndpoint(ctx, "owner", 10, r.clock.Now()); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	if err := r.st.PutEndpoint(ctx, job.Endpoint{ID: "ep_1", Owner: "owner", URL: "https://hooks.example.com/", CreatedAt: r.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	sw, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: r.st, Starter: &starter{}, Grace: time.Minute,
+		NowFunc: r.clock.Now, Owners: r.st.Store, Endpoints: r.st.Store, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(job.RecountQuiet)
+	if _, err := sw.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := r.st.Usage(ctx, "owner"); err != nil || u.Endpoints != 1 {
+		t.Fatalf("after the recount: %+v %v, want 1 endpoint", u, err)
+	}
+}
+
+// TestATokenRateSpendsEachAttemptsWorstCase: a provider declaring 1,000
+// tokens a minute takes one demo job (its worst case: the rendered
+// request's bytes and 256 output tokens, about 560) and makes the next
+// owner's wait (rate_limited), with no call.
+func TestATokenRateSpendsEachAttemptsWorstCase(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	pol := healthPolicy()
+	pol.Rate = job.RateLimit{Tokens: 1000, Per: time.Minute}
+	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: r.st.Store, PolicyFunc: func(string) job.HealthPolicy { return pol },
+		NowFunc: r.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := catalog()
+	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: c},
+		Providers: r.prov, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval, OverdueGrace: overdue,
+		NowFunc: r.clock.Now, AfterFunc: r.timers.after, Breakers: b, MaxProviderWait: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.certify(t, "demo", fallback)
+	ctx := context.Background()
+	first := r.demo(t)
+	if _, err := r.run(t, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	jt, _ := c.Get("demo")
+	req, _ := jt.Request(first.Input)
+	basis := lifecycle.CostBasisOf(req)
+	worst := job.InputBound(basis.RequestBytes) + basis.MaxOutputTokens
+	h, err := r.st.Health(ctx, primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total, _ := h.TokensUsed("owner", pol.Rate, r.clock.Now()); total != worst || r.get(t, first.ID).Status != job.StatusSucceeded {
+		t.Fatalf("the first job spent %d tokens of the primary's rate, want its worst case %d", total, worst)
+	}
+	// The second needs its worst case again: neither provider has it left
+	// (the fallback takes it: 1,000 per provider), then neither.
+	second := r.demo(t)
+	_, _ = r.run(t, second.ID)
+	third := r.demo(t)
+	_, _ = r.run(t, third.ID)
+	got := r.get(t, third.ID)
+	if got.Waiting == nil || got.Waiting.Reason != job.WaitRateLimited || len(got.Attempts) != 0 {
+		t.Fatalf("the third job: %s, waiting %+v, %d attempts", got.Status, got.Waiting, len(got.Attempts))
 	}
 }

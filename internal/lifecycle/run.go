@@ -39,7 +39,7 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 		return RunResult{}, err
 	}
 	ran := false // an attempt ran in this run: the next one gets a run of its own
-	avail := &availability{ctx: ctx, owner: j.Owner, breakers: w.cfg.Breakers, refused: map[string]job.Admission{}}
+	avail := &availability{ctx: ctx, owner: j.Owner, breakers: w.cfg.Breakers, refused: map[string]job.Admission{}, tokens: maxTokens(j, jt)}
 	for range maxRounds {
 		if j, err = w.markOverdue(ctx, j, jt); err != nil {
 			return RunResult{}, err
@@ -125,6 +125,18 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 		}
 	}
 	return RunResult{}, fmt.Errorf("%w %s", ErrContention, in.JobID)
+}
+
+// maxTokens is the most an attempt of j can use: its rendered request's
+// input bound and every output token its type allows (0 when it does not
+// render: its attempt fails before any call).
+func maxTokens(j job.Job, jt JobType) int {
+	req, err := jt.Request(j.Input)
+	if err != nil {
+		return 0
+	}
+	b := CostBasisOf(req)
+	return job.InputBound(b.RequestBytes) + b.MaxOutputTokens
 }
 
 // past reports whether the run's deadline has gone by: the state machine

@@ -48,6 +48,9 @@ type SweeperConfig struct {
 	// crash left too high (or too low) once the owner has been quiet
 	// (job.DecideRecount).
 	Owners OwnerStore
+	// Endpoints, when set with Owners, has the recount count each owner's
+	// webhook endpoints too.
+	Endpoints EndpointLister
 	// Purger, when set, has a sweep delete what expired, at most once per
 	// PurgeEvery (default 10 minutes: it scans the tables): locally, where
 	// the DynamoDB has no TTL. In AWS, TTL does it.
@@ -100,6 +103,11 @@ func NewSweeper(c SweeperConfig) (*Sweeper, error) {
 	return &Sweeper{cfg: c}, nil
 }
 
+// EndpointLister lists an owner's webhook endpoints (NotificationStore's).
+type EndpointLister interface {
+	Endpoints(ctx context.Context, owner string) ([]job.Endpoint, error)
+}
+
 // SweepReport says what a sweep did.
 type SweepReport struct {
 	Open                 int     `json:"open"`
@@ -141,6 +149,7 @@ func (w *Sweeper) recount(ctx context.Context, now time.Time) (int, error) {
 	for _, u := range busy {
 		seen[u.Owner] = true
 	}
+	listed := len(busy)
 	for owner := range open {
 		if !seen[owner] {
 			u, err := w.cfg.Owners.Usage(ctx, owner)
@@ -151,8 +160,21 @@ func (w *Sweeper) recount(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	repaired := 0
-	for _, u := range busy {
-		after, ok := job.DecideRecount(u, open[u.Owner], now)
+	for i, u := range busy {
+		if err := w.settleStale(ctx, u, now); err != nil {
+			return repaired, err
+		}
+		truth := job.Truth{Open: open[u.Owner], Endpoints: -1, Listed: i < listed}
+		if w.cfg.Endpoints != nil && now.Sub(u.UpdatedAt) >= job.RecountQuiet {
+			// Counted only when a recount may apply: one Query per quiet
+			// owner, not per busy owner per sweep.
+			eps, err := w.cfg.Endpoints.Endpoints(ctx, u.Owner)
+			if err != nil {
+				return repaired, err
+			}
+			truth.Endpoints = len(eps)
+		}
+		after, ok := job.DecideRecountOf(u, truth, now)
 		if !ok {
 			continue
 		}
@@ -163,10 +185,40 @@ func (w *Sweeper) recount(ctx context.Context, now time.Time) (int, error) {
 		if done {
 			repaired++
 			w.cfg.Logger.WarnContext(ctx, "owner_recounted", "owner", u.Owner, "unfinished_was", u.Unfinished,
-				"unfinished", after.Unfinished, "holds_was", u.Holds)
+				"unfinished", after.Unfinished, "holds_was", u.Holds, "endpoints_was", u.Endpoints, "endpoints", after.Endpoints)
 		}
 	}
 	return repaired, nil
+}
+
+// settleStale settles an owner's budget reservations that outlived what
+// made them (job.DecideReservation): a settling write lost to a crash or a
+// fault, a create whose job was never written, a launch that did not
+// apply. It reads each stale reservation's job; traffic on the owner does
+// not hold it back, since each decision is about one attempt alone.
+func (w *Sweeper) settleStale(ctx context.Context, u job.OwnerUsage, now time.Time) error {
+	for _, key := range job.StaleReservations(u.Budget, now) {
+		id, _, ok := job.ParseAttemptKey(key)
+		var j job.Job
+		var err error
+		if ok {
+			j, err = w.cfg.Store.Current(ctx, id)
+		}
+		found := ok && err == nil
+		if err != nil && !errors.Is(err, job.ErrNotFound) {
+			return err
+		}
+		release, cost := job.DecideReservation(key, j, found)
+		if !release {
+			continue
+		}
+		if err := w.cfg.Owners.Release(ctx, u.Owner, key, u.Budget.Reserved[key], cost, now); err != nil {
+			return err
+		}
+		w.cfg.Logger.WarnContext(ctx, "budget_reservation_settled", "owner", u.Owner, "reservation", key,
+			"reserved_usd", u.Budget.Reserved[key].USD(), "cost_usd", cost.USD(), "job_found", found)
+	}
+	return nil
 }
 
 // advance moves the sweep's cursor on to next (back to the oldest after

@@ -257,6 +257,9 @@ type availability struct {
 	owner    string
 	breakers *Breakers
 	refused  map[string]job.Admission
+	// tokens is the most an attempt of the job can use (its input bound
+	// and its type's output limit): what a token rate spends.
+	tokens int
 }
 
 func (v *availability) available(provider string) job.Admission {
@@ -286,7 +289,7 @@ func (v *availability) admit(provider, key string) bool {
 	if v.breakers == nil {
 		return true
 	}
-	a := v.breakers.Admit(v.ctx, provider, key, v.owner)
+	a := v.breakers.AdmitTokens(v.ctx, provider, key, v.owner, v.tokens)
 	if !a.Allowed {
 		v.refused[provider] = a
 	}

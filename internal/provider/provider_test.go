@@ -360,3 +360,35 @@ func TestCallErrorMessage(t *testing.T) {
 		t.Error("Unwrap broken")
 	}
 }
+
+// TestRateLimitConfig: a provider may declare requests, tokens or both per
+// period; neither, or a negative count, is refused.
+func TestRateLimitConfig(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		rate     provider.RateLimitConfig
+		requests int
+		tokens   int
+		ok       bool
+	}{
+		{"Requests", provider.RateLimitConfig{Requests: 60, Per: "1m"}, 60, 0, true},
+		{"Tokens", provider.RateLimitConfig{Tokens: 90_000, Per: "1m"}, 0, 90_000, true},
+		{"Both", provider.RateLimitConfig{Requests: 500, Tokens: 200_000, Per: "1m"}, 500, 200_000, true},
+		{"Neither", provider.RateLimitConfig{Per: "1m"}, 0, 0, false},
+		{"NegativeTokens", provider.RateLimitConfig{Requests: 1, Tokens: -1, Per: "1m"}, 0, 0, false},
+		{"NoPeriod", provider.RateLimitConfig{Tokens: 1000}, 0, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := c.rate
+			pol, err := provider.ProviderConfig{Name: "p", Kind: provider.KindWebhook, RateLimit: &r}.Limits()
+			if (err == nil) != c.ok {
+				t.Fatalf("Limits() = %v, want ok %v", err, c.ok)
+			}
+			if c.ok && (pol.Rate.Requests != c.requests || pol.Rate.Tokens != c.tokens) {
+				t.Fatalf("rate %+v, want %d requests and %d tokens", pol.Rate, c.requests, c.tokens)
+			}
+		})
+	}
+}

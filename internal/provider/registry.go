@@ -390,10 +390,12 @@ const (
 	DefaultMaxConcurrent     = 64
 )
 
-// RateLimitConfig is a declared request rate: at most Requests within any
-// Per ("1m" for requests per minute).
+// RateLimitConfig is a declared rate: at most Requests requests and at
+// most Tokens tokens within any Per ("1m" for per minute); either may be
+// left out (0).
 type RateLimitConfig struct {
-	Requests int    `json:"requests"`
+	Requests int    `json:"requests,omitempty"`
+	Tokens   int    `json:"tokens,omitempty"`
 	Per      string `json:"per"`
 }
 
@@ -421,10 +423,10 @@ func (p ProviderConfig) Limits() (job.HealthPolicy, error) {
 		pol.MaxConcurrent, pol.CountAdmitted = p.MaxConcurrent, p.CountRunning == nil || *p.CountRunning
 	}
 	if r := p.RateLimit; r != nil {
-		if r.Requests < 1 {
-			problems = append(problems, "rate_limit.requests must be at least 1")
+		if r.Requests < 0 || r.Tokens < 0 || r.Requests+r.Tokens < 1 {
+			problems = append(problems, "rate_limit needs requests or tokens of at least 1 (neither negative)")
 		}
-		pol.Rate.Requests = r.Requests
+		pol.Rate.Requests, pol.Rate.Tokens = r.Requests, r.Tokens
 		if r.Per == "" {
 			problems = append(problems, `rate_limit.per must be a positive duration such as "1m"`)
 		}

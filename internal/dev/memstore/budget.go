@@ -16,6 +16,7 @@ import (
 func (r *ownerRecord) snapshot() job.OwnerUsage {
 	u := r.usage
 	u.Budget.Reserved = maps.Clone(u.Budget.Reserved)
+	u.Budget.ReservedAt = maps.Clone(u.Budget.ReservedAt)
 	return u
 }
 
@@ -43,7 +44,7 @@ func (s *Store) Reserve(ctx context.Context, owner string, r job.Reservation) (b
 	}
 	if !b.Current(r.Budget, r.Window) {
 		after, _ := job.DecideBudget(*b, r.Budget, nil, r.Now)
-		after.Reserved = b.Reserved
+		after.Reserved, after.ReservedAt = b.Reserved, b.ReservedAt
 		*b = after
 		u.usage.UpdatedAt, u.usage.Revision = r.Now.UTC(), u.usage.Revision+1
 	}
@@ -51,9 +52,10 @@ func (s *Store) Reserve(ctx context.Context, owner string, r job.Reservation) (b
 		return false, false, u.snapshot(), nil
 	}
 	if b.Reserved == nil {
-		b.Reserved = map[string]job.Money{}
+		b.Reserved, b.ReservedAt = map[string]job.Money{}, map[string]time.Time{}
 	}
 	b.Reserved[r.Key] = r.Amount
+	b.ReservedAt[r.Key] = r.Now.UTC().Truncate(time.Millisecond) // as DynamoDB keeps it
 	b.Headroom -= r.Amount
 	u.busy = true
 	u.usage.UpdatedAt, u.usage.Revision = r.Now.UTC(), u.usage.Revision+1
@@ -76,6 +78,7 @@ func (s *Store) Release(ctx context.Context, owner, key string, reserved, cost j
 		return nil
 	}
 	delete(b.Reserved, key)
+	delete(b.ReservedAt, key)
 	b.Headroom += reserved - cost
 	b.Spent += cost
 	u.usage.UpdatedAt, u.usage.Revision = now.UTC(), u.usage.Revision+1
@@ -92,7 +95,7 @@ func (s *Store) SetBudget(ctx context.Context, owner string, change job.OwnBudge
 	defer s.mu.Unlock()
 	u := s.owner(owner)
 	if after, changed := job.DecideBudget(u.usage.Budget, b, &change, now); changed {
-		after.Reserved = u.usage.Budget.Reserved
+		after.Reserved, after.ReservedAt = u.usage.Budget.Reserved, u.usage.Budget.ReservedAt
 		u.usage.Budget = after
 		u.usage.UpdatedAt, u.usage.Revision = now.UTC(), u.usage.Revision+1
 	}

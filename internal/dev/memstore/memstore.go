@@ -628,7 +628,7 @@ func cloneHealth(h job.Health) job.Health {
 	} else {
 		rate := make([]job.RateSlot, len(h.Rate))
 		for i, s := range h.Rate {
-			rate[i] = job.RateSlot{Start: s.Start.UTC(), ByOwner: maps.Clone(s.ByOwner)}
+			rate[i] = job.RateSlot{Start: s.Start.UTC(), ByOwner: maps.Clone(s.ByOwner), Tokens: maps.Clone(s.Tokens)}
 		}
 		slices.SortFunc(rate, func(a, b job.RateSlot) int { return a.Start.Compare(b.Start) })
 		h.Rate = rate
@@ -747,9 +747,9 @@ func (s *Store) Recount(ctx context.Context, before, after job.OwnerUsage) (bool
 	if u == nil || u.usage.Revision != before.Revision {
 		return false, nil
 	}
-	u.usage.Unfinished, u.usage.Holds = after.Unfinished, after.Holds
+	u.usage.Unfinished, u.usage.Holds, u.usage.Endpoints = after.Unfinished, after.Holds, after.Endpoints
 	u.usage.UpdatedAt, u.usage.Revision = after.UpdatedAt.UTC(), after.Revision
-	u.busy = after.Unfinished != 0 || after.Holds != 0
+	u.busy = after.Unfinished != 0 || after.Holds != 0 || len(u.usage.Budget.Reserved) != 0
 	return true, nil
 }
 

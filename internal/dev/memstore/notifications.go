@@ -30,6 +30,7 @@ func (s *Store) CountEndpoint(ctx context.Context, owner string, limit int, now 
 	}
 	u.usage.Endpoints++
 	u.usage.UpdatedAt, u.usage.Revision = now.UTC(), u.usage.Revision+1
+	u.busy = true // the sweeper's recount counts its endpoints
 	return true, nil
 }
 

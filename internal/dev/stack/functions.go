@@ -192,12 +192,12 @@ func (s *Stack) composeSweeper(_ context.Context, cfg Config, fc functionClients
 		return nil, err
 	}
 	var owners lifecycle.OwnerStore
-	if *cfg.Quotas != (job.Quotas{}) {
+	if *cfg.Quotas != (job.Quotas{}) || cfg.Budget.Enabled() {
 		owners = store
 	}
 	return lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: cfg.SweepGrace,
 		RestartRunning: true, Logger: cfg.Logger, Events: s.Metrics, Breakers: breakers, HealthStore: store, Owners: owners,
-		Purger: s.Store})
+		Endpoints: store, Purger: s.Store})
 }
 
 // composeNotify is functions/notify/main.go, with the local schedule and

@@ -15,6 +15,9 @@ import (
 // write that never lets concurrent reservations hold more than the
 // amount; settling one returns what it did not cost, once.
 
+// at0Millis is at(0) as the stores keep a reservation's time.
+func at0Millis() time.Time { return at(0).Truncate(time.Millisecond) }
+
 // budgetAt is a daily budget of 1,000 nano-dollars.
 func budgetAt() job.Budget { return job.Budget{Amount: 1000, Period: 24 * time.Hour} }
 
@@ -56,6 +59,11 @@ var budgetTests = []test{
 			if b := u.Budget; b.Headroom != 100 || b.Held() != 900 || len(b.Reserved) != 3 || b.Amount != 1000 {
 				t.Fatalf("owner %d's budget after: %+v", o, b)
 			}
+			for k := range u.Budget.Reserved {
+				if at := u.Budget.ReservedAt[k]; !at.Equal(at0Millis()) {
+					t.Fatalf("owner %d's reservation %s made at %v, want %v", o, k, at, at0Millis())
+				}
+			}
 		}
 		// A key reserved already is granted again without a second hold.
 		u := usageOf(t, st, "owner-0")
@@ -84,6 +92,28 @@ var budgetTests = []test{
 		// Releasing what was never reserved changes nothing.
 		if err := st.Release(ctx, "owner-9", "job_none/1", 300, 0, at(4)); err != nil {
 			t.Fatal(err)
+		}
+	}},
+	{"ReservationsKeepAnOwnerBusy", func(t *testing.T, fresh func(*testing.T) Store) {
+		// The sweeper settles stale reservations of the owners it finds
+		// busy: a recount of the counters to zero must not hide them.
+		st := fresh(t)
+		ctx := context.Background()
+		if ok, _, err := st.CountJob(ctx, "a", 0, nil, at(0)); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		reserveAt(t, st, "a", "job_a/1", 10, at(0))
+		u := usageOf(t, st, "a")
+		after, ok := job.DecideRecount(u, 0, at(0).Add(job.RecountQuiet+time.Minute))
+		if !ok {
+			t.Fatal("no recount decided")
+		}
+		if done, err := st.Recount(ctx, u, after); err != nil || !done {
+			t.Fatalf("recount: %v %v", done, err)
+		}
+		busy, err := st.BusyOwners(ctx)
+		if err != nil || len(busy) != 1 || busy[0].Owner != "a" || busy[0].Budget.Held() != 10 {
+			t.Fatalf("busy owners after a recount to zero: %+v %v", busy, err)
 		}
 	}},
 	{"ABudgetStartsAgainEachWindow", func(t *testing.T, fresh func(*testing.T) Store) {

@@ -160,7 +160,7 @@ var healthTests = []test{
 		ctx := context.Background()
 		at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 		p := healthPolicy()
-		p.Rate = job.RateLimit{Requests: 3, Per: 10 * time.Second}
+		p.Rate = job.RateLimit{Requests: 3, Tokens: 5000, Per: 10 * time.Second}
 		h, err := st.Health(ctx, "p")
 		if err != nil {
 			t.Fatal(err)
@@ -178,7 +178,7 @@ var healthTests = []test{
 			owner string
 			at    float64
 		}{{"alice", 1}, {"", 1.5}, {"alice", 2}, {"bob", 2.5}} {
-			a, c, changed := job.Admit(h, fmt.Sprintf("job_%d/1", i), ask.owner, p, at(ask.at))
+			a, c, changed := job.AdmitTokens(h, fmt.Sprintf("job_%d/1", i), ask.owner, 1000, p, at(ask.at))
 			if !changed {
 				t.Fatalf("request %d (%+v) wrote nothing", i, a)
 			}
@@ -186,6 +186,10 @@ var healthTests = []test{
 		}
 		if total, mine, _ := h.RateUsed("alice", p.Rate, at(3)); total != 3 || mine != 2 || h.RateWaiters["bob"].IsZero() {
 			t.Fatalf("after the requests: %d sent, alice %d, waiters %v", total, mine, h.RateWaiters)
+		}
+		// Their tokens too (a token rate).
+		if total, mine := h.TokensUsed("alice", p.Rate, at(3)); total != 3000 || mine != 2000 {
+			t.Fatalf("after the requests: %d tokens, alice %d", total, mine)
 		}
 		c, changed := job.DecideHealth(h, job.HealthEvent{Kind: job.HealthRateLimited, Attempt: "job_0/1", Owner: "alice", RetryAfter: 7 * time.Second}, p, at(3))
 		if !changed {
