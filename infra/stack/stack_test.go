@@ -742,7 +742,8 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:Query", "dynamodb:PutItem"}, "arn:table:attempts").
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
-			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners").
+			// Owners' quotas and budgets; operators list every owner.
+			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Scan"}, "arn:table:owners").
 			// Webhook endpoints and a job's deliveries.
 			add([]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"}, "arn:table:endpoints").
 			add([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:deliveries").
@@ -758,8 +759,10 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add(xrayLambda, "*"),
 		"fn:" + deploy.FnRun: task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()).
 			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
-			add([]string{"dynamodb:UpdateItem"}, "arn:table:owners"),
-		"fn:" + deploy.FnHold: task(true, false),
+			// Budget reservations: reserved and settled, read after a refusal.
+			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners"),
+		// An attempt the hold ends settles its budget reservation.
+		"fn:" + deploy.FnHold: task(true, false).add([]string{"dynamodb:UpdateItem"}, "arn:table:owners"),
 		"fn:sweeper": grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOpen).
 			add([]string{"dynamodb:BatchGetItem", "dynamodb:GetItem"}, "arn:table:jobs").
@@ -767,6 +770,8 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
 			add([]string{"dynamodb:Query"}, "arn:table:owners/index/"+dynamo.IndexByBusy).
 			add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:owners").
+			// The recount counts quiet owners' endpoints.
+			add([]string{"dynamodb:Query"}, "arn:table:endpoints").
 			add(xrayLambda, "*"),
 		"statemachine": grants{}.
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnHold, "arn:fn:"+deploy.FnRun).
