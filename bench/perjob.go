@@ -95,7 +95,7 @@ func scenarios() []scenario {
 		{Name: "happy path, quotas on", jobType: "demo", want: "1:sim-primary:succeeded", makeRun: true},
 		// A declared rate (issue 26): its spend rides on one conditional
 		// write of the provider's health at the admission.
-		{Name: "happy path, rate limit declared", jobType: "demo", want: "1:sim-primary:succeeded", rate: true},
+		{Name: "happy path, rate limit declared (requests and tokens)", jobType: "demo", want: "1:sim-primary:succeeded", rate: true},
 		// A create rate (issue 26): spent in the owner's counting write (the
 		// quotas' count and uncount, which it needs), a second write when
 		// the owner's bucket is not full (its creates come faster than its
@@ -182,13 +182,14 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 		return nil, nil, nil, nil, err
 	}
 	closeAll = func() { _ = b.Close(); _ = s.Close(); ps.Close() }
-	// A declared rate, on tables of its own.
+	// A declared rate (requests and tokens: both ride the admission's
+	// write), on tables of its own.
 	rs, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
 		TablePrefix: "bench-rate", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log, Quotas: &job.Quotas{}, NotificationsOff: true,
 		DemoProviders: func(c provider.Config) provider.Config {
 			c = stack.BreakersNeverAct(c)
 			for i := range c.Providers {
-				c.Providers[i].RateLimit = &provider.RateLimitConfig{Requests: 1_000_000, Per: "1m"}
+				c.Providers[i].RateLimit = &provider.RateLimitConfig{Requests: 1_000_000, Tokens: 1_000_000_000, Per: "1m"}
 			}
 			return c
 		}})

@@ -437,7 +437,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every owner's counters and spend, a page at a time (operators only). */
+        /**
+         * Every owner's counters and spend, a page at a time (operators only).
+         * @description Every owner onejob keeps counters or a budget for, in no promised
+         *     order, with what `GET /v1/usage` shows each of them.
+         */
         get: operations["listOwners"];
         put?: never;
         post?: never;
@@ -1028,11 +1032,8 @@ export interface components {
             budget_usd?: components["schemas"]["USD"];
             remaining_usd?: components["schemas"]["USD"];
             needed_usd?: components["schemas"]["USD"];
-            /**
-             * Format: date-time
-             * @description For budget-exceeded, when the owner's budget window starts again.
-             */
-            resets_at?: string;
+            /** @description For budget-exceeded, when the owner's budget window starts again. */
+            resets_at?: components["schemas"]["Timestamp"];
         };
         /** @description An amount in US dollars as an exact decimal string (at most 9 decimals). */
         USD: string;
@@ -1042,8 +1043,7 @@ export interface components {
             unfinished_jobs: number;
             /** Format: int32 */
             held_requests: number;
-            /** Format: date-time */
-            updated_at?: string;
+            updated_at?: components["schemas"]["Timestamp"];
             quotas?: {
                 /** Format: int32 */
                 unfinished_jobs?: number;
@@ -1070,8 +1070,7 @@ export interface components {
                 reservations: number;
                 /** @description The window's length, as a Go duration (24h0m0s). */
                 period: string;
-                /** Format: date-time */
-                window_ends: string;
+                window_ends: components["schemas"]["Timestamp"];
             };
         };
     };
@@ -1995,12 +1994,14 @@ export interface operations {
             200: {
                 headers: {
                     "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["OwnerUsage"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
@@ -2025,6 +2026,7 @@ export interface operations {
             200: {
                 headers: {
                     "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2065,6 +2067,7 @@ export interface operations {
             200: {
                 headers: {
                     "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
