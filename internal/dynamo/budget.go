@@ -104,7 +104,7 @@ func (s *Store) writeBudget(ctx context.Context, before job.OwnerUsage, after jo
 	} else {
 		values[":rev"] = avN(before.Revision)
 	}
-	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
+	return s.writeOwner(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(s.owners),
 		Key:       map[string]types.AttributeValue{AttrOwner: avS(before.Owner)},
 		UpdateExpression: aws.String("SET #bamt = :amt, #own = :own, #win = :win, #head = :head, #spent = :spent, " +
@@ -112,15 +112,7 @@ func (s *Store) writeBudget(ctx context.Context, before job.OwnerUsage, after jo
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
-	})
-	var ccf *types.ConditionalCheckFailedException
-	switch {
-	case errors.As(err, &ccf):
-		return false, nil
-	case err != nil:
-		return false, storeError("write budget", err)
-	}
-	return true, nil
+	}, "write budget")
 }
 
 // Release settles key's reservation at cost (lifecycle.OwnerStore).

@@ -206,20 +206,27 @@ func (s *Store) Recount(ctx context.Context, before, after job.OwnerUsage) (bool
 		update = strings.Replace(update, "SET ", "SET #busy = :busy, ", 1)
 		names["#busy"], values[":busy"] = AttrBusyShard, avS(BusyShard(before.Owner))
 	}
-	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
+	return s.writeOwner(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.owners),
 		Key:                       map[string]types.AttributeValue{AttrOwner: avS(before.Owner)},
 		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
-	})
+	}, "recount owner")
+}
+
+// writeOwner writes a decided change of an owner's item (a recount, a
+// budget brought current) on the revision it was decided on: ok false when
+// the item moved since, which is no error.
+func (s *Store) writeOwner(ctx context.Context, in *dynamodb.UpdateItemInput, what string) (bool, error) {
+	_, err := s.db.updateItem(ctx, in)
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case errors.As(err, &ccf):
 		return false, nil
 	case err != nil:
-		return false, storeError("recount owner", err)
+		return false, storeError(what, err)
 	}
 	return true, nil
 }

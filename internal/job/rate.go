@@ -61,35 +61,26 @@ func (r RateLimit) span() time.Duration { return r.slot() + r.Per + max(r.slot()
 // Per plus the margin. At 60 requests per minute it costs about 5 of them.
 const RateMargin = time.Second
 
-// RateUsed is what the provider's window holds: every owner's requests,
-// this owner's, and the owners that sent any.
-func (h Health) RateUsed(owner string, r RateLimit, now time.Time) (total, mine int, owners map[string]bool) {
-	owners = map[string]bool{}
-	for _, s := range h.Rate {
-		if !r.counted(s, now) {
-			continue
-		}
-		for o, n := range s.ByOwner {
-			total += n
-			if o == owner {
-				mine += n
-			}
-			if o != "" && n > 0 {
-				owners[o] = true
-			}
-		}
-	}
-	return total, mine, owners
+// RateUsed is the requests the provider's window holds: every owner's,
+// and this owner's.
+func (h Health) RateUsed(owner string, r RateLimit, now time.Time) (total, mine int) {
+	return h.used(owner, r, now, func(s RateSlot) map[string]int { return s.ByOwner })
 }
 
 // TokensUsed is the tokens the provider's window holds: every owner's, and
 // this owner's.
 func (h Health) TokensUsed(owner string, r RateLimit, now time.Time) (total, mine int) {
+	return h.used(owner, r, now, func(s RateSlot) map[string]int { return s.Tokens })
+}
+
+// used sums one count of the slots counted now (of: the requests or the
+// tokens, by owner).
+func (h Health) used(owner string, r RateLimit, now time.Time, of func(RateSlot) map[string]int) (total, mine int) {
 	for _, s := range h.Rate {
 		if !r.counted(s, now) {
 			continue
 		}
-		for o, n := range s.Tokens {
+		for o, n := range of(s) {
 			total += n
 			if o == owner {
 				mine += n
@@ -138,7 +129,7 @@ func (h Health) rateRetry(r RateLimit, now time.Time) time.Time {
 // write, at most twice per waiterFresh per owner while it waits). changed
 // reports a waiter to record; after is the health to write then.
 func admitRate(h Health, owner string, tokens int, r RateLimit, now time.Time) (a Admission, after Health, changed, allowed bool) {
-	total, mine, _ := h.RateUsed(owner, r, now)
+	total, mine := h.RateUsed(owner, r, now)
 	tTotal, tMine := h.TokensUsed(owner, r, now)
 	left, tLeft := r.Requests-total, r.Tokens-tTotal
 	// Water-filling: while an owner waiting for the rate sent fewer
@@ -156,7 +147,7 @@ func admitRate(h Health, owner string, tokens int, r RateLimit, now time.Time) (
 			if o == owner || now.Sub(at) >= fresh {
 				continue
 			}
-			_, theirs, _ := h.RateUsed(o, r, now)
+			_, theirs := h.RateUsed(o, r, now)
 			older := h.lastAdmitted(o, r, now).Before(myLast)
 			if theirs < mine || (theirs == mine && older) {
 				behind++

@@ -184,7 +184,7 @@ var healthTests = []test{
 			}
 			save(c)
 		}
-		if total, mine, _ := h.RateUsed("alice", p.Rate, at(3)); total != 3 || mine != 2 || h.RateWaiters["bob"].IsZero() {
+		if total, mine := h.RateUsed("alice", p.Rate, at(3)); total != 3 || mine != 2 || h.RateWaiters["bob"].IsZero() {
 			t.Fatalf("after the requests: %d sent, alice %d, waiters %v", total, mine, h.RateWaiters)
 		}
 		// Their tokens too (a token rate).
