@@ -19,8 +19,11 @@ import (
 
 // Issue 26's rate drill, scaled in time so that it stays lean (make run's
 // README drill is the same at 60 requests per minute): both demo providers
-// declare 6 requests per 2 s; one owner submits 30 jobs, then two others
-// 24 each. Measured at the providers: no 2 s window holds more than 6
+// declare 3 requests per 2 s; one owner submits 30 jobs, then two others
+// 24 each. The rate is low enough to bind on two busy cores: at 6 per 2 s
+// a loaded run's stack could not keep up with it, nobody waited for the
+// rate, and the shares were whatever the stack's own pace made them (24%
+// and 46% in two loaded runs). Measured at the providers: no 2 s window holds more than 6
 // requests to either; once all three owners have jobs waiting and while
 // they all do, each owner's share of what ran is within 20% of a third
 // (first come, first served would give the first owner all of it); and a
@@ -28,7 +31,7 @@ import (
 func TestAProvidersRateIsSharedAndNeverExceeded(t *testing.T) {
 	t.Parallel()
 	const (
-		requests = 6
+		requests = 3
 		per      = 2 * time.Second
 	)
 	s := sharedStack(t, "rate", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
@@ -100,7 +103,7 @@ func TestAProvidersRateIsSharedAndNeverExceeded(t *testing.T) {
 	// been refused at least once: all three wait.
 	allWaiting := time.Now().Add(per)
 	// Every job succeeds: none fails for the rate or the 429.
-	deadline := time.Now().Add(3 * time.Minute) // a liveness bound: 78 jobs need 7 windows of 2 s and its margin
+	deadline := time.Now().Add(3 * time.Minute) // a liveness bound: 78 jobs need 13 windows of 2 s (3 at each provider) and its margin
 	for _, id := range ids {
 		for {
 			j := clients[ownerOf[id]].get(id)
