@@ -56,10 +56,21 @@ func (r RateLimit) counted(s RateSlot, now time.Time) bool {
 func (r RateLimit) span() time.Duration { return r.slot() + r.Per + max(r.slot(), RateMargin) }
 
 // RateMargin bounds how much later than its admission a request may reach
-// its provider (the attempt's claim, the runner's start) and still never
-// take the provider past its declared rate: a request counts for
-// Per plus the margin. At 60 requests per minute it costs about 5 of them.
-const RateMargin = time.Second
+// its provider (the attempt's launch, the runner's start) and still never
+// take the provider past its declared rate: a request counts for Per plus
+// the margin, and one not sent within the margin of its admission is not
+// sent (SendBy). At 60 requests per minute it costs about 6 of them.
+const RateMargin = 2 * time.Second
+
+// SendBy is the last moment a request admitted at admitted may be sent to
+// a provider that declares a rate: later, it could reach the provider
+// after its spend left the window. Zero when no rate is declared.
+func (r RateLimit) SendBy(admitted time.Time) time.Time {
+	if !r.Declared() || admitted.IsZero() {
+		return time.Time{}
+	}
+	return admitted.Add(RateMargin)
+}
 
 // RateUsed is the requests the provider's window holds: every owner's,
 // and this owner's.

@@ -139,7 +139,7 @@ func TestALateOwnerGetsItsShareOfTheRate(t *testing.T) {
 	}
 	// As the window frees, alice takes her share of 3 and no more while
 	// bob waits under his; bob gets his.
-	at := hat(12)
+	at := hat(13)
 	for i := range 4 {
 		if got := ask("alice", at, 100+i); got != (i < 3) {
 			t.Fatalf("alice's request %d in the new window: admitted %v, want %v", i+1, got, i < 3)

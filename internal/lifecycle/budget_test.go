@@ -307,3 +307,44 @@ func TestATokenRateSpendsEachAttemptsWorstCase(t *testing.T) {
 		t.Fatalf("the third job: %s, waiting %+v, %d attempts", got.Status, got.Waiting, len(got.Attempts))
 	}
 }
+
+// TestAnAttemptNotSentInTimeIsGivenBack: under a declared rate, an attempt
+// whose launch took longer than job.RateMargin after its admission is not
+// sent (it could reach the provider after its spend left the window): it
+// fails as rate-limited, forgiven, and the provider sees no call.
+func TestAnAttemptNotSentInTimeIsGivenBack(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	pol := healthPolicy()
+	pol.Rate = job.RateLimit{Requests: 100, Per: time.Minute}
+	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: r.st.Store, PolicyFunc: func(string) job.HealthPolicy { return pol },
+		NowFunc: r.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := catalog()
+	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: c},
+		Providers: r.prov, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval, OverdueGrace: overdue,
+		NowFunc: r.clock.Now, AfterFunc: r.timers.after, Breakers: b, MaxProviderWait: 10 * time.Minute,
+		Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := r.demo(t)
+	// The launch's write takes longer than the margin.
+	r.st.interleave(func() { r.clock.Advance(job.RateMargin + time.Second) })
+	_, _ = r.run(t, j.ID)
+	got := r.get(t, j.ID)
+	a, ok := got.Attempt(1)
+	if !ok || a.State != job.AttemptFailed || a.Error == nil || a.Error.Class != job.ClassRateLimited || r.prov[primary].calls.Load() != 0 {
+		t.Fatalf("attempt 1: %+v; primary calls %d", a, r.prov[primary].calls.Load())
+	}
+	if !strings.Contains(r.logs.String(), `"msg":"rate_send_late"`) {
+		t.Fatal("no rate_send_late line")
+	}
+	// Asked again in time, it runs.
+	_, _ = r.run(t, j.ID)
+	if got := r.get(t, j.ID); got.Status != job.StatusSucceeded {
+		t.Fatalf("the job after asking again: %s, %+v", got.Status, got.Attempts)
+	}
+}

@@ -39,7 +39,8 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 		return RunResult{}, err
 	}
 	ran := false // an attempt ran in this run: the next one gets a run of its own
-	avail := &availability{ctx: ctx, owner: j.Owner, breakers: w.cfg.Breakers, refused: map[string]job.Admission{}, tokens: maxTokens(j, jt)}
+	avail := &availability{ctx: ctx, owner: j.Owner, breakers: w.cfg.Breakers, refused: map[string]job.Admission{}, tokens: maxTokens(j, jt),
+		now: w.now}
 	for range maxRounds {
 		if j, err = w.markOverdue(ctx, j, jt); err != nil {
 			return RunResult{}, err
@@ -287,7 +288,8 @@ func (w *Tasks) runAttempt(ctx context.Context, j job.Job, jt JobType, a job.Att
 		err error
 	}
 	done := make(chan ended, 2)
-	go func() { j, err := w.call(ctx, j, jt, a, certs); done <- ended{j, err} }()
+	sendBy := avail.sendBy(a.Provider, a.IdempotencyKey())
+	go func() { j, err := w.call(ctx, j, jt, a, certs, sendBy); done <- ended{j, err} }()
 	running := 1
 	var hedge <-chan time.Time
 	if d, ok := jt.HedgeAfter(); ok {
@@ -316,7 +318,8 @@ func (w *Tasks) runAttempt(ctx context.Context, j job.Job, jt JobType, a job.Att
 			}
 			if ok {
 				running++
-				go func() { j, err := w.call(ctx, hj, jt, h, hc); done <- ended{j, err} }()
+				hSendBy := avail.sendBy(h.Provider, h.IdempotencyKey())
+				go func() { j, err := w.call(ctx, hj, jt, h, hc, hSendBy); done <- ended{j, err} }()
 			}
 		}
 	}
@@ -379,8 +382,9 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, av
 
 // call calls attempt a's provider and records how it ended: completed by
 // compare-and-swap (won or discarded) or failed with its class. It returns
-// the job after that write, and only store errors.
-func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified) (job.Job, error) {
+// the job after that write, and only store errors. Under a declared rate
+// an attempt not sent by sendBy is not sent at all (job.RateLimit.SendBy).
+func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (job.Job, error) {
 	if job.NeedsCertification(j, a.Provider) {
 		// The gate, again at call time: never call an unproven fallback.
 		ok := certs.ask(a.Provider)
@@ -401,6 +405,16 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "render prompt: " + err.Error()}, job.Call{})
 	}
 	pol := w.healthPolicy(a.Provider)
+	if !sendBy.IsZero() && w.now().After(sendBy) {
+		// Sent now, it could reach the provider after its admission left
+		// the rate's window: given back unsent, asked again (forgiven as
+		// any rate-limited attempt).
+		w.log.WarnContext(ctx, "rate_send_late", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
+			"late_ms", w.now().Sub(sendBy).Milliseconds())
+		w.releaseAdmission(ctx, j.Owner, a.Provider, a.IdempotencyKey())
+		return w.fail(ctx, j, a, job.Failure{Class: job.ClassRateLimited,
+			Message: fmt.Sprintf("not sent: admitted under %s's declared rate, but not ready to send within %s of its admission", a.Provider, job.RateMargin)}, job.Call{})
+	}
 	callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(p, jt, pol))
 	defer cancel()
 	// A call still running past its provider's own slow bound counts

@@ -260,6 +260,29 @@ type availability struct {
 	// tokens is the most an attempt of the job can use (its input bound
 	// and its type's output limit): what a token rate spends.
 	tokens int
+	// admitted is when each attempt (key) this run admitted was admitted:
+	// under a declared rate it must be sent within job.RateMargin of it.
+	admitted map[string]time.Time
+	now      func() time.Time
+}
+
+// sendBy is the last moment attempt key may be sent to provider
+// (job.RateLimit.SendBy): zero when the provider declares no rate; for an
+// attempt this run did not admit (one launched by an earlier run, never
+// sent), already past.
+func (v *availability) sendBy(provider, key string) time.Time {
+	if v.breakers == nil {
+		return time.Time{}
+	}
+	r := v.breakers.Policy(provider).Rate
+	if !r.Declared() {
+		return time.Time{}
+	}
+	at, ok := v.admitted[key]
+	if !ok {
+		return v.now().Add(-time.Nanosecond)
+	}
+	return r.SendBy(at)
 }
 
 func (v *availability) available(provider string) job.Admission {
@@ -292,8 +315,13 @@ func (v *availability) admit(provider, key string) bool {
 	a := v.breakers.AdmitTokens(v.ctx, provider, key, v.owner, v.tokens)
 	if !a.Allowed {
 		v.refused[provider] = a
+		return false
 	}
-	return a.Allowed
+	if v.admitted == nil {
+		v.admitted = map[string]time.Time{}
+	}
+	v.admitted[key] = v.now()
+	return true
 }
 
 // observe records what an attempt of owner's job saw of its provider.
