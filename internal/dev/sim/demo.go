@@ -108,6 +108,37 @@ type DemoSimulator struct {
 	stats   map[string]*demoProvider
 	scripts map[string]DemoScript
 	seq     int
+	// gates hold a provider's answers to one prompt until released (Gate).
+	gates map[string]chan struct{}
+}
+
+// Gate makes providerName hold its answer to prompt until release is
+// called (or the request ends): a drill orders two providers' answers by
+// an event, not by latencies a busy machine stretches.
+func (d *DemoSimulator) Gate(providerName, prompt string) (release func()) {
+	ch := make(chan struct{})
+	d.mu.Lock()
+	if d.gates == nil {
+		d.gates = map[string]chan struct{}{}
+	}
+	d.gates[providerName+"\x00"+prompt] = ch
+	d.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// awaitGate waits for the gate of providerName and prompt, if any.
+func (d *DemoSimulator) awaitGate(r *http.Request, providerName, prompt string) {
+	d.mu.Lock()
+	ch, ok := d.gates[providerName+"\x00"+prompt]
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	select {
+	case <-ch:
+	case <-r.Context().Done():
+	}
 }
 
 type demoProvider struct {
@@ -364,6 +395,7 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.runs.run(w, r, e, func(w http.ResponseWriter) {
+		d.awaitGate(r, name, in.Prompt)
 		w.Header().Set("X-Request-Id", requestID)
 		demoWork(w, name, in.Prompt, script)
 	})

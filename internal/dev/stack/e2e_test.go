@@ -130,14 +130,16 @@ func TestHedgeReverseOrderFinish(t *testing.T) {
 	t.Parallel()
 	s := defaultStack(t)
 	c := newClient(t, s, "hedge")
-	// The hedge starts after hedge_after (a 1 s wait) and answers in 100 ms;
-	// the primary answers at 3 s, inside its 4 s timeout: on a busy machine
-	// the hedge's start was seen to lag past 1.5 s, so the margin is wide
-	// on both sides.
-	j := c.submit("demo-hedge", "rev-1", script{
-		sim.DemoPrimary:  {"outcome": "ok", "latency_ms": 3000},
-		sim.DemoFallback: {"outcome": "ok", "latency_ms": 100},
+	// The primary holds its answer until the hedge has won (an event, not
+	// a latency: a busy machine was seen to start the hedge 2 s late), then
+	// answers inside its 4 s timeout and loses.
+	release := s.Sim.Gate(sim.DemoPrimary, "e2e rev-1")
+	defer release()
+	j := c.submit("demo-hedge", "rev-1", script{sim.DemoFallback: {"outcome": "ok", "latency_ms": 100}})
+	c.await(j.ID, 15*time.Second, "the hedge won", func(j apiclient.Job) bool {
+		return j.Status == "succeeded" && j.CompletedBy == 2
 	})
+	release()
 	j = c.await(j.ID, 15*time.Second, "both attempts closed", func(j apiclient.Job) bool {
 		return j.Terminal() && len(j.Attempts) == 2 && j.Attempts[0].State != "running"
 	})
