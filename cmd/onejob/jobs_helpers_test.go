@@ -48,17 +48,26 @@ func (l *sharedStack) get(t *testing.T) *stack.Stack {
 	return l.s
 }
 
-// printErrors writes the stack's last error logs: a failed CLI test shows
-// a problem's request_id, and this is where that request's cause is.
+// printErrors writes the stack's first and last error logs, and any line
+// saying its dynalite exited: a failed CLI test shows a problem's
+// request_id, and this is where that request's cause is (a loaded run saw
+// the stack's dynalite refuse connections, and only the requests that
+// failed after it were printed).
 func (l *sharedStack) printErrors(w io.Writer) {
-	var errs []string
+	var errs, exited []string
 	for line := range strings.Lines(l.logs.String()) {
 		if strings.Contains(line, `"level":"ERROR"`) {
 			errs = append(errs, line)
 		}
+		if strings.Contains(line, "_exited") {
+			exited = append(exited, line)
+		}
 	}
-	errs = errs[max(0, len(errs)-20):]
-	fmt.Fprintf(w, "the shared stack's last %d error logs:\n%s", len(errs), strings.Join(errs, ""))
+	if len(errs) > 20 {
+		errs = append(errs[:10:10], errs[len(errs)-10:]...)
+	}
+	fmt.Fprintf(w, "the shared stack's first and last error logs (%d):\n%s", len(errs), strings.Join(errs, ""))
+	fmt.Fprintf(w, "its children that exited (%d):\n%s", len(exited), strings.Join(exited, ""))
 }
 
 func (l *sharedStack) close() {
