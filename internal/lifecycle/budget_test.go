@@ -265,20 +265,8 @@ func TestTheSweeperRecountsEndpoints(t *testing.T) {
 func TestATokenRateSpendsEachAttemptsWorstCase(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	pol := healthPolicy()
-	pol.Rate = job.RateLimit{Tokens: 1000, Per: time.Minute}
-	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: r.st.Store, PolicyFunc: func(string) job.HealthPolicy { return pol },
-		NowFunc: r.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := r.withRate(t, job.RateLimit{Tokens: 1000, Per: time.Minute})
 	c, _ := catalog()
-	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: c},
-		Providers: r.prov, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval, OverdueGrace: overdue,
-		NowFunc: r.clock.Now, AfterFunc: r.timers.after, Breakers: b, MaxProviderWait: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
 	r.certify(t, "demo", fallback)
 	ctx := context.Background()
 	first := r.demo(t)
@@ -315,21 +303,7 @@ func TestATokenRateSpendsEachAttemptsWorstCase(t *testing.T) {
 func TestAnAttemptNotSentInTimeIsGivenBack(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	pol := healthPolicy()
-	pol.Rate = job.RateLimit{Requests: 100, Per: time.Minute}
-	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: r.st.Store, PolicyFunc: func(string) job.HealthPolicy { return pol },
-		NowFunc: r.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := catalog()
-	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: c},
-		Providers: r.prov, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval, OverdueGrace: overdue,
-		NowFunc: r.clock.Now, AfterFunc: r.timers.after, Breakers: b, MaxProviderWait: 10 * time.Minute,
-		Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r.withRate(t, job.RateLimit{Requests: 100, Per: time.Minute})
 	j := r.demo(t)
 	// The launch's write takes longer than the margin.
 	r.st.interleave(func() { r.clock.Advance(job.RateMargin + time.Second) })
@@ -347,4 +321,26 @@ func TestAnAttemptNotSentInTimeIsGivenBack(t *testing.T) {
 	if got := r.get(t, j.ID); got.Status != job.StatusSucceeded {
 		t.Fatalf("the job after asking again: %s, %+v", got.Status, got.Attempts)
 	}
+}
+
+// withRate rebuilds the rig's tasks with breakers whose every provider
+// declares rate, and returns that policy.
+func (r *rig) withRate(t *testing.T, rate job.RateLimit) job.HealthPolicy {
+	t.Helper()
+	pol := healthPolicy()
+	pol.Rate = rate
+	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: r.st.Store, PolicyFunc: func(string) job.HealthPolicy { return pol },
+		NowFunc: r.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := catalog()
+	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: c},
+		Providers: r.prov, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval, OverdueGrace: overdue,
+		NowFunc: r.clock.Now, AfterFunc: r.timers.after, Breakers: b, MaxProviderWait: 10 * time.Minute,
+		Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
 }
