@@ -92,7 +92,7 @@ func TestLoadPolicy(t *testing.T) {
 		maxAttempts int
 	}{
 		{"demo", []string{"sim-primary", "sim-fallback"}, 2 * time.Second, 0, false, 3},
-		{"demo-hedge", []string{"sim-primary", "sim-fallback"}, 4 * time.Second, 500 * time.Millisecond, true, 3},
+		{"demo-hedge", []string{"sim-primary", "sim-fallback"}, 15 * time.Second, 500 * time.Millisecond, true, 3},
 		{"ticket-triage", []string{"openai-primary", "anthropic-fallback"}, 20 * time.Second, 0, false, 3},
 	}
 	for _, tc := range tests {

@@ -8,11 +8,13 @@ package dynalite
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,8 +35,9 @@ type Options struct {
 	// Root is the repository root holding node_modules; empty finds it by
 	// walking up from the working directory to go.mod.
 	Root string
-	// Stderr receives the server's output; nil discards it.
-	Stderr *os.File
+	// Stderr receives the server's output; nil keeps only its last
+	// 4 KiB, for Output (a crash's stack trace).
+	Stderr io.Writer
 }
 
 // Server is a running dynalite.
@@ -42,6 +45,39 @@ type Server struct {
 	cmd      *exec.Cmd
 	endpoint string
 	done     chan struct{}
+	tail     *tail
+}
+
+// Output is the end of the server's output when Options.Stderr was nil:
+// why a server that exited did.
+func (s *Server) Output() string {
+	if s.tail == nil {
+		return ""
+	}
+	return s.tail.String()
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
 
 // Endpoint is the server's base URL.
@@ -94,10 +130,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	cmd := exec.Command(node, args...)
 	cmd.ExtraFiles = []*os.File{sock}
+	var kept *tail
+	if o.Stderr == nil {
+		kept = &tail{max: 4 << 10}
+		o.Stderr = kept
+	}
 	cmd.Stdout, cmd.Stderr = o.Stderr, o.Stderr
 	// If this process dies, so does the server: no orphans after a test panic.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
+	s := &Server{cmd: cmd, endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{}), tail: kept}
 	if err := testenv.StartHeld(cmd, s.done); err != nil {
 		return nil, err
 	}

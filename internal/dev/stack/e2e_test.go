@@ -131,8 +131,9 @@ func TestHedgeReverseOrderFinish(t *testing.T) {
 	s := defaultStack(t)
 	c := newClient(t, s, "hedge")
 	// The primary holds its answer until the hedge has won (an event, not
-	// a latency: a busy machine was seen to start the hedge 2 s late), then
-	// answers inside its 4 s timeout and loses.
+	// a latency: a busy machine was seen to start the hedge 2 s late, and
+	// another past the 4 s timeout the type had then), then answers inside
+	// its 15 s timeout and loses.
 	release := s.Sim.Gate(sim.DemoPrimary, "e2e rev-1")
 	defer release()
 	j := c.submit("demo-hedge", "rev-1", script{sim.DemoFallback: {"outcome": "ok", "latency_ms": 100}})
@@ -172,15 +173,24 @@ func TestDuplicateDeliverySameEndStates(t *testing.T) {
 	}{
 		{"Happy", "demo", nil, "1:sim-primary:succeeded"},
 		{"Fallback", "demo", script{sim.DemoPrimary: {"outcome": "error"}}, "1:sim-primary:failed,2:sim-fallback:succeeded"},
-		{"Hedge", "demo-hedge", script{sim.DemoPrimary: {"outcome": "ok", "latency_ms": 1500}, sim.DemoFallback: {"outcome": "ok", "latency_ms": 100}},
+		// The primary holds its answer until the hedge has won (Gate).
+		{"Hedge", "demo-hedge", script{sim.DemoFallback: {"outcome": "ok", "latency_ms": 100}},
 			"1:sim-primary:discarded,2:sim-fallback:succeeded"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := &client{t: t, api: c.api}
+			release := func() {}
+			if tc.jobType == "demo-hedge" {
+				release = s.Sim.Gate(sim.DemoPrimary, "e2e dup-"+tc.name)
+				defer release()
+			}
 			j := c.submit(tc.jobType, "dup-"+tc.name, tc.script)
 			j = c.await(j.ID, 30*time.Second, "settled", func(j apiclient.Job) bool {
+				if j.CompletedBy == 2 {
+					release()
+				}
 				return j.Terminal() && j.States() == tc.want
 			})
 			if j.Version != 1 {

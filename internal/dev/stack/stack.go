@@ -289,7 +289,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		go func(d *dynalite.Server) {
 			select {
 			case <-d.Exited():
-				log.Error("dynalite_exited", "endpoint", d.Endpoint(), "state", d.ExitState())
+				log.Error("dynalite_exited", "endpoint", d.Endpoint(), "state", d.ExitState(), "output", d.Output())
 			case <-closing:
 			}
 		}(s.Dynalite)
