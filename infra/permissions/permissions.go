@@ -147,6 +147,9 @@ func All() map[string][]Grant {
 		deploy.FnSweeper: {
 			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOpen)},
 			{[]string{"dynamodb:BatchGetItem", "dynamodb:GetItem"}, table(dynamo.JobsTable())},
+			// A busy owner's minute whose count looks wrong: its jobs
+			// (dynamo.JobsOfMinute, by_owner between two creation times).
+			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOwner)},
 			{[]string{"states:StartExecution"}, stateMachine},
 			// Releases closed attempts a provider's health still holds.
 			{[]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())},

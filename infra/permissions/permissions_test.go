@@ -62,6 +62,9 @@ func TestAllows(t *testing.T) {
 	}{
 		{deploy.FnAPI, "dynamodb:PutItem", jobs, true},
 		{deploy.FnAPI, "dynamodb:Query", byOwner, true},
+		// The sweeper reads a busy owner's jobs of one minute (review L2).
+		{deploy.FnSweeper, "dynamodb:Query", byOwner, true},
+		{deploy.FnSweeper, "dynamodb:Scan", byOwner, false},
 		{deploy.FnAPI, "dynamodb:Query", jobs, false}, // only the indexes
 		// The operators' listing (dynamo.ListOpen): by_open, then the jobs.
 		{deploy.FnAPI, "dynamodb:Query", Resource{Kind: KindTable, Name: dynamo.JobsTable().Logical, Index: dynamo.IndexByOpen}, true},

@@ -766,11 +766,12 @@ func checkIAM(t *testing.T, s *synthesized) {
 		"fn:sweeper": grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOpen).
 			add([]string{"dynamodb:BatchGetItem", "dynamodb:GetItem"}, "arn:table:jobs").
+			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOwner).
 			add([]string{"states:StartExecution"}, "ref:statemachine").
 			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
 			add([]string{"dynamodb:Query"}, "arn:table:owners/index/"+dynamo.IndexByBusy).
 			add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:owners").
-			// The recount counts quiet owners' endpoints.
+			// The recount counts owners' endpoints.
 			add([]string{"dynamodb:Query"}, "arn:table:endpoints").
 			add(xrayLambda, "*"),
 		"statemachine": grants{}.

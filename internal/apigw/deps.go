@@ -61,8 +61,8 @@ type Jobs interface {
 	ListOpen(ctx context.Context, q lifecycle.OpenQuery) (lifecycle.Page, error)
 	// AcquireHold counts a held request of owner against its quota (a
 	// *job.QuotaError past it); ReleaseHold gives it back.
-	AcquireHold(ctx context.Context, owner string) error
-	ReleaseHold(ctx context.Context, owner string)
+	AcquireHold(ctx context.Context, owner string) (counted time.Time, err error)
+	ReleaseHold(ctx context.Context, owner string, counted time.Time)
 	// Quotas are the per-owner bounds (the RateLimit-Policy field).
 	Quotas() job.Quotas
 }

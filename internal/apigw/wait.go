@@ -81,10 +81,11 @@ func (h *Handler) getJob(ctx context.Context, r *request) (reply, error) {
 	if wait > 0 && !r.admin {
 		// A held request keeps a function busy: each owner holds a
 		// bounded number at once (operators are not held to it).
-		if err := h.jobs.AcquireHold(ctx, r.owner); err != nil {
+		counted, err := h.jobs.AcquireHold(ctx, r.owner)
+		if err != nil {
 			return reply{jobID: j.ID}, err
 		}
-		defer h.jobs.ReleaseHold(context.WithoutCancel(ctx), r.owner)
+		defer h.jobs.ReleaseHold(context.WithoutCancel(ctx), r.owner, counted)
 	}
 	// Held: re-read until the representation changes or the wait is over.
 	start := h.now()

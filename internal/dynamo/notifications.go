@@ -61,9 +61,9 @@ func (s *Store) CountEndpoint(ctx context.Context, owner string, limit int, now 
 		Key:       map[string]types.AttributeValue{AttrOwner: avS(owner)},
 		// busy_shard: the sweeper's recount counts the owner's endpoints
 		// (an endpoint counted whose write and uncount both failed).
-		UpdateExpression:          aws.String("SET #updated = :now, #busy = :busy, #rev = if_not_exists(#rev, :zero) + :one ADD #counter :one"),
+		UpdateExpression:          aws.String("SET #updated = :now, #at = :now, #busy = :busy, #rev = if_not_exists(#rev, :zero) + :one ADD #counter :one"),
 		ConditionExpression:       aws.String("attribute_not_exists(#counter) OR #counter < :limit"),
-		ExpressionAttributeNames:  map[string]string{"#updated": aUpdatedAt, "#busy": AttrBusyShard, "#rev": aRevision, "#counter": oEndpoints},
+		ExpressionAttributeNames:  map[string]string{"#updated": aUpdatedAt, "#at": oEndpointsAt, "#busy": AttrBusyShard, "#rev": aRevision, "#counter": oEndpoints},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": avT(now), ":busy": avS(BusyShard(owner)), ":zero": avN(0), ":one": avN(1), ":limit": avN(int64(limit))},
 	})
 	var ccf *types.ConditionalCheckFailedException
@@ -78,7 +78,7 @@ func (s *Store) CountEndpoint(ctx context.Context, owner string, limit int, now 
 
 // UncountEndpoint counts one endpoint fewer, never below zero.
 func (s *Store) UncountEndpoint(ctx context.Context, owner string, now time.Time) error {
-	return s.uncount(ctx, owner, oEndpoints, now)
+	return s.uncount(ctx, owner, oEndpoints, now, now)
 }
 
 func encodeEndpoint(e job.Endpoint) map[string]types.AttributeValue {

@@ -3,6 +3,7 @@ package job
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -73,6 +74,13 @@ type OwnerUsage struct {
 	Unfinished int
 	Holds      int
 	Endpoints  int
+	// Counted is Unfinished by the minute each job was counted in, and
+	// HeldSince Holds by the minute each request started (CountMinute):
+	// each sums to its total.
+	Counted   map[int64]int
+	HeldSince map[int64]int
+	// EndpointsAt is when Endpoints last moved (zero: never recorded).
+	EndpointsAt time.Time
 	// CreateTAT is the create rate's theoretical arrival time (CreateRate);
 	// zero when the owner never spent it.
 	CreateTAT time.Time
@@ -104,6 +112,7 @@ func DecideRecount(u OwnerUsage, open int, now time.Time) (OwnerUsage, bool) {
 // the endpoints themselves. Endpoints -1: not counted (left as they are).
 type Truth struct {
 	Open      int
+	ByMinute  map[int64]int // Open by the minute each job was created in
 	Endpoints int
 	// Listed: the owner is in the busy index, which a write with its
 	// counters at zero takes it out of (so an owner marked busy by an
@@ -120,11 +129,19 @@ func DecideRecountOf(u OwnerUsage, truth Truth, now time.Time) (OwnerUsage, bool
 		endpoints = truth.Endpoints
 	}
 	idle := truth.Listed && truth.Open == 0 && len(u.Budget.Reserved) == 0
-	if now.Sub(u.UpdatedAt) < RecountQuiet || (u.Unfinished == truth.Open && u.Holds == 0 && u.Endpoints == endpoints && !idle) {
+	byMinute := maps.Clone(truth.ByMinute)
+	maps.DeleteFunc(byMinute, func(_ int64, n int) bool { return n == 0 })
+	if len(byMinute) == 0 {
+		byMinute = nil
+	}
+	same := u.Unfinished == truth.Open && u.Holds == 0 && u.Endpoints == endpoints && len(u.HeldSince) == 0 &&
+		maps.Equal(u.Counted, byMinute)
+	if now.Sub(u.UpdatedAt) < RecountQuiet || (same && !idle) {
 		return u, false
 	}
 	after := u
 	after.Unfinished, after.Holds, after.Endpoints = truth.Open, 0, endpoints
+	after.Counted, after.HeldSince = byMinute, nil
 	after.UpdatedAt = now.UTC()
 	after.Revision = u.Revision + 1
 	return after, true

@@ -114,7 +114,8 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 	}
 	counted := false
 	if e.counting() {
-		now := e.now()
+		// Counted in the job's creation minute, which its uncount names.
+		now := j.CreatedAt
 		spend := e.quotas.Creates.Spend(now)
 		ok, u, err := e.owners.CountJob(ctx, j.Owner, e.quotas.UnfinishedJobs, spend, now)
 		if err != nil {
@@ -136,7 +137,7 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 	if e.budget.Enabled() {
 		if reservedBefore, err = e.reserveFirst(ctx, &j, r.Basis); err != nil {
 			if counted {
-				e.uncount(ctx, j.Owner)
+				e.uncount(ctx, j)
 			}
 			var over *job.BudgetError
 			if errors.As(err, &over) {
@@ -152,7 +153,7 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, erro
 		// store fault leaves the count and the reservation: whether the job
 		// was written is unknown; a recount repairs a count too high.)
 		if counted {
-			e.uncount(ctx, j.Owner)
+			e.uncount(ctx, j)
 		}
 		if j.Reservation != nil && !reservedBefore {
 			e.release(ctx, j.Owner, j.Reservation.Key, j.Reservation.Reserved, 0)
@@ -193,29 +194,31 @@ func (e *Engine) quotaError(spend *job.RateSpend, u job.OwnerUsage) error {
 // counting reports whether owners' counters are kept.
 func (e *Engine) counting() bool { return e.quotas.Enabled() }
 
-// uncount gives back one unfinished job of owner. A failure leaves the
-// counter one too high until the sweeper's recount: logged, not returned.
-func (e *Engine) uncount(ctx context.Context, owner string) {
-	if err := e.owners.UncountJob(ctx, owner, e.now()); err != nil {
-		e.log.WarnContext(ctx, "owner_uncount_failed", "owner", owner, "error", err.Error())
+// uncount gives back j's count (made at its creation). A failure leaves
+// the counter one too high until the sweeper repairs it: logged, not
+// returned.
+func (e *Engine) uncount(ctx context.Context, j job.Job) {
+	if err := e.owners.UncountJob(ctx, j.Owner, j.CreatedAt, e.now()); err != nil {
+		e.log.WarnContext(ctx, "owner_uncount_failed", "owner", j.Owner, "job_id", j.ID, "error", err.Error())
 	}
 }
 
 // AcquireHold counts one more held request of owner, refusing past its
-// quota with a *job.QuotaError; ReleaseHold gives it back. Without a
-// held-request quota both do nothing.
-func (e *Engine) AcquireHold(ctx context.Context, owner string) error {
+// quota with a *job.QuotaError; ReleaseHold gives it back, named by the
+// time AcquireHold returned. Without a held-request quota both do nothing.
+func (e *Engine) AcquireHold(ctx context.Context, owner string) (time.Time, error) {
 	if e.quotas.HeldRequests == 0 {
-		return nil
+		return time.Time{}, nil
 	}
-	ok, _, err := e.owners.CountHold(ctx, owner, e.quotas.HeldRequests, e.now())
+	now := e.now()
+	ok, _, err := e.owners.CountHold(ctx, owner, e.quotas.HeldRequests, now)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if !ok {
-		return &job.QuotaError{Limit: job.LimitHeldRequests, Quota: e.quotas.HeldRequests, RetryAfter: job.HeldRetryAfter}
+		return time.Time{}, &job.QuotaError{Limit: job.LimitHeldRequests, Quota: e.quotas.HeldRequests, RetryAfter: job.HeldRetryAfter}
 	}
-	return nil
+	return now, nil
 }
 
 // Usage is an owner's counters; zero without quotas.
@@ -226,12 +229,12 @@ func (e *Engine) Usage(ctx context.Context, owner string) (job.OwnerUsage, error
 	return e.owners.Usage(ctx, owner)
 }
 
-// ReleaseHold gives back a held request AcquireHold counted.
-func (e *Engine) ReleaseHold(ctx context.Context, owner string) {
+// ReleaseHold gives back a held request AcquireHold counted at counted.
+func (e *Engine) ReleaseHold(ctx context.Context, owner string, counted time.Time) {
 	if e.quotas.HeldRequests == 0 {
 		return
 	}
-	if err := e.owners.UncountHold(ctx, owner, e.now()); err != nil {
+	if err := e.owners.UncountHold(ctx, owner, counted, e.now()); err != nil {
 		e.log.WarnContext(ctx, "owner_uncount_failed", "owner", owner, "error", err.Error())
 	}
 }
@@ -276,7 +279,7 @@ func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job
 				// cancelled or won while an attempt ran, that attempt's
 				// end): one unfinished job fewer, once — only the write
 				// that settles it gives the slot back (review H4).
-				e.uncount(ctx, res.Job.Owner)
+				e.uncount(ctx, res.Job)
 			}
 			return t, res.Job, nil
 		}

@@ -109,11 +109,14 @@ type OwnerStore interface {
 	// limit or past the rate, with nothing written; u is the owner's
 	// counters after (or as they are, which tells which).
 	CountJob(ctx context.Context, owner string, limit int, spend *job.RateSpend, now time.Time) (ok bool, u job.OwnerUsage, err error)
-	// UncountJob counts one job fewer (never below zero).
-	UncountJob(ctx context.Context, owner string, now time.Time) error
+	// A count is also kept by its minute (now's: job.CountMinute), which
+	// the count's uncount names by the time it was counted at.
+	// UncountJob counts one job fewer, counted at counted (never below
+	// zero, in all or in its minute).
+	UncountJob(ctx context.Context, owner string, counted, now time.Time) error
 	// CountHold and UncountHold do the same for held requests.
 	CountHold(ctx context.Context, owner string, limit int, now time.Time) (ok bool, u job.OwnerUsage, err error)
-	UncountHold(ctx context.Context, owner string, now time.Time) error
+	UncountHold(ctx context.Context, owner string, counted, now time.Time) error
 	// Usage reads an owner's counters (zero for an owner never counted).
 	Usage(ctx context.Context, owner string) (job.OwnerUsage, error)
 	// Recount replaces the counters with after (job.DecideRecount) unless
@@ -135,8 +138,16 @@ type OwnerStore interface {
 	ListOwners(ctx context.Context, limit int, cursor string) ([]job.OwnerUsage, string, error)
 	// BusyOwners lists the owners whose counters may not be zero.
 	BusyOwners(ctx context.Context) ([]job.OwnerUsage, error)
-	// OpenJobsByOwner counts every owner's jobs without an outcome.
-	OpenJobsByOwner(ctx context.Context) (map[string]int, error)
+	// OpenJobsByOwner counts every owner's jobs without an outcome, in all
+	// and by the minute each was created in.
+	OpenJobsByOwner(ctx context.Context) (map[string]job.OpenJobs, error)
+	// JobsOfMinute counts the owner's jobs created in minute m that are
+	// unsettled, or settled by a write after settledAfter.
+	JobsOfMinute(ctx context.Context, owner string, m int64, settledAfter time.Time) (job.MinuteJobs, error)
+	// SetCount writes a decided repair (job.DecideCounts, DecideCount,
+	// DecideEndpoints) unless the count it was decided on moved: ok false,
+	// nothing written.
+	SetCount(ctx context.Context, owner string, fix job.CountFix, now time.Time) (ok bool, err error)
 }
 
 // ExpiredPurger deletes what expired (finished jobs past their retention,

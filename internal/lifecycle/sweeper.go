@@ -164,15 +164,25 @@ func (w *Sweeper) recount(ctx context.Context, now time.Time) (int, error) {
 		if err := w.settleStale(ctx, u, now); err != nil {
 			return repaired, err
 		}
-		truth := job.Truth{Open: open[u.Owner], Endpoints: -1, Listed: i < listed}
-		if w.cfg.Endpoints != nil && now.Sub(u.UpdatedAt) >= job.RecountQuiet {
-			// Counted only when a recount may apply: one Query per quiet
-			// owner, not per busy owner per sweep.
+		truth := job.Truth{Open: open[u.Owner].Total, ByMinute: open[u.Owner].ByMinute, Endpoints: -1, Listed: i < listed}
+		if w.cfg.Endpoints != nil && now.Sub(u.EndpointsAt) >= job.RecountQuiet && (u.Endpoints > 0 || now.Sub(u.UpdatedAt) >= job.RecountQuiet) {
+			// Counted only when a repair may apply: one Query per owner
+			// with endpoints whose counter has not moved lately (however
+			// busy its jobs keep it: review L2), or per quiet owner.
 			eps, err := w.cfg.Endpoints.Endpoints(ctx, u.Owner)
 			if err != nil {
 				return repaired, err
 			}
 			truth.Endpoints = len(eps)
+		}
+		fixed, err := w.repairCounts(ctx, u, open[u.Owner], truth.Endpoints, now)
+		if err != nil {
+			return repaired, err
+		}
+		if fixed {
+			// The counters moved: a whole recount waits for the next sweep.
+			repaired++
+			continue
 		}
 		after, ok := job.DecideRecountOf(u, truth, now)
 		if !ok {
@@ -189,6 +199,41 @@ func (w *Sweeper) recount(ctx context.Context, now time.Time) (int, error) {
 		}
 	}
 	return repaired, nil
+}
+
+// repairCounts repairs an owner's settled minutes and its endpoint counter
+// while the owner stays busy (job.DecideCounts, DecideCount,
+// DecideEndpoints; endpoints -1: not counted). fixed reports whether a
+// repair changed a count; a minute at zero dropped is not one.
+func (w *Sweeper) repairCounts(ctx context.Context, u job.OwnerUsage, open job.OpenJobs, endpoints int, now time.Time) (bool, error) {
+	fixes, check := job.DecideCounts(u, open, now)
+	for _, m := range check {
+		jobs, err := w.cfg.Owners.JobsOfMinute(ctx, u.Owner, m, now.Add(-job.SettleGrace))
+		if err != nil {
+			return false, err
+		}
+		if fix, ok := job.DecideCount(m, u.Counted[m], jobs); ok {
+			fixes = append(fixes, fix)
+		}
+	}
+	if endpoints >= 0 {
+		if fix, ok := job.DecideEndpoints(u, endpoints, now); ok {
+			fixes = append(fixes, fix)
+		}
+	}
+	fixed := false
+	for _, fix := range fixes {
+		done, err := w.cfg.Owners.SetCount(ctx, u.Owner, fix, now)
+		if err != nil {
+			return fixed, err
+		}
+		if done && fix.From != fix.To {
+			fixed = true
+			w.cfg.Logger.WarnContext(ctx, "owner_count_repaired", "owner", u.Owner, "counter", string(fix.Counter),
+				"minute", fix.Minute, "was", fix.From, "now", fix.To)
+		}
+	}
+	return fixed, nil
 }
 
 // settleStale settles an owner's budget reservations that outlived what

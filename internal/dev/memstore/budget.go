@@ -17,6 +17,7 @@ func (r *ownerRecord) snapshot() job.OwnerUsage {
 	u := r.usage
 	u.Budget.Reserved = maps.Clone(u.Budget.Reserved)
 	u.Budget.ReservedAt = maps.Clone(u.Budget.ReservedAt)
+	u.Counted, u.HeldSince = maps.Clone(u.Counted), maps.Clone(u.HeldSince)
 	return u
 }
 

@@ -660,36 +660,39 @@ func cloneHealth(h job.Health) job.Health {
 
 // CountJob counts one more unfinished job unless the owner has limit.
 func (s *Store) CountJob(ctx context.Context, owner string, limit int, spend *job.RateSpend, now time.Time) (bool, job.OwnerUsage, error) {
-	return s.count(ctx, owner, limit, spend, now, func(u *job.OwnerUsage) *int { return &u.Unfinished })
+	return s.count(ctx, owner, limit, spend, now, unfinishedOf)
 }
 
 // CountHold counts one more held request unless the owner has limit.
 func (s *Store) CountHold(ctx context.Context, owner string, limit int, now time.Time) (bool, job.OwnerUsage, error) {
-	return s.count(ctx, owner, limit, nil, now, func(u *job.OwnerUsage) *int { return &u.Holds })
+	return s.count(ctx, owner, limit, nil, now, holdsOf)
 }
 
-// UncountJob counts one unfinished job fewer, never below zero.
-func (s *Store) UncountJob(ctx context.Context, owner string, now time.Time) error {
-	return s.uncount(ctx, owner, now, func(u *job.OwnerUsage) *int { return &u.Unfinished })
+// UncountJob counts one unfinished job fewer, never below zero in all or
+// in the minute it was counted in.
+func (s *Store) UncountJob(ctx context.Context, owner string, counted, now time.Time) error {
+	return s.uncount(ctx, owner, counted, now, unfinishedOf)
 }
 
-// UncountHold counts one held request fewer, never below zero.
-func (s *Store) UncountHold(ctx context.Context, owner string, now time.Time) error {
-	return s.uncount(ctx, owner, now, func(u *job.OwnerUsage) *int { return &u.Holds })
+// UncountHold counts one held request fewer, as UncountJob.
+func (s *Store) UncountHold(ctx context.Context, owner string, counted, now time.Time) error {
+	return s.uncount(ctx, owner, counted, now, holdsOf)
 }
 
-func (s *Store) count(ctx context.Context, owner string, limit int, spend *job.RateSpend, now time.Time, counter func(*job.OwnerUsage) *int) (bool, job.OwnerUsage, error) {
+// A counter kept by the minute: its total and its minutes.
+type counterOf func(*job.OwnerUsage) (*int, *map[int64]int)
+
+func unfinishedOf(u *job.OwnerUsage) (*int, *map[int64]int) { return &u.Unfinished, &u.Counted }
+func holdsOf(u *job.OwnerUsage) (*int, *map[int64]int)      { return &u.Holds, &u.HeldSince }
+
+func (s *Store) count(ctx context.Context, owner string, limit int, spend *job.RateSpend, now time.Time, counter counterOf) (bool, job.OwnerUsage, error) {
 	if err := ctx.Err(); err != nil {
 		return false, job.OwnerUsage{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u, ok := s.owners[owner]
-	if !ok {
-		u = &ownerRecord{usage: job.OwnerUsage{Owner: owner}}
-		s.owners[owner] = u
-	}
-	if c := counter(&u.usage); limit > 0 && *c >= limit {
+	u := s.owner(owner)
+	if total, _ := counter(&u.usage); limit > 0 && *total >= limit {
 		return false, u.snapshot(), nil
 	}
 	if spend != nil {
@@ -699,24 +702,76 @@ func (s *Store) count(ctx context.Context, owner string, limit int, spend *job.R
 		// As DynamoDB keeps it: in milliseconds.
 		u.usage.CreateTAT = spend.After(u.usage.CreateTAT).Truncate(time.Millisecond)
 	}
-	*counter(&u.usage)++
+	total, minutes := counter(&u.usage)
+	*total++
+	if *minutes == nil {
+		*minutes = map[int64]int{}
+	}
+	(*minutes)[job.CountMinute(now)]++
 	u.usage.UpdatedAt, u.usage.Revision, u.busy = now.UTC(), u.usage.Revision+1, true
 	return true, u.snapshot(), nil
 }
 
-func (s *Store) uncount(ctx context.Context, owner string, now time.Time, counter func(*job.OwnerUsage) *int) error {
+func (s *Store) uncount(ctx context.Context, owner string, counted, now time.Time, counter counterOf) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u, ok := s.owners[owner]
-	if !ok || *counter(&u.usage) <= 0 {
+	if !ok {
 		return nil
 	}
-	*counter(&u.usage)--
+	total, minutes := counter(&u.usage)
+	m := job.CountMinute(counted)
+	if *total <= 0 || (*minutes)[m] <= 0 {
+		return nil
+	}
+	*total--
+	(*minutes)[m]--
 	u.usage.UpdatedAt, u.usage.Revision = now.UTC(), u.usage.Revision+1
 	return nil
+}
+
+// SetCount writes a decided repair on the count it was decided on.
+func (s *Store) SetCount(ctx context.Context, owner string, fix job.CountFix, now time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.owner(owner)
+	switch fix.Counter {
+	case job.CounterEndpoints:
+		if u.usage.Endpoints != fix.From || now.Sub(u.usage.EndpointsAt) < job.RecountQuiet {
+			return false, nil
+		}
+		u.usage.Endpoints = fix.To
+	case job.CounterUnfinished, job.CounterHolds:
+		of := unfinishedOf
+		if fix.Counter == job.CounterHolds {
+			of = holdsOf
+		}
+		total, minutes := of(&u.usage)
+		delta := fix.To - fix.From
+		if (*minutes)[fix.Minute] != fix.From || *total+delta < 0 {
+			return false, nil
+		}
+		*total += delta
+		if fix.To == 0 {
+			delete(*minutes, fix.Minute)
+		} else {
+			if *minutes == nil {
+				*minutes = map[int64]int{}
+			}
+			(*minutes)[fix.Minute] = fix.To
+			u.busy = true
+		}
+	default:
+		return false, fmt.Errorf("memstore: unknown counter %q", fix.Counter)
+	}
+	u.usage.UpdatedAt, u.usage.Revision = now.UTC(), u.usage.Revision+1
+	return true, nil
 }
 
 // Usage reads an owner's counters (zero for an owner never counted).
@@ -748,6 +803,7 @@ func (s *Store) Recount(ctx context.Context, before, after job.OwnerUsage) (bool
 		return false, nil
 	}
 	u.usage.Unfinished, u.usage.Holds, u.usage.Endpoints = after.Unfinished, after.Holds, after.Endpoints
+	u.usage.Counted, u.usage.HeldSince = maps.Clone(after.Counted), maps.Clone(after.HeldSince)
 	u.usage.UpdatedAt, u.usage.Revision = after.UpdatedAt.UTC(), after.Revision
 	u.busy = after.Unfinished != 0 || after.Holds != 0 || len(u.usage.Budget.Reserved) != 0
 	return true, nil
@@ -770,17 +826,45 @@ func (s *Store) BusyOwners(ctx context.Context) ([]job.OwnerUsage, error) {
 	return out, nil
 }
 
-// OpenJobsByOwner counts every owner's jobs without an outcome.
-func (s *Store) OpenJobsByOwner(ctx context.Context) (map[string]int, error) {
+// OpenJobsByOwner counts every owner's jobs without an outcome, in all and
+// by the minute each was created in.
+func (s *Store) OpenJobsByOwner(ctx context.Context) (map[string]job.OpenJobs, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]int{}
+	out := map[string]job.OpenJobs{}
 	for _, r := range s.jobs {
 		if r.open {
-			out[r.job.Owner]++
+			c := out[r.job.Owner]
+			if c.ByMinute == nil {
+				c.ByMinute = map[int64]int{}
+			}
+			c.Total++
+			c.ByMinute[job.CountMinute(r.job.CreatedAt)]++
+			out[r.job.Owner] = c
+		}
+	}
+	return out, nil
+}
+
+// JobsOfMinute counts the owner's jobs created in minute m that are
+// unsettled or were last written after settledAfter.
+func (s *Store) JobsOfMinute(ctx context.Context, owner string, m int64, settledAfter time.Time) (job.MinuteJobs, error) {
+	if err := ctx.Err(); err != nil {
+		return job.MinuteJobs{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out job.MinuteJobs
+	for _, r := range s.jobs {
+		switch {
+		case r.job.Owner != owner || job.CountMinute(r.job.CreatedAt) != m:
+		case r.open:
+			out.Unsettled++
+		case r.job.UpdatedAt.After(settledAfter):
+			out.Recent++
 		}
 	}
 	return out, nil

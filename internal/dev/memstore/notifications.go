@@ -29,14 +29,25 @@ func (s *Store) CountEndpoint(ctx context.Context, owner string, limit int, now 
 		return false, nil
 	}
 	u.usage.Endpoints++
-	u.usage.UpdatedAt, u.usage.Revision = now.UTC(), u.usage.Revision+1
+	u.usage.UpdatedAt, u.usage.EndpointsAt, u.usage.Revision = now.UTC(), now.UTC(), u.usage.Revision+1
 	u.busy = true // the sweeper's recount counts its endpoints
 	return true, nil
 }
 
 // UncountEndpoint counts one endpoint fewer, never below zero.
 func (s *Store) UncountEndpoint(ctx context.Context, owner string, now time.Time) error {
-	return s.uncount(ctx, owner, now, func(u *job.OwnerUsage) *int { return &u.Endpoints })
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.owners[owner]
+	if !ok || u.usage.Endpoints <= 0 {
+		return nil
+	}
+	u.usage.Endpoints--
+	u.usage.UpdatedAt, u.usage.EndpointsAt, u.usage.Revision = now.UTC(), now.UTC(), u.usage.Revision+1
+	return nil
 }
 
 func cloneEndpoint(e job.Endpoint) job.Endpoint {
