@@ -170,3 +170,43 @@ func TestStartServesOnItsOwnPort(t *testing.T) {
 		t.Fatalf("%s still answers after its dynalite was killed", srv.Endpoint())
 	}
 }
+
+// A client that gives up while sending a request's body (a held request
+// cancelled) must not stop the server for everyone: dynalite rethrew the
+// request's error and exited, and the next callers saw connections
+// refused (a loaded make test lost its CLI tests' stack so). server.cjs
+// keeps it up and says so on its output, which this waits for.
+func TestAnAbortedRequestLeavesTheServerUp(t *testing.T) {
+	t.Parallel()
+	srv, err := dynalite.Start(t.Context(), dynalite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	db := dynalite.NewClient(srv.Endpoint())
+	createTable(t, db, "kept")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.Endpoint(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half a body, then the connection closes.
+	if _, err := io.WriteString(conn, "POST / HTTP/1.1\r\nHost: dynalite\r\nContent-Type: application/x-amz-json-1.0\r\n"+
+		"X-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Length: 100\r\n\r\n{\"Lim"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(srv.Output(), "a request ended early"); {
+		select {
+		case <-srv.Exited():
+			t.Fatalf("dynalite exited after an aborted request: %s\n%s", srv.ExitState(), srv.Output())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dynalite never saw the aborted request; its output:\n%s", srv.Output())
+		}
+	}
+	out, err := db.ListTables(t.Context(), &dynamodb.ListTablesInput{})
+	if err != nil || len(out.TableNames) != 1 {
+		t.Fatalf("after an aborted request: %v %v", out, err)
+	}
+}

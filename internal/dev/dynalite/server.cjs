@@ -43,9 +43,24 @@ for (const file of copies) {
 const http = require('node:http');
 const { serveGC } = require('../nodegc/gc.cjs');
 const createServer = http.createServer;
+//
+// It also keeps dynalite alive when a client gives up on a request while
+// sending its body: dynalite's handler rethrows the request's error
+// (index.js: req.on('error', function (err) { throw err })), so one
+// client that aborted (ECONNRESET 'aborted': a held request cancelled, a
+// test that ended) killed the server under every other client, who then
+// saw only connections refused. Such a request is left unanswered: its
+// client is gone.
 http.createServer = function createServerWithGC(...args) {
   const handler = args.pop();
-  return createServer.call(this, ...args, (req, res) => serveGC(req, res, settle) || handler(req, res));
+  return createServer.call(this, ...args, (req, res) => {
+    if (serveGC(req, res, settle)) return;
+    handler(req, res);
+    req.removeAllListeners('error');
+    req.on('error', (err) => {
+      process.stderr.write(`dynalite: a request ended early (${err.code || err.message}): its client is gone\n`);
+    });
+  });
 };
 
 // The store dynalite creates, kept so that a collection can first let
