@@ -60,9 +60,13 @@ type scenario struct {
 	// jobs are submitted over brownoutSpread (then recovers); makeRun.
 	brownout bool
 	// endpoint: the owner has one webhook endpoint (a loopback receiver
-	// answering 204); once the jobs settled, the notifier's passes run
-	// until every event is delivered, and count with the jobs; makeRun.
-	endpoint bool
+	// answering 204); makeRun. Without handoff, the write that records an
+	// event hands nothing off: once the jobs settled, the notifier's passes
+	// run until every event is delivered, and count with the jobs (the
+	// schedule alone, as before issue 28). With handoff, each such write
+	// invokes the notify function at once (asynchronously), which tries its
+	// job's deliveries; no pass runs.
+	endpoint, handoff bool
 }
 
 // The brownout scenario: issue 19's drill as a cost row.
@@ -107,7 +111,10 @@ func scenarios() []scenario {
 		// The same with one webhook endpoint: the outcome write also
 		// appends the event to the job's outbox (no extra request), then
 		// the notifier fans it out and delivers it.
-		{Name: "happy path, quotas on, one endpoint", jobType: "demo", want: "1:sim-primary:succeeded", makeRun: true, endpoint: true},
+		{Name: "happy path, quotas on, one endpoint, schedule only", jobType: "demo", want: "1:sim-primary:succeeded", makeRun: true, endpoint: true},
+		// Issue 28: the event handed to the notify function by the write
+		// that records it (one asynchronous invoke), which tries it at once.
+		{Name: "happy path, quotas on, one endpoint", jobType: "demo", want: "1:sim-primary:succeeded", makeRun: true, endpoint: true, handoff: true},
 		{Name: "brownout", jobType: "demo", brownout: true, makeRun: true},
 	}
 }
@@ -135,6 +142,13 @@ type perJob struct {
 	APIRequests       float64            `json:"api_requests"`
 	// Seconds is the wall time until every job of the scenario settled.
 	Seconds float64 `json:"seconds"`
+	// FirstTryP50MS and FirstTryP99MS: for the endpoint rows, how long
+	// after its event (the write that ended the job) each event's first
+	// try reached the endpoint. Without a hand-off the bench runs the
+	// passes as soon as the jobs settled; deployed, the schedule adds up
+	// to a minute (README).
+	FirstTryP50MS float64 `json:"first_try_p50_ms,omitempty"`
+	FirstTryP99MS float64 `json:"first_try_p99_ms,omitempty"`
 }
 
 func (p perJob) lambdaInvocations() float64 {
@@ -176,7 +190,7 @@ func measurePerJob(ctx context.Context, o options, dynamoURL string, logOut *slo
 	closeAll := func() { _ = s.Close(); ps.Close() }
 	// make run's configuration (quotas, breakers), on tables of its own.
 	b, err := stack.Start(ctx, stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: ps.URL,
-		TablePrefix: "bench-brownout", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log})
+		TablePrefix: "bench-brownout", CertifyDemo: true, CallTimeout: benchCallTimeout, Logger: log, NotifyHandoff: true})
 	if err != nil {
 		closeAll()
 		return nil, nil, nil, nil, err
@@ -366,8 +380,21 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	ddb0 := proxy.snapshot()
 	ms0, _ := times.snapshot()
 	req0 := map[string]int{}
-	for _, fn := range deploy.TaskNames() {
+	for _, fn := range append(deploy.TaskNames(), deploy.FnNotify) {
 		req0[fn] = s.Lambda.Requests(fn)
+	}
+	var delivered func() int
+	var deliveredBefore int
+	if hooks != nil {
+		s.PauseHandoff(!sc.handoff)
+		delivered = func() int {
+			var k int
+			for i := range users {
+				k += len(receiver.Delivered(hooks.Deliveries(fmt.Sprintf("/bench-%d", i))))
+			}
+			return k
+		}
+		deliveredBefore = delivered()
 	}
 	start := time.Now()
 	run := start.UnixNano()
@@ -468,15 +495,20 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	// shard) are shared by the jobs it serves.
 	var passes int
 	var notifyMS float64
-	if hooks != nil {
-		delivered := func() int {
-			var k int
-			for i := range users {
-				k += len(receiver.Delivered(hooks.Deliveries(fmt.Sprintf("/bench-%d", i))))
-			}
-			return k
+	if hooks != nil && sc.handoff {
+		// Handed off: the notify function's invocations deliver them.
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := hooks.Await(wctx, "", func([]receiver.Delivery) bool { return delivered() >= deliveredBefore+n })
+		cancel()
+		if err != nil {
+			return perJob{}, fmt.Errorf("%d of %d events handed off were delivered", delivered()-deliveredBefore, n)
 		}
-		before := delivered()
+		if err := s.Lambda.Wait(ctx); err != nil { // their last writes
+			return perJob{}, err
+		}
+	}
+	if hooks != nil && !sc.handoff {
+		before := deliveredBefore
 		for delivered() < before+n {
 			if passes > 50 {
 				return perJob{}, fmt.Errorf("%d of %d events delivered after %d notifier passes", delivered()-before, n, passes)
@@ -520,11 +552,14 @@ func runScenario(ctx context.Context, s *stack.Stack, proxy *ddbProxy, times *la
 	for op, k := range byOp {
 		r.DynamoByOp[op] = round2(float64(k) / fn)
 	}
-	for _, f := range deploy.TaskNames() {
+	for _, f := range append(deploy.TaskNames(), deploy.FnNotify) {
 		if k := s.Lambda.Requests(f) - req0[f]; k > 0 {
 			r.LambdaInvocations[f] = round2(float64(k) / fn)
 			r.LambdaBilledMS[f] = round2((ms1[f] - ms0[f]) / fn)
 		}
+	}
+	if hooks != nil {
+		r.FirstTryP50MS, r.FirstTryP99MS = firstTries(hooks, len(users), start)
 	}
 	if passes > 0 {
 		// Deployed, one scheduled invocation drains them all; counted here
@@ -577,4 +612,23 @@ func sortedKeys[M ~map[string]V, V any](m M) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// firstTries is the p50 and p99, in milliseconds, of how long after its
+// event (the body's timestamp) each event created since start first
+// reached its endpoint.
+func firstTries(hooks *receiver.Receiver, owners int, since time.Time) (p50, p99 float64) {
+	var lat []time.Duration
+	for i := range owners {
+		for _, d := range receiver.Delivered(hooks.Deliveries(fmt.Sprintf("/bench-%d", i))) {
+			var body struct {
+				Timestamp time.Time `json:"timestamp"`
+			}
+			if json.Unmarshal(d.Body, &body) != nil || body.Timestamp.Before(since) {
+				continue
+			}
+			lat = append(lat, d.At.Sub(body.Timestamp))
+		}
+	}
+	return percentile(lat, 0.50), percentile(lat, 0.99)
 }

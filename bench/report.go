@@ -71,6 +71,23 @@ func printReport(w io.Writer, r report) {
 	}
 	tw.Flush()
 
+	// Issue 28: webhook events, by the schedule alone and handed off.
+	costOf := map[string]float64{}
+	for _, c := range r.CostPerMillionJobs {
+		costOf[c.Scenario] = c.Total
+	}
+	section(w, "Webhook events: first try after the job's end, and cost per delivered event (the row less the same jobs without an endpoint)")
+	tw = table(w)
+	fmt.Fprintln(tw, "scenario\tfirst try p50 ms\tp99 ms\tUSD per million events\t")
+	for _, p := range r.PerJob {
+		if p.FirstTryP50MS == 0 && p.FirstTryP99MS == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\t\n", p.Scenario, p.FirstTryP50MS, p.FirstTryP99MS,
+			costOf[p.Scenario]-costOf["happy path, quotas on"])
+	}
+	tw.Flush()
+
 	if b := r.Baseline; b != nil {
 		section(w, "Per job against the previous layout ("+b.Layout+"; "+b.Measured+")")
 		tw = table(w)

@@ -15,6 +15,7 @@ import (
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lambdainvoke"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/stepfn"
 )
@@ -33,8 +34,12 @@ func main() {
 		Tables: dynamo.NamesFrom(env.Table), Logger: log,
 	})
 	deploy.Check(log, err)
+	// Jobs' events go to the notify function at once (an asynchronous
+	// invoke); its schedule is the safety net.
+	handoff, err := lambdainvoke.FromEnv(cfg, env.NotifyFunction, os.Getenv)
+	deploy.Check(log, err)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
-		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(),
+		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(), Handoff: handoff,
 		Notifications: true})
 	deploy.Check(log, err)
 	// Input validation needs the job types' input schemas; each execution

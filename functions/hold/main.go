@@ -13,6 +13,7 @@ import (
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lambdainvoke"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/stepfn"
@@ -32,8 +33,12 @@ func main() {
 		Tables: dynamo.NamesFrom(env.Table), Logger: log,
 	})
 	deploy.Check(log, err)
+	// Jobs' events go to the notify function at once (an asynchronous
+	// invoke); its schedule is the safety net.
+	handoff, err := lambdainvoke.FromEnv(cfg, env.NotifyFunction, os.Getenv)
+	deploy.Check(log, err)
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
-		Owners: store, Quotas: env.Quotas(), Budget: env.Budget()})
+		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(), Handoff: handoff})
 	deploy.Check(log, err)
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)

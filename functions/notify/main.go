@@ -1,11 +1,13 @@
-// Command notify runs on a schedule: it fans the events jobs recorded in
-// their outboxes out into deliveries, one per webhook endpoint that asked
-// for them, and tries the due deliveries (signed, at least once), until
-// nothing is left to do or its budget is spent.
+// Command notify fans the events jobs recorded in their outboxes out into
+// deliveries, one per webhook endpoint that asked for them, and tries them
+// (signed, at least once). It is invoked asynchronously for each write
+// that records events (a hand-off: that job's deliveries are tried at
+// once), and on a schedule, which tries whatever is due (retries, and
+// what a lost hand-off left behind) until nothing is left or its budget is
+// spent.
 package main
 
 import (
-	"context"
 	"os"
 	"time"
 
@@ -41,9 +43,7 @@ func main() {
 	notifier, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: store, Notices: store, Sender: sender,
 		BodyFunc: apigw.NotificationBody, Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
 	deploy.Check(log, err)
-	lambda.Start(func(ctx context.Context) (lifecycle.PassReport, error) {
-		ctx, cancel := context.WithTimeout(ctx, deploy.NotifyBudget)
-		defer cancel()
-		return notifier.Drain(ctx, time.Second)
-	})
+	// A hand-off (lifecycle.HandoffEvent) tries one job's new events at
+	// once; the schedule's event drains whatever is due.
+	lambda.Start(notifier.Invoked(deploy.NotifyBudget, time.Second))
 }

@@ -91,6 +91,9 @@ var (
 	// An owner's counters: a finished job's slot given back (conditional
 	// UpdateItem).
 	uncount = Grant{[]string{"dynamodb:UpdateItem"}, table(dynamo.OwnersTable())}
+	// A write that records a job's events hands the job to the notify
+	// function at once (an asynchronous invoke, lambdainvoke).
+	handoff = Grant{[]string{"lambda:InvokeFunction"}, Resource{Kind: KindFunction, Name: deploy.FnNotify}}
 	// An owner's budget: a fallback's or a hedge's reservation
 	// (conditional UpdateItem; GetItem after a refusal) and the settling
 	// of an ended attempt's (conditional UpdateItem).
@@ -127,6 +130,8 @@ func All() map[string][]Grant {
 			// saves it on its revision).
 			{[]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"}, table(dynamo.EndpointsTable())},
 			{[]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.DeliveriesTable())},
+			// A cancel records the job's event: handed off (above).
+			handoff,
 		},
 		// The notifier finds jobs with events to fan out in the sparse
 		// by_notify index, reads each, puts one delivery per endpoint
@@ -138,7 +143,8 @@ func All() map[string][]Grant {
 			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByNotify)},
 			{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())},
 			{[]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.EndpointsTable())},
-			{[]string{"dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.DeliveriesTable())},
+			// A hand-off lists its job's deliveries (Query by the job).
+			{[]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"}, table(dynamo.DeliveriesTable())},
 			{[]string{"dynamodb:Query"}, index(dynamo.DeliveriesTable(), dynamo.IndexByDue)},
 		},
 		// The sweeper finds open jobs in the sparse by_open index (keys
@@ -165,12 +171,12 @@ func All() map[string][]Grant {
 		// certifications, starts, claims, completes or fails attempts
 		// (conditional UpdateItem) and records them in the ledger. Only it
 		// calls providers, so only it reads their configuration.
-		deploy.FnRun: {jobRW, ledger, certs, health, budget,
+		deploy.FnRun: {jobRW, ledger, certs, health, budget, handoff,
 			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
 		// Marks a silent run's attempts unknown and decides the wait: no
 		// certifications, no providers; an attempt it ends (one never
 		// claimed) settles its budget reservation.
-		deploy.FnHold: {jobRW, ledger, uncount},
+		deploy.FnHold: {jobRW, ledger, uncount, handoff},
 	}
 }
 

@@ -248,8 +248,12 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		})},
 	})
 
-	// The notifier drains pending webhook deliveries once a minute.
+	// The functions that record jobs' events hand them to the notifier
+	// at once; it also drains whatever is due once a minute.
 	notify := fns[deploy.FnNotify]
+	for _, fn := range []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold} {
+		fns[fn].AddEnvironment(jsii.String(deploy.EnvNotifyFunction), notify.FunctionArn(), nil)
+	}
 	awsevents.NewRule(stack, jsii.String("NotifySchedule"), &awsevents.RuleProps{
 		RuleName:    physical(cfg.Env, "notify"),
 		Description: jsii.String(fmt.Sprintf("Runs the onejob notifier every %s", deploy.NotifyEvery)),

@@ -385,6 +385,10 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		case deploy.FnRun:
 			want[deploy.EnvProvidersSecretARN] = s.secret()
 		}
+		// The functions that record jobs' events hand them to the notifier.
+		if short == deploy.FnAPI || short == deploy.FnRun || short == deploy.FnHold {
+			want[deploy.EnvNotifyFunction] = "arn:fn:" + deploy.FnNotify
+		}
 		if !reflect.DeepEqual(vars, want) {
 			t.Errorf("%s: environment\n got %v\nwant %v", fname, vars, want)
 		}
@@ -747,6 +751,8 @@ func checkIAM(t *testing.T, s *synthesized) {
 			// Webhook endpoints and a job's deliveries.
 			add([]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"}, "arn:table:endpoints").
 			add([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:deliveries").
+			// A cancel's event, handed to the notifier at once.
+			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify).
 			add(xrayLambda, "*"),
 		// The notifier: pending events from by_notify, the owner's
 		// endpoints, deliveries (put, due in by_due, claimed and tried).
@@ -754,15 +760,17 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByNotify).
 			add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
 			add([]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}, "arn:table:endpoints").
-			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:deliveries").
+			add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"}, "arn:table:deliveries").
 			add([]string{"dynamodb:Query"}, "arn:table:deliveries/index/"+dynamo.IndexByDue).
 			add(xrayLambda, "*"),
 		"fn:" + deploy.FnRun: task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()).
+			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify).
 			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
 			// Budget reservations: reserved and settled, read after a refusal.
 			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners"),
 		// An attempt the hold ends settles its budget reservation.
-		"fn:" + deploy.FnHold: task(true, false).add([]string{"dynamodb:UpdateItem"}, "arn:table:owners"),
+		"fn:" + deploy.FnHold: task(true, false).add([]string{"dynamodb:UpdateItem"}, "arn:table:owners").
+			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify),
 		"fn:sweeper": grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOpen).
 			add([]string{"dynamodb:BatchGetItem", "dynamodb:GetItem"}, "arn:table:jobs").

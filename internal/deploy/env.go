@@ -36,6 +36,10 @@ const (
 	// create rate (job.CreateRate); unset or 0 per minute is no rate.
 	EnvQuotaCreatesPerMinute = "ONEJOB_QUOTA_CREATES_PER_MINUTE"
 	EnvQuotaCreateBurst      = "ONEJOB_QUOTA_CREATE_BURST"
+	// EnvNotifyFunction names the notify function, which the functions
+	// that record jobs' events hand them to at once (lifecycle.Handoff);
+	// unset, the notifier's schedule finds them.
+	EnvNotifyFunction = "ONEJOB_NOTIFY_FUNCTION"
 )
 
 // TableEnv is the variable holding a table's physical name, by its logical
@@ -53,6 +57,8 @@ type Env struct {
 	ProvidersSecretARN     string
 	Providers              string
 	AdminClaim, AdminValue string
+	// NotifyFunction is the notify function's name (EnvNotifyFunction).
+	NotifyFunction string
 	// QuotaUnfinishedJobs and QuotaHeldRequests are the owners' quotas;
 	// QuotaCreatesPerMinute and QuotaCreateBurst their create rate.
 	QuotaUnfinishedJobs, QuotaHeldRequests  int
@@ -120,6 +126,7 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 		Providers:             getenv(EnvProviders),
 		AdminClaim:            getenv(EnvAdminClaim),
 		AdminValue:            getenv(EnvAdminValue),
+		NotifyFunction:        getenv(EnvNotifyFunction),
 	}
 }
 

@@ -31,6 +31,7 @@ const (
 	ePrevSecret    = "previous_secret"
 	ePrevUntil     = "previous_until"
 	eFailingSince  = "failing_since"
+	eSlowSince     = "slow_since"
 	eLastFailure   = "last_failure_at"
 	eDisabledAt    = "disabled_at"
 	eDisabledWhy   = "disabled_reason"
@@ -96,6 +97,9 @@ func encodeEndpoint(e job.Endpoint) map[string]types.AttributeValue {
 	if e.PreviousSecret != "" {
 		item[ePrevSecret], item[ePrevUntil] = avS(e.PreviousSecret), avT(e.PreviousUntil)
 	}
+	if !e.SlowSince.IsZero() {
+		item[eSlowSince] = avT(e.SlowSince)
+	}
 	if !e.FailingSince.IsZero() {
 		item[eFailingSince] = avT(e.FailingSince)
 	}
@@ -114,7 +118,7 @@ func decodeEndpoint(item map[string]types.AttributeValue) (job.Endpoint, error) 
 		Owner: d.str(AttrOwner, true), ID: d.str(AttrEndpointID, true), URL: d.str(eURL, true), Secret: d.str(eSecret, true),
 		PreviousSecret: d.str(ePrevSecret, false), PreviousUntil: d.time(ePrevUntil, false),
 		CreatedAt: d.time(aCreatedAt, true), UpdatedAt: d.time(aUpdatedAt, true), Revision: d.num(aRevision, true),
-		FailingSince: d.time(eFailingSince, false), LastFailureAt: d.time(eLastFailure, false), DisabledAt: d.time(eDisabledAt, false), DisabledReason: d.str(eDisabledWhy, false),
+		SlowSince: d.time(eSlowSince, false), FailingSince: d.time(eFailingSince, false), LastFailureAt: d.time(eLastFailure, false), DisabledAt: d.time(eDisabledAt, false), DisabledReason: d.str(eDisabledWhy, false),
 	}
 	if l, ok := item[eEvents].(*types.AttributeValueMemberL); ok {
 		for _, v := range l.Value {
@@ -344,8 +348,10 @@ func (s *Store) AddDelivery(ctx context.Context, d job.Delivery) (bool, error) {
 	return true, nil
 }
 
-// DueDeliveries reads by_due, shard by shard, for entries due at now,
-// then each delivery consistently.
+// DueDeliveries reads every shard of by_due for entries due at now, at most
+// limit each (the oldest first), then each delivery consistently. Every
+// shard is read every time (review H3: one owner who filled a shard must
+// not hide the others'); the caller orders them fairly and takes limit.
 func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]job.Delivery, error) {
 	var out []job.Delivery
 	for i := range dueShards {
@@ -356,7 +362,7 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]
 			ExpressionAttributeNames: map[string]string{"#shard": AttrDueShard, "#next": AttrNextAt},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":shard": avS("due#" + strconv.Itoa(i)),
 				":now": avS(now.UTC().Format(nextAtOrdering))},
-			Limit: aws.Int32(int32(max(limit-len(out), 1))),
+			Limit: aws.Int32(int32(max(limit, 1))),
 		})
 		if err != nil {
 			return nil, storeError("list due deliveries", err)
@@ -373,9 +379,6 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]
 			if d.State == job.DeliveryPending && !d.NextAt.After(now) {
 				out = append(out, d)
 			}
-		}
-		if len(out) >= limit {
-			break
 		}
 	}
 	return out, nil

@@ -138,6 +138,9 @@ type Endpoint struct {
 	// write or two a day, not one per try).
 	FailingSince  time.Time
 	LastFailureAt time.Time
+	// SlowSince is the first 2xx that took SlowAfter or more since the
+	// last fast one; zero while the endpoint answers promptly.
+	SlowSince time.Time
 	// DisabledAt and DisabledReason: no more tries are made.
 	DisabledAt     time.Time
 	DisabledReason string
@@ -511,12 +514,17 @@ func DecideEndpointAfter(e Endpoint, d Delivery, disableAfter time.Duration, now
 	now = now.UTC()
 	after := e
 	last := d.Tries[len(d.Tries)-1]
-	switch {
+	switch slow := last.Latency >= SlowAfter; {
 	case Delivered(last.Status):
-		if e.FailingSince.IsZero() {
+		if e.FailingSince.IsZero() && slow == !e.SlowSince.IsZero() {
 			return e, false
 		}
 		after.FailingSince, after.LastFailureAt = time.Time{}, time.Time{}
+		if !slow {
+			after.SlowSince = time.Time{}
+		} else if e.SlowSince.IsZero() {
+			after.SlowSince = last.At
+		}
 	case last.Status == 410:
 		after.DisabledAt, after.DisabledReason = now, DisabledGone
 	case e.FailingSince.IsZero() || now.Sub(e.LastFailureAt) > FailureGap:

@@ -37,19 +37,25 @@ type EngineConfig struct {
 	// reservation before each attempt, settled when it ends); zero: none.
 	// Needs Owners.
 	Budget job.Budget
+	// Handoff is told of every write that records events for the
+	// notifier (deployed: an asynchronous invoke of the notify function),
+	// so their first tries start at once; nil leaves them to the
+	// notifier's schedule.
+	Handoff Handoff
 }
 
 // Engine creates jobs and executes their transitions: read, let package job
 // decide, write conditionally, and decide again on conflict.
 type Engine struct {
-	store  Store
-	now    func() time.Time
-	log    *slog.Logger
-	events Events
-	owners OwnerStore
-	quotas job.Quotas
-	notify bool
-	budget job.Budget
+	store   Store
+	now     func() time.Time
+	log     *slog.Logger
+	events  Events
+	owners  OwnerStore
+	quotas  job.Quotas
+	notify  bool
+	budget  job.Budget
+	handoff Handoff
 }
 
 // NewEngine checks that a store is given and defaults the rest.
@@ -82,7 +88,7 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		return nil, errors.New("lifecycle: budgets need an owner store")
 	}
 	return &Engine{store: c.Store, now: c.NowFunc, log: c.Logger, events: c.Events, owners: c.Owners, quotas: c.Quotas,
-		notify: c.Notifications, budget: c.Budget}, nil
+		notify: c.Notifications, budget: c.Budget, handoff: c.Handoff}, nil
 }
 
 // Quotas are the engine's per-owner bounds.
@@ -203,6 +209,15 @@ func (e *Engine) uncount(ctx context.Context, j job.Job) {
 	}
 }
 
+// handOff tells the notifier of j's new events. A failure is logged, not
+// returned: the write stands, and the notifier's scheduled pass finds the
+// events (job.Job.Pending) within its interval.
+func (e *Engine) handOff(ctx context.Context, j job.Job) {
+	if err := e.handoff.Handoff(ctx, j.ID); err != nil {
+		e.log.WarnContext(ctx, "notify_handoff_failed", "job_id", j.ID, "error", err.Error())
+	}
+}
+
 // AcquireHold counts one more held request of owner, refusing past its
 // quota with a *job.QuotaError; ReleaseHold gives it back, named by the
 // time AcquireHold returned. Without a held-request quota both do nothing.
@@ -280,6 +295,9 @@ func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job
 				// end): one unfinished job fewer, once — only the write
 				// that settles it gives the slot back (review H4).
 				e.uncount(ctx, res.Job)
+			}
+			if e.handoff != nil && len(res.Job.Outbox) > len(t.Before().Outbox) {
+				e.handOff(ctx, res.Job)
 			}
 			return t, res.Job, nil
 		}

@@ -5,10 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
@@ -43,13 +44,30 @@ type NotificationStore interface {
 	PendingJobs(ctx context.Context, limit int) ([]job.Job, error)
 	// AddDelivery writes a new delivery unless it exists (created false).
 	AddDelivery(ctx context.Context, d job.Delivery) (created bool, err error)
-	// DueDeliveries lists pending deliveries due at now, at most limit,
-	// each read consistently.
+	// DueDeliveries lists pending deliveries due at now, each read
+	// consistently: at most limit from each partition of the store's due
+	// list, the oldest due first, so that no partition hides another's
+	// (the caller orders them: job.FairOrder).
 	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]job.Delivery, error)
 	SaveDelivery(ctx context.Context, before, after job.Delivery) (ok bool, err error)
 	// Deliveries lists a job's deliveries; Delivery reads one (by Key).
 	Deliveries(ctx context.Context, jobID string) ([]job.Delivery, error)
 	Delivery(ctx context.Context, jobID, key string) (job.Delivery, error)
+}
+
+// Handoff hands a job whose write just recorded events to the notifier,
+// to try their deliveries at once (Notifier.Prompt). Deployed it is an
+// asynchronous invoke of the notify function with a HandoffEvent
+// (notifyinvoke); it carries nothing the job's outbox does not hold, so a
+// hand-off lost or repeated changes nothing but how soon.
+type Handoff interface {
+	Handoff(ctx context.Context, jobID string) error
+}
+
+// HandoffEvent is the notify function's input for a hand-off; any other
+// input (the schedule's) runs its passes.
+type HandoffEvent struct {
+	JobID string `json:"job_id"`
 }
 
 // Message is one signed request to an endpoint.
@@ -59,6 +77,9 @@ type Message struct {
 	ID      string
 	Secrets []string
 	Body    []byte
+	// Timeout bounds this try below the sender's own (0: the sender's):
+	// a slow endpoint's tries are cut short (job.SlowTimeout).
+	Timeout time.Duration
 }
 
 // Sender sends one message and reports what came back: the status, or why
@@ -265,12 +286,14 @@ type NotifierConfig struct {
 	// sender's 15-s timeout.
 	Lease time.Duration
 	// Limit bounds the jobs and the deliveries of one pass (default 100);
-	// Parallel the tries at once (default 8).
-	Limit    int
-	Parallel int
-	NowFunc  func() time.Time
-	Logger   *slog.Logger
-	Events   NotificationEvents
+	// Parallel the tries at once (default 8), of which one owner may have
+	// OwnerParallel (default a quarter, at least 1) and one endpoint one.
+	Limit         int
+	Parallel      int
+	OwnerParallel int
+	NowFunc       func() time.Time
+	Logger        *slog.Logger
+	Events        NotificationEvents
 }
 
 // Notifier fans the events jobs record out into deliveries and tries the
@@ -299,6 +322,9 @@ func NewNotifier(c NotifierConfig) (*Notifier, error) {
 	}
 	if c.Parallel <= 0 {
 		c.Parallel = 8
+	}
+	if c.OwnerParallel <= 0 {
+		c.OwnerParallel = max(1, c.Parallel/4)
 	}
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
@@ -341,33 +367,120 @@ func (n *Notifier) Pass(ctx context.Context) (PassReport, error) {
 	if err != nil {
 		return rep, errors.Join(append(errs, err)...)
 	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, n.cfg.Parallel)
-	for _, d := range due {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			tried, delivered, err := n.deliver(ctx, d)
-			mu.Lock()
-			defer mu.Unlock()
-			if tried {
-				rep.Tried++
-			}
-			if delivered {
-				rep.Delivered++
-			}
-			if err != nil {
-				errs = append(errs, err)
-			}
-		})
+	due = job.FairOrder(due)
+	if len(due) > n.cfg.Limit {
+		due = due[:n.cfg.Limit]
 	}
-	wg.Wait()
+	tried, delivered, err := n.tryAll(ctx, due, job.DeliveryCaps{PerOwner: n.cfg.OwnerParallel, PerEndpoint: 1})
+	rep.Tried, rep.Delivered = tried, delivered
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if rep.Dispatched+rep.Tried > 0 {
 		n.cfg.Logger.InfoContext(ctx, "notify_pass_done", "dispatched", rep.Dispatched, "created", rep.Created,
 			"tried", rep.Tried, "delivered", rep.Delivered)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// tryAll tries deliveries in their order, Parallel at once within caps: a
+// try starts as soon as a slot frees (a slow try holds its own slot, not
+// the pass), with the first delivery in order whose owner and endpoint are
+// under their caps.
+func (n *Notifier) tryAll(ctx context.Context, queue []job.Delivery, caps job.DeliveryCaps) (tried, delivered int, err error) {
+	type done struct {
+		d                job.Delivery
+		tried, delivered bool
+		err              error
+	}
+	finished := make(chan done)
+	byOwner, byEndpoint := map[string]int{}, map[string]int{}
+	var errs []error
+	running := 0
+	for len(queue) > 0 || running > 0 {
+		started := false
+		if running < n.cfg.Parallel && ctx.Err() == nil {
+			for i, d := range queue {
+				if !caps.Admits(d, byOwner, byEndpoint) {
+					continue
+				}
+				queue = slices.Delete(queue, i, i+1)
+				byOwner[d.Owner]++
+				byEndpoint[d.Owner+"/"+d.EndpointID]++
+				running++
+				started = true
+				go func() {
+					t, ok, err := n.deliver(ctx, d)
+					finished <- done{d: d, tried: t, delivered: ok, err: err}
+				}()
+				break
+			}
+		}
+		if started {
+			continue
+		}
+		if running == 0 {
+			break // ctx ended: what is left stays due for the next pass
+		}
+		f := <-finished
+		running--
+		byOwner[f.d.Owner]--
+		byEndpoint[f.d.Owner+"/"+f.d.EndpointID]--
+		if f.tried {
+			tried++
+		}
+		if f.delivered {
+			delivered++
+		}
+		if f.err != nil {
+			errs = append(errs, f.err)
+		}
+	}
+	return tried, delivered, errors.Join(errs...)
+}
+
+// Prompt is a hand-off (HandoffEvent): it fans out jobID's pending notices
+// and tries that job's due deliveries at once, so an event's first try
+// does not wait for the next pass. A job gone, or with nothing pending,
+// is nothing to do.
+func (n *Notifier) Prompt(ctx context.Context, jobID string) (PassReport, error) {
+	var rep PassReport
+	j, err := n.cfg.Store.Get(ctx, jobID)
+	if errors.Is(err, job.ErrNotFound) {
+		return rep, nil
+	}
+	if err != nil {
+		return rep, err
+	}
+	if rep.Created, err = n.dispatch(ctx, j); err != nil {
+		return rep, err
+	}
+	rep.Dispatched = 1
+	ds, err := n.cfg.Notices.Deliveries(ctx, jobID)
+	if err != nil {
+		return rep, err
+	}
+	now := n.cfg.NowFunc()
+	due := slices.DeleteFunc(ds, func(d job.Delivery) bool { return d.State != job.DeliveryPending || d.NextAt.After(now) })
+	rep.Tried, rep.Delivered, err = n.tryAll(ctx, due, job.DeliveryCaps{PerOwner: n.cfg.Parallel, PerEndpoint: 1})
+	n.cfg.Logger.InfoContext(ctx, "notify_handoff_done", "job_id", jobID, "created", rep.Created, "tried", rep.Tried,
+		"delivered", rep.Delivered)
+	return rep, err
+}
+
+// Invoked is the notify function's handler: a HandoffEvent prompts its job
+// (Prompt); any other input, the schedule's, drains (Drain) for at most
+// budget, pausing pause between passes.
+func (n *Notifier) Invoked(budget, pause time.Duration) func(context.Context, json.RawMessage) (PassReport, error) {
+	return func(ctx context.Context, in json.RawMessage) (PassReport, error) {
+		var h HandoffEvent
+		if json.Unmarshal(in, &h) == nil && h.JobID != "" {
+			return n.Prompt(ctx, h.JobID)
+		}
+		ctx, cancel := context.WithTimeout(ctx, budget)
+		defer cancel()
+		return n.Drain(ctx, pause)
+	}
 }
 
 // dispatch fans out a job's pending notices (j as PendingJobs read it,
@@ -445,11 +558,19 @@ func (n *Notifier) deliver(ctx context.Context, d job.Delivery) (tried, delivere
 		return false, false, err
 	}
 	now := n.cfg.NowFunc()
-	res := n.cfg.Sender.Send(ctx, Message{URL: e.URL, ID: d.MessageID, Secrets: e.Secrets(now), Body: d.Body})
+	res := n.cfg.Sender.Send(ctx, Message{URL: e.URL, ID: d.MessageID, Secrets: e.Secrets(now), Body: d.Body, Timeout: e.TryTimeout()})
 	now = n.cfg.NowFunc()
 	after := job.DecideTry(claimed, res, n.cfg.Schedule, now)
-	if _, err := n.cfg.Notices.SaveDelivery(ctx, claimed, after); err != nil {
+	saved, err := n.cfg.Notices.SaveDelivery(ctx, claimed, after)
+	if err != nil {
 		return true, false, err
+	}
+	if !saved {
+		// Another sender claimed it once the lease ran out (this try took
+		// longer): the try happened but its record lost; said, not
+		// dropped silently (review L4). The receiver dedupes by webhook-id.
+		log.WarnContext(ctx, "delivery_try_unrecorded", "job_id", d.JobID, "message_id", d.MessageID, "endpoint_id", d.EndpointID,
+			"http_status", res.Status, "error", res.Error)
 	}
 	try := after.Tries[len(after.Tries)-1]
 	n.cfg.Events.DeliveryTried(ctx, after, try)
@@ -482,9 +603,13 @@ func (n *Notifier) deliver(ctx context.Context, d job.Delivery) (tried, delivere
 
 // Drain runs passes until one finds nothing to do (no notice to fan out,
 // no try due) or ctx ends; between passes it waits pause (the notify
-// function: until the next scheduled run's budget).
+// function: until the next scheduled run's budget). A pass that failed in
+// part is logged and the next goes on (review L4: one bad job or endpoint
+// must not stop everyone's deliveries until the next schedule); the
+// errors are returned at the end.
 func (n *Notifier) Drain(ctx context.Context, pause time.Duration) (PassReport, error) {
 	var total PassReport
+	var errs []error
 	for {
 		rep, err := n.Pass(ctx)
 		total.Dispatched += rep.Dispatched
@@ -492,14 +617,15 @@ func (n *Notifier) Drain(ctx context.Context, pause time.Duration) (PassReport, 
 		total.Tried += rep.Tried
 		total.Delivered += rep.Delivered
 		if err != nil && ctx.Err() == nil {
-			return total, err
+			n.cfg.Logger.WarnContext(ctx, "notify_pass_failed", "error", err.Error())
+			errs = append(errs, err)
 		}
 		if rep.Dispatched+rep.Tried == 0 || ctx.Err() != nil {
-			return total, nil
+			return total, errors.Join(errs...)
 		}
 		select {
 		case <-ctx.Done():
-			return total, nil
+			return total, errors.Join(errs...)
 		case <-time.After(pause):
 		}
 	}

@@ -117,7 +117,11 @@ func (s *Sender) Send(ctx context.Context, m lifecycle.Message) job.TryResult {
 	if err != nil {
 		return job.TryResult{Error: "bad_secret"}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	timeout := s.cfg.Timeout
+	if m.Timeout > 0 && m.Timeout < timeout {
+		timeout = m.Timeout // a slow endpoint's (job.SlowTimeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.URL, strings.NewReader(string(m.Body)))
 	if err != nil {

@@ -110,3 +110,28 @@ func TestSendRefusesEmbeddedAndSpecialAddresses(t *testing.T) {
 		})
 	}
 }
+
+// A slow endpoint's try is cut at its message's Timeout (job.SlowTimeout),
+// below the sender's own; the server is held on a channel, not a clock.
+func TestAMessageTimeoutCutsASlowTry(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	defer close(release)
+	s, err := notifyhttp.New(notifyhttp.Config{AllowLoopback: true, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := s.Send(context.Background(), lifecycle.Message{URL: srv.URL, ID: "msg_1", Secrets: []string{secret}, Body: []byte(`{}`),
+		Timeout: 50 * time.Millisecond})
+	if res.Error != "timeout" || res.Status != 0 {
+		t.Fatalf("a held try with a 50 ms timeout: %+v, want a timeout", res)
+	}
+}

@@ -38,6 +38,7 @@ type Receiver struct {
 	mu      sync.Mutex
 	secrets map[string]string
 	scripts map[string][]int
+	delays  map[string]time.Duration
 	tries   map[string]int // by path and message ID
 	got     []Delivery
 	changed chan struct{}
@@ -50,7 +51,7 @@ func Start() (*Receiver, error) {
 		return nil, err
 	}
 	r := &Receiver{URL: "http://" + l.Addr().String(), secrets: map[string]string{}, scripts: map[string][]int{},
-		tries: map[string]int{}, changed: make(chan struct{})}
+		delays: map[string]time.Duration{}, tries: map[string]int{}, changed: make(chan struct{})}
 	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = r.srv.Serve(l) }()
 	return r, nil
@@ -65,6 +66,14 @@ func (r *Receiver) Expect(path, secret string, script ...int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.secrets[path], r.scripts[path] = secret, script
+}
+
+// Delay makes path answer each delivery d after receiving it (recorded
+// at once): a slow endpoint.
+func (r *Receiver) Delay(path string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.delays[path] = d
 }
 
 // ServeHTTP records and answers one delivery.
@@ -90,7 +99,14 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.got = append(r.got, d)
 	close(r.changed)
 	r.changed = make(chan struct{})
+	delay := r.delays[d.Path]
 	r.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-req.Context().Done():
+		}
+	}
 	w.WriteHeader(d.Status)
 }
 

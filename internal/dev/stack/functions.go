@@ -5,21 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/awscalls"
+	"github.com/onejob/onejob/internal/dev/lambdalocal"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lambdainvoke"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/notifyhttp"
 	"github.com/onejob/onejob/internal/provider"
@@ -48,6 +52,42 @@ type functionClients struct {
 	providerOptions adapters.Options
 	calls           *awscalls.Recorder
 	stateMachineARN string
+	// lambda reaches the local Lambda Invoke endpoint, through which the
+	// functions that record jobs' events hand them to the notify function;
+	// nil while the notifier does not run (Config.NotifyInterval 0).
+	lambda        *lambdasvc.Options
+	handoffPaused *atomic.Bool
+}
+
+// handoff is fn's hand-off of jobs' events to the notify function, as
+// its main builds it (lambdainvoke); nil without a notifier.
+func (fc functionClients) handoff(fn string) (lifecycle.Handoff, error) {
+	switch {
+	case fc.lambda == nil:
+		return nil, nil
+	case fn != deploy.FnAPI && fn != deploy.FnRun && fn != deploy.FnHold:
+		return nil, nil // they record no events
+	}
+	client := lambdasvc.New(*fc.lambda, func(o *lambdasvc.Options) { o.APIOptions = append(o.APIOptions, fc.tag(fn)...) })
+	inv, err := lambdainvoke.New(client, lambdalocal.FunctionARN(region, accountID, deploy.FnNotify))
+	if err != nil {
+		return nil, err
+	}
+	return pausable{next: inv, paused: fc.handoffPaused}, nil
+}
+
+// pausable is a hand-off the stack can pause (Stack.PauseHandoff): the
+// bench measures the notifier's schedule alone on the same stack.
+type pausable struct {
+	next   lifecycle.Handoff
+	paused *atomic.Bool
+}
+
+func (p pausable) Handoff(ctx context.Context, jobID string) error {
+	if p.paused.Load() {
+		return nil
+	}
+	return p.next.Handoff(ctx, jobID)
 }
 
 // tag records every call of a client as fn's.
@@ -77,8 +117,12 @@ func (s *Stack) engine(cfg Config, fc functionClients, fn string) (*dynamo.Store
 	if err != nil {
 		return nil, nil, err
 	}
+	handoff, err := fc.handoff(fn)
+	if err != nil {
+		return nil, nil, err
+	}
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: cfg.Logger, Events: s.Metrics,
-		Owners: store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff, Budget: cfg.Budget})
+		Owners: store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff, Budget: cfg.Budget, Handoff: handoff})
 	return store, engine, err
 }
 
@@ -213,7 +257,7 @@ func (s *Stack) composeNotify(_ context.Context, cfg Config, fc functionClients)
 	}
 	return lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: store, Notices: store, Sender: sender,
 		BodyFunc: apigw.NotificationBody, Schedule: cfg.NotifySchedule, DisableAfter: cfg.NotifyDisableAfter,
-		Lease: notifyLease, Logger: cfg.Logger, Events: s.Metrics})
+		Lease: notifyLease, Limit: cfg.NotifyLimit, Logger: cfg.Logger, Events: s.Metrics})
 }
 
 // notifyLease: locally a delivery claimed by a notifier that died (a
@@ -257,3 +301,7 @@ func sameKeys(a, b []types.KeySchemaElement) bool {
 		return aws.ToString(x.AttributeName) == aws.ToString(y.AttributeName) && x.KeyType == y.KeyType
 	})
 }
+
+// notifyPause is the local notify function's pause between the passes of
+// a drain (a schedule's event; the stack's own loop calls Pass).
+const notifyPause = 250 * time.Millisecond

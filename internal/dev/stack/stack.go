@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -26,6 +27,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/onejob/onejob/internal/apigw"
@@ -116,7 +118,14 @@ type Config struct {
 	// job.DefaultRetrySchedule (make run compresses it,
 	// ONEJOB_NOTIFY_RETRY_SCALE). NotifyDisableAfter: how long an endpoint
 	// may fail before it is disabled (default job.DefaultDisableAfter).
-	NotifySchedule     job.RetrySchedule
+	NotifySchedule job.RetrySchedule
+	// NotifyLimit bounds one notifier pass (lifecycle.NotifierConfig's
+	// Limit; 0: its default).
+	NotifyLimit int
+	// NotifyHandoff hands jobs' events to the notify function (the local
+	// Lambda) as deployed, even with NotifyInterval 0 (no scheduled
+	// passes: the bench runs them). With NotifyInterval set it is on.
+	NotifyHandoff      bool
 	NotifyDisableAfter time.Duration
 	// NotificationsOff: jobs never notify, and a create reads nothing for
 	// it (with quotas off, knowing whether the owner has an endpoint costs
@@ -216,8 +225,9 @@ const DefaultIdleTimeout = 30 * time.Second
 
 // Stack is a running local onejob.
 type Stack struct {
-	cfg      Config
-	Dynalite *dynalite.Server // nil when reusing an endpoint
+	cfg           Config
+	handoffPaused atomic.Bool
+	Dynalite      *dynalite.Server // nil when reusing an endpoint
 	// DB, Store and Engine are the stack's own access to DynamoDB (setting
 	// up, certifying, what tests read): no function's, so not recorded.
 	DB      *dynamodb.Client
@@ -364,11 +374,33 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		sfn: sfn.Options{Region: region, Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
 			HTTPClient: sfnHTTP},
 		providers: providerConfig, providerSecrets: cfg.ProviderSecrets, providerOptions: providerOptions,
-		calls: s.calls, stateMachineARN: smARN,
+		calls: s.calls, stateMachineARN: smARN, handoffPaused: &s.handoffPaused,
+	}
+
+	// The local Lambda Invoke endpoint's address is taken first: the
+	// functions that hand jobs' events to the notify function call it.
+	lambdaListener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	lambdaURL := "http://" + lambdaListener.Addr().String()
+	if cfg.NotifyInterval > 0 || cfg.NotifyHandoff {
+		fc.lambda = &lambdasvc.Options{Region: region, Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
+			BaseEndpoint: aws.String(lambdaURL)}
+	}
+	// The notifier: on a schedule (below), and as the notify function
+	// the others hand jobs' events to.
+	s.Notifier, err = s.composeNotify(ctx, cfg, fc)
+	if err != nil {
+		return nil, fmt.Errorf("function %s: %w", deploy.FnNotify, err)
 	}
 
 	// Task functions behind a local Lambda Invoke endpoint.
-	tasks := map[string]func() lambda.Handler{}
+	tasks := map[string]func() lambda.Handler{
+		deploy.FnNotify: func() lambda.Handler {
+			return lambda.NewHandler(s.Notifier.Invoked(deploy.NotifyBudget, notifyPause))
+		},
+	}
 	for fn, compose := range map[string]func(context.Context, Config, functionClients) (func() lambda.Handler, error){
 		deploy.FnRun: s.composeRun, deploy.FnHold: s.composeHold,
 	} {
@@ -384,10 +416,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	lambdaURL, closeLambda, err := serve(s.Lambda, "127.0.0.1:0", cfg.IdleTimeout)
-	if err != nil {
-		return nil, err
-	}
+	closeLambda := serveOn(lambdaListener, s.Lambda, cfg.IdleTimeout)
 	s.LambdaURL = lambdaURL
 	s.closers = append(s.closers, func() error {
 		err := closeLambda()
@@ -424,12 +453,6 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.Sweeper, err = s.composeSweeper(ctx, cfg, fc)
 	if err != nil {
 		return nil, fmt.Errorf("function %s: %w", deploy.FnSweeper, err)
-	}
-
-	// The notifier, on a schedule (below).
-	s.Notifier, err = s.composeNotify(ctx, cfg, fc)
-	if err != nil {
-		return nil, fmt.Errorf("function %s: %w", deploy.FnNotify, err)
 	}
 
 	// The HTTP API.
@@ -555,17 +578,27 @@ func serve(h http.Handler, addr string, idle time.Duration) (string, func() erro
 	if err != nil {
 		return "", nil, err
 	}
+	return "http://" + l.Addr().String(), serveOn(l, h, idle), nil
+}
+
+// serveOn serves h on l; the function returned shuts it down.
+func serveOn(l net.Listener, h http.Handler, idle time.Duration) func() error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: idle}
 	go func() { _ = srv.Serve(l) }()
-	return "http://" + l.Addr().String(), func() error {
+	return func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			return srv.Close()
 		}
 		return nil
-	}, nil
+	}
 }
+
+// PauseHandoff stops (true) or resumes the functions' hand-off of jobs'
+// events to the notify function: the notifier's schedule alone then finds
+// them (the bench's "schedule only" row).
+func (s *Stack) PauseHandoff(paused bool) { s.handoffPaused.Store(paused) }
 
 // Root is the checkout the stack runs from.
 func (s *Stack) Root() string { return s.cfg.Root }
