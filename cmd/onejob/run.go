@@ -20,6 +20,7 @@ import (
 
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/sealbox"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
@@ -40,6 +41,8 @@ import (
 func runCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	data := fs.String("data", "", "keep the dynalite it starts on disk in this folder (default: in memory)")
+	secretsKey := fs.String("secrets-key", filepath.Join(".local", "secrets.key"),
+		"the key the webhook signing secrets are sealed with (X25519; made here, mode 0600, when missing): keep it with the data")
 	prefix := fs.String("table-prefix", "onejob-local", "the tables are <prefix>-jobs, <prefix>-attempts, <prefix>-certifications")
 	dup := fs.Bool("duplicate-delivery", false, "deliver every task invocation twice (at-least-once drill)")
 	logPath := fs.String("log", "", "write the JSON logs to this file (default: stderr)")
@@ -99,6 +102,10 @@ func runCommand(ctx context.Context, args []string) error {
 		}
 		*data = abs
 	}
+	key, keyMade, err := sealbox.LoadOrCreate(*secretsKey)
+	if err != nil {
+		return fmt.Errorf("--secrets-key: %w", err)
+	}
 	quotas, err := quotasFromEnv(os.Getenv)
 	if err != nil {
 		return err
@@ -119,7 +126,7 @@ func runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	s, err := stack.Start(startCtx, stack.Config{
-		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data, TablePrefix: *prefix,
+		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data, TablePrefix: *prefix, SecretsKey: key,
 		DynamoEndpoint: local.dynamoEndpoint, DynamoOptions: local.dynamoOptions,
 		Providers: local.providers, AWSCredentials: local.credentials,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas, Budget: budget,
@@ -152,6 +159,7 @@ func runCommand(ctx context.Context, args []string) error {
   Step Functions  %s   (real statemachine/onejob.asl.json)
   DynamoDB        %s, tables %s-*
   providers       sim-primary, sim-fallback (loopback simulators; sim-fallback certified for demo)%s
+  webhook secrets sealed with %s (%s; the API holds its public half only)
 
 Submit a job (token for user-1, valid 24 h):
 
@@ -187,6 +195,7 @@ or a timeout that leaves attempt 1 unknown until an operator resolves it:
 %s
 Ctrl-C stops everything.
 `, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), dynamoText, *prefix, providersText(local, s.Catalog),
+		*secretsKey, map[bool]string{true: "made now", false: "kept from an earlier run"}[keyMade],
 		user, s.APIURL, s.APIURL, s.APIURL, s.APIURL, admin,
 		consoleText(s.APIURL, admin), pagesText(s, user), secretText(settings))
 	<-ctx.Done()

@@ -15,6 +15,7 @@ import (
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
 	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/kmsseal"
 	"github.com/onejob/onejob/internal/lambdainvoke"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/stepfn"
@@ -23,7 +24,7 @@ import (
 func main() {
 	env := deploy.LoadEnv(os.Getenv, dynamo.Logicals())
 	log := deploy.Logger(env.Name)
-	deploy.Check(log, env.Validate(deploy.NeedStateMachine))
+	deploy.Check(log, env.Validate(deploy.NeedStateMachine|deploy.NeedSecretsKey))
 	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
 	deploy.Check(log, err)
 
@@ -61,8 +62,11 @@ func main() {
 	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: log})
 	deploy.Check(log, err)
 
-	// Owners' webhook endpoints: https to public addresses only.
-	endpoints, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: store, Logger: log})
+	// Owners' webhook endpoints: https to public addresses only; their
+	// secrets sealed with KMS, which this role may not decrypt.
+	sealer, err := kmsseal.FromEnv(cfg, env.SecretsKey, os.Getenv)
+	deploy.Check(log, err)
+	endpoints, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: store, Sealer: sealer, Logger: log})
 	deploy.Check(log, err)
 
 	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog}, Starter: starter, Logger: log,

@@ -18,6 +18,7 @@ import (
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
+	"github.com/onejob/onejob/internal/kmsseal"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/notifyhttp"
 )
@@ -25,7 +26,7 @@ import (
 func main() {
 	env := deploy.LoadEnv(os.Getenv, dynamo.Logicals())
 	log := deploy.Logger(env.Name)
-	deploy.Check(log, env.Validate(0))
+	deploy.Check(log, env.Validate(deploy.NeedSecretsKey))
 	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
 	deploy.Check(log, err)
 
@@ -40,7 +41,10 @@ func main() {
 	// address it dials.
 	sender, err := notifyhttp.New(notifyhttp.Config{Logger: log})
 	deploy.Check(log, err)
-	notifier, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: store, Notices: store, Sender: sender,
+	// The endpoints' secrets are sealed with KMS: this role alone decrypts.
+	opener, err := kmsseal.FromEnv(cfg, env.SecretsKey, os.Getenv)
+	deploy.Check(log, err)
+	notifier, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: store, Notices: store, Sender: sender, Opener: opener,
 		BodyFunc: apigw.NotificationBody, Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
 	deploy.Check(log, err)
 	// A hand-off (lifecycle.HandoffEvent) tries one job's new events at

@@ -24,6 +24,9 @@ const (
 	KindTable           Kind = "table"
 	KindStateMachine    Kind = "statemachine"
 	KindProvidersSecret Kind = "secret"
+	// KindSecretsKey is the KMS key the webhook signing secrets are sealed
+	// with (kmsseal).
+	KindSecretsKey Kind = "secretskey"
 	// KindFunction is one of deploy.Functions, by name (lambda:InvokeFunction).
 	KindFunction Kind = "function"
 	// KindModel is a Bedrock model, by model ID (a bedrock provider's calls).
@@ -69,7 +72,10 @@ func index(def dynamo.TableDef, name string) Resource {
 	return Resource{Kind: KindTable, Name: def.Logical, Index: name}
 }
 
-var stateMachine = Resource{Kind: KindStateMachine}
+var (
+	stateMachine = Resource{Kind: KindStateMachine}
+	secretsKey   = Resource{Kind: KindSecretsKey}
+)
 
 // The task functions' grants, from what each does through the engine and
 // the dynamo. Reading the job (GetItem) and applying a transition to it
@@ -132,6 +138,9 @@ func All() map[string][]Grant {
 			{[]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.DeliveriesTable())},
 			// A cancel records the job's event: handed off (above).
 			handoff,
+			// A new or rotated signing secret is sealed under a fresh
+			// data key; never Decrypt: the API cannot read a secret back.
+			{[]string{"kms:GenerateDataKey"}, secretsKey},
 		},
 		// The notifier finds jobs with events to fan out in the sparse
 		// by_notify index, reads each, puts one delivery per endpoint
@@ -146,6 +155,8 @@ func All() map[string][]Grant {
 			// A hand-off lists its job's deliveries (Query by the job).
 			{[]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"}, table(dynamo.DeliveriesTable())},
 			{[]string{"dynamodb:Query"}, index(dynamo.DeliveriesTable(), dynamo.IndexByDue)},
+			// It alone opens the endpoints' sealed secrets.
+			{[]string{"kms:Decrypt"}, secretsKey},
 		},
 		// The sweeper finds open jobs in the sparse by_open index (keys
 		// only: dynamo.ListOpen, no Scan), reads them by key in batches and

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
@@ -190,6 +191,20 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		"traces (xray:PutTraceSegments, PutTelemetryRecords, GetSampling*) through APIs that take no resource ARN; "+
 		"CDK adds exactly these for logging and tracing.")
 
+	// The webhook signing secrets are sealed with this key (review M4):
+	// the api function may only generate data keys with it, the notify
+	// function only decrypt, through the grants below (the key policy
+	// leaves access to IAM). Yearly rotation keeps every older key
+	// version, so what was sealed before still opens.
+	secretsKey := awskms.NewKey(stack, jsii.String("WebhookSecretsKey"), &awskms.KeyProps{
+		Description:       jsii.String("onejob " + cfg.Env + " webhook signing secrets (envelope encryption)"),
+		EnableKeyRotation: jsii.Bool(true),
+		RemovalPolicy:     removal,
+	})
+	for _, fn := range []string{deploy.FnAPI, deploy.FnNotify} {
+		fns[fn].AddEnvironment(jsii.String(deploy.EnvSecretsKey), secretsKey.KeyArn(), nil)
+	}
+
 	// Each function's role gets exactly its entry in infra/permissions,
 	// the list the local invoke test checks the real binaries against.
 	arnOf := func(r permissions.Resource) (*string, error) {
@@ -207,6 +222,8 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 			return sm.StateMachineArn(), nil
 		case permissions.KindProvidersSecret:
 			return jsii.String(secretArn), nil
+		case permissions.KindSecretsKey:
+			return secretsKey.KeyArn(), nil
 		case permissions.KindFunction:
 			f, ok := fns[r.Name]
 			if !ok {

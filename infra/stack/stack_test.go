@@ -389,6 +389,10 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		if short == deploy.FnAPI || short == deploy.FnRun || short == deploy.FnHold {
 			want[deploy.EnvNotifyFunction] = "arn:fn:" + deploy.FnNotify
 		}
+		// The api seals the webhook secrets with this key, notify opens them.
+		if short == deploy.FnAPI || short == deploy.FnNotify {
+			want[deploy.EnvSecretsKey] = "arn:secretskey"
+		}
 		if !reflect.DeepEqual(vars, want) {
 			t.Errorf("%s: environment\n got %v\nwant %v", fname, vars, want)
 		}
@@ -753,6 +757,8 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:deliveries").
 			// A cancel's event, handed to the notifier at once.
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify).
+			// Seals new signing secrets; no kms:Decrypt (review M4).
+			add([]string{"kms:GenerateDataKey"}, "arn:secretskey").
 			add(xrayLambda, "*"),
 		// The notifier: pending events from by_notify, the owner's
 		// endpoints, deliveries (put, due in by_due, claimed and tried).
@@ -762,6 +768,8 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}, "arn:table:endpoints").
 			add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"}, "arn:table:deliveries").
 			add([]string{"dynamodb:Query"}, "arn:table:deliveries/index/"+dynamo.IndexByDue).
+			// Only it opens the sealed signing secrets.
+			add([]string{"kms:Decrypt"}, "arn:secretskey").
 			add(xrayLambda, "*"),
 		"fn:" + deploy.FnRun: task(true, true).add([]string{"secretsmanager:GetSecretValue"}, s.secret()).
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify).
@@ -861,6 +869,24 @@ func checkIAM(t *testing.T, s *synthesized) {
 	for owner := range got {
 		if _, ok := want[owner]; !ok {
 			t.Errorf("unexpected grants for %s: %v", owner, got[owner])
+		}
+	}
+	// The webhook secrets at rest (review M4): only the notify function
+	// may decrypt them; the internet-facing API seals and cannot read back.
+	for owner, g := range got {
+		for _, a := range []string{"kms:Decrypt", "kms:ReEncryptFrom", "kms:CreateGrant"} {
+			if len(g[a]) > 0 && owner != "fn:"+deploy.FnNotify {
+				t.Errorf("%s may %s %v: only the notify function may open the webhook secrets", owner, a, keys(g[a]))
+			}
+		}
+	}
+	if keys := resources(s, "AWS::KMS::Key"); len(keys) != 1 {
+		t.Errorf("%d KMS keys, want the webhook secrets' one", len(keys))
+	} else {
+		for _, k := range keys {
+			if props(k)["EnableKeyRotation"] != true {
+				t.Errorf("the secrets key does not rotate: %v", props(k))
+			}
 		}
 	}
 }
@@ -1207,6 +1233,8 @@ func friendlyNames(tmpl map[string]any) map[string]string {
 			names[id] = "statemachine"
 		case "AWS::SecretsManager::Secret":
 			names[id] = "secret"
+		case "AWS::KMS::Key":
+			names[id] = "secretskey"
 		case "AWS::Logs::LogGroup":
 			n, _ := p["LogGroupName"].(string)
 			if fn, ok := strings.CutPrefix(n, "/aws/lambda/onejob-"); ok {

@@ -29,6 +29,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/ddbtest"
 	"github.com/onejob/onejob/internal/dev/dynalite"
+	"github.com/onejob/onejob/internal/dev/sealbox"
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
@@ -216,7 +217,16 @@ func newEnvBudgeted(t testing.TB, q job.Quotas, b job.Budget, opts ...envOption)
 	}
 	ac.Jobs = eng
 	if ac.Notifications == nil {
-		eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: st, Rule: job.URLRule{AllowLoopbackHTTP: true}, Logger: logger})
+		key, err := sealbox.NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealer, err := sealbox.NewSealer(key.PublicKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: st, Rule: job.URLRule{AllowLoopbackHTTP: true},
+			Sealer: sealer, Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,11 +17,11 @@ import (
 // "notifications" in the code, so it is never taken for the webhook
 // provider kind.
 type Notifications interface {
-	Create(ctx context.Context, owner, url string, events []job.EventType) (job.Endpoint, error)
+	Create(ctx context.Context, owner, url string, events []job.EventType) (job.Endpoint, string, error)
 	List(ctx context.Context, owner string) ([]job.Endpoint, error)
 	Get(ctx context.Context, owner, id string) (job.Endpoint, error)
 	Delete(ctx context.Context, owner, id string) error
-	Rotate(ctx context.Context, owner, id string) (job.Endpoint, error)
+	Rotate(ctx context.Context, owner, id string, expirePrevious bool) (job.Endpoint, string, error)
 	Deliveries(ctx context.Context, j job.Job) ([]job.Delivery, error)
 	Redeliver(ctx context.Context, j job.Job, key string) (job.Delivery, error)
 }
@@ -32,7 +32,7 @@ var (
 )
 
 // endpointView is an endpoint as its owner sees it; the secret only in
-// the answers that make one (create, rotate).
+// the answers that make one (create, rotate): the store holds it sealed.
 type endpointView struct {
 	ID                    string   `json:"id"`
 	URL                   string   `json:"url"`
@@ -41,22 +41,23 @@ type endpointView struct {
 	UpdatedAt             string   `json:"updated_at"`
 	Secret                string   `json:"secret,omitempty"`
 	PreviousSecretExpires string   `json:"previous_secret_expires_at,omitempty"`
+	PreviousSecrets       int      `json:"previous_secrets"`
 	FailingSince          string   `json:"failing_since,omitempty"`
 	DisabledAt            string   `json:"disabled_at,omitempty"`
 	DisabledReason        string   `json:"disabled_reason,omitempty"`
 }
 
-func endpointOf(e job.Endpoint, withSecret bool, now func() time.Time) endpointView {
+func endpointOf(e job.Endpoint, secret string, now func() time.Time) endpointView {
 	out := endpointView{ID: e.ID, URL: e.URL, Events: []string{}, CreatedAt: timeView(e.CreatedAt), UpdatedAt: timeView(e.UpdatedAt),
 		FailingSince: timeView(e.FailingSince), DisabledAt: timeView(e.DisabledAt), DisabledReason: e.DisabledReason}
 	for _, t := range e.Events {
 		out.Events = append(out.Events, string(t))
 	}
-	if withSecret {
-		out.Secret = e.Secret
-	}
-	if e.PreviousSecret != "" && now().Before(e.PreviousUntil) {
-		out.PreviousSecretExpires = timeView(e.PreviousUntil)
+	out.Secret = secret
+	at := now()
+	if until := e.PreviousUntil(at); !until.IsZero() {
+		out.PreviousSecretExpires = timeView(until)
+		out.PreviousSecrets = len(e.Secrets(at)) - 1
 	}
 	return out
 }
@@ -197,11 +198,11 @@ func (h *Handler) createEndpoint(ctx context.Context, r *request) (reply, error)
 	if len(errs) > 0 {
 		return reply{}, invalid(errs...)
 	}
-	e, err := n.Create(ctx, r.owner, url, events)
+	e, secret, err := n.Create(ctx, r.owner, url, events)
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{status: http.StatusCreated, body: endpointOf(e, true, h.now),
+	return reply{status: http.StatusCreated, body: endpointOf(e, secret, h.now),
 		headers: map[string]string{"Location": "/v1/webhook-endpoints/" + e.ID}}, nil
 }
 
@@ -216,7 +217,7 @@ func (h *Handler) listEndpoints(ctx context.Context, r *request) (reply, error) 
 	}
 	out := endpointList{Endpoints: make([]endpointView, 0, len(eps))}
 	for _, e := range eps {
-		out.Endpoints = append(out.Endpoints, endpointOf(e, false, h.now))
+		out.Endpoints = append(out.Endpoints, endpointOf(e, "", h.now))
 	}
 	return reply{status: http.StatusOK, body: out}, nil
 }
@@ -230,7 +231,7 @@ func (h *Handler) getEndpoint(ctx context.Context, r *request) (reply, error) {
 	if err != nil {
 		return reply{}, endpointErr(err)
 	}
-	return reply{status: http.StatusOK, body: endpointOf(e, false, h.now)}, nil
+	return reply{status: http.StatusOK, body: endpointOf(e, "", h.now)}, nil
 }
 
 func (h *Handler) deleteEndpoint(ctx context.Context, r *request) (reply, error) {
@@ -249,11 +250,24 @@ func (h *Handler) rotateSecret(ctx context.Context, r *request) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	e, err := n.Rotate(ctx, r.owner, id)
+	params, err := r.query()
+	if err != nil {
+		return reply{}, err
+	}
+	var expire bool
+	switch v, ok := params["expire_previous"]; {
+	case !ok:
+	case v == "now":
+		expire = true
+	default:
+		return reply{}, invalid(FieldError{Parameter: "expire_previous",
+			Detail: "must be now (or left out: the previous secrets keep signing until they expire)"})
+	}
+	e, secret, err := n.Rotate(ctx, r.owner, id, expire)
 	if err != nil {
 		return reply{}, endpointErr(err)
 	}
-	return reply{status: http.StatusOK, body: endpointOf(e, true, h.now)}, nil
+	return reply{status: http.StatusOK, body: endpointOf(e, secret, h.now)}, nil
 }
 
 // listDeliveries shows a job's deliveries to its owner and to operators.

@@ -8,7 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
 )
 
@@ -77,8 +82,42 @@ func TestWebhookEndpoints(t *testing.T) {
 	r = e.do(t, call{method: "POST", path: "/v1/webhook-endpoints/" + id + "/rotate-secret", token: owner})
 	rotated := decode(t, r)
 	if r.status != 200 || rotated["secret"] == created["secret"] || !secret.MatchString(rotated["secret"].(string)) ||
-		rotated["previous_secret_expires_at"] == nil {
+		rotated["previous_secret_expires_at"] == nil || rotated["previous_secrets"] != 1.0 {
 		t.Fatalf("rotate: %d %v", r.status, rotated)
+	}
+	// A second rotation keeps both earlier secrets signing.
+	r = e.do(t, call{method: "POST", path: "/v1/webhook-endpoints/" + id + "/rotate-secret", token: owner})
+	again := decode(t, r)
+	if r.status != 200 || again["previous_secrets"] != 2.0 {
+		t.Fatalf("second rotate: %d %v", r.status, again)
+	}
+	// The item as stored (what a backup or an export keeps) holds none of
+	// the three secrets, nor their key bytes, in the clear.
+	item, err := e.db.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(e.names.Endpoints),
+		Key: map[string]types.AttributeValue{dynamo.AttrOwner: &types.AttributeValueMemberS{Value: "owner-1"},
+			dynamo.AttrEndpointID: &types.AttributeValueMemberS{Value: id}}})
+	if err != nil || item.Item == nil {
+		t.Fatalf("read the item: %v", err)
+	}
+	raw, err := json.Marshal(item.Item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []map[string]any{created, rotated, again} {
+		s := m["secret"].(string)
+		if strings.Contains(string(raw), strings.TrimPrefix(s, "whsec_")) || strings.Contains(string(raw), "whsec_") {
+			t.Fatalf("the stored item shows secret %s: %s", s, raw)
+		}
+	}
+	for q, status := range map[string]int{"?expire_previous=later": 422, "?expire_previous=now&expire_previous=now": 400} {
+		if r := e.do(t, call{method: "POST", path: "/v1/webhook-endpoints/" + id + "/rotate-secret" + q, token: owner}); r.status != status {
+			t.Fatalf("rotate%s: %d %s, want %d", q, r.status, r.body, status)
+		}
+	}
+	// After a leak: every earlier secret ends at once.
+	r = e.do(t, call{method: "POST", path: "/v1/webhook-endpoints/" + id + "/rotate-secret?expire_previous=now", token: owner})
+	if m := decode(t, r); r.status != 200 || m["previous_secrets"] != 0.0 || m["previous_secret_expires_at"] != nil {
+		t.Fatalf("rotate, expire previous: %d %v", r.status, m)
 	}
 	if r := e.do(t, call{method: "DELETE", path: "/v1/webhook-endpoints/" + id, token: owner}); r.status != http.StatusNoContent || len(r.body) != 0 {
 		t.Fatalf("delete: %d %s", r.status, r.body)

@@ -212,6 +212,8 @@ func problemOf(err error) problem {
 	case errors.As(err, &reused):
 		code, p.JobID = CodeIdempotencyKeyReused, reused.JobID
 		p.Detail = "this Idempotency-Key already names a job created from a different request"
+	case errors.Is(err, job.ErrTooManySecrets):
+		code, p.Detail = CodeConflict, fmt.Sprintf("%d rotated secrets of this endpoint still sign; rotate with expire_previous=now, or once the oldest expires", job.MaxPreviousSecrets)
 	case tooManyEndpoints(err):
 		code, p.Detail = CodeConflict, "this owner has as many webhook endpoints as it may; delete one first"
 	case errors.Is(err, job.ErrNotFound), errors.Is(err, job.ErrAttemptNotFound):

@@ -40,6 +40,10 @@ const (
 	// that record jobs' events hand them to at once (lifecycle.Handoff);
 	// unset, the notifier's schedule finds them.
 	EnvNotifyFunction = "ONEJOB_NOTIFY_FUNCTION"
+	// EnvSecretsKey is the KMS key (ARN) the webhook signing secrets are
+	// sealed with: the api function may only generate data keys with it,
+	// the notify function only decrypt (review M4).
+	EnvSecretsKey = "ONEJOB_SECRETS_KEY"
 )
 
 // TableEnv is the variable holding a table's physical name, by its logical
@@ -59,6 +63,8 @@ type Env struct {
 	AdminClaim, AdminValue string
 	// NotifyFunction is the notify function's name (EnvNotifyFunction).
 	NotifyFunction string
+	// SecretsKey is the KMS key of the webhook secrets (EnvSecretsKey).
+	SecretsKey string
 	// QuotaUnfinishedJobs and QuotaHeldRequests are the owners' quotas;
 	// QuotaCreatesPerMinute and QuotaCreateBurst their create rate.
 	QuotaUnfinishedJobs, QuotaHeldRequests  int
@@ -127,6 +133,7 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 		AdminClaim:            getenv(EnvAdminClaim),
 		AdminValue:            getenv(EnvAdminValue),
 		NotifyFunction:        getenv(EnvNotifyFunction),
+		SecretsKey:            getenv(EnvSecretsKey),
 	}
 }
 
@@ -137,6 +144,7 @@ type Need int
 // What a function may need.
 const (
 	NeedStateMachine Need = 1 << iota
+	NeedSecretsKey
 )
 
 // Validate reports every missing setting at once.
@@ -158,6 +166,9 @@ func (e Env) Validate(needs Need) error {
 	}
 	if needs&NeedStateMachine != 0 && e.StateMachineARN == "" {
 		missing = append(missing, fmt.Errorf("%s is not set", EnvStateMachineARN))
+	}
+	if needs&NeedSecretsKey != 0 && e.SecretsKey == "" {
+		missing = append(missing, fmt.Errorf("%s is not set", EnvSecretsKey))
 	}
 	return errors.Join(missing...)
 }

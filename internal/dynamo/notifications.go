@@ -25,25 +25,30 @@ import (
 
 // Attribute names of endpoint and delivery items.
 const (
-	eURL           = "url"
-	eEvents        = "events"
-	eSecret        = "secret"
-	ePrevSecret    = "previous_secret"
-	ePrevUntil     = "previous_until"
-	eFailingSince  = "failing_since"
-	eSlowSince     = "slow_since"
-	eLastFailure   = "last_failure_at"
-	eDisabledAt    = "disabled_at"
-	eDisabledWhy   = "disabled_reason"
-	dMessageID     = "message_id"
-	dBody          = "body"
-	dTries         = "tries"
-	dFrom          = "from"
-	dStatus        = "http_status"
-	dErrorText     = "error"
-	dLatency       = "latency_ms"
-	dueShards      = 4
-	nextAtOrdering = sortTime
+	eURL         = "url"
+	eEvents      = "events"
+	eSecret      = "secret"
+	ePrevSecrets = "previous_secrets" // a list of {sealed, until}
+	ePrevSealed  = "sealed"
+	ePrevUntil   = "until"
+	// An endpoint item written before the list held one previous secret
+	// in these; it is still read.
+	eLegacyPrevSecret = "previous_secret"
+	eLegacyPrevUntil  = "previous_until"
+	eFailingSince     = "failing_since"
+	eSlowSince        = "slow_since"
+	eLastFailure      = "last_failure_at"
+	eDisabledAt       = "disabled_at"
+	eDisabledWhy      = "disabled_reason"
+	dMessageID        = "message_id"
+	dBody             = "body"
+	dTries            = "tries"
+	dFrom             = "from"
+	dStatus           = "http_status"
+	dErrorText        = "error"
+	dLatency          = "latency_ms"
+	dueShards         = 4
+	nextAtOrdering    = sortTime
 )
 
 var _ lifecycle.NotificationStore = (*Store)(nil)
@@ -94,8 +99,12 @@ func encodeEndpoint(e job.Endpoint) map[string]types.AttributeValue {
 		}
 		item[eEvents] = &types.AttributeValueMemberL{Value: l}
 	}
-	if e.PreviousSecret != "" {
-		item[ePrevSecret], item[ePrevUntil] = avS(e.PreviousSecret), avT(e.PreviousUntil)
+	if len(e.Previous) > 0 {
+		l := make([]types.AttributeValue, len(e.Previous))
+		for i, p := range e.Previous {
+			l[i] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{ePrevSealed: avS(p.Sealed), ePrevUntil: avT(p.Until)}}
+		}
+		item[ePrevSecrets] = &types.AttributeValueMemberL{Value: l}
 	}
 	if !e.SlowSince.IsZero() {
 		item[eSlowSince] = avT(e.SlowSince)
@@ -116,7 +125,6 @@ func decodeEndpoint(item map[string]types.AttributeValue) (job.Endpoint, error) 
 	d := decoder{m: item}
 	e := job.Endpoint{
 		Owner: d.str(AttrOwner, true), ID: d.str(AttrEndpointID, true), URL: d.str(eURL, true), Secret: d.str(eSecret, true),
-		PreviousSecret: d.str(ePrevSecret, false), PreviousUntil: d.time(ePrevUntil, false),
 		CreatedAt: d.time(aCreatedAt, true), UpdatedAt: d.time(aUpdatedAt, true), Revision: d.num(aRevision, true),
 		SlowSince: d.time(eSlowSince, false), FailingSince: d.time(eFailingSince, false), LastFailureAt: d.time(eLastFailure, false), DisabledAt: d.time(eDisabledAt, false), DisabledReason: d.str(eDisabledWhy, false),
 	}
@@ -126,6 +134,22 @@ func decodeEndpoint(item map[string]types.AttributeValue) (job.Endpoint, error) 
 				e.Events = append(e.Events, job.EventType(sv.Value))
 			}
 		}
+	}
+	if l, ok := item[ePrevSecrets].(*types.AttributeValueMemberL); ok {
+		for _, v := range l.Value {
+			m, ok := v.(*types.AttributeValueMemberM)
+			if !ok {
+				d.fail(ePrevSecrets)
+				continue
+			}
+			pd := decoder{m: m.Value}
+			e.Previous = append(e.Previous, job.PreviousSecret{Sealed: pd.str(ePrevSealed, true), Until: pd.time(ePrevUntil, true)})
+			if pd.err != nil {
+				d.fail(ePrevSecrets)
+			}
+		}
+	} else if prev := d.str(eLegacyPrevSecret, false); prev != "" {
+		e.Previous = []job.PreviousSecret{{Sealed: prev, Until: d.time(eLegacyPrevUntil, true)}}
 	}
 	return e, d.err
 }

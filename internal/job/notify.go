@@ -3,6 +3,7 @@ package job
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -117,6 +118,9 @@ const (
 	SecretOverlap = 24 * time.Hour
 	// SecretPrefix starts every signing secret (Standard Webhooks).
 	SecretPrefix = "whsec_"
+	// MaxPreviousSecrets is how many rotated secrets may still be in their
+	// overlap: every delivery carries one signature per secret.
+	MaxPreviousSecrets = 4
 )
 
 // Endpoint is where an owner's events go.
@@ -125,12 +129,13 @@ type Endpoint struct {
 	Owner  string
 	URL    string
 	Events []EventType // empty: every type
-	// Secret signs every delivery; PreviousSecret too, until PreviousUntil.
-	Secret         string
-	PreviousSecret string
-	PreviousUntil  time.Time
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// Secret signs every delivery; each of Previous too, until its Until.
+	// Both are sealed (lifecycle.Sealer): only the sender can open them,
+	// and these rules never need to.
+	Secret    string
+	Previous  []PreviousSecret
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// FailingSince is the first failed try of the current run of failures
 	// (no delivery, no gap over FailureGap between failures); zero while
 	// the endpoint answers. LastFailureAt is the latest failure recorded
@@ -153,11 +158,42 @@ func (e Endpoint) Disabled() bool { return !e.DisabledAt.IsZero() }
 // Wants reports whether the endpoint asked for events of type t.
 func (e Endpoint) Wants(t EventType) bool { return len(e.Events) == 0 || slices.Contains(e.Events, t) }
 
-// Secrets are the secrets a delivery at now is signed with, newest first.
+// PreviousSecret is a rotated secret that still signs until Until.
+type PreviousSecret struct {
+	Sealed string
+	Until  time.Time
+}
+
+// Secrets are the (sealed) secrets a delivery at now is signed with,
+// newest first.
 func (e Endpoint) Secrets(now time.Time) []string {
 	out := []string{e.Secret}
-	if e.PreviousSecret != "" && now.Before(e.PreviousUntil) {
-		out = append(out, e.PreviousSecret)
+	for _, p := range e.previousAt(now) {
+		out = append(out, p.Sealed)
+	}
+	return out
+}
+
+// PreviousUntil is when the last rotated secret stops signing; zero when
+// none still does.
+func (e Endpoint) PreviousUntil(now time.Time) time.Time {
+	var last time.Time
+	for _, p := range e.previousAt(now) {
+		if p.Until.After(last) {
+			last = p.Until
+		}
+	}
+	return last
+}
+
+// previousAt are the rotated secrets still in their overlap at now, newest
+// first.
+func (e Endpoint) previousAt(now time.Time) []PreviousSecret {
+	var out []PreviousSecret
+	for _, p := range e.Previous {
+		if now.Before(p.Until) {
+			out = append(out, p)
+		}
 	}
 	return out
 }
@@ -318,15 +354,32 @@ func eventTypeList() string {
 	return strings.Join(names, ", ")
 }
 
-// DecideRotate replaces an endpoint's secret; the old one keeps signing
-// for SecretOverlap.
-func DecideRotate(e Endpoint, secret string, now time.Time) Endpoint {
+// ErrTooManySecrets refuses a rotation while MaxPreviousSecrets rotated
+// secrets are still in their overlap (expiring them at once is allowed).
+var ErrTooManySecrets = errors.New("too many secrets in their overlap")
+
+// DecideRotate replaces an endpoint's (sealed) secret. The old one keeps
+// signing for SecretOverlap, as does every earlier one still in its own
+// overlap, so a second rotation never drops a secret a receiver may still
+// use; expirePrevious drops them all at once (after a leak), the old one
+// with them.
+func DecideRotate(e Endpoint, sealed string, expirePrevious bool, now time.Time) (Endpoint, error) {
 	now = now.UTC()
-	e.PreviousSecret, e.PreviousUntil = e.Secret, now.Add(SecretOverlap)
-	e.Secret = secret
+	prev := e.previousAt(now)
+	switch {
+	case expirePrevious:
+		prev = nil
+	case len(prev) >= MaxPreviousSecrets:
+		return Endpoint{}, fmt.Errorf("%w: at most %d rotated secrets sign at once; expire them (expire_previous=now) or wait until %s",
+			ErrTooManySecrets, MaxPreviousSecrets, prev[len(prev)-1].Until.Format(time.RFC3339))
+	default:
+		prev = append([]PreviousSecret{{Sealed: e.Secret, Until: now.Add(SecretOverlap)}}, prev...)
+	}
+	e.Previous = prev
+	e.Secret = sealed
 	e.UpdatedAt = now
 	e.Revision++
-	return e
+	return e, nil
 }
 
 // ---- deliveries ---------------------------------------------------------------

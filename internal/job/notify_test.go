@@ -2,7 +2,10 @@ package job_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/netip"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -271,6 +274,63 @@ func TestCheckURLPortsAndLiterals(t *testing.T) {
 			t.Parallel()
 			if err := c.rule.CheckURL(c.url); (err == nil) != c.ok {
 				t.Fatalf("CheckURL(%s) = %v, want ok %v", c.url, err, c.ok)
+			}
+		})
+	}
+}
+
+// Rotations keep every secret still in its overlap, each with its own
+// end; expirePrevious drops them all; too many in their overlap refuse.
+func TestDecideRotate(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := job.Endpoint{ID: "ep", Owner: "o", Secret: "s0", Revision: 1}
+	tests := []struct {
+		name    string
+		at      []time.Duration // one rotation at each offset from t0
+		expire  bool            // the last one expires the previous
+		secrets []string        // signing at the last rotation
+		err     error
+	}{
+		{"OneKeepsTheOld", []time.Duration{0}, false, []string{"s1", "s0"}, nil},
+		{"TwoKeepBoth", []time.Duration{0, time.Hour}, false, []string{"s2", "s1", "s0"}, nil},
+		{"AnExpiredOneIsDropped", []time.Duration{0, job.SecretOverlap}, false, []string{"s2", "s1"}, nil},
+		{"ExpirePreviousKeepsOnlyTheNew", []time.Duration{0, time.Hour}, true, []string{"s2"}, nil},
+		{"TooManyInTheirOverlap", []time.Duration{0, 1, 2, 3, 4}, false, nil, job.ErrTooManySecrets},
+		{"TooManyMayStillExpire", []time.Duration{0, 1, 2, 3, 4}, true, []string{"s5"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cur := e
+			var err error
+			for i, d := range tc.at {
+				last := i == len(tc.at)-1
+				var next job.Endpoint
+				next, err = job.DecideRotate(cur, "s"+strconv.Itoa(i+1), last && tc.expire, t0.Add(d))
+				if err != nil {
+					if !last {
+						t.Fatalf("rotation %d: %v", i, err)
+					}
+					break
+				}
+				if next.Revision != cur.Revision+1 {
+					t.Fatalf("revision %d after %d", next.Revision, cur.Revision)
+				}
+				cur = next
+			}
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err = %v, want %v", err, tc.err)
+			}
+			if tc.err != nil {
+				return
+			}
+			now := t0.Add(tc.at[len(tc.at)-1])
+			if got := cur.Secrets(now); !slices.Equal(got, tc.secrets) {
+				t.Fatalf("secrets %v, want %v", got, tc.secrets)
+			}
+			if until := cur.PreviousUntil(now); (len(tc.secrets) > 1) != !until.IsZero() {
+				t.Fatalf("previous until %v with %d secrets", until, len(tc.secrets))
 			}
 		})
 	}

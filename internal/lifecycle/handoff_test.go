@@ -67,6 +67,7 @@ type fairRig struct {
 	engine    *lifecycle.Engine
 	endpoints *lifecycle.Endpoints
 	handoff   *recordingHandoff
+	opener    lifecycle.Opener
 }
 
 func newFairRig(t *testing.T) *fairRig {
@@ -79,16 +80,18 @@ func newFairRig(t *testing.T) *fairRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: st, NowFunc: c.Now, Rule: job.URLRule{AllowLoopbackHTTP: true}})
+	sealer, opener := sealKeys(t)
+	eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: st, NowFunc: c.Now, Rule: job.URLRule{AllowLoopbackHTTP: true},
+		Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fairRig{clock: c, store: st, engine: eng, endpoints: eps, handoff: h}
+	return &fairRig{clock: c, store: st, engine: eng, endpoints: eps, handoff: h, opener: opener}
 }
 
 func (r *fairRig) notifier(t *testing.T, sender lifecycle.Sender, parallel, ownerParallel int) *lifecycle.Notifier {
 	t.Helper()
-	n, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: r.store, Notices: r.store, Sender: sender, NowFunc: r.clock.Now,
+	n, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: r.store, Notices: r.store, Sender: sender, NowFunc: r.clock.Now, Opener: r.opener,
 		Parallel: parallel, OwnerParallel: ownerParallel,
 		BodyFunc: func(j job.Job, n job.Notice) ([]byte, error) { return json.Marshal(map[string]any{"type": n.Type}) }})
 	if err != nil {
@@ -118,11 +121,11 @@ func TestAPassIsFairBetweenOwners(t *testing.T) {
 	r := newFairRig(t)
 	ctx := context.Background()
 	for i := range 3 {
-		if _, err := r.endpoints.Create(ctx, "hog", fmt.Sprintf("http://127.0.0.1:9/hog-%d", i), nil); err != nil {
+		if _, _, err := r.endpoints.Create(ctx, "hog", fmt.Sprintf("http://127.0.0.1:9/hog-%d", i), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := r.endpoints.Create(ctx, "other", "http://127.0.0.1:9/other", nil); err != nil {
+	if _, _, err := r.endpoints.Create(ctx, "other", "http://127.0.0.1:9/other", nil); err != nil {
 		t.Fatal(err)
 	}
 	r.endedJob(t, "hog", "h1")
@@ -166,7 +169,7 @@ func TestAHandoffTriesItsJobAtOnce(t *testing.T) {
 	t.Parallel()
 	r := newFairRig(t)
 	ctx := context.Background()
-	if _, err := r.endpoints.Create(ctx, "o", "http://127.0.0.1:9/o", nil); err != nil {
+	if _, _, err := r.endpoints.Create(ctx, "o", "http://127.0.0.1:9/o", nil); err != nil {
 		t.Fatal(err)
 	}
 	first, second := r.endedJob(t, "o", "k1"), r.endedJob(t, "o", "k2")

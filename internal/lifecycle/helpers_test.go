@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/onejob/onejob/internal/dev/sealbox"
 	"log/slog"
 	"slices"
 	"strings"
@@ -507,4 +508,23 @@ func sameEvents(t *testing.T, e *events, want ...string) {
 
 func logged(logs *testenv.SyncBuffer, msg string) int {
 	return strings.Count(logs.String(), `"msg":"`+msg+`"`)
+}
+
+// sealKeys are a fresh local key's sealing and opening sides, as the
+// API and the notify function hold them.
+func sealKeys(t *testing.T) (*sealbox.Sealer, *sealbox.Opener) {
+	t.Helper()
+	key, err := sealbox.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sealbox.NewSealer(key.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := sealbox.NewOpener(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, o
 }

@@ -107,6 +107,9 @@ var ErrTooManyEndpoints = errors.New("too many endpoints")
 // EndpointsConfig wires Endpoints.
 type EndpointsConfig struct {
 	Store NotificationStore
+	// Sealer seals every new secret before it is stored; the API cannot
+	// open what it sealed.
+	Sealer Sealer
 	// Rule says which URLs are accepted (locally, loopback http).
 	Rule job.URLRule
 	// Limit bounds an owner's endpoints; 0 is job.MaxEndpointsPerOwner.
@@ -123,8 +126,8 @@ type Endpoints struct {
 
 // NewEndpoints checks the store and defaults the rest.
 func NewEndpoints(c EndpointsConfig) (*Endpoints, error) {
-	if c.Store == nil {
-		return nil, errors.New("lifecycle: endpoints need a notification store")
+	if c.Store == nil || c.Sealer == nil {
+		return nil, errors.New("lifecycle: endpoints need a notification store and a sealer")
 	}
 	if c.Limit <= 0 {
 		c.Limit = job.MaxEndpointsPerOwner
@@ -156,28 +159,42 @@ func newEndpointID() (string, error) {
 	return "ep_" + hex.EncodeToString(b), nil
 }
 
-// Create registers an endpoint for owner; its secret is in the answer,
-// and only there.
-func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.EventType) (job.Endpoint, error) {
+// newSealed is a new secret, and the same sealed for the endpoint's item.
+func (x *Endpoints) newSealed(ctx context.Context, owner, id string) (secret, sealed string, err error) {
+	if secret, err = NewSecret(); err != nil {
+		return "", "", err
+	}
+	if sealed, err = x.cfg.Sealer.Seal(ctx, SealScope{Owner: owner, EndpointID: id}, secret); err != nil {
+		return "", "", err
+	}
+	return secret, sealed, nil
+}
+
+// Create registers an endpoint for owner. Its secret is returned here,
+// and only here: the store holds it sealed.
+func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.EventType) (job.Endpoint, string, error) {
 	id, err := newEndpointID()
 	if err != nil {
-		return job.Endpoint{}, err
-	}
-	secret, err := NewSecret()
-	if err != nil {
-		return job.Endpoint{}, err
+		return job.Endpoint{}, "", err
 	}
 	now := x.cfg.NowFunc()
-	e, err := job.NewEndpoint(owner, id, url, events, secret, x.cfg.Rule, now)
+	if _, err := job.NewEndpoint(owner, id, url, events, "", x.cfg.Rule, now); err != nil {
+		return job.Endpoint{}, "", err // refused before any key is used
+	}
+	secret, sealed, err := x.newSealed(ctx, owner, id)
 	if err != nil {
-		return job.Endpoint{}, err
+		return job.Endpoint{}, "", err
+	}
+	e, err := job.NewEndpoint(owner, id, url, events, sealed, x.cfg.Rule, now)
+	if err != nil {
+		return job.Endpoint{}, "", err
 	}
 	ok, err := x.cfg.Store.CountEndpoint(ctx, owner, x.cfg.Limit, now)
 	if err != nil {
-		return job.Endpoint{}, err
+		return job.Endpoint{}, "", err
 	}
 	if !ok {
-		return job.Endpoint{}, fmt.Errorf("%w: an owner has at most %d", ErrTooManyEndpoints, x.cfg.Limit)
+		return job.Endpoint{}, "", fmt.Errorf("%w: an owner has at most %d", ErrTooManyEndpoints, x.cfg.Limit)
 	}
 	if err := x.cfg.Store.PutEndpoint(ctx, e); err != nil {
 		// The count came first: give it back unless the endpoint was
@@ -189,10 +206,10 @@ func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.
 				x.cfg.Logger.WarnContext(ctx, "endpoint_uncount_failed", "owner", owner, "error", uerr.Error())
 			}
 		}
-		return job.Endpoint{}, err
+		return job.Endpoint{}, "", err
 	}
 	x.cfg.Logger.InfoContext(ctx, "endpoint_created", "owner", owner, "endpoint_id", e.ID)
-	return e, nil
+	return e, secret, nil
 }
 
 // List lists owner's endpoints.
@@ -219,28 +236,34 @@ func (x *Endpoints) Delete(ctx context.Context, owner, id string) error {
 	return nil
 }
 
-// Rotate gives an endpoint a new secret; the old one keeps signing for
-// job.SecretOverlap.
-func (x *Endpoints) Rotate(ctx context.Context, owner, id string) (job.Endpoint, error) {
+// Rotate gives an endpoint a new secret, returned here and only here; the
+// old one keeps signing for job.SecretOverlap, unless expirePrevious ends
+// it and every earlier one at once.
+func (x *Endpoints) Rotate(ctx context.Context, owner, id string, expirePrevious bool) (job.Endpoint, string, error) {
 	for range maxTries {
 		e, err := x.cfg.Store.Endpoint(ctx, owner, id)
 		if err != nil {
-			return job.Endpoint{}, err
+			return job.Endpoint{}, "", err
 		}
-		secret, err := NewSecret()
+		secret, sealed, err := x.newSealed(ctx, owner, id)
 		if err != nil {
-			return job.Endpoint{}, err
+			return job.Endpoint{}, "", err
 		}
-		after := job.DecideRotate(e, secret, x.cfg.NowFunc())
+		after, err := job.DecideRotate(e, sealed, expirePrevious, x.cfg.NowFunc())
+		if err != nil {
+			return job.Endpoint{}, "", err
+		}
 		ok, err := x.cfg.Store.SaveEndpoint(ctx, e, after)
 		if err != nil {
-			return job.Endpoint{}, err
+			return job.Endpoint{}, "", err
 		}
 		if ok {
-			return after, nil
+			x.cfg.Logger.InfoContext(ctx, "endpoint_secret_rotated", "owner", owner, "endpoint_id", id,
+				"previous_secrets", len(after.Previous), "expire_previous", expirePrevious)
+			return after, secret, nil
 		}
 	}
-	return job.Endpoint{}, fmt.Errorf("%w endpoint %s", ErrContention, id)
+	return job.Endpoint{}, "", fmt.Errorf("%w endpoint %s", ErrContention, id)
 }
 
 // Deliveries lists a job's deliveries (the caller checked it may see it).
@@ -273,6 +296,9 @@ type NotifierConfig struct {
 	Store   Store
 	Notices NotificationStore
 	Sender  Sender
+	// Opener opens the endpoints' sealed secrets (only the notify
+	// function's key can).
+	Opener Opener
 	// BodyFunc is the body of a notice's deliveries: the owner's view of
 	// the job (never a provider's text).
 	BodyFunc func(j job.Job, n job.Notice) ([]byte, error)
@@ -300,13 +326,14 @@ type NotifierConfig struct {
 // due ones. It runs in passes (Pass): the notify function on a schedule,
 // locally a loop of the stack.
 type Notifier struct {
-	cfg NotifierConfig
+	cfg     NotifierConfig
+	secrets *openCache
 }
 
 // NewNotifier checks the wiring and defaults the rest.
 func NewNotifier(c NotifierConfig) (*Notifier, error) {
-	if c.Store == nil || c.Notices == nil || c.Sender == nil || c.BodyFunc == nil {
-		return nil, errors.New("lifecycle: the notifier needs a store, a notification store, a sender and a body")
+	if c.Store == nil || c.Notices == nil || c.Sender == nil || c.BodyFunc == nil || c.Opener == nil {
+		return nil, errors.New("lifecycle: the notifier needs a store, a notification store, a sender, a body and an opener")
 	}
 	if c.Schedule == nil {
 		c.Schedule = job.DefaultRetrySchedule()
@@ -335,7 +362,7 @@ func NewNotifier(c NotifierConfig) (*Notifier, error) {
 	if c.Events == nil {
 		c.Events = NoNotificationEvents{}
 	}
-	return &Notifier{cfg: c}, nil
+	return &Notifier{cfg: c, secrets: newOpenCache(c.Opener)}, nil
 }
 
 // PassReport says what a pass did.
@@ -558,7 +585,14 @@ func (n *Notifier) deliver(ctx context.Context, d job.Delivery) (tried, delivere
 		return false, false, err
 	}
 	now := n.cfg.NowFunc()
-	res := n.cfg.Sender.Send(ctx, Message{URL: e.URL, ID: d.MessageID, Secrets: e.Secrets(now), Body: d.Body, Timeout: e.TryTimeout()})
+	secrets, err := n.secrets.open(ctx, e, e.Secrets(now), now)
+	if err != nil {
+		// Not the endpoint's fault: the claim's lease runs out and a later
+		// pass tries again.
+		log.ErrorContext(ctx, "endpoint_secret_unopened", "owner", d.Owner, "endpoint_id", d.EndpointID, "error", err.Error())
+		return false, false, err
+	}
+	res := n.cfg.Sender.Send(ctx, Message{URL: e.URL, ID: d.MessageID, Secrets: secrets, Body: d.Body, Timeout: e.TryTimeout()})
 	now = n.cfg.NowFunc()
 	after := job.DecideTry(claimed, res, n.cfg.Schedule, now)
 	saved, err := n.cfg.Notices.SaveDelivery(ctx, claimed, after)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,12 +58,14 @@ func newNotifyRig(t *testing.T, script map[string][]int) *notifyRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: st, NowFunc: c.Now, Rule: job.URLRule{AllowLoopbackHTTP: true}})
+	sealer, opener := sealKeys(t)
+	eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: st, NowFunc: c.Now, Rule: job.URLRule{AllowLoopbackHTTP: true},
+		Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sender := &scriptedSender{script: script}
-	n, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: st, Notices: st, Sender: sender, NowFunc: c.Now,
+	n, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: st, Notices: st, Sender: sender, NowFunc: c.Now, Opener: opener,
 		BodyFunc: func(j job.Job, n job.Notice) ([]byte, error) {
 			return json.Marshal(map[string]any{"type": n.Type, "data": map[string]any{"id": j.ID, "status": j.Status}})
 		}})
@@ -123,7 +127,7 @@ func TestNotifier(t *testing.T) {
 			var e job.Endpoint
 			if !c.noEndpoint {
 				var err error
-				if e, err = r.endpoints.Create(ctx, "o", url, c.events); err != nil {
+				if e, _, err = r.endpoints.Create(ctx, "o", url, c.events); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -173,15 +177,25 @@ func TestRedeliverAndRotate(t *testing.T) {
 	const url = "http://127.0.0.1:9/hooks"
 	r := newNotifyRig(t, nil)
 	ctx := context.Background()
-	e, err := r.endpoints.Create(ctx, "o", url, nil)
+	e, first, err := r.endpoints.Create(ctx, "o", url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The store holds the secret sealed; the sender signs with it opened.
+	if stored, err := r.store.Endpoint(ctx, "o", e.ID); err != nil || strings.Contains(stored.Secret, first) ||
+		!strings.HasPrefix(first, job.SecretPrefix) {
+		t.Fatalf("stored %q for secret %q: %v", stored.Secret, first, err)
+	}
 	j := r.cancelledJob(t, "o", "k")
 	r.pass(t)
-	rotated, err := r.endpoints.Rotate(ctx, "o", e.ID)
-	if err != nil || rotated.Secret == e.Secret || rotated.PreviousSecret != e.Secret {
+	rotated, second, err := r.endpoints.Rotate(ctx, "o", e.ID, false)
+	if err != nil || second == first || rotated.Secret == e.Secret || len(rotated.Previous) != 1 || rotated.Previous[0].Sealed != e.Secret {
 		t.Fatalf("rotate: %+v %v", rotated, err)
+	}
+	r.clock.Advance(time.Hour)
+	_, third, err := r.endpoints.Rotate(ctx, "o", e.ID, false)
+	if err != nil {
+		t.Fatal(err)
 	}
 	ds, _ := r.endpoints.Deliveries(ctx, j)
 	if _, err := r.endpoints.Redeliver(ctx, j, ds[0].Key()); err != nil {
@@ -189,16 +203,30 @@ func TestRedeliverAndRotate(t *testing.T) {
 	}
 	r.pass(t)
 	sent := r.sender.messages()
-	if len(sent) != 2 || sent[1].ID != sent[0].ID || len(sent[1].Secrets) != 2 {
-		t.Fatalf("sent %+v, want the same message again, signed with both secrets", sent)
+	if len(sent) != 2 || sent[1].ID != sent[0].ID || !slices.Equal(sent[0].Secrets, []string{first}) ||
+		!slices.Equal(sent[1].Secrets, []string{third, second, first}) {
+		t.Fatalf("sent %+v, want the same message again, signed with all three secrets, newest first", sent)
 	}
-	r.clock.Advance(job.SecretOverlap)
+	// A second rotation never dropped the first; the overlap ends each.
+	r.clock.Advance(job.SecretOverlap - time.Hour)
 	if _, err := r.endpoints.Redeliver(ctx, j, ds[0].Key()); err != nil {
 		t.Fatal(err)
 	}
 	r.pass(t)
-	if sent := r.sender.messages(); len(sent[2].Secrets) != 1 {
-		t.Fatalf("after the overlap: %d secrets", len(sent[2].Secrets))
+	if sent := r.sender.messages(); !slices.Equal(sent[2].Secrets, []string{third, second}) {
+		t.Fatalf("after the first overlap: %v", sent[2].Secrets)
+	}
+	// After a leak: a rotation that expires every earlier secret at once.
+	_, fourth, err := r.endpoints.Rotate(ctx, "o", e.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.endpoints.Redeliver(ctx, j, ds[0].Key()); err != nil {
+		t.Fatal(err)
+	}
+	r.pass(t)
+	if sent := r.sender.messages(); !slices.Equal(sent[3].Secrets, []string{fourth}) {
+		t.Fatalf("after expire_previous: %v", sent[3].Secrets)
 	}
 	if err := r.endpoints.Delete(ctx, "o", e.ID); err != nil {
 		t.Fatal(err)
@@ -241,13 +269,14 @@ func TestAFailedEndpointCreateKeepsNoSlot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			st := memstore.NewAt(func() time.Time { return t0 })
+			sealer, _ := sealKeys(t)
 			eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: failingPut{Store: st, applied: tc.applied},
-				NowFunc: func() time.Time { return t0 }, Limit: 2, Rule: job.URLRule{AllowLoopbackHTTP: true}})
+				NowFunc: func() time.Time { return t0 }, Limit: 2, Rule: job.URLRule{AllowLoopbackHTTP: true}, Sealer: sealer})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for range 3 {
-				if _, err := eps.Create(context.Background(), "alice", "http://127.0.0.1:9/hook", nil); err == nil {
+				if _, _, err := eps.Create(context.Background(), "alice", "http://127.0.0.1:9/hook", nil); err == nil {
 					t.Fatal("a failed write was answered as created")
 				} else if errors.Is(err, lifecycle.ErrTooManyEndpoints) && !tc.applied {
 					t.Fatalf("failed creates used up the owner's endpoints: %v", err)

@@ -247,10 +247,15 @@ export interface paths {
         put?: never;
         /**
          * Give the endpoint a new signing secret; the old one keeps signing for 24 hours.
-         * @description The answer carries the new secret (and only this answer). For 24
-         *     hours (`previous_secret_expires_at`) every delivery carries two
-         *     signatures in `webhook-signature`, one per secret, so a receiver can
-         *     switch over without refusing a delivery.
+         * @description The answer carries the new secret (and only this answer: the store
+         *     holds secrets sealed with a key the API cannot decrypt with). For 24
+         *     hours every delivery also carries a signature in `webhook-signature`
+         *     by the old secret, so a receiver can switch over without refusing a
+         *     delivery. A second rotation within those hours keeps the first old
+         *     secret too, each until its own end (`previous_secrets` counts them,
+         *     `previous_secret_expires_at` is when the last ends); at most 4 sign
+         *     at once (409 `conflict` past that). After a leak,
+         *     `expire_previous=now` ends every earlier secret at once.
          */
         post: operations["rotateWebhookSecret"];
         delete?: never;
@@ -589,8 +594,13 @@ export interface components {
             updated_at: components["schemas"]["Timestamp"];
             /** @description The signing secret, only in the answers that make one (create, rotate-secret). */
             secret?: string;
-            /** @description After a rotation, until when the previous secret also signs. */
+            /** @description After a rotation, until when the last of the previous secrets also signs. */
             previous_secret_expires_at?: components["schemas"]["Timestamp"];
+            /**
+             * Format: int32
+             * @description How many earlier secrets still sign beside the current one (each for 24 hours after the rotation that replaced it).
+             */
+            previous_secrets: number;
             /** @description The first failed try since the last delivery. */
             failing_since?: components["schemas"]["Timestamp"];
             disabled_at?: components["schemas"]["Timestamp"];
@@ -1154,7 +1164,8 @@ export interface components {
         };
         /**
          * @description idempotency-key-reused (with `job_id`), conflict — the job already
-         *     succeeded or failed —, or resolution-conflict (with `attempt_state`).
+         *     succeeded or failed, an owner's endpoints or an endpoint's secrets
+         *     are at their bound —, or resolution-conflict (with `attempt_state`).
          */
         Conflict: {
             headers: {
@@ -1771,7 +1782,10 @@ export interface operations {
     };
     rotateWebhookSecret: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `now`: every earlier secret stops signing with this rotation. */
+                expire_previous?: "now";
+            };
             header?: never;
             path: {
                 /** @description The endpoint's ID (`ep_` and 32 hex digits); anything else is not-found. */
@@ -1795,6 +1809,8 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["Unprocessable"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];

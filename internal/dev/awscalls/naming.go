@@ -42,6 +42,8 @@ type Names struct {
 	StateMachineARN string
 	// SecretARN is the providers secret, if any is served locally.
 	SecretARN string
+	// SecretsKeyARN is the webhook secrets' KMS key, if one is used.
+	SecretsKeyARN string
 	// Functions maps what a caller names a function by (its ARN or name)
 	// to its name in deploy.Functions.
 	Functions map[string]string
@@ -73,6 +75,9 @@ var services = []service{
 	}},
 	{iam: "secretsmanager", sdkID: "Secrets Manager", target: "secretsmanager", resources: func(n Names, _ string, in Input) []Call {
 		return []Call{{Resource: n.secret(in.Str("SecretId"))}}
+	}},
+	{iam: "kms", sdkID: "KMS", target: "TrentService", resources: func(n Names, _ string, in Input) []Call {
+		return []Call{{Resource: n.secretsKey(in.Str("KeyId"))}}
 	}},
 	{iam: "lambda", sdkID: "Lambda", actions: map[string]string{"Invoke": "InvokeFunction", "InvokeWithResponseStream": "InvokeFunction"},
 		resources: func(n Names, _ string, in Input) []Call {
@@ -196,6 +201,13 @@ func (n Names) secret(id string) permissions.Resource {
 		return unknown(id)
 	}
 	return permissions.Resource{Kind: permissions.KindProvidersSecret}
+}
+
+func (n Names) secretsKey(id string) permissions.Resource {
+	if id == "" || id != n.SecretsKeyARN {
+		return unknown(id)
+	}
+	return permissions.Resource{Kind: permissions.KindSecretsKey}
 }
 
 func (n Names) function(id string) permissions.Resource {

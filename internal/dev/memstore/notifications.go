@@ -52,6 +52,7 @@ func (s *Store) UncountEndpoint(ctx context.Context, owner string, now time.Time
 
 func cloneEndpoint(e job.Endpoint) job.Endpoint {
 	e.Events = slices.Clone(e.Events)
+	e.Previous = slices.Clone(e.Previous)
 	e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
 	return e
 }

@@ -30,12 +30,13 @@ import (
 	"github.com/onejob/onejob/internal/job"
 )
 
-// Local fakes: the account, region, state machine and providers secret the
-// functions see.
+// Local fakes: the account, region, state machine, providers secret and
+// secrets key the functions see.
 const (
 	Region          = testenv.Region
 	StateMachineARN = "arn:aws:states:" + testenv.Region + ":" + testenv.AccountID + ":stateMachine:onejob-local"
 	SecretARN       = "arn:aws:secretsmanager:" + testenv.Region + ":" + testenv.AccountID + ":secret:onejob-local-providers"
+	SecretsKeyARN   = "arn:aws:kms:" + testenv.Region + ":" + testenv.AccountID + ":key/00000000-0000-4000-8000-000000000001"
 )
 
 // Config configures a Local.
@@ -247,7 +248,7 @@ func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario
 	}
 
 	rec := &recorder{fn: fn, providers: l.providers, names: awscalls.Names{TablePrefix: prefix, StateMachineARN: StateMachineARN,
-		SecretARN: SecretARN}}
+		SecretARN: SecretARN, SecretsKeyARN: SecretsKeyARN}}
 	dynURL, err := url.Parse(l.dyn.Endpoint())
 	if err != nil {
 		return nil, err
@@ -301,6 +302,12 @@ func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario
 	}
 	if permissions.Allows(fn, "secretsmanager:GetSecretValue", permissions.Resource{Kind: permissions.KindProvidersSecret}) {
 		env[deploy.EnvProvidersSecretARN] = SecretARN
+	}
+	// The webhook secrets' key for the functions that seal or open them
+	// (the stub refuses KMS: no event here makes or signs a secret).
+	key := permissions.Resource{Kind: permissions.KindSecretsKey}
+	if permissions.Allows(fn, "kms:GenerateDataKey", key) || permissions.Allows(fn, "kms:Decrypt", key) {
+		env[deploy.EnvSecretsKey] = SecretsKeyARN
 	}
 
 	ictx, cancel := context.WithTimeout(ctx, time.Duration(times)*spec.Timeout+15*time.Second)

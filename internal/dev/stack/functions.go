@@ -20,6 +20,7 @@ import (
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/lambdalocal"
+	"github.com/onejob/onejob/internal/dev/sealbox"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
@@ -148,9 +149,13 @@ func (s *Stack) composeAPI(_ context.Context, cfg Config, fc functionClients) (*
 		return nil, err
 	}
 	// Locally a webhook endpoint may be http on loopback (a receiver on
-	// this machine).
+	// this machine); its secret is sealed to the local key's public half.
+	sealer, err := sealbox.NewSealer(cfg.SecretsKey.PublicKey())
+	if err != nil {
+		return nil, err
+	}
 	endpoints, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: store, Rule: job.URLRule{AllowLoopbackHTTP: true},
-		Logger: cfg.Logger})
+		Sealer: sealer, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +260,11 @@ func (s *Stack) composeNotify(_ context.Context, cfg Config, fc functionClients)
 	if err != nil {
 		return nil, err
 	}
-	return lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: store, Notices: store, Sender: sender,
+	opener, err := sealbox.NewOpener(cfg.SecretsKey)
+	if err != nil {
+		return nil, err
+	}
+	return lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: store, Notices: store, Sender: sender, Opener: opener,
 		BodyFunc: apigw.NotificationBody, Schedule: cfg.NotifySchedule, DisableAfter: cfg.NotifyDisableAfter,
 		Lease: notifyLease, Limit: cfg.NotifyLimit, Logger: cfg.Logger, Events: s.Metrics})
 }

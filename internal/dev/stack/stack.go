@@ -9,6 +9,7 @@ package stack
 
 import (
 	"context"
+	"crypto/ecdh"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +37,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/lambdalocal"
+	"github.com/onejob/onejob/internal/dev/sealbox"
 	"github.com/onejob/onejob/internal/dev/sfnlocal"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
@@ -73,7 +75,11 @@ type Config struct {
 	// credentials an existing DynamoDB keeps its tables under).
 	DynamoOptions []func(*dynamodb.Options)
 	// DynamoPath keeps the started dynalite's data on disk.
-	DynamoPath  string
+	DynamoPath string
+	// SecretsKey seals the webhook signing secrets (sealbox; KMS deployed):
+	// the api side gets its public key only, the notify side the key. Nil
+	// makes one for this stack (sealbox.LoadOrCreate keeps one on disk).
+	SecretsKey  *ecdh.PrivateKey
 	TablePrefix string
 	// Providers join the simulated ones (sim-primary, sim-fallback); a job
 	// type runs on those it lists by name. Their credential_ref names an
@@ -165,6 +171,13 @@ func (c *Config) defaults() error {
 	}
 	if c.JWTSecret == "" {
 		c.JWTSecret = apigwlocal.NewLocalSecret()
+	}
+	if c.SecretsKey == nil {
+		key, err := sealbox.NewKey()
+		if err != nil {
+			return err
+		}
+		c.SecretsKey = key
 	}
 	if c.TablePrefix == "" {
 		c.TablePrefix = "onejob-local"

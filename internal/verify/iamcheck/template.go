@@ -121,6 +121,8 @@ func (t *Template) index() error {
 			}
 		case "AWS::StepFunctions::StateMachine":
 			t.arns[permissions.Resource{Kind: permissions.KindStateMachine}.String()] = t.arnOf(id)
+		case "AWS::KMS::Key":
+			t.arns[permissions.Resource{Kind: permissions.KindSecretsKey}.String()] = t.arnOf(id)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -103,17 +104,40 @@ var notificationTests = []test{
 		if _, err := st.Endpoint(ctx, "other", "ep_1"); !errors.Is(err, job.ErrNotFound) {
 			t.Fatalf("another owner's read: %v", err)
 		}
-		rotated := job.DecideRotate(e, "whsec_bmV3", at(5))
+		// Two rotations: both earlier secrets are kept, each with its own
+		// end (sealed values are opaque to the store).
+		rotated, err := job.DecideRotate(e, "sealed:two", false, at(5))
+		if err != nil {
+			t.Fatal(err)
+		}
 		if ok, err := st.SaveEndpoint(ctx, e, rotated); err != nil || !ok {
 			t.Fatalf("save: %v %v", ok, err)
 		}
 		if ok, err := st.SaveEndpoint(ctx, e, rotated); err != nil || ok {
 			t.Fatalf("a stale save: %v %v", ok, err)
 		}
+		again, err := job.DecideRotate(rotated, "sealed:three", false, at(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := st.SaveEndpoint(ctx, rotated, again); err != nil || !ok {
+			t.Fatalf("second save: %v %v", ok, err)
+		}
 		list, err := st.Endpoints(ctx, "o")
-		if err != nil || len(list) != 1 || list[0].Secret != "whsec_bmV3" || list[0].PreviousSecret != e.Secret ||
-			len(list[0].Events) != 1 {
-			t.Fatalf("list %+v %v", list, err)
+		if err != nil || len(list) != 1 || list[0].Secret != "sealed:three" || len(list[0].Events) != 1 ||
+			!slices.Equal(list[0].Previous, again.Previous) || len(again.Previous) != 2 {
+			t.Fatalf("list %+v %v; want previous %+v", list, err, again.Previous)
+		}
+		// Expiring them writes the list away.
+		expired, err := job.DecideRotate(again, "sealed:four", true, at(8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := st.SaveEndpoint(ctx, again, expired); err != nil || !ok {
+			t.Fatalf("third save: %v %v", ok, err)
+		}
+		if got, err := st.Endpoint(ctx, "o", "ep_1"); err != nil || len(got.Previous) != 0 || got.Secret != "sealed:four" {
+			t.Fatalf("after expire: %+v %v", got, err)
 		}
 		if err := st.DeleteEndpoint(ctx, "o", "ep_1"); err != nil {
 			t.Fatal(err)
