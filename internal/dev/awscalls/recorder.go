@@ -100,6 +100,9 @@ func (r *Recorder) APIOption(fn string) func(*middleware.Stack) error {
 	}
 }
 
+// Names are how the recorder names calls.
+func (r *Recorder) Names() Names { return r.names }
+
 // Add records calls.
 func (r *Recorder) Add(calls ...Call) {
 	r.mu.Lock()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -12,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/smithy-go/middleware"
 
@@ -56,7 +57,7 @@ type functionClients struct {
 	// lambda reaches the local Lambda Invoke endpoint, through which the
 	// functions that record jobs' events hand them to the notify function;
 	// nil while the notifier does not run (Config.NotifyInterval 0).
-	lambda        *lambdasvc.Options
+	lambda        *aws.Config
 	handoffPaused *atomic.Bool
 }
 
@@ -69,12 +70,32 @@ func (fc functionClients) handoff(fn string) (lifecycle.Handoff, error) {
 	case fn != deploy.FnAPI && fn != deploy.FnRun && fn != deploy.FnHold:
 		return nil, nil // they record no events
 	}
-	client := lambdasvc.New(*fc.lambda, func(o *lambdasvc.Options) { o.APIOptions = append(o.APIOptions, fc.tag(fn)...) })
-	inv, err := lambdainvoke.New(client, lambdalocal.FunctionARN(region, accountID, deploy.FnNotify))
+	// The adapter signs Lambda's REST call itself (no SDK client to tag):
+	// its HTTP client records each invoke as fn's call.
+	cfg := *fc.lambda
+	cfg.HTTPClient = recordedInvokes{fn: fn, calls: fc.calls, next: &http.Client{}}
+	inv, err := lambdainvoke.New(lambdainvoke.Config{AWS: cfg, Endpoint: aws.ToString(cfg.BaseEndpoint),
+		Function: lambdalocal.FunctionARN(region, accountID, deploy.FnNotify)})
 	if err != nil {
 		return nil, err
 	}
 	return pausable{next: inv, paused: fc.handoffPaused}, nil
+}
+
+// recordedInvokes records each request as the Lambda Invoke of the
+// function its path names, made by fn (what the SDK middleware records for
+// the other clients).
+type recordedInvokes struct {
+	fn    string
+	calls *awscalls.Recorder
+	next  *http.Client
+}
+
+func (r recordedInvokes) Do(req *http.Request) (*http.Response, error) {
+	name, _ := strings.CutPrefix(req.URL.Path, "/2015-03-31/functions/")
+	name, _ = strings.CutSuffix(name, "/invocations")
+	r.calls.Add(r.calls.Names().CallsOf(r.fn, "Lambda", "Invoke", struct{ FunctionName string }{name})...)
+	return r.next.Do(req)
 }
 
 // pausable is a hand-off the stack can pause (Stack.PauseHandoff): the

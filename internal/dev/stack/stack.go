@@ -28,7 +28,6 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/onejob/onejob/internal/apigw"
@@ -398,7 +397,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	lambdaURL := "http://" + lambdaListener.Addr().String()
 	if cfg.NotifyInterval > 0 || cfg.NotifyHandoff {
-		fc.lambda = &lambdasvc.Options{Region: region, Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
+		fc.lambda = &aws.Config{Region: region, Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
 			BaseEndpoint: aws.String(lambdaURL)}
 	}
 	// The notifier: on a schedule (below), and as the notify function
