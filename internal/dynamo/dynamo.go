@@ -75,7 +75,7 @@ func New(c Config) (*Store, error) {
 func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 	j.WriteToken = newToken()
 	item := encodeJob(j)
-	if err := checkSize(item); err != nil {
+	if err := checkJobSize(item); err != nil {
 		return job.Job{}, false, err
 	}
 	in, err := createInput(s.jobs, item, j.CreatedAt)
@@ -176,8 +176,9 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 		return lifecycle.Applied{OK: true, Job: t.After()}, nil
 	}
 	before := t.Before()
-	// The write leaves the item as the transition's After: it must fit.
-	if err := checkSize(encodeJob(t.After())); err != nil {
+	// The write leaves the item as the transition's After: it must fit,
+	// with room for every event it may still record.
+	if err := checkJobSize(encodeJob(t.After())); err != nil {
 		return lifecycle.Applied{}, err
 	}
 	token := newToken()

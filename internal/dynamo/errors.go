@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
 )
 
@@ -95,6 +98,44 @@ func checkSize(item map[string]types.AttributeValue) error {
 		return &lifecycle.TooLargeError{Bytes: n, Limit: MaxItemBytes}
 	}
 	return nil
+}
+
+// checkJobSize is checkSize for a job item, counted as if the job notified
+// and its outbox were full (notifyReserve) whatever it holds: whether its
+// owner has endpoints, or how many events it recorded so far, never
+// decides whether a result or an input fits (review L4).
+func checkJobSize(item map[string]types.AttributeValue) error {
+	n := itemSize(item) + notifyReserve()
+	for _, a := range notifyAttrs {
+		if v, ok := item[a]; ok {
+			n -= len(a) + valueSize(v)
+		}
+	}
+	if n > MaxItemBytes {
+		return &lifecycle.TooLargeError{Bytes: n, Limit: MaxItemBytes}
+	}
+	return nil
+}
+
+// notifyAttrs are the attributes a job item carries for its events.
+var notifyAttrs = [...]string{aNotify, aOutbox, aDispatched, AttrNotifyShard}
+
+// notifyReserve is the most notifyAttrs can take: a full outbox
+// (job.MaxOutbox) of the longest notices, dispatched, on the longest shard.
+func notifyReserve() int {
+	longest := job.EventType("")
+	for _, t := range job.EventTypes() {
+		if len(t) > len(longest) {
+			longest = t
+		}
+	}
+	full := make([]job.Notice, job.MaxOutbox)
+	for i := range full {
+		full[i] = job.Notice{ID: job.MessageID("job", longest, i), Type: longest,
+			At: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), Attempt: 1 << 30}
+	}
+	return itemSize(map[string]types.AttributeValue{aNotify: avB(true), aOutbox: encodeOutbox(full),
+		aDispatched: avN(job.MaxOutbox), AttrNotifyShard: avS("notify#" + strconv.Itoa(NotifyShards-1))})
 }
 
 // itemSize is an item's size as DynamoDB counts it: each attribute's name

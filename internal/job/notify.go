@@ -63,9 +63,15 @@ func MessageID(jobID string, t EventType, attempt int) string {
 // Pending reports whether the job holds events not yet fanned out.
 func (j Job) Pending() bool { return j.Dispatched < len(j.Outbox) }
 
+// MaxOutbox bounds the events one job records, so that what the store
+// keeps room for them is bounded too (review L4): the outcome's always has
+// a place; attempts that become unknown past MaxOutbox-1 others are not
+// told of (the job's own status and the operators' views still show them).
+const MaxOutbox = 16
+
 // notice records the event in after's outbox when the job notifies.
 func notice(after Job, t EventType, attempt int, now time.Time) Job {
-	if !after.Notify {
+	if !after.Notify || len(after.Outbox) >= MaxOutbox || t == EventAttemptUnknown && len(after.Outbox) >= MaxOutbox-1 {
 		return after
 	}
 	id := MessageID(after.ID, t, attempt)
