@@ -108,35 +108,58 @@ type DemoSimulator struct {
 	stats   map[string]*demoProvider
 	scripts map[string]DemoScript
 	seq     int
-	// gates hold a provider's answers to one prompt until released (Gate).
-	gates map[string]chan struct{}
+	// gates hold a provider's answers to one prompt until released (Gate,
+	// Hold).
+	gates map[string]gate
+}
+
+type gate struct {
+	open chan struct{}
+	// outlive: the work waits on after its caller gave up (Hold).
+	outlive bool
 }
 
 // Gate makes providerName hold its answer to prompt until release is
 // called (or the request ends): a drill orders two providers' answers by
 // an event, not by latencies a busy machine stretches.
 func (d *DemoSimulator) Gate(providerName, prompt string) (release func()) {
-	ch := make(chan struct{})
+	return d.gate(providerName, prompt, false)
+}
+
+// Hold is Gate for work that goes on after its caller gave up (a call that
+// timed out, its attempt unknown): the work ends only once released, so a
+// drill decides when the provider finishes, not a latency a busy machine
+// may outlast.
+func (d *DemoSimulator) Hold(providerName, prompt string) (release func()) {
+	return d.gate(providerName, prompt, true)
+}
+
+func (d *DemoSimulator) gate(providerName, prompt string, outlive bool) (release func()) {
+	g := gate{open: make(chan struct{}), outlive: outlive}
 	d.mu.Lock()
 	if d.gates == nil {
-		d.gates = map[string]chan struct{}{}
+		d.gates = map[string]gate{}
 	}
-	d.gates[providerName+"\x00"+prompt] = ch
+	d.gates[providerName+"\x00"+prompt] = g
 	d.mu.Unlock()
 	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
+	return func() { once.Do(func() { close(g.open) }) }
 }
 
 // awaitGate waits for the gate of providerName and prompt, if any.
 func (d *DemoSimulator) awaitGate(r *http.Request, providerName, prompt string) {
 	d.mu.Lock()
-	ch, ok := d.gates[providerName+"\x00"+prompt]
+	g, ok := d.gates[providerName+"\x00"+prompt]
 	d.mu.Unlock()
 	if !ok {
 		return
 	}
+	if g.outlive {
+		<-g.open
+		return
+	}
 	select {
-	case <-ch:
+	case <-g.open:
 	case <-r.Context().Done():
 	}
 }

@@ -113,13 +113,27 @@ func TestCancelledJobsFreeTheProviders(t *testing.T) {
 	const (
 		owners  = 8
 		perOne  = 2
-		hang    = 15 * time.Second
-		settled = 2 * time.Minute // bounds a failure only
+		hang    = 15 * time.Second // bounds a failure only: the work is held (sim Hold)
+		settled = 2 * time.Minute  // bounds a failure only
 	)
 	s := sharedStack(t, "cancelled", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
 		DemoProviders: func(c provider.Config) provider.Config { return c }})
 	admin := newClient(t, s, "cancelled-operator", "jobs:admin")
-	slow := script{sim.DemoPrimary: {"latency_ms": hang.Milliseconds()}, sim.DemoFallback: {"latency_ms": hang.Milliseconds()}}
+	// Both providers hold the work until every job is cancelled: a fixed
+	// latency let a busy machine's slow cancel loop find a job the
+	// reconciler had already settled as succeeded.
+	var releases []func()
+	for _, p := range []string{sim.DemoPrimary, sim.DemoFallback} {
+		for k := range perOne {
+			releases = append(releases, s.Sim.Hold(p, fmt.Sprintf("e2e hung-%d", k)))
+		}
+	}
+	release := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	t.Cleanup(release)
 	type hung struct {
 		c  *client
 		id string
@@ -128,7 +142,7 @@ func TestCancelledJobsFreeTheProviders(t *testing.T) {
 	for o := range owners {
 		c := newClient(t, s, fmt.Sprintf("cancelled-%d", o))
 		for k := range perOne {
-			jobs = append(jobs, hung{c, c.submit("demo", fmt.Sprintf("hung-%d", k), slow).ID})
+			jobs = append(jobs, hung{c, c.submit("demo", fmt.Sprintf("hung-%d", k), nil).ID})
 		}
 	}
 	for _, h := range jobs {
@@ -159,6 +173,7 @@ func TestCancelledJobsFreeTheProviders(t *testing.T) {
 	}
 	// The providers finish the work; from then on the holds must end with
 	// no operator.
+	release()
 	for _, p := range []string{sim.DemoPrimary, sim.DemoFallback} {
 		for _, key := range s.Sim.IdempotencyKeys(p) {
 			select {
