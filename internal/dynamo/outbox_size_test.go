@@ -60,10 +60,23 @@ func TestTheOutboxNeverDecidesWhetherAJobFits(t *testing.T) {
 		}
 		return err == nil
 	}
-	// Every 7 bytes across the last 3 KB: a notice is about 100 bytes, a
-	// full outbox 1.5 KB, so the window where one mattered is crossed.
+	// The limit for a job without endpoints, found by bisection; then
+	// every 7 bytes within 200 of it: a notice is about 100 bytes, so a
+	// result its notice alone would tip over is among them.
+	lo, hi := dynamo.MaxItemBytes-3<<10, dynamo.MaxItemBytes
+	if !fits(t, completed(t, false, false, lo)) || fits(t, completed(t, false, false, hi)) {
+		t.Fatalf("the limit is not between %d and %d result bytes", lo, hi)
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fits(t, completed(t, false, false, mid)) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
 	var sawFit, sawRefusal bool
-	for n := dynamo.MaxItemBytes - 3<<10; n <= dynamo.MaxItemBytes; n += 7 {
+	for n := lo - 200; n <= lo+200; n += 7 {
 		plain := completed(t, false, false, n)
 		told := completed(t, true, false, n)
 		full := completed(t, true, true, n)
