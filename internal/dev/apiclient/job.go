@@ -16,6 +16,10 @@ type Job struct {
 	Result      json.RawMessage `json:"result"`
 	Attempts    []Attempt       `json:"attempts"`
 	Error       json.RawMessage `json:"error"`
+	// Waiting says why a job with no attempt open waits (its reason).
+	Waiting *struct {
+		Reason string `json:"reason"`
+	} `json:"waiting"`
 }
 
 // Attempt is one entry of Job.Attempts.
