@@ -217,11 +217,7 @@ func newEnvBudgeted(t testing.TB, q job.Quotas, b job.Budget, opts ...envOption)
 	}
 	ac.Jobs = eng
 	if ac.Notifications == nil {
-		key, err := sealbox.NewKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sealer, err := sealbox.NewSealer(key.PublicKey())
+		sealer, _, err := sealbox.NewPair()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,6 +45,9 @@ type Store struct {
 	deliveries string
 	log        *slog.Logger
 	now        func() time.Time
+	// reserve is the room every job item keeps for its events
+	// (notifyReserve, checkJobSize).
+	reserve int
 }
 
 // New validates the configuration.
@@ -63,7 +66,8 @@ func New(c Config) (*Store, error) {
 	}
 	t := c.Tables
 	return &Store{db: newClient(c.Client), jobs: t.Jobs, atts: t.Attempts, certs: t.Certifications, providers: t.Providers,
-		owners: t.Owners, endpoints: t.Endpoints, deliveries: t.Deliveries, log: c.Logger, now: c.NowFunc}, nil
+		owners: t.Owners, endpoints: t.Endpoints, deliveries: t.Deliveries, log: c.Logger, now: c.NowFunc,
+		reserve: notifyReserve()}, nil
 }
 
 // Create stores a new job with one conditional write on its ID, which is
@@ -75,7 +79,7 @@ func New(c Config) (*Store, error) {
 func (s *Store) Create(ctx context.Context, j job.Job) (job.Job, bool, error) {
 	j.WriteToken = newToken()
 	item := encodeJob(j)
-	if err := checkJobSize(item); err != nil {
+	if err := checkJobSize(item, s.reserve); err != nil {
 		return job.Job{}, false, err
 	}
 	in, err := createInput(s.jobs, item, j.CreatedAt)
@@ -178,7 +182,7 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	before := t.Before()
 	// The write leaves the item as the transition's After: it must fit,
 	// with room for every event it may still record.
-	if err := checkJobSize(encodeJob(t.After())); err != nil {
+	if err := checkJobSize(encodeJob(t.After()), s.reserve); err != nil {
 		return lifecycle.Applied{}, err
 	}
 	token := newToken()

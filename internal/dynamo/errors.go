@@ -93,28 +93,28 @@ const MaxItemBytes = 400 << 10
 // checkSize refuses, before sending, a write whose item would exceed
 // MaxItemBytes: DynamoDB would refuse it anyway, and knowing it here lets
 // the lifecycle say why (a provider result too large for the job).
-func checkSize(item map[string]types.AttributeValue) error {
-	if n := itemSize(item); n > MaxItemBytes {
+func checkSize(item map[string]types.AttributeValue) error { return sizeFits(itemSize(item)) }
+
+// sizeFits refuses an item of n bytes over MaxItemBytes.
+func sizeFits(n int) error {
+	if n > MaxItemBytes {
 		return &lifecycle.TooLargeError{Bytes: n, Limit: MaxItemBytes}
 	}
 	return nil
 }
 
 // checkJobSize is checkSize for a job item, counted as if the job notified
-// and its outbox were full (notifyReserve) whatever it holds: whether its
-// owner has endpoints, or how many events it recorded so far, never
-// decides whether a result or an input fits (review L4).
-func checkJobSize(item map[string]types.AttributeValue) error {
-	n := itemSize(item) + notifyReserve()
+// and its outbox were full (reserve: notifyReserve) whatever it holds:
+// whether its owner has endpoints, or how many events it recorded so far,
+// never decides whether a result or an input fits (review L4).
+func checkJobSize(item map[string]types.AttributeValue, reserve int) error {
+	n := itemSize(item) + reserve
 	for _, a := range notifyAttrs {
 		if v, ok := item[a]; ok {
 			n -= len(a) + valueSize(v)
 		}
 	}
-	if n > MaxItemBytes {
-		return &lifecycle.TooLargeError{Bytes: n, Limit: MaxItemBytes}
-	}
-	return nil
+	return sizeFits(n)
 }
 
 // notifyAttrs are the attributes a job item carries for its events.
@@ -122,6 +122,7 @@ var notifyAttrs = [...]string{aNotify, aOutbox, aDispatched, AttrNotifyShard}
 
 // notifyReserve is the most notifyAttrs can take: a full outbox
 // (job.MaxOutbox) of the longest notices, dispatched, on the longest shard.
+// A store computes it once (New), not on every write.
 func notifyReserve() int {
 	longest := job.EventType("")
 	for _, t := range job.EventTypes() {

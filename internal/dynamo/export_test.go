@@ -30,7 +30,7 @@ func (s *Store) Record(ctx context.Context, a job.Attempt, revision int64) error
 var StoreError = storeError
 
 // CheckJobSize is the store's size check of a job item, before any write.
-func CheckJobSize(j job.Job) error { return checkJobSize(encodeJob(j)) }
+func CheckJobSize(j job.Job) error { return checkJobSize(encodeJob(j), notifyReserve()) }
 
 // JobItemSize is a job item's size as DynamoDB counts it.
 func JobItemSize(j job.Job) int { return itemSize(encodeJob(j)) }

@@ -71,7 +71,7 @@ func (r *recorder) store() *Store {
 	return &Store{
 		db:   client{putItem: r.putItem, getItem: r.getItem, updateItem: r.updateItem, query: r.query, scan: r.scan},
 		jobs: "jobs", atts: "attempts", certs: "certifications",
-		log: slog.New(slog.DiscardHandler),
+		log: slog.New(slog.DiscardHandler), reserve: notifyReserve(),
 	}
 }
 

@@ -55,7 +55,7 @@ type Invoker struct {
 	cfg    Config
 	client aws.HTTPClient
 	signer *v4.Signer
-	url    *url.URL
+	url    string
 }
 
 var _ lifecycle.Handoff = (*Invoker)(nil)
@@ -82,7 +82,7 @@ func New(c Config) (*Invoker, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	return &Invoker{cfg: c, client: client, signer: v4.NewSigner(), url: u}, nil
+	return &Invoker{cfg: c, client: client, signer: v4.NewSigner(), url: u.String()}, nil
 }
 
 // escape percent-encodes every byte but RFC 3986's unreserved ones.
@@ -112,12 +112,10 @@ func (i *Invoker) Handoff(ctx context.Context, jobID string) error {
 	if err != nil {
 		return fmt.Errorf("lambda invoke: credentials: %w", err)
 	}
-	u := *i.url
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(payload))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, i.url, bytes.NewReader(payload))
 	if err != nil {
 		return err
 	}
-	req.URL = &u
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Amz-Invocation-Type", "Event")
 	sum := sha256.Sum256(payload)

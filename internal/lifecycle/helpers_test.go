@@ -514,15 +514,7 @@ func logged(logs *testenv.SyncBuffer, msg string) int {
 // API and the notify function hold them.
 func sealKeys(t *testing.T) (*sealbox.Sealer, *sealbox.Opener) {
 	t.Helper()
-	key, err := sealbox.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sealbox.NewSealer(key.PublicKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := sealbox.NewOpener(key)
+	s, o, err := sealbox.NewPair()
 	if err != nil {
 		t.Fatal(err)
 	}

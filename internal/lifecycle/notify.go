@@ -178,17 +178,15 @@ func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.
 		return job.Endpoint{}, "", err
 	}
 	now := x.cfg.NowFunc()
-	if _, err := job.NewEndpoint(owner, id, url, events, "", x.cfg.Rule, now); err != nil {
+	e, err := job.NewEndpoint(owner, id, url, events, "", x.cfg.Rule, now)
+	if err != nil {
 		return job.Endpoint{}, "", err // refused before any key is used
 	}
 	secret, sealed, err := x.newSealed(ctx, owner, id)
 	if err != nil {
 		return job.Endpoint{}, "", err
 	}
-	e, err := job.NewEndpoint(owner, id, url, events, sealed, x.cfg.Rule, now)
-	if err != nil {
-		return job.Endpoint{}, "", err
-	}
+	e.Secret = sealed
 	ok, err := x.cfg.Store.CountEndpoint(ctx, owner, x.cfg.Limit, now)
 	if err != nil {
 		return job.Endpoint{}, "", err

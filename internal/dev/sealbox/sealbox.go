@@ -83,6 +83,23 @@ func (o *Opener) Open(_ context.Context, scope lifecycle.SealScope, sealed strin
 	return string(pt), nil
 }
 
+// NewPair is a new key's sealing and opening sides (a stack, a test).
+func NewPair() (*Sealer, *Opener, error) {
+	key, err := NewKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := NewSealer(key.PublicKey())
+	if err != nil {
+		return nil, nil, err
+	}
+	o, err := NewOpener(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, o, nil
+}
+
 // NewKey is a new private key (held in memory: a stack whose data goes
 // with it).
 func NewKey() (*ecdh.PrivateKey, error) { return ecdh.X25519().GenerateKey(rand.Reader) }

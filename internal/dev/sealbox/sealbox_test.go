@@ -16,15 +16,7 @@ func TestSealboxConforms(t *testing.T) {
 	t.Parallel()
 	sealtest.Run(t, func(t *testing.T) sealtest.Pair {
 		t.Helper()
-		key, err := sealbox.NewKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := sealbox.NewSealer(key.PublicKey())
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := sealbox.NewOpener(key)
+		s, o, err := sealbox.NewPair()
 		if err != nil {
 			t.Fatal(err)
 		}
