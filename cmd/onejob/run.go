@@ -54,6 +54,7 @@ func runCommand(ctx context.Context, args []string) error {
 	notify := fs.Duration("notify-interval", 250*time.Millisecond, "how often the notifier looks for webhook deliveries to make (0 disables it)")
 	breakers := fs.String("breakers", "on", "the demo providers' circuit breakers: on, or off (they never open nor fill: for drills that script provider failures)")
 	rate := fs.String("demo-rate", "", "declare this rate_limit on both demo providers, as REQUESTS/PERIOD (60/1m): the rate drill")
+	maxProcessing := fs.Duration("demo-max-processing", 0, "declare this max_processing_time on both demo providers (0: their own, 1m): a drill whose scripts all answer within seconds settles its unknown attempts sooner")
 	demoBudget := fs.String("demo-budget", "", "give every owner this budget a day in USD (0.10), the demo providers priced: the budget drill ("+deploy.EnvBudget+" sets any budget)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -78,6 +79,21 @@ func runCommand(ctx context.Context, args []string) error {
 			}
 			for i := range c.Providers {
 				c.Providers[i].RateLimit = &limit
+			}
+			return c
+		}
+	}
+	if *maxProcessing < 0 {
+		return fmt.Errorf("--demo-max-processing %s: want a positive duration", *maxProcessing)
+	}
+	if *maxProcessing > 0 {
+		before := demoProviders
+		demoProviders = func(c provider.Config) provider.Config {
+			if before != nil {
+				c = before(c)
+			}
+			for i := range c.Providers {
+				c.Providers[i].MaxProcessingTime = maxProcessing.String()
 			}
 			return c
 		}

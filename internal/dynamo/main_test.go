@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/onejob/onejob/internal/dev/ddbtest"
+	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
 // harness is this package's dynalite, motoHarness its moto_server (each
@@ -14,4 +15,8 @@ var (
 	motoHarness = ddbtest.Harness{Backend: ddbtest.Moto}
 )
 
-func TestMain(m *testing.M) { os.Exit(ddbtest.RunAll(m, &harness, &motoHarness)) }
+func TestMain(m *testing.M) {
+	// The conformance suite's tests mostly wait on the two servers.
+	testenv.WaitBoundParallel(8)
+	os.Exit(ddbtest.RunAll(m, &harness, &motoHarness))
+}

@@ -41,7 +41,6 @@ type Harness struct {
 	endpoint string
 	close    func() error
 	err      error
-	serial   sync.Mutex // moto: one request at a time
 }
 
 // Run starts nothing until a test asks; it stops the server after m.Run.
@@ -108,10 +107,14 @@ func (h *Harness) Tables(t testing.TB, optFns ...func(*dynamodb.Options)) (*dyna
 		// moto_server does not make a conditional write atomic against
 		// concurrent requests (measured: 2 winners of 32 concurrent
 		// completers); DynamoDB does, per request. Sending one request at a
-		// time gives moto that atomicity and keeps every interleaving of
-		// whole requests the tests' goroutines produce.
+		// time to these tables gives moto that atomicity and keeps every
+		// interleaving of whole requests the test's goroutines produce.
+		// Other tests' tables are other items, so their requests go on
+		// meanwhile: one lock for the whole server made its tests wait for
+		// each other's Go side (issue 30).
+		serial := new(sync.Mutex)
 		optFns = append([]func(*dynamodb.Options){func(o *dynamodb.Options) {
-			o.HTTPClient = &http.Client{Transport: serialTransport{mu: &h.serial, next: http.DefaultTransport}}
+			o.HTTPClient = &http.Client{Transport: serialTransport{mu: serial, next: http.DefaultTransport}}
 		}}, optFns...)
 	}
 	db := dynalite.NewClient(h.Endpoint(t), optFns...)

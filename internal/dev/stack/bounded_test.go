@@ -27,7 +27,7 @@ func TestOneOwnerIsBounded(t *testing.T) {
 	quotas := stack.DefaultQuotas()
 	// Blocked jobs wait a minute between checks, so that 100 of them do not
 	// keep the machine busy while the drill lasts.
-	s := sharedStack(t, "bounded", stack.Config{CertifyDemo: true, Wait: job.WaitSchedule{Steps: []time.Duration{time.Minute}}})
+	s := ownStack(t, "bounded", stack.Config{CertifyDemo: true, Wait: job.WaitSchedule{Steps: []time.Duration{time.Minute}}})
 	greedy := newClient(t, s, "greedy")
 	other := newClient(t, s, "bystander")
 	ctx := context.Background()

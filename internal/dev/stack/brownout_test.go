@@ -37,7 +37,7 @@ func TestBrownout(t *testing.T) {
 		lastJobsCount = 20
 		owners        = 8
 	)
-	s := sharedStack(t, "brownout", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+	s := ownStack(t, "brownout", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
 		DemoProviders: func(c provider.Config) provider.Config { return c }}) // sim.DemoConfig's breakers, as make run has them
 	clients := make([]*client, owners)
 	for i := range clients {

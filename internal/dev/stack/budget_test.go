@@ -26,7 +26,7 @@ import (
 func TestABudgetRefusesBeforeAnyProviderCall(t *testing.T) {
 	t.Parallel()
 	b := job.Budget{Amount: job.NanosPerUSD / 10, Period: 24 * time.Hour, Prices: stack.DemoPrices()}
-	s := sharedStack(t, "budget", stack.Config{CertifyDemo: true, Budget: b})
+	s := ownStack(t, "budget", stack.Config{CertifyDemo: true, Budget: b})
 	for _, p := range []string{sim.DemoPrimary, sim.DemoFallback} {
 		if err := s.Sim.SetScript(p, sim.DemoScript{InputTokens: 300, OutputTokens: 250}); err != nil {
 			t.Fatal(err)

@@ -19,9 +19,10 @@ import (
 
 // stacks are started once per test binary and shared by the tests.
 type stacks struct {
-	mu   sync.Mutex
-	byID map[string]*stack.Stack
-	logs map[*stack.Stack]*testenv.SyncBuffer
+	mu      sync.Mutex
+	byID    map[string]*stack.Stack
+	logs    map[*stack.Stack]*testenv.SyncBuffer
+	closing sync.WaitGroup // ownStack's stacks, stopping
 }
 
 var shared = &stacks{byID: map[string]*stack.Stack{}, logs: map[*stack.Stack]*testenv.SyncBuffer{}}
@@ -38,7 +39,25 @@ func TestMain(m *testing.M) {
 	for _, s := range shared.byID {
 		_ = s.Close()
 	}
+	shared.closing.Wait()
 	os.Exit(code)
+}
+
+// ownStack is a stack for one drill, stopped as soon as the drill ends:
+// a stack's sweeper and notifier poll its tables every second, which, for
+// the rest of the package's run, cost dynalite more CPU than most drills
+// (issue 30). It stops in the background, so the drill's parallel slot is
+// free at once; TestMain waits for it.
+func ownStack(t *testing.T, flavour string, cfg stack.Config) *stack.Stack {
+	t.Helper()
+	s := sharedStack(t, flavour, cfg)
+	t.Cleanup(func() {
+		shared.mu.Lock()
+		delete(shared.byID, flavour)
+		shared.mu.Unlock()
+		shared.closing.Go(func() { _ = s.Close() })
+	})
+	return s
 }
 
 // stack returns the shared stack of a given flavour, starting it on first use.

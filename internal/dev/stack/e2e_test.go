@@ -164,7 +164,7 @@ func TestHedgeReverseOrderFinish(t *testing.T) {
 
 func TestDuplicateDeliverySameEndStates(t *testing.T) {
 	t.Parallel()
-	s := sharedStack(t, "duplicate", stack.Config{CertifyDemo: true, DuplicateDelivery: true})
+	s := ownStack(t, "duplicate", stack.Config{CertifyDemo: true, DuplicateDelivery: true})
 	c := newClient(t, s, "dup")
 	cases := []struct {
 		name, jobType string

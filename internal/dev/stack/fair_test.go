@@ -29,7 +29,7 @@ func TestOneOwnerCannotTakeTheProviders(t *testing.T) {
 		lightJobs = 5
 		hang      = 30 * time.Second
 	)
-	s := sharedStack(t, "fair", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+	s := ownStack(t, "fair", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
 		DemoProviders: func(c provider.Config) provider.Config { return c }}) // sim.DemoConfig's limits, as make run has them
 	heavy, light := newClient(t, s, "fair-heavy"), newClient(t, s, "fair-light")
 	admin := newClient(t, s, "fair-operator", "jobs:admin")
@@ -116,7 +116,7 @@ func TestCancelledJobsFreeTheProviders(t *testing.T) {
 		hang    = 15 * time.Second // bounds a failure only: the work is held (sim Hold)
 		settled = 2 * time.Minute  // bounds a failure only
 	)
-	s := sharedStack(t, "cancelled", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+	s := ownStack(t, "cancelled", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
 		DemoProviders: func(c provider.Config) provider.Config { return c }})
 	admin := newClient(t, s, "cancelled-operator", "jobs:admin")
 	// Both providers hold the work until every job is cancelled: a fixed

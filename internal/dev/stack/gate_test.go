@@ -18,7 +18,7 @@ import (
 // certification the job fails naming the provider and never calls it.
 func TestFailoverNeedsCertification(t *testing.T) {
 	t.Parallel()
-	s := sharedStack(t, "uncertified", stack.Config{})
+	s := ownStack(t, "uncertified", stack.Config{})
 	c := newClient(t, s, "gate")
 	failing := script{sim.DemoPrimary: {"outcome": "error"}}
 

@@ -91,7 +91,7 @@ func TestAnOwnersSlowEndpointsDelayNoOneElse(t *testing.T) {
 // be retried, and delivered, by the schedule.
 func TestAShardFullOfOneOwnerHidesNoOneElse(t *testing.T) {
 	t.Parallel()
-	s := sharedStack(t, "one-shard", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+	s := ownStack(t, "one-shard", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
 		NotifyInterval: 250 * time.Millisecond, NotifySchedule: slices.Repeat(job.RetrySchedule{time.Millisecond}, 1000), NotifyLimit: 6})
 	r := hooks(t)
 	const hog, other = "shard-hog", "shard-other"

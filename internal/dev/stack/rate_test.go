@@ -34,7 +34,7 @@ func TestAProvidersRateIsSharedAndNeverExceeded(t *testing.T) {
 		requests = 3
 		per      = 2 * time.Second
 	)
-	s := sharedStack(t, "rate", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+	s := ownStack(t, "rate", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
 		DemoProviders: func(c provider.Config) provider.Config {
 			c = stack.BreakersNeverAct(c)
 			for i := range c.Providers {

@@ -48,7 +48,8 @@ func startOnejob(t *testing.T, root, bin, data, addr, secret, logPath string, ex
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "run", "--data", data, "--sweep-interval", "1s", "--overdue-grace", overdueGrace.String(), "--log", logPath,
+	cmd := exec.Command(bin, "run", "--data", data, "--sweep-interval", "1s", "--overdue-grace", overdueGrace.String(),
+		"--demo-max-processing", maxProcessing.String(), "--log", logPath,
 		// The scripts say which provider answers each job: breakers must
 		// not reroute them after the restart's burst of failures.
 		"--breakers", "off")
