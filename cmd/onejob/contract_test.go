@@ -12,11 +12,15 @@ import (
 
 	"github.com/onejob/onejob/internal/dev/ddbtest"
 	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
 var harness ddbtest.Harness
 
 func TestMain(m *testing.M) {
+	// The CLI's tests wait on their servers: 23 s at 2 at a time, 12 s at 8
+	// (idle).
+	testenv.WaitBoundParallel(8)
 	code := harness.Run(m)
 	if code != 0 {
 		apiStack.printErrors(os.Stderr)

@@ -38,7 +38,11 @@ import (
 
 var harness ddbtest.Harness
 
-func TestMain(m *testing.M) { os.Exit(harness.Run(m)) }
+func TestMain(m *testing.M) {
+	// Most tests wait on dynalite: 45 s at 2 at a time, 27 s at 6 (idle).
+	testenv.WaitBoundParallel(8)
+	os.Exit(harness.Run(m))
+}
 
 const testSecret = "api-test-secret"
 
