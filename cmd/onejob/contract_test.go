@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,15 @@ import (
 var harness ddbtest.Harness
 
 func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv(envListenChild); ok {
+		// A child of TestWebhooksListenKilled: the command as a process of
+		// its own, which the test kills with SIGKILL.
+		if err := webhooksCommand(context.Background(), append([]string{"listen"}, strings.Fields(args)...)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	// The CLI's tests wait on their servers: 23 s at 2 at a time, 12 s at 8
 	// (idle).
 	testenv.WaitBoundParallel(8)

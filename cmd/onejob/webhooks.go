@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/clients/go/webhooks"
+	"github.com/onejob/onejob/internal/job"
 )
 
 // webhooksCommand is `onejob webhooks listen`: a development receiver, the
@@ -46,8 +47,12 @@ func listenWebhooks(ctx context.Context, args []string, env func(string) string,
 	public := fs.String("public-url", "", "the URL onejob delivers to, when it is not the listener's (a tunnel to it, for a deployed API)")
 	api := fs.String("api", "", fmt.Sprintf("the HTTP API's base URL (default $%s, else %s)", envAPIURL, defaultAPIURL))
 	token := fs.String("token", "", fmt.Sprintf("bearer token (default $%s)", envToken))
+	lease := fs.Duration("lease", time.Minute, "the endpoint expires this long after the command last renewed it (every third of it): a killed command leaves nothing behind for longer")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *lease < job.MinEndpointLease || *lease > job.MaxEndpointLease || *lease%time.Second != 0 {
+		return fmt.Errorf("--lease %s: want whole seconds from %s to %s", *lease, job.MinEndpointLease, job.MaxEndpointLease)
 	}
 	if *api == "" {
 		*api = env(envAPIURL)
@@ -82,7 +87,7 @@ func listenWebhooks(ctx context.Context, args []string, env func(string) string,
 	if target == "" {
 		target = "http://" + l.Addr().String() + "/"
 	}
-	req := map[string]any{"url": target}
+	req := map[string]any{"url": target, "lease_seconds": int(*lease / time.Second)}
 	if *events != "" {
 		req["events"] = strings.Split(*events, ",")
 	}
@@ -155,6 +160,32 @@ func listenWebhooks(ctx context.Context, args []string, env func(string) string,
 	})}
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Close()
+	// The endpoint lives while this command does: renewed every third of
+	// its lease, so that a kill -9 (no deferred delete) leaves it behind
+	// for at most the lease.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		tick := time.NewTicker(*lease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			_, err := client.do(ctx, apiCall{method: http.MethodPost, path: "/v1/webhook-endpoints/" + ep.ID + "/renew"})
+			var pe *problemError
+			switch {
+			case errors.As(err, &pe) && pe.status == http.StatusNotFound:
+				stop(fmt.Errorf("endpoint %s expired: this command could not renew it within its %s lease; run it again", ep.ID, *lease))
+				return
+			case err != nil && ctx.Err() == nil:
+				// Tried again at the next tick, well within the lease.
+				fmt.Fprintln(stderr, oneLine("renewing endpoint "+ep.ID+": "+err.Error()))
+			}
+		}
+	}()
 	fmt.Fprintf(stdout, "listening: endpoint %s delivers to %s", termSafe(ep.ID), termSafe(target))
 	if *forward != "" {
 		fmt.Fprintf(stdout, ", forwarding to %s", termSafe(*forward))
@@ -164,6 +195,9 @@ func listenWebhooks(ctx context.Context, args []string, env func(string) string,
 		ready <- ep.ID
 	}
 	<-ctx.Done()
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err
+	}
 	return nil
 }
 

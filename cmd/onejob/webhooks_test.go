@@ -1,14 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/onejob/onejob/clients/go/webhooks"
 )
@@ -149,4 +155,103 @@ func TestWebhooksListenOnLoopbackOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// envListenChild, when set, makes the test binary run `onejob webhooks
+// listen` with its value as the arguments (TestMain).
+const envListenChild = "ONEJOB_TEST_LISTEN_CHILD"
+
+// TestWebhooksListenKilled: `onejob webhooks listen` killed with SIGKILL
+// (no deferred delete runs) leaves no endpoint behind for longer than its
+// lease: while it runs it renews the endpoint, once killed the endpoint
+// expires by itself and is gone from the owner's API.
+func TestWebhooksListenKilled(t *testing.T) {
+	t.Parallel()
+	c := owner(t, "listen-killed")
+	const lease = 5 * time.Second
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envListenChild+"=--lease "+lease.String(),
+		envAPIURL+"="+c.getenv(envAPIURL), envToken+"="+c.getenv(envToken))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var id string
+	for sc := bufio.NewScanner(stdout); id == "" && sc.Scan(); {
+		if rest, ok := strings.CutPrefix(sc.Text(), "listening: endpoint "); ok {
+			id = strings.Fields(rest)[0]
+		}
+	}
+	if id == "" {
+		t.Fatalf("the command printed no endpoint; stderr:\n%s", stderr.String())
+	}
+	api, err := newAPIClient(c.getenv(envAPIURL), c.getenv(envToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	expiresAt := func() (time.Time, error) {
+		resp, err := api.do(ctx, apiCall{method: http.MethodGet, path: "/v1/webhook-endpoints/" + id})
+		if err != nil {
+			return time.Time{}, err
+		}
+		var ep struct {
+			ExpiresAt time.Time `json:"expires_at"`
+		}
+		err = json.Unmarshal(resp.body, &ep)
+		return ep.ExpiresAt, err
+	}
+	first, err := expiresAt()
+	if err != nil || first.IsZero() {
+		t.Fatalf("the endpoint while the command runs: %v %v", first, err)
+	}
+	// A renewal moves its end (the command renews every third of the
+	// lease); the bound only ends a failing run.
+	for deadline := time.Now().Add(time.Minute); ; {
+		at, err := expiresAt()
+		if err != nil {
+			t.Fatalf("while the command runs: %v", err)
+		}
+		if at.After(first) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command never renewed endpoint %s (expires_at %s); stderr:\n%s", id, first, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed := time.Now()
+	if _, err := expiresAt(); err != nil {
+		t.Fatalf("the endpoint right after the kill (nothing deleted it): %v", err)
+	}
+	for deadline := killed.Add(time.Minute); ; {
+		_, err := expiresAt()
+		var pe *problemError
+		if errors.As(err, &pe) && pe.status == http.StatusNotFound {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after the kill: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("endpoint %s still there %s after the kill (lease %s)", id, time.Since(killed), lease)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	gone := time.Since(killed)
+	resp, err := api.do(ctx, apiCall{method: http.MethodGet, path: "/v1/webhook-endpoints"})
+	if err != nil || strings.Contains(string(resp.body), id) {
+		t.Fatalf("listed after it expired: %s %v", resp.body, err)
+	}
+	t.Logf("endpoint %s gone %s after the kill (lease %s)", id, gone.Round(time.Millisecond), lease)
 }

@@ -239,6 +239,8 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 			body: []byte(`{"url":"https://169.254.169.254/latest"}`)}, 422},
 		{"EndpointCreateUnknownEvent", "POST /v1/webhook-endpoints", e, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT,
 			body: []byte(`{"url":"https://hooks.example.com/","events":["job.exploded"]}`)}, 422},
+		{"EndpointCreateLeaseTooShort", "POST /v1/webhook-endpoints", e, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT,
+			body: []byte(`{"url":"https://hooks.example.com/","lease_seconds":1}`)}, 422},
 		{"EndpointCreateStoreDown", "POST /v1/webhook-endpoints", down, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT, body: []byte(endpointBody)}, 503},
 		// GET /v1/webhook-endpoints
 		{"EndpointListWithoutToken", "GET /v1/webhook-endpoints", e, call{method: "GET", path: "/v1/webhook-endpoints"}, 401},
@@ -256,6 +258,11 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 		{"RotateWithoutToken", "POST /v1/webhook-endpoints/{id}/rotate-secret", e, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/rotate-secret"}, 401},
 		{"RotateOtherOwners", "POST /v1/webhook-endpoints/{id}/rotate-secret", e, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/rotate-secret", token: other}, 404},
 		{"RotateStoreDown", "POST /v1/webhook-endpoints/{id}/rotate-secret", down, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/rotate-secret", token: owner}, 503},
+		// POST /v1/webhook-endpoints/{id}/renew
+		{"RenewWithoutToken", "POST /v1/webhook-endpoints/{id}/renew", e, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/renew"}, 401},
+		{"RenewOtherOwners", "POST /v1/webhook-endpoints/{id}/renew", e, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/renew", token: other}, 404},
+		{"RenewWithoutLease", "POST /v1/webhook-endpoints/{id}/renew", e, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/renew", token: owner}, 409},
+		{"RenewStoreDown", "POST /v1/webhook-endpoints/{id}/renew", down, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/renew", token: owner}, 503},
 		// The console (public: no token, and none asked for)
 		{"ConsoleRevalidated", "GET /console", e, call{method: "GET", path: "/console", headers: map[string]string{"If-None-Match": consoleETag(t, e, "/console")}}, 304},
 		{"ConsoleFileMissing", "GET /console/{file}", e, call{method: "GET", path: "/console/nope.js"}, 404},

@@ -226,7 +226,7 @@ func newEnvBudgeted(t testing.TB, q job.Quotas, b job.Budget, opts ...envOption)
 			t.Fatal(err)
 		}
 		eps, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: st, Rule: job.URLRule{AllowLoopbackHTTP: true},
-			Sealer: sealer, Logger: logger})
+			Sealer: sealer, Logger: logger, NowFunc: ac.Clock})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"time"
@@ -17,11 +18,12 @@ import (
 // "notifications" in the code, so it is never taken for the webhook
 // provider kind.
 type Notifications interface {
-	Create(ctx context.Context, owner, url string, events []job.EventType) (job.Endpoint, string, error)
+	Create(ctx context.Context, owner, url string, events []job.EventType, lease time.Duration) (job.Endpoint, string, error)
 	List(ctx context.Context, owner string) ([]job.Endpoint, error)
 	Get(ctx context.Context, owner, id string) (job.Endpoint, error)
 	Delete(ctx context.Context, owner, id string) error
 	Rotate(ctx context.Context, owner, id string, expirePrevious bool) (job.Endpoint, string, error)
+	Renew(ctx context.Context, owner, id string) (job.Endpoint, error)
 	Deliveries(ctx context.Context, j job.Job) ([]job.Delivery, error)
 	Redeliver(ctx context.Context, j job.Job, key string) (job.Delivery, error)
 }
@@ -45,11 +47,14 @@ type endpointView struct {
 	FailingSince          string   `json:"failing_since,omitempty"`
 	DisabledAt            string   `json:"disabled_at,omitempty"`
 	DisabledReason        string   `json:"disabled_reason,omitempty"`
+	LeaseSeconds          int64    `json:"lease_seconds,omitempty"`
+	ExpiresAt             string   `json:"expires_at,omitempty"`
 }
 
 func endpointOf(e job.Endpoint, secret string, now func() time.Time) endpointView {
 	out := endpointView{ID: e.ID, URL: e.URL, Events: []string{}, CreatedAt: timeView(e.CreatedAt), UpdatedAt: timeView(e.UpdatedAt),
-		FailingSince: timeView(e.FailingSince), DisabledAt: timeView(e.DisabledAt), DisabledReason: e.DisabledReason}
+		FailingSince: timeView(e.FailingSince), DisabledAt: timeView(e.DisabledAt), DisabledReason: e.DisabledReason,
+		LeaseSeconds: int64(e.Lease / time.Second), ExpiresAt: timeView(e.ExpiresAt)}
 	for _, t := range e.Events {
 		out.Events = append(out.Events, string(t))
 	}
@@ -177,7 +182,7 @@ func (h *Handler) createEndpoint(ctx context.Context, r *request) (reply, error)
 	if err := checkJSON(body); err != nil {
 		return reply{}, err
 	}
-	m, errs := members(body, "url", "events")
+	m, errs := members(body, "url", "events", "lease_seconds")
 	if m == nil {
 		return reply{}, invalid(errs...)
 	}
@@ -195,10 +200,19 @@ func (h *Handler) createEndpoint(ctx context.Context, r *request) (reply, error)
 			events = append(events, job.EventType(s))
 		}
 	}
+	var lease time.Duration
+	if raw, ok := m["lease_seconds"]; ok && !isNull(raw) {
+		var seconds int64
+		if json.Unmarshal(raw, &seconds) != nil || seconds < int64(job.MinEndpointLease/time.Second) || seconds > int64(job.MaxEndpointLease/time.Second) {
+			errs = append(errs, FieldError{Pointer: "/lease_seconds", Detail: fmt.Sprintf("must be a whole number of seconds from %d to %d",
+				int64(job.MinEndpointLease/time.Second), int64(job.MaxEndpointLease/time.Second))})
+		}
+		lease = time.Duration(seconds) * time.Second
+	}
 	if len(errs) > 0 {
 		return reply{}, invalid(errs...)
 	}
-	e, secret, err := n.Create(ctx, r.owner, url, events)
+	e, secret, err := n.Create(ctx, r.owner, url, events, lease)
 	if err != nil {
 		return reply{}, err
 	}
@@ -268,6 +282,18 @@ func (h *Handler) rotateSecret(ctx context.Context, r *request) (reply, error) {
 		return reply{}, endpointErr(err)
 	}
 	return reply{status: http.StatusOK, body: endpointOf(e, secret, h.now)}, nil
+}
+
+func (h *Handler) renewEndpoint(ctx context.Context, r *request) (reply, error) {
+	n, id, err := h.endpointTarget(r)
+	if err != nil {
+		return reply{}, err
+	}
+	e, err := n.Renew(ctx, r.owner, id)
+	if err != nil {
+		return reply{}, endpointErr(err)
+	}
+	return reply{status: http.StatusOK, body: endpointOf(e, "", h.now)}, nil
 }
 
 // listDeliveries shows a job's deliveries to its owner and to operators.

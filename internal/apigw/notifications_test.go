@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,6 +125,68 @@ func TestWebhookEndpoints(t *testing.T) {
 	}
 	if r := e.do(t, call{method: "GET", path: "/v1/webhook-endpoints/" + id, token: owner}); r.status != 404 {
 		t.Fatalf("after delete: %d", r.status)
+	}
+}
+
+// TestTemporaryEndpointExpires: an endpoint made with lease_seconds
+// (`onejob webhooks listen`'s) lives while it is renewed and is gone once
+// its lease runs out: 404, out of the list, its item removed, renewing it
+// 404; one without a lease has nothing to renew (409).
+func TestTemporaryEndpointExpires(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	var offset atomic.Int64
+	clock := func() time.Time { return t0.Add(time.Duration(offset.Load())) }
+	e := newEnv(t, func(c *apigw.Config, _ *dynamo.Config) { c.Clock = clock })
+	owner := e.token(t, "owner-lease")
+	jsonCT := map[string]string{"Content-Type": "application/json"}
+	decode := func(t *testing.T, r result) map[string]any {
+		t.Helper()
+		var m map[string]any
+		if err := json.Unmarshal(r.body, &m); err != nil {
+			t.Fatalf("%d %s: %v", r.status, r.body, err)
+		}
+		return m
+	}
+	r := e.do(t, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT,
+		body: []byte(`{"url":"http://127.0.0.1:3000/listen","lease_seconds":30}`)})
+	created := decode(t, r)
+	if r.status != http.StatusCreated || created["lease_seconds"] != 30.0 || created["expires_at"] != t0.Add(30*time.Second).Format(time.RFC3339Nano) {
+		t.Fatalf("create: %d %v", r.status, created)
+	}
+	id := created["id"].(string)
+	offset.Store(int64(20 * time.Second))
+	r = e.do(t, call{method: "POST", path: "/v1/webhook-endpoints/" + id + "/renew", token: owner})
+	if m := decode(t, r); r.status != http.StatusOK || m["expires_at"] != t0.Add(50*time.Second).Format(time.RFC3339Nano) || m["secret"] != nil {
+		t.Fatalf("renew: %d %v", r.status, m)
+	}
+	offset.Store(int64(49 * time.Second))
+	if r := e.do(t, call{method: "GET", path: "/v1/webhook-endpoints/" + id, token: owner}); r.status != http.StatusOK {
+		t.Fatalf("before its end: %d %s", r.status, r.body)
+	}
+	offset.Store(int64(50 * time.Second))
+	if m := decode(t, e.do(t, call{method: "GET", path: "/v1/webhook-endpoints", token: owner})); len(m["endpoints"].([]any)) != 0 {
+		t.Fatalf("listed after its end: %v", m)
+	}
+	for _, c := range []call{
+		{method: "GET", path: "/v1/webhook-endpoints/" + id, token: owner},
+		{method: "POST", path: "/v1/webhook-endpoints/" + id + "/renew", token: owner},
+	} {
+		if r := e.do(t, c); r.status != http.StatusNotFound {
+			t.Fatalf("%s %s after its end: %d %s", c.method, c.path, r.status, r.body)
+		}
+	}
+	if n := e.count(t, e.names.Endpoints); n != 0 {
+		t.Fatalf("%d endpoint items left after the list removed the expired one", n)
+	}
+	r = e.do(t, call{method: "POST", path: "/v1/webhook-endpoints", token: owner, headers: jsonCT,
+		body: []byte(`{"url":"http://127.0.0.1:3000/permanent"}`)})
+	permanent := decode(t, r)
+	if r.status != http.StatusCreated || permanent["expires_at"] != nil || permanent["lease_seconds"] != nil {
+		t.Fatalf("a permanent endpoint: %d %v", r.status, permanent)
+	}
+	if r := e.do(t, call{method: "POST", path: "/v1/webhook-endpoints/" + permanent["id"].(string) + "/renew", token: owner}); r.status != http.StatusConflict {
+		t.Fatalf("renewing a permanent endpoint: %d %s", r.status, r.body)
 	}
 }
 

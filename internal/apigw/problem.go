@@ -214,6 +214,8 @@ func problemOf(err error) problem {
 		p.Detail = "this Idempotency-Key already names a job created from a different request"
 	case errors.Is(err, job.ErrTooManySecrets):
 		code, p.Detail = CodeConflict, fmt.Sprintf("%d rotated secrets of this endpoint still sign; rotate with expire_previous=now, or once the oldest expires", job.MaxPreviousSecrets)
+	case errors.Is(err, job.ErrNoLease):
+		code, p.Detail = CodeConflict, "this endpoint was created without lease_seconds: it never expires, so there is nothing to renew"
 	case tooManyEndpoints(err):
 		code, p.Detail = CodeConflict, "this owner has as many webhook endpoints as it may; delete one first"
 	case errors.Is(err, job.ErrNotFound), errors.Is(err, job.ErrAttemptNotFound):

@@ -46,6 +46,7 @@ func routes() []route {
 		{Route{http.MethodGet, "/v1/webhook-endpoints/{id}", false}, (*Handler).getEndpoint},
 		{Route{http.MethodDelete, "/v1/webhook-endpoints/{id}", false}, (*Handler).deleteEndpoint},
 		{Route{http.MethodPost, "/v1/webhook-endpoints/{id}/rotate-secret", false}, (*Handler).rotateSecret},
+		{Route{http.MethodPost, "/v1/webhook-endpoints/{id}/renew", false}, (*Handler).renewEndpoint},
 		{Route{http.MethodGet, "/v1/admin/jobs", false}, (*Handler).listOpenJobs},
 		{Route{http.MethodPost, "/v1/admin/attempts/resolve", false}, (*Handler).resolveAttempts},
 		{Route{http.MethodGet, "/v1/admin/providers", false}, (*Handler).listProviders},

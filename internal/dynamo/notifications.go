@@ -40,6 +40,8 @@ const (
 	eLastFailure      = "last_failure_at"
 	eDisabledAt       = "disabled_at"
 	eDisabledWhy      = "disabled_reason"
+	eLeaseMS          = "lease_ms"
+	eExpiresAt        = "expires_at"
 	dMessageID        = "message_id"
 	dBody             = "body"
 	dTries            = "tries"
@@ -118,6 +120,9 @@ func encodeEndpoint(e job.Endpoint) map[string]types.AttributeValue {
 	if e.Disabled() {
 		item[eDisabledAt], item[eDisabledWhy] = avT(e.DisabledAt), avS(e.DisabledReason)
 	}
+	if e.Lease > 0 {
+		item[eLeaseMS], item[eExpiresAt] = avN(e.Lease.Milliseconds()), avT(e.ExpiresAt)
+	}
 	return item
 }
 
@@ -127,6 +132,7 @@ func decodeEndpoint(item map[string]types.AttributeValue) (job.Endpoint, error) 
 		Owner: d.str(AttrOwner, true), ID: d.str(AttrEndpointID, true), URL: d.str(eURL, true), Secret: d.str(eSecret, true),
 		CreatedAt: d.time(aCreatedAt, true), UpdatedAt: d.time(aUpdatedAt, true), Revision: d.num(aRevision, true),
 		SlowSince: d.time(eSlowSince, false), FailingSince: d.time(eFailingSince, false), LastFailureAt: d.time(eLastFailure, false), DisabledAt: d.time(eDisabledAt, false), DisabledReason: d.str(eDisabledWhy, false),
+		Lease: time.Duration(d.num(eLeaseMS, false)) * time.Millisecond, ExpiresAt: d.time(eExpiresAt, false),
 	}
 	if l, ok := item[eEvents].(*types.AttributeValueMemberL); ok {
 		for _, v := range l.Value {

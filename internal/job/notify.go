@@ -127,6 +127,11 @@ const (
 	// MaxPreviousSecrets is how many rotated secrets may still be in their
 	// overlap: every delivery carries one signature per secret.
 	MaxPreviousSecrets = 4
+	// MinEndpointLease and MaxEndpointLease bound a temporary endpoint's
+	// lease (`onejob webhooks listen`'s: renewed while the command runs,
+	// gone once a killed command stops renewing it).
+	MinEndpointLease = 5 * time.Second
+	MaxEndpointLease = 24 * time.Hour
 )
 
 // Endpoint is where an owner's events go.
@@ -155,11 +160,22 @@ type Endpoint struct {
 	// DisabledAt and DisabledReason: no more tries are made.
 	DisabledAt     time.Time
 	DisabledReason string
-	Revision       int64
+	// Lease, when set, makes the endpoint temporary: it expires at
+	// ExpiresAt unless renewed (DecideRenew) before then.
+	Lease     time.Duration
+	ExpiresAt time.Time
+	Revision  int64
 }
 
 // Disabled reports whether deliveries to the endpoint stopped.
 func (e Endpoint) Disabled() bool { return !e.DisabledAt.IsZero() }
+
+// Expired reports whether a temporary endpoint's lease ran out by now: it
+// is gone (no delivery, no listing), whether or not its item is yet.
+func (e Endpoint) Expired(now time.Time) bool { return e.Lease > 0 && !now.Before(e.ExpiresAt) }
+
+// Live reports whether deliveries to the endpoint may be made at now.
+func (e Endpoint) Live(now time.Time) bool { return !e.Disabled() && !e.Expired(now) }
 
 // Wants reports whether the endpoint asked for events of type t.
 func (e Endpoint) Wants(t EventType) bool { return len(e.Events) == 0 || slices.Contains(e.Events, t) }
@@ -333,9 +349,13 @@ func PortAllowed(port uint16, extra []uint16) bool {
 
 // NewEndpoint is a new endpoint from an owner's request; its ID and secret
 // are the caller's (random).
-func NewEndpoint(owner, id, rawURL string, events []EventType, secret string, rule URLRule, now time.Time) (Endpoint, error) {
+func NewEndpoint(owner, id, rawURL string, events []EventType, secret string, rule URLRule, lease time.Duration, now time.Time) (Endpoint, error) {
 	if err := rule.CheckURL(rawURL); err != nil {
 		return Endpoint{}, err
+	}
+	if lease != 0 && (lease < MinEndpointLease || lease > MaxEndpointLease) {
+		return Endpoint{}, &InvalidError{Field: "lease_seconds", Reason: fmt.Sprintf("must be from %d to %d seconds",
+			int(MinEndpointLease/time.Second), int(MaxEndpointLease/time.Second))}
 	}
 	seen := map[EventType]bool{}
 	var evs []EventType
@@ -349,7 +369,31 @@ func NewEndpoint(owner, id, rawURL string, events []EventType, secret string, ru
 		}
 	}
 	now = now.UTC()
-	return Endpoint{ID: id, Owner: owner, URL: rawURL, Events: evs, Secret: secret, CreatedAt: now, UpdatedAt: now, Revision: 1}, nil
+	e := Endpoint{ID: id, Owner: owner, URL: rawURL, Events: evs, Secret: secret, CreatedAt: now, UpdatedAt: now, Revision: 1}
+	if lease > 0 {
+		e.Lease, e.ExpiresAt = lease, now.Add(lease)
+	}
+	return e, nil
+}
+
+// ErrNoLease refuses to renew an endpoint that never expires.
+var ErrNoLease = errors.New("the endpoint has no lease to renew")
+
+// DecideRenew extends a temporary endpoint's lease from now. One that
+// expired is gone (ErrNotFound): a renewal never brings it back, so a
+// listener that was away too long registers anew.
+func DecideRenew(e Endpoint, now time.Time) (Endpoint, error) {
+	now = now.UTC()
+	switch {
+	case e.Lease == 0:
+		return Endpoint{}, fmt.Errorf("%w: it was created without lease_seconds", ErrNoLease)
+	case e.Expired(now):
+		return Endpoint{}, fmt.Errorf("%w: endpoint %s expired at %s", ErrNotFound, e.ID, e.ExpiresAt.Format(time.RFC3339))
+	}
+	e.ExpiresAt = now.Add(e.Lease)
+	e.UpdatedAt = now
+	e.Revision++
+	return e, nil
 }
 
 func eventTypeList() string {

@@ -121,11 +121,11 @@ func TestAPassIsFairBetweenOwners(t *testing.T) {
 	r := newFairRig(t)
 	ctx := context.Background()
 	for i := range 3 {
-		if _, _, err := r.endpoints.Create(ctx, "hog", fmt.Sprintf("http://127.0.0.1:9/hog-%d", i), nil); err != nil {
+		if _, _, err := r.endpoints.Create(ctx, "hog", fmt.Sprintf("http://127.0.0.1:9/hog-%d", i), nil, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := r.endpoints.Create(ctx, "other", "http://127.0.0.1:9/other", nil); err != nil {
+	if _, _, err := r.endpoints.Create(ctx, "other", "http://127.0.0.1:9/other", nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	r.endedJob(t, "hog", "h1")
@@ -169,7 +169,7 @@ func TestAHandoffTriesItsJobAtOnce(t *testing.T) {
 	t.Parallel()
 	r := newFairRig(t)
 	ctx := context.Background()
-	if _, _, err := r.endpoints.Create(ctx, "o", "http://127.0.0.1:9/o", nil); err != nil {
+	if _, _, err := r.endpoints.Create(ctx, "o", "http://127.0.0.1:9/o", nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	first, second := r.endedJob(t, "o", "k1"), r.endedJob(t, "o", "k2")

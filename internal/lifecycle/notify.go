@@ -171,14 +171,15 @@ func (x *Endpoints) newSealed(ctx context.Context, owner, id string) (secret, se
 }
 
 // Create registers an endpoint for owner. Its secret is returned here,
-// and only here: the store holds it sealed.
-func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.EventType) (job.Endpoint, string, error) {
+// and only here: the store holds it sealed. A lease makes it temporary
+// (job.Endpoint.Lease): it expires unless renewed (Renew).
+func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.EventType, lease time.Duration) (job.Endpoint, string, error) {
 	id, err := newEndpointID()
 	if err != nil {
 		return job.Endpoint{}, "", err
 	}
 	now := x.cfg.NowFunc()
-	e, err := job.NewEndpoint(owner, id, url, events, "", x.cfg.Rule, now)
+	e, err := job.NewEndpoint(owner, id, url, events, "", x.cfg.Rule, lease, now)
 	if err != nil {
 		return job.Endpoint{}, "", err // refused before any key is used
 	}
@@ -188,6 +189,13 @@ func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.
 	}
 	e.Secret = sealed
 	ok, err := x.cfg.Store.CountEndpoint(ctx, owner, x.cfg.Limit, now)
+	if err == nil && !ok {
+		// Expired endpoints still hold their slots until removed.
+		var removed int
+		if removed, err = x.removeExpired(ctx, owner); err == nil && removed > 0 {
+			ok, err = x.cfg.Store.CountEndpoint(ctx, owner, x.cfg.Limit, now)
+		}
+	}
 	if err != nil {
 		return job.Endpoint{}, "", err
 	}
@@ -210,14 +218,95 @@ func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.
 	return e, secret, nil
 }
 
-// List lists owner's endpoints.
+// List lists owner's endpoints; expired ones are gone (and removed).
 func (x *Endpoints) List(ctx context.Context, owner string) ([]job.Endpoint, error) {
-	return x.cfg.Store.Endpoints(ctx, owner)
+	eps, err := x.cfg.Store.Endpoints(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	now := x.cfg.NowFunc()
+	live := eps[:0:0]
+	for _, e := range eps {
+		if e.Expired(now) {
+			x.remove(ctx, e)
+			continue
+		}
+		live = append(live, e)
+	}
+	return live, nil
 }
 
-// Get reads one of owner's endpoints.
+// Get reads one of owner's endpoints; an expired one is not found (and
+// removed).
 func (x *Endpoints) Get(ctx context.Context, owner, id string) (job.Endpoint, error) {
-	return x.cfg.Store.Endpoint(ctx, owner, id)
+	e, err := x.cfg.Store.Endpoint(ctx, owner, id)
+	if err != nil {
+		return job.Endpoint{}, err
+	}
+	if e.Expired(x.cfg.NowFunc()) {
+		x.remove(ctx, e)
+		return job.Endpoint{}, fmt.Errorf("%w: endpoint %s expired", job.ErrNotFound, id)
+	}
+	return e, nil
+}
+
+// Renew extends a temporary endpoint's lease (job.DecideRenew).
+func (x *Endpoints) Renew(ctx context.Context, owner, id string) (job.Endpoint, error) {
+	for range maxTries {
+		e, err := x.cfg.Store.Endpoint(ctx, owner, id)
+		if err != nil {
+			return job.Endpoint{}, err
+		}
+		after, err := job.DecideRenew(e, x.cfg.NowFunc())
+		if errors.Is(err, job.ErrNotFound) {
+			x.remove(ctx, e)
+		}
+		if err != nil {
+			return job.Endpoint{}, err
+		}
+		ok, err := x.cfg.Store.SaveEndpoint(ctx, e, after)
+		if err != nil {
+			return job.Endpoint{}, err
+		}
+		if ok {
+			return after, nil
+		}
+	}
+	return job.Endpoint{}, fmt.Errorf("%w endpoint %s", ErrContention, id)
+}
+
+// removeExpired removes owner's expired endpoints and says how many.
+func (x *Endpoints) removeExpired(ctx context.Context, owner string) (int, error) {
+	eps, err := x.cfg.Store.Endpoints(ctx, owner)
+	if err != nil {
+		return 0, err
+	}
+	now, n := x.cfg.NowFunc(), 0
+	for _, e := range eps {
+		if e.Expired(now) && x.remove(ctx, e) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// remove deletes an expired endpoint's item and gives back its slot. It is
+// gone already (no delivery is made to it, no listing shows it), so a
+// failure here is only logged: the next read removes it.
+func (x *Endpoints) remove(ctx context.Context, e job.Endpoint) bool {
+	err := x.cfg.Store.DeleteEndpoint(ctx, e.Owner, e.ID)
+	switch {
+	case errors.Is(err, job.ErrNotFound):
+		return false // removed by another reader
+	case err != nil:
+		x.cfg.Logger.WarnContext(ctx, "endpoint_expired_not_removed", "owner", e.Owner, "endpoint_id", e.ID, "error", err.Error())
+		return false
+	}
+	if err := x.cfg.Store.UncountEndpoint(ctx, e.Owner, x.cfg.NowFunc()); err != nil {
+		x.cfg.Logger.WarnContext(ctx, "endpoint_uncount_failed", "owner", e.Owner, "error", err.Error())
+	}
+	x.cfg.Logger.InfoContext(ctx, "endpoint_expired", "owner", e.Owner, "endpoint_id", e.ID, "expired_at", e.ExpiresAt)
+	return true
 }
 
 // Delete deletes one of owner's endpoints; its pending deliveries are
@@ -239,7 +328,7 @@ func (x *Endpoints) Delete(ctx context.Context, owner, id string) error {
 // it and every earlier one at once.
 func (x *Endpoints) Rotate(ctx context.Context, owner, id string, expirePrevious bool) (job.Endpoint, string, error) {
 	for range maxTries {
-		e, err := x.cfg.Store.Endpoint(ctx, owner, id)
+		e, err := x.Get(ctx, owner, id)
 		if err != nil {
 			return job.Endpoint{}, "", err
 		}
@@ -530,7 +619,7 @@ func (n *Notifier) dispatch(ctx context.Context, j job.Job) (int, error) {
 				return created, err
 			}
 			for _, e := range eps {
-				if e.Disabled() || !e.Wants(nt.Type) {
+				if !e.Live(now) || !e.Wants(nt.Type) {
 					continue
 				}
 				ok, err := n.cfg.Notices.AddDelivery(ctx, job.NewDelivery(j, nt, e, body, now))
@@ -576,7 +665,7 @@ func (n *Notifier) deliver(ctx context.Context, d job.Delivery) (tried, delivere
 	}
 	e, err := n.cfg.Notices.Endpoint(ctx, d.Owner, d.EndpointID)
 	switch {
-	case errors.Is(err, job.ErrNotFound) || err == nil && e.Disabled():
+	case errors.Is(err, job.ErrNotFound) || err == nil && !e.Live(n.cfg.NowFunc()):
 		_, err := n.cfg.Notices.SaveDelivery(ctx, claimed, job.DecideSkip(claimed, n.cfg.NowFunc()))
 		return false, false, err
 	case err != nil:

@@ -127,7 +127,7 @@ func TestNotifier(t *testing.T) {
 			var e job.Endpoint
 			if !c.noEndpoint {
 				var err error
-				if e, _, err = r.endpoints.Create(ctx, "o", url, c.events); err != nil {
+				if e, _, err = r.endpoints.Create(ctx, "o", url, c.events, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -177,7 +177,7 @@ func TestRedeliverAndRotate(t *testing.T) {
 	const url = "http://127.0.0.1:9/hooks"
 	r := newNotifyRig(t, nil)
 	ctx := context.Background()
-	e, first, err := r.endpoints.Create(ctx, "o", url, nil)
+	e, first, err := r.endpoints.Create(ctx, "o", url, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestAFailedEndpointCreateKeepsNoSlot(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range 3 {
-				if _, _, err := eps.Create(context.Background(), "alice", "http://127.0.0.1:9/hook", nil); err == nil {
+				if _, _, err := eps.Create(context.Background(), "alice", "http://127.0.0.1:9/hook", nil, 0); err == nil {
 					t.Fatal("a failed write was answered as created")
 				} else if errors.Is(err, lifecycle.ErrTooManyEndpoints) && !tc.applied {
 					t.Fatalf("failed creates used up the owner's endpoints: %v", err)
@@ -288,6 +288,55 @@ func TestAFailedEndpointCreateKeepsNoSlot(t *testing.T) {
 			}
 			if want := min(tc.want, 2); u.Endpoints != want {
 				t.Fatalf("endpoints counted %d, want %d", u.Endpoints, want)
+			}
+		})
+	}
+}
+
+// TestAnExpiredEndpointGetsNothing: a temporary endpoint whose lease ran
+// out gets no new delivery, a delivery fanned out before its end is not
+// tried after it, and the owner's slot comes back when it is removed.
+func TestAnExpiredEndpointGetsNothing(t *testing.T) {
+	t.Parallel()
+	const url = "http://127.0.0.1:9/listen"
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		// fanOutFirst: the job ends and its events are fanned out before
+		// the lease runs out; otherwise after.
+		fanOutFirst bool
+	}{{"EndedAfterItsEnd", false}, {"FannedOutBeforeTriedAfter", true}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			// The sender fails once, so a fanned-out delivery waits 5 s
+			// for its second try.
+			r := newNotifyRig(t, map[string][]int{url: {503}})
+			e, _, err := r.endpoints.Create(ctx, "o", url, nil, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.fanOutFirst {
+				r.cancelledJob(t, "o", "k")
+				r.pass(t)
+			}
+			r.clock.Advance(10 * time.Second)
+			if !c.fanOutFirst {
+				r.cancelledJob(t, "o", "k")
+			}
+			r.pass(t)
+			tries := 0
+			if c.fanOutFirst {
+				tries = 1 // the one before the end
+			}
+			if got := len(r.sender.messages()); got != tries {
+				t.Fatalf("%d tries, want %d", got, tries)
+			}
+			if _, err := r.endpoints.Get(ctx, "o", e.ID); !errors.Is(err, job.ErrNotFound) {
+				t.Fatalf("get after its end: %v", err)
+			}
+			if u, err := r.store.Usage(ctx, "o"); err != nil || u.Endpoints != 0 {
+				t.Fatalf("usage after removal %+v %v", u, err)
 			}
 		})
 	}

@@ -233,6 +233,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhook-endpoints/{id}/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's ID (`ep_` and 32 hex digits); anything else is not-found. */
+                id: components["parameters"]["EndpointID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Extend a temporary endpoint's lease from now.
+         * @description A temporary endpoint (created with `lease_seconds`) expires at
+         *     `expires_at` unless renewed first; each renewal moves it to a
+         *     lease from now. One that expired is gone: 404, register anew. An
+         *     endpoint without a lease answers 409 `conflict`.
+         */
+        post: operations["renewWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhook-endpoints/{id}/rotate-secret": {
         parameters: {
             query?: never;
@@ -584,6 +610,14 @@ export interface components {
             url: string;
             /** @description The event types to send; absent, all of them. */
             events?: components["schemas"]["EventType"][];
+            /**
+             * Format: int32
+             * @description Makes the endpoint temporary (as `onejob webhooks listen`
+             *     does): it expires this many seconds after its creation or its
+             *     last renewal (`POST /v1/webhook-endpoints/{id}/renew`). Absent,
+             *     it never expires.
+             */
+            lease_seconds?: number;
         };
         Endpoint: {
             id: components["schemas"]["EndpointIDString"];
@@ -606,6 +640,13 @@ export interface components {
             disabled_at?: components["schemas"]["Timestamp"];
             /** @enum {string} */
             disabled_reason?: "gone" | "failing";
+            /**
+             * Format: int32
+             * @description A temporary endpoint's lease.
+             */
+            lease_seconds?: number;
+            /** @description When a temporary endpoint expires unless renewed first; once it has, it is gone (404), gets no more deliveries, and frees its slot. */
+            expires_at?: components["schemas"]["Timestamp"];
         };
         EndpointList: {
             endpoints: components["schemas"]["Endpoint"][];
@@ -1775,6 +1816,38 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    renewWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's ID (`ep_` and 32 hex digits); anything else is not-found. */
+                id: components["parameters"]["EndpointID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint, with its new `expires_at`. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];

@@ -94,7 +94,7 @@ var notificationTests = []test{
 		if u := usageOf(t, st, "o"); u.Endpoints != 2 || !job.NotifiesFor(u) {
 			t.Fatalf("usage %+v", u)
 		}
-		e, err := job.NewEndpoint("o", "ep_1", "https://hooks.example.com/", []job.EventType{job.EventJobFailed}, "whsec_c2VjcmV0", job.URLRule{}, at(0))
+		e, err := job.NewEndpoint("o", "ep_1", "https://hooks.example.com/", []job.EventType{job.EventJobFailed}, "whsec_c2VjcmV0", job.URLRule{}, 0, at(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,6 +138,28 @@ var notificationTests = []test{
 		}
 		if got, err := st.Endpoint(ctx, "o", "ep_1"); err != nil || len(got.Previous) != 0 || got.Secret != "sealed:four" {
 			t.Fatalf("after expire: %+v %v", got, err)
+		}
+		// A temporary endpoint keeps its lease and end through a renewal.
+		temp, err := job.NewEndpoint("o", "ep_2", "https://hooks.example.com/t", nil, "sealed:t", job.URLRule{}, 90*time.Second, at(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutEndpoint(ctx, temp); err != nil {
+			t.Fatal(err)
+		}
+		renewed, err := job.DecideRenew(temp, at(60))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := st.SaveEndpoint(ctx, temp, renewed); err != nil || !ok {
+			t.Fatalf("renew: %v %v", ok, err)
+		}
+		if got, err := st.Endpoint(ctx, "o", "ep_2"); err != nil || got.Lease != 90*time.Second || !got.ExpiresAt.Equal(at(60).Add(90*time.Second)) ||
+			got.Expired(at(149)) || !got.Expired(at(150)) {
+			t.Fatalf("renewed %+v %v", got, err)
+		}
+		if err := st.DeleteEndpoint(ctx, "o", "ep_2"); err != nil {
+			t.Fatal(err)
 		}
 		if err := st.DeleteEndpoint(ctx, "o", "ep_1"); err != nil {
 			t.Fatal(err)
