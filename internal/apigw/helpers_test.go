@@ -215,7 +215,7 @@ func newEnvBudgeted(t testing.TB, q job.Quotas, b job.Budget, opts ...envOption)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Logger: logger, Owners: st, Quotas: q, Budget: b})
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Logger: logger, Owners: st, Quotas: q, Budget: b, NowFunc: sc.NowFunc})
 	if err != nil {
 		t.Fatal(err)
 	}
