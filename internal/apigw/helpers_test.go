@@ -247,7 +247,7 @@ func newEnvBudgeted(t testing.TB, q job.Quotas, b job.Budget, opts ...envOption)
 	srv := httptest.NewServer(local)
 	t.Cleanup(srv.Close)
 	e := &env{h: h, eng: eng, db: db, names: names, logs: logs, starter: starter, tokens: tokens, srv: srv,
-		contract: loadContract(t)}
+		contract: sharedContract(t)}
 	e.client = &http.Client{Timeout: 30 * time.Second, Transport: &validating{t: t, next: srv.Client().Transport, c: e.contract}}
 	return e
 }
@@ -376,23 +376,50 @@ type contract struct {
 
 func loadContract(t testing.TB) *contract {
 	t.Helper()
+	c, err := parseContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// envContract is the contract every env's client validates against,
+// parsed once per test binary (read only after that, as kin-openapi's
+// own validating middleware shares one document between requests):
+// parsing it for each of the package's 56 envs took a tenth of its CPU.
+var envContract struct {
+	once sync.Once
+	c    *contract
+	err  error
+}
+
+func sharedContract(t testing.TB) *contract {
+	t.Helper()
+	envContract.once.Do(func() { envContract.c, envContract.err = parseContract() })
+	if envContract.err != nil {
+		t.Fatal(envContract.err)
+	}
+	return envContract.c
+}
+
+func parseContract() (*contract, error) {
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(apigw.OpenAPI())
 	if err != nil {
-		t.Fatalf("load openapi.yaml: %v", err)
+		return nil, fmt.Errorf("load openapi.yaml: %w", err)
 	}
 	if !doc.IsOpenAPI31OrLater() {
-		t.Fatalf("openapi.yaml is %s, want 3.1", doc.OpenAPI)
+		return nil, fmt.Errorf("openapi.yaml is %s, want 3.1", doc.OpenAPI)
 	}
 	if err := doc.Validate(loader.Context); err != nil {
-		t.Fatalf("openapi.yaml is invalid: %v", err)
+		return nil, fmt.Errorf("openapi.yaml is invalid: %w", err)
 	}
 	// The router matches requests against the servers too; the document
 	// names the deployed API's, and these tests call loopback servers.
 	doc.Servers = nil
 	router, err := legacy.NewRouter(doc)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	keys := map[string]bool{}
 	for path, item := range doc.Paths.Map() {
@@ -400,7 +427,7 @@ func loadContract(t testing.TB) *contract {
 			keys[method+" "+path] = true
 		}
 	}
-	return &contract{doc: doc, router: router, problem: doc.Components.Schemas["Problem"].Value, routeKeys: keys}
+	return &contract{doc: doc, router: router, problem: doc.Components.Schemas["Problem"].Value, routeKeys: keys}, nil
 }
 
 // check validates one response to req. Requests outside the document's
