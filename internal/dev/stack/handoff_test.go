@@ -20,7 +20,7 @@ import (
 // write that recorded it (issue 28 item 1).
 func handoffStack(t *testing.T) *stack.Stack {
 	t.Helper()
-	return sharedStack(t, "handoff", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+	return sharedStack(t, "handoff", stack.Config{CertifyDemo: true, SweepInterval: sharedSweep,
 		NotifyInterval: time.Minute})
 }
 

@@ -22,7 +22,7 @@ import (
 // compressed 3600 times (5 s, 5 min, 30 min … become 1 ms, 83 ms, 0.5 s …).
 func notifyStack(t *testing.T) *stack.Stack {
 	t.Helper()
-	return sharedStack(t, "notify", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+	return sharedStack(t, "notify", stack.Config{CertifyDemo: true, SweepInterval: sharedSweep,
 		NotifyInterval: 250 * time.Millisecond, NotifySchedule: job.DefaultRetrySchedule().Scaled(3600)})
 }
 
