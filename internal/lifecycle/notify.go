@@ -192,7 +192,7 @@ func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.
 	if err == nil && !ok {
 		// Expired endpoints still hold their slots until removed.
 		var removed int
-		if removed, err = x.removeExpired(ctx, owner); err == nil && removed > 0 {
+		if _, removed, err = x.live(ctx, owner); err == nil && removed > 0 {
 			ok, err = x.cfg.Store.CountEndpoint(ctx, owner, x.cfg.Limit, now)
 		}
 	}
@@ -220,20 +220,28 @@ func (x *Endpoints) Create(ctx context.Context, owner, url string, events []job.
 
 // List lists owner's endpoints; expired ones are gone (and removed).
 func (x *Endpoints) List(ctx context.Context, owner string) ([]job.Endpoint, error) {
+	eps, _, err := x.live(ctx, owner)
+	return eps, err
+}
+
+// live reads owner's endpoints, removes the expired ones and returns the
+// rest, with how many it removed.
+func (x *Endpoints) live(ctx context.Context, owner string) ([]job.Endpoint, int, error) {
 	eps, err := x.cfg.Store.Endpoints(ctx, owner)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	now := x.cfg.NowFunc()
-	live := eps[:0:0]
+	var live []job.Endpoint
+	removed := 0
 	for _, e := range eps {
-		if e.Expired(now) {
-			x.remove(ctx, e)
-			continue
+		if !e.Expired(now) {
+			live = append(live, e)
+		} else if x.remove(ctx, e) {
+			removed++
 		}
-		live = append(live, e)
 	}
-	return live, nil
+	return live, removed, nil
 }
 
 // Get reads one of owner's endpoints; an expired one is not found (and
@@ -253,14 +261,11 @@ func (x *Endpoints) Get(ctx context.Context, owner, id string) (job.Endpoint, er
 // Renew extends a temporary endpoint's lease (job.DecideRenew).
 func (x *Endpoints) Renew(ctx context.Context, owner, id string) (job.Endpoint, error) {
 	for range maxTries {
-		e, err := x.cfg.Store.Endpoint(ctx, owner, id)
+		e, err := x.Get(ctx, owner, id)
 		if err != nil {
 			return job.Endpoint{}, err
 		}
 		after, err := job.DecideRenew(e, x.cfg.NowFunc())
-		if errors.Is(err, job.ErrNotFound) {
-			x.remove(ctx, e)
-		}
 		if err != nil {
 			return job.Endpoint{}, err
 		}
@@ -275,35 +280,17 @@ func (x *Endpoints) Renew(ctx context.Context, owner, id string) (job.Endpoint, 
 	return job.Endpoint{}, fmt.Errorf("%w endpoint %s", ErrContention, id)
 }
 
-// removeExpired removes owner's expired endpoints and says how many.
-func (x *Endpoints) removeExpired(ctx context.Context, owner string) (int, error) {
-	eps, err := x.cfg.Store.Endpoints(ctx, owner)
-	if err != nil {
-		return 0, err
-	}
-	now, n := x.cfg.NowFunc(), 0
-	for _, e := range eps {
-		if e.Expired(now) && x.remove(ctx, e) {
-			n++
-		}
-	}
-	return n, nil
-}
-
 // remove deletes an expired endpoint's item and gives back its slot. It is
 // gone already (no delivery is made to it, no listing shows it), so a
 // failure here is only logged: the next read removes it.
 func (x *Endpoints) remove(ctx context.Context, e job.Endpoint) bool {
-	err := x.cfg.Store.DeleteEndpoint(ctx, e.Owner, e.ID)
+	err := x.deleteCounted(ctx, e.Owner, e.ID)
 	switch {
 	case errors.Is(err, job.ErrNotFound):
 		return false // removed by another reader
 	case err != nil:
 		x.cfg.Logger.WarnContext(ctx, "endpoint_expired_not_removed", "owner", e.Owner, "endpoint_id", e.ID, "error", err.Error())
 		return false
-	}
-	if err := x.cfg.Store.UncountEndpoint(ctx, e.Owner, x.cfg.NowFunc()); err != nil {
-		x.cfg.Logger.WarnContext(ctx, "endpoint_uncount_failed", "owner", e.Owner, "error", err.Error())
 	}
 	x.cfg.Logger.InfoContext(ctx, "endpoint_expired", "owner", e.Owner, "endpoint_id", e.ID, "expired_at", e.ExpiresAt)
 	return true
@@ -312,6 +299,15 @@ func (x *Endpoints) remove(ctx context.Context, e job.Endpoint) bool {
 // Delete deletes one of owner's endpoints; its pending deliveries are
 // settled as endpoint_disabled when their turn comes.
 func (x *Endpoints) Delete(ctx context.Context, owner, id string) error {
+	if err := x.deleteCounted(ctx, owner, id); err != nil {
+		return err
+	}
+	x.cfg.Logger.InfoContext(ctx, "endpoint_deleted", "owner", owner, "endpoint_id", id)
+	return nil
+}
+
+// deleteCounted deletes an endpoint's item, then gives back its slot.
+func (x *Endpoints) deleteCounted(ctx context.Context, owner, id string) error {
 	if err := x.cfg.Store.DeleteEndpoint(ctx, owner, id); err != nil {
 		return err
 	}
@@ -319,7 +315,6 @@ func (x *Endpoints) Delete(ctx context.Context, owner, id string) error {
 		// Too high a count only makes jobs notify for nothing.
 		x.cfg.Logger.WarnContext(ctx, "endpoint_uncount_failed", "owner", owner, "error", err.Error())
 	}
-	x.cfg.Logger.InfoContext(ctx, "endpoint_deleted", "owner", owner, "endpoint_id", id)
 	return nil
 }
 
@@ -664,14 +659,14 @@ func (n *Notifier) deliver(ctx context.Context, d job.Delivery) (tried, delivere
 		return false, false, err // another sender has it
 	}
 	e, err := n.cfg.Notices.Endpoint(ctx, d.Owner, d.EndpointID)
+	now := n.cfg.NowFunc()
 	switch {
-	case errors.Is(err, job.ErrNotFound) || err == nil && !e.Live(n.cfg.NowFunc()):
-		_, err := n.cfg.Notices.SaveDelivery(ctx, claimed, job.DecideSkip(claimed, n.cfg.NowFunc()))
+	case errors.Is(err, job.ErrNotFound) || err == nil && !e.Live(now):
+		_, err := n.cfg.Notices.SaveDelivery(ctx, claimed, job.DecideSkip(claimed, now))
 		return false, false, err
 	case err != nil:
 		return false, false, err
 	}
-	now := n.cfg.NowFunc()
 	secrets, err := n.secrets.open(ctx, e, e.Secrets(now), now)
 	if err != nil {
 		// Not the endpoint's fault: the claim's lease runs out and a later
