@@ -124,7 +124,7 @@ type notificationBody struct {
 // happened, and the job as its owner sees it in a listing (no input: a
 // failure's class and a short message, never the provider's text).
 func NotificationBody(j job.Job, n job.Notice) ([]byte, error) {
-	data := viewer{}.job(j)
+	data := viewer{}.job(j.AsRecorded(n))
 	data.Input = nil
 	return json.Marshal(notificationBody{Type: string(n.Type), Timestamp: timeView(n.At), Data: data})
 }

@@ -220,6 +220,68 @@ func TestNotificationBodyIsTheOwnersView(t *testing.T) {
 
 var notifyT0 = time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
 
+// TestNotificationBodyIsTheJobWhenRecorded: an attempt.unknown event fanned
+// out after its job was settled and succeeded still shows the job as it
+// was then: unknown, its one attempt unknown (ambiguous), no result.
+func TestNotificationBodyIsTheJobWhenRecorded(t *testing.T) {
+	t.Parallel()
+	j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{}`),
+		Providers: []string{"p", "q"}, Primary: "p"}, notifyT0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Notify = true
+	for i, step := range []func(job.Job, time.Time) (job.Transition, error){
+		func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideLaunch(j, "p", now) },
+		func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideUnknown(j, 1, "timeout", now) },
+		func(j job.Job, now time.Time) (job.Transition, error) {
+			return job.DecideResolve(j, 1, job.Resolution{Outcome: job.AttemptFailed, Reason: "dropped"}, now)
+		},
+		func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideLaunch(j, "q", now) },
+		func(j job.Job, now time.Time) (job.Transition, error) {
+			return job.DecideComplete(j, 2, json.RawMessage(`{"answer":42}`), "", now)
+		},
+	} {
+		tr, err := step(j, notifyT0.Add(time.Duration(i+1)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j = tr.After()
+	}
+	if len(j.Outbox) != 2 || j.Outbox[0].Type != job.EventAttemptUnknown {
+		t.Fatalf("outbox %+v", j.Outbox)
+	}
+	b, err := apigw.NotificationBody(j, j.Outbox[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Type string `json:"type"`
+		Data struct {
+			Status   string          `json:"status"`
+			Version  int64           `json:"version"`
+			Result   json.RawMessage `json:"result"`
+			Attempts []struct {
+				State string `json:"state"`
+				Error *struct {
+					Class string `json:"class"`
+				} `json:"error"`
+			} `json:"attempts"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatal(err)
+	}
+	d := body.Data
+	if body.Type != "attempt.unknown" || d.Status != "unknown" || d.Version != 0 || d.Result != nil || len(d.Attempts) != 1 ||
+		d.Attempts[0].State != "unknown" || d.Attempts[0].Error == nil || d.Attempts[0].Error.Class != "ambiguous" {
+		t.Fatalf("the unknown event's body, fanned out after the job succeeded: %s", b)
+	}
+	if b, _ := apigw.NotificationBody(j, j.Outbox[1]); !strings.Contains(string(b), `"answer":42`) {
+		t.Fatalf("the succeeded event's body has no result: %s", b)
+	}
+}
+
 // TestEventTypesAreDocumented holds openapi.yaml's EventType enum to the one
 // list, job.EventTypes.
 func TestEventTypesAreDocumented(t *testing.T) {

@@ -130,10 +130,33 @@ func notifyReserve() int {
 			longest = t
 		}
 	}
+	// The longest record: as many open attempts as a notice keeps, each
+	// in the longest state with the longest class.
+	var state job.AttemptState
+	for _, s := range job.AttemptStates() {
+		if len(s) > len(state) {
+			state = s
+		}
+	}
+	var class job.Class
+	for _, c := range job.Classes() {
+		if len(c) > len(class) {
+			class = c
+		}
+	}
+	rec := &job.Recorded{Status: job.StatusSucceeded, Version: 1 << 62, Attempts: 1 << 30}
+	for range job.MaxRecordedOpen {
+		rec.Open = append(rec.Open, job.AttemptMark{Number: 1 << 30, State: state, Class: class})
+	}
+	for _, s := range job.Statuses() {
+		if len(s) > len(rec.Status) {
+			rec.Status = s
+		}
+	}
 	full := make([]job.Notice, job.MaxOutbox)
 	for i := range full {
 		full[i] = job.Notice{ID: job.MessageID("job", longest, i), Type: longest,
-			At: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), Attempt: 1 << 30}
+			At: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), Attempt: 1 << 30, Recorded: rec}
 	}
 	return itemSize(map[string]types.AttributeValue{aNotify: avB(true), aOutbox: encodeOutbox(full),
 		aDispatched: avN(job.MaxOutbox), AttrNotifyShard: avS("notify#" + strconv.Itoa(NotifyShards-1))})

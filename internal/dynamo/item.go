@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -73,6 +74,11 @@ const (
 	aOutbox     = "outbox"
 	aDispatched = "dispatched"
 	aAttempt    = "attempt"
+	// aRecorded is what a notice keeps of its job (job.Recorded): aStatus,
+	// aVersion, aAttemptCount and aOpen, its open attempts as
+	// "<n>:<state>:<class>" joined by ','.
+	aRecorded = "recorded"
+	aOpen     = "open"
 	// aReservedN is what a budgeted job's create set aside (nano-dollars);
 	// aSpend is a budgeted attempt's reservation and price.
 	aReservedN    = "reserved_nusd"
@@ -102,6 +108,14 @@ func encodeOutbox(ns []job.Notice) types.AttributeValue {
 		if n.Attempt != 0 {
 			m[aAttempt] = avN(int64(n.Attempt))
 		}
+		if r := n.Recorded; r != nil {
+			open := make([]string, len(r.Open))
+			for i, o := range r.Open {
+				open[i] = strconv.Itoa(o.Number) + ":" + string(o.State) + ":" + string(o.Class)
+			}
+			m[aRecorded] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{aStatus: avS(string(r.Status)),
+				aVersion: avN(r.Version), aAttemptCount: avN(int64(r.Attempts)), aOpen: avS(strings.Join(open, ","))}}
+		}
 		l[i] = &types.AttributeValueMemberM{Value: m}
 	}
 	return &types.AttributeValueMemberL{Value: l}
@@ -121,12 +135,39 @@ func (d *decoder) outbox(name string) []job.Notice {
 		}
 		sub := decoder{m: m.Value}
 		out = append(out, job.Notice{ID: sub.str(AttrID, true), Type: job.EventType(sub.str(aType, true)), At: sub.time(aAt, true),
-			Attempt: int(sub.num(aAttempt, false))})
+			Attempt: int(sub.num(aAttempt, false)), Recorded: sub.recorded(aRecorded)})
 		if sub.err != nil && d.err == nil {
 			d.err = sub.err
 		}
 	}
 	return out
+}
+
+// recorded decodes a notice's record of its job; nil when it has none (a
+// notice written before notices kept one).
+func (d *decoder) recorded(name string) *job.Recorded {
+	m, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil
+	}
+	sub := decoder{m: m.Value}
+	r := &job.Recorded{Status: job.Status(sub.str(aStatus, true)), Version: sub.num(aVersion, true),
+		Attempts: int(sub.num(aAttemptCount, true))}
+	if open := sub.str(aOpen, false); open != "" {
+		for _, o := range strings.Split(open, ",") {
+			parts := strings.SplitN(o, ":", 3)
+			n, err := strconv.Atoi(parts[0])
+			if len(parts) != 3 || err != nil {
+				sub.fail(aOpen)
+				break
+			}
+			r.Open = append(r.Open, job.AttemptMark{Number: n, State: job.AttemptState(parts[1]), Class: job.Class(parts[2])})
+		}
+	}
+	if sub.err != nil && d.err == nil {
+		d.err = sub.err
+	}
+	return r
 }
 
 const timeLayout = time.RFC3339Nano

@@ -40,8 +40,12 @@ func TestTheOutboxNeverDecidesWhetherAJobFits(t *testing.T) {
 		}
 		if full {
 			for i := range job.MaxOutbox - 1 {
+				rec := &job.Recorded{Status: job.StatusUnknown, Attempts: i + 2}
+				for k := range job.MaxRecordedOpen {
+					rec.Open = append(rec.Open, job.AttemptMark{Number: i + 2 + k, State: job.AttemptUnknown, Class: job.ClassContractViolation})
+				}
 				j.Outbox = append(j.Outbox, job.Notice{ID: job.MessageID(j.ID, job.EventAttemptUnknown, i+2),
-					Type: job.EventAttemptUnknown, At: t0, Attempt: i + 2})
+					Type: job.EventAttemptUnknown, At: t0, Attempt: i + 2, Recorded: rec})
 			}
 		}
 		result := json.RawMessage(`{"text":"` + strings.Repeat("r", resultBytes) + `"}`)
@@ -61,9 +65,9 @@ func TestTheOutboxNeverDecidesWhetherAJobFits(t *testing.T) {
 		return err == nil
 	}
 	// The limit for a job without endpoints, found by bisection; then
-	// every 7 bytes within 200 of it: a notice is about 100 bytes, so a
+	// every 7 bytes within 200 of it: a notice is about 150 bytes, so a
 	// result its notice alone would tip over is among them.
-	lo, hi := dynamo.MaxItemBytes-3<<10, dynamo.MaxItemBytes
+	lo, hi := dynamo.MaxItemBytes-8<<10, dynamo.MaxItemBytes
 	if !fits(t, completed(t, false, false, lo)) || fits(t, completed(t, false, false, hi)) {
 		t.Fatalf("the limit is not between %d and %d result bytes", lo, hi)
 	}

@@ -226,6 +226,12 @@ const (
 	ClassRateLimited Class = "rate_limited"
 )
 
+// Classes lists every failure class.
+func Classes() []Class {
+	return []Class{ClassRetryable, ClassNonRetryable, ClassAmbiguous, ClassContractViolation, ClassUncertified,
+		ClassResolved, ClassUnavailable, ClassSettled, ClassRateLimited}
+}
+
 // MaxRateLimited bounds the rate-limited attempts a job forgives
 // (ClassRateLimited): past it they count as any failure, so a provider that
 // only ever answers 429 cannot grow a job without bound.

@@ -50,6 +50,115 @@ type Notice struct {
 	At   time.Time
 	// Attempt is the attempt that became unknown; 0 for job events.
 	Attempt int
+	// Recorded is the job as the write that recorded the event left it,
+	// in what may change later (AsRecorded); nil for notices recorded
+	// before it was kept.
+	Recorded *Recorded
+}
+
+// Recorded is what a notice keeps of its job, so that its deliveries show
+// the job as it was when the event happened, not as the notifier reads it
+// later (review: an attempt.unknown event whose data already said
+// succeeded). Everything else the owner's view shows either never changes
+// once written or is rewound from these: a job's attempts are only ever
+// appended, and an ended attempt never moves again, so the attempts that
+// were open are the only ones whose state may differ later.
+type Recorded struct {
+	Status   Status
+	Version  int64
+	Attempts int
+	// Open is the state of each attempt open at the time (at most
+	// MaxRecordedOpen of them, the newest: no job has more open at once).
+	Open []AttemptMark
+}
+
+// AttemptMark is one attempt's state at a moment, and its error's class
+// then (an unknown attempt's: ambiguous); the owner's view shows no more
+// of an error, and the operators' message is not kept.
+type AttemptMark struct {
+	Number int
+	State  AttemptState
+	Class  Class
+}
+
+// MaxRecordedOpen bounds a notice's open attempts, so the room the store
+// keeps for a full outbox is bounded: the launch rules keep at most a
+// running attempt and its hedge open at once.
+const MaxRecordedOpen = 4
+
+// record fills in what a notice keeps of after, the job its write leaves.
+func record(after Job) *Recorded {
+	r := &Recorded{Status: after.Status, Version: after.Version, Attempts: len(after.Attempts)}
+	for _, a := range after.Attempts {
+		if a.State.Open() {
+			m := AttemptMark{Number: a.Number, State: a.State}
+			if a.Error != nil {
+				m.Class = a.Error.Class
+			}
+			r.Open = append(r.Open, m)
+		}
+	}
+	if len(r.Open) > MaxRecordedOpen {
+		r.Open = r.Open[len(r.Open)-MaxRecordedOpen:]
+	}
+	return r
+}
+
+// recordNotices stamps the notices after's write adds (those beyond
+// before's outbox) with the job as that write leaves it. The transition
+// constructors call it last, once every field of after is final.
+func recordNotices(before, after Job) Job {
+	if len(after.Outbox) <= len(before.Outbox) {
+		return after
+	}
+	out := slices.Clone(after.Outbox)
+	for i := len(before.Outbox); i < len(out); i++ {
+		if out[i].Recorded == nil {
+			out[i].Recorded = record(after)
+		}
+	}
+	after.Outbox = out
+	return after
+}
+
+// AsRecorded is j, read later, as it was when n was recorded: its status
+// and version then, only the attempts it had, each open one in the state
+// it was in (with what its end recorded taken away), and without an
+// outcome it did not have yet. A notice without a record gives j as read.
+func (j Job) AsRecorded(n Notice) Job {
+	r := n.Recorded
+	if r == nil {
+		return j
+	}
+	if j.Status != r.Status {
+		j.Waiting = nil
+	}
+	j.Status, j.Version, j.UpdatedAt = r.Status, r.Version, n.At
+	if r.Attempts < len(j.Attempts) {
+		j.Attempts = j.Attempts[:r.Attempts]
+	}
+	j.Attempts = slices.Clone(j.Attempts)
+	j.AttemptCount = len(j.Attempts)
+	for _, m := range r.Open {
+		for i, a := range j.Attempts {
+			if a.Number != m.Number || a.State == m.State {
+				continue
+			}
+			a.State, a.UpdatedAt = m.State, n.At
+			a.FinishedAt, a.Error, a.Usage, a.Resolution, a.Outcome = time.Time{}, nil, nil, nil, ""
+			if m.Class != "" {
+				a.Error = &Failure{Class: m.Class}
+			}
+			if m.State != AttemptUnknown {
+				a.UnknownSince = time.Time{}
+			}
+			j.Attempts[i] = a
+		}
+	}
+	if !r.Status.Terminal() {
+		j.CompletedBy, j.Result, j.Error, j.Cancellation, j.ExpiresAt = 0, nil, nil, nil, time.Time{}
+	}
+	return j
 }
 
 // MessageID is the stable ID of a job's event: "msg_" and a hash of the

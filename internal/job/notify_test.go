@@ -3,6 +3,7 @@ package job_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -331,6 +332,114 @@ func TestDecideRotate(t *testing.T) {
 			}
 			if until := cur.PreviousUntil(now); (len(tc.secrets) > 1) != !until.IsZero() {
 				t.Fatalf("previous until %v with %d secrets", until, len(tc.secrets))
+			}
+		})
+	}
+}
+
+// TestAnEventShowsTheJobAsItWasRecorded: a notice, read back from the job
+// as it is later, gives the job as the write that recorded the event left
+// it, in everything the owner's view shows: the attempt.unknown event of a
+// job that has since been resolved, retried and succeeded still says
+// unknown, one attempt, no result.
+func TestAnEventShowsTheJobAsItWasRecorded(t *testing.T) {
+	t.Parallel()
+	at := func(s int) time.Time { return time.Unix(2000+int64(s), 0).UTC() }
+	cases := []struct {
+		name  string
+		steps []func(j job.Job, now time.Time) (job.Transition, error)
+	}{
+		{"UnknownResolvedRetriedSucceeded", []func(job.Job, time.Time) (job.Transition, error){
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideLaunch(j, "a", now) },
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideUnknown(j, 1, "timeout", now) },
+			func(j job.Job, now time.Time) (job.Transition, error) {
+				return job.DecideResolve(j, 1, job.Resolution{Outcome: job.AttemptFailed, Reason: "checked"}, now)
+			},
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideLaunch(j, "b", now) },
+			func(j job.Job, now time.Time) (job.Transition, error) {
+				return job.DecideComplete(j, 2, json.RawMessage(`{"v":1}`), "req-2", now)
+			},
+		}},
+		{"HedgeUnknownWhileTheOtherWins", []func(job.Job, time.Time) (job.Transition, error){
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideLaunch(j, "a", now) },
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideRunning(j, 1, now) },
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideLaunchHedge(j, "b", now) },
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideUnknown(j, 2, "timeout", now) },
+			func(j job.Job, now time.Time) (job.Transition, error) {
+				return job.DecideComplete(j, 1, json.RawMessage(`{"v":2}`), "req-1", now)
+			},
+			func(j job.Job, now time.Time) (job.Transition, error) {
+				return job.DecideResolve(j, 2, job.Resolution{Outcome: job.AttemptCancelled, Reason: "cancelled at b"}, now)
+			},
+		}},
+		{"CancelledThenItsUnknownAttemptResolved", []func(job.Job, time.Time) (job.Transition, error){
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideLaunch(j, "a", now) },
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideUnknown(j, 1, "timeout", now) },
+			func(j job.Job, now time.Time) (job.Transition, error) { return job.DecideCancel(j, now) },
+			func(j job.Job, now time.Time) (job.Transition, error) {
+				return job.DecideResolve(j, 1, job.Resolution{Outcome: job.AttemptFailed, Reason: "dropped"}, now)
+			},
+		}},
+	}
+	// What the owner's view shows of a job (apigw renders these).
+	type view struct {
+		Status       job.Status
+		Version      int64
+		AttemptCount int
+		Attempts     string
+		CompletedBy  int
+		Result       string
+		Error        *job.Failure
+		Cancelled    bool
+		ExpiresAt    time.Time
+	}
+	viewOf := func(j job.Job) view {
+		v := view{Status: j.Status, Version: j.Version, AttemptCount: j.AttemptCount, CompletedBy: j.CompletedBy,
+			Result: string(j.Result), Error: j.Error, Cancelled: j.Cancellation != nil, ExpiresAt: j.ExpiresAt}
+		for _, a := range j.Attempts {
+			class := job.Class("")
+			if a.Error != nil {
+				class = a.Error.Class
+			}
+			v.Attempts += fmt.Sprintf("%d:%s:%s finished=%v error=%q usage=%v outcome=%q;", a.Number, a.Provider, a.State,
+				!a.FinishedAt.IsZero(), class, a.Usage != nil, a.Outcome)
+		}
+		return v
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			j := notifyingJob(t, true)
+			recorded := map[string]view{} // by message ID: the job its write left
+			for i, step := range tc.steps {
+				tr, err := step(j, at(i+1))
+				before := len(j.Outbox)
+				j = mustDecide(t, tr, err)
+				for _, n := range j.Outbox[before:] {
+					recorded[n.ID] = viewOf(j)
+				}
+			}
+			if len(recorded) < 2 {
+				t.Fatalf("the steps recorded %d events, want at least 2", len(recorded))
+			}
+			changed := 0
+			for _, n := range j.Outbox {
+				got, want := viewOf(j.AsRecorded(n)), recorded[n.ID]
+				if got != want {
+					t.Errorf("%s read back from the final job:\n got %+v\nwant %+v", n.Type, got, want)
+				}
+				if viewOf(j) != want {
+					changed++
+				}
+			}
+			if changed == 0 {
+				t.Fatal("no event's job changed after it was recorded: the case proves nothing")
+			}
+			// A notice recorded before notices kept their job shows it as read.
+			old := j.Outbox[0]
+			old.Recorded = nil
+			if viewOf(j.AsRecorded(old)) != viewOf(j) {
+				t.Fatal("a notice without a record changed the job")
 			}
 		})
 	}

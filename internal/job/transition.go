@@ -99,6 +99,7 @@ func bookkeeping(before, after Job, kind Kind, n int, now time.Time) Transition 
 	after.Status = after.derivedStatus()
 	after.UpdatedAt = now
 	after.Revision = before.Revision + 1
+	after = recordNotices(before, after)
 	return Transition{decided: true, kind: kind, before: before, after: after, attempt: n}
 }
 
@@ -113,5 +114,6 @@ func outcome(before, after Job, kind Kind, n int, now time.Time) Transition {
 	if after.ExpiresAt.Before(now.Add(before.retention())) {
 		after.ExpiresAt = after.ExpiresAt.Add(time.Second)
 	}
+	after = recordNotices(before, after)
 	return Transition{decided: true, kind: kind, before: before, after: after, attempt: n}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -78,6 +79,21 @@ var notificationTests = []test{
 		done := on(t, st).apply(job.DecideComplete(current, 2, json.RawMessage(`{"ok":true}`), "", at(4)))
 		if len(done.Outbox) != 2 || done.Outbox[0].Type != job.EventAttemptUnknown || done.Outbox[1].Type != job.EventJobSucceeded {
 			t.Fatalf("outbox %+v, want attempt.unknown then job.succeeded", done.Outbox)
+		}
+		// Each notice keeps the job its write left, read back whole:
+		// attempt 1 unknown (ambiguous) and 2 running at the first; the
+		// outcome at the second.
+		stored := get(t, st, j.ID)
+		want := []job.Recorded{
+			{Status: job.StatusUnknown, Version: 0, Attempts: 2, Open: []job.AttemptMark{
+				{Number: 1, State: job.AttemptUnknown, Class: job.ClassAmbiguous}, {Number: 2, State: job.AttemptRunning}}},
+			{Status: job.StatusSucceeded, Version: 1, Attempts: 2, Open: []job.AttemptMark{
+				{Number: 1, State: job.AttemptUnknown, Class: job.ClassAmbiguous}}},
+		}
+		for i, n := range stored.Outbox {
+			if n.Recorded == nil || !reflect.DeepEqual(*n.Recorded, want[i]) {
+				t.Fatalf("notice %d (%s) recorded %+v, want %+v", i, n.Type, n.Recorded, want[i])
+			}
 		}
 	}},
 	{"EndpointsChangeOnTheirRevision", func(t *testing.T, fresh func(*testing.T) Store) {
