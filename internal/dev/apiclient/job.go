@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Job is the part of a job's representation (GET /v1/jobs/{id}) that the
@@ -29,6 +30,10 @@ type Attempt struct {
 	State    string          `json:"state"`
 	Hedge    bool            `json:"hedge"`
 	Error    json.RawMessage `json:"error"`
+	// UnknownSince is when it became unknown (GET /v1/jobs/{id}/attempts);
+	// FinishedAt when it ended; zero: never, not yet.
+	UnknownSince time.Time `json:"unknown_since"`
+	FinishedAt   time.Time `json:"finished_at"`
 	// Resolution says who settled an unknown attempt out of band (in
 	// GET /v1/jobs/{id}/attempts): "reconciler", or an operator.
 	Resolution *struct {
