@@ -45,6 +45,7 @@ type endpointView struct {
 	PreviousSecretExpires string   `json:"previous_secret_expires_at,omitempty"`
 	PreviousSecrets       int      `json:"previous_secrets"`
 	FailingSince          string   `json:"failing_since,omitempty"`
+	Backlog               int      `json:"backlog,omitempty"`
 	DisabledAt            string   `json:"disabled_at,omitempty"`
 	DisabledReason        string   `json:"disabled_reason,omitempty"`
 	LeaseSeconds          int64    `json:"lease_seconds,omitempty"`
@@ -53,7 +54,7 @@ type endpointView struct {
 
 func endpointOf(e job.Endpoint, secret string, now func() time.Time) endpointView {
 	out := endpointView{ID: e.ID, URL: e.URL, Events: []string{}, CreatedAt: timeView(e.CreatedAt), UpdatedAt: timeView(e.UpdatedAt),
-		FailingSince: timeView(e.FailingSince), DisabledAt: timeView(e.DisabledAt), DisabledReason: e.DisabledReason,
+		FailingSince: timeView(e.FailingSince), Backlog: e.Backlog, DisabledAt: timeView(e.DisabledAt), DisabledReason: e.DisabledReason,
 		LeaseSeconds: int64(e.Lease / time.Second), ExpiresAt: timeView(e.ExpiresAt)}
 	for _, t := range e.Events {
 		out.Events = append(out.Events, string(t))

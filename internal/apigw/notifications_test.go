@@ -298,3 +298,24 @@ func TestEventTypesAreDocumented(t *testing.T) {
 		t.Errorf("openapi.yaml's EventType %v, want job.EventTypes %v", doc, want)
 	}
 }
+
+// TestDeliveryStatesAreDocumented holds openapi.yaml's Delivery state enum
+// to the one list, job.DeliveryStates, and the endpoint's backlog bound to
+// job.MaxEndpointBacklog.
+func TestDeliveryStatesAreDocumented(t *testing.T) {
+	t.Parallel()
+	var doc []string
+	for _, v := range loadContract(t).doc.Components.Schemas["Delivery"].Value.Properties["state"].Value.Enum {
+		doc = append(doc, v.(string))
+	}
+	var want []string
+	for _, s := range job.DeliveryStates() {
+		want = append(want, string(s))
+	}
+	if strings.Join(doc, ",") != strings.Join(want, ",") {
+		t.Errorf("openapi.yaml's Delivery state %v, want job.DeliveryStates %v", doc, want)
+	}
+	if m := loadContract(t).doc.Components.Schemas["Endpoint"].Value.Properties["backlog"].Value.Max; m == nil || *m != job.MaxEndpointBacklog {
+		t.Errorf("openapi.yaml's Endpoint backlog maximum %v, want job.MaxEndpointBacklog %d", m, job.MaxEndpointBacklog)
+	}
+}

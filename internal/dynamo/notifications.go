@@ -41,6 +41,7 @@ const (
 	eDisabledAt       = "disabled_at"
 	eDisabledWhy      = "disabled_reason"
 	eLeaseMS          = "lease_ms"
+	eBacklog          = "backlog"
 	eExpiresAt        = "expires_at"
 	dMessageID        = "message_id"
 	dBody             = "body"
@@ -123,6 +124,9 @@ func encodeEndpoint(e job.Endpoint) map[string]types.AttributeValue {
 	if e.Lease > 0 {
 		item[eLeaseMS], item[eExpiresAt] = avN(e.Lease.Milliseconds()), avT(e.ExpiresAt)
 	}
+	if e.Backlog > 0 {
+		item[eBacklog] = avN(int64(e.Backlog))
+	}
 	return item
 }
 
@@ -133,6 +137,7 @@ func decodeEndpoint(item map[string]types.AttributeValue) (job.Endpoint, error) 
 		CreatedAt: d.time(aCreatedAt, true), UpdatedAt: d.time(aUpdatedAt, true), Revision: d.num(aRevision, true),
 		SlowSince: d.time(eSlowSince, false), FailingSince: d.time(eFailingSince, false), LastFailureAt: d.time(eLastFailure, false), DisabledAt: d.time(eDisabledAt, false), DisabledReason: d.str(eDisabledWhy, false),
 		Lease: time.Duration(d.num(eLeaseMS, false)) * time.Millisecond, ExpiresAt: d.time(eExpiresAt, false),
+		Backlog: int(d.num(eBacklog, false)),
 	}
 	if l, ok := item[eEvents].(*types.AttributeValueMemberL); ok {
 		for _, v := range l.Value {

@@ -41,10 +41,12 @@ const (
 	ProvidersOpened = "ProvidersOpened"
 	// DeliveryTries counts webhook delivery tries, DeliveriesFailed those
 	// that failed; EndpointsDisabled counts webhook endpoints disabled
-	// (410, or failing for days: the endpoint-disabled alarm).
+	// (410, or failing for days: the endpoint-disabled alarm);
+	// DeliveriesDropped the deliveries a full endpoint backlog refused.
 	DeliveryTries     = "DeliveryTries"
 	DeliveriesFailed  = "DeliveryTriesFailed"
 	EndpointsDisabled = "EndpointsDisabled"
+	DeliveriesDropped = "DeliveriesDropped"
 )
 
 // Recorder counts and emits emf.
@@ -163,6 +165,11 @@ func (r *Recorder) DeliveryTried(ctx context.Context, d job.Delivery, t job.Try)
 // EndpointDisabled counts a webhook endpoint disabled.
 func (r *Recorder) EndpointDisabled(ctx context.Context, e job.Endpoint) {
 	r.Add(ctx, EndpointsDisabled, 1, "Count", map[string]any{"owner": e.Owner, "endpoint_id": e.ID, "reason": e.DisabledReason})
+}
+
+// DeliveryDropped counts a delivery its endpoint's full backlog refused.
+func (r *Recorder) DeliveryDropped(ctx context.Context, d job.Delivery) {
+	r.Add(ctx, DeliveriesDropped, 1, "Count", map[string]any{"owner": d.Owner, "job_id": d.JobID, "endpoint_id": d.EndpointID})
 }
 
 // OldestUnknown reports the age of the oldest unknown attempt.

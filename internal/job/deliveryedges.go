@@ -8,7 +8,7 @@ type DeliveryEdge struct {
 }
 
 // deliveryEdges is the table of a delivery's state changes. The delivery
-// decisions (DecideClaim, DecideTry, DecideSkip, DecideRedeliver) make
+// decisions (DecideClaim, DecideTry, DecideSkip, DecideDrop, DecideRedeliver) make
 // exactly these: a test drives each through every state and holds the
 // table to what they do, both ways, and docs/state-machines.md is drawn
 // from it. A pending delivery staying pending is a claim (its lease) or a
@@ -21,9 +21,11 @@ var deliveryEdges = []DeliveryEdge{
 	{DeliveryPending, DeliveryDelivered, []string{"DecideTry (2xx)"}},
 	{DeliveryPending, DeliveryFailed, []string{"DecideTry (a failure after the schedule's last wait)"}},
 	{DeliveryPending, DeliveryEndpointDisabled, []string{"DecideTry (410)", "DecideSkip (the endpoint is disabled or gone)"}},
+	{DeliveryPending, DeliveryDropped, []string{"DecideDrop (its endpoint's backlog is full: never tried)"}},
 	{DeliveryDelivered, DeliveryPending, []string{"DecideRedeliver"}},
 	{DeliveryFailed, DeliveryPending, []string{"DecideRedeliver"}},
 	{DeliveryEndpointDisabled, DeliveryPending, []string{"DecideRedeliver"}},
+	{DeliveryDropped, DeliveryPending, []string{"DecideRedeliver"}},
 }
 
 // DeliveryEdges returns the table of a delivery's state changes.
@@ -37,5 +39,5 @@ func DeliveryEdges() []DeliveryEdge {
 
 // DeliveryStates lists a delivery's states, pending first.
 func DeliveryStates() []DeliveryState {
-	return []DeliveryState{DeliveryPending, DeliveryDelivered, DeliveryFailed, DeliveryEndpointDisabled}
+	return []DeliveryState{DeliveryPending, DeliveryDelivered, DeliveryFailed, DeliveryEndpointDisabled, DeliveryDropped}
 }

@@ -14,7 +14,7 @@ import (
 // schedule, and holds job.DeliveryEdges to the state changes they make,
 // both ways: an edge no decision makes, or a change the table lacks,
 // fails. DecideTry and DecideSkip are the notifier's for a claimed pending
-// delivery only, so they start from pending.
+// delivery only, and DecideDrop for a new one, so they start from pending.
 func TestDeliveryEdgesAreWhatTheDecisionsDo(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(10_000, 0).UTC()
@@ -45,6 +45,7 @@ func TestDeliveryEdgesAreWhatTheDecisionsDo(t *testing.T) {
 				edge(s, job.DecideTry(d, a, schedule, now).State)
 			}
 			edge(s, job.DecideSkip(d, now).State)
+			edge(s, job.DecideDrop(d).State)
 		}
 	}
 	table := map[string]bool{}

@@ -273,7 +273,38 @@ type Endpoint struct {
 	// ExpiresAt unless renewed (DecideRenew) before then.
 	Lease     time.Duration
 	ExpiresAt time.Time
-	Revision  int64
+	// Backlog counts the deliveries fanned out to the endpoint since it
+	// began failing or went slow (DecideQueue); zero while it answers
+	// promptly, and set back to zero by its next prompt 2xx.
+	Backlog  int
+	Revision int64
+}
+
+// MaxEndpointBacklog bounds what one endpoint can have queued while it
+// fails or answers slowly, so what one owner can queue is bounded too
+// (MaxEndpointsPerOwner of these): past it, an event's delivery to that
+// endpoint is recorded dropped, never tried (an operator may redeliver
+// it). At one event a minute, a failing endpoint fills it in a week,
+// past the 5 days after which it is disabled.
+const MaxEndpointBacklog = 10_000
+
+// DecideQueue decides whether a new delivery to e is queued. An endpoint
+// answering promptly queues it with no count, so no write (what a
+// healthy owner's events cost does not change); a failing or slow one
+// counts it in Backlog (write: save after) up to limit, and past limit
+// drops it (queued false, nothing written).
+func DecideQueue(e Endpoint, limit int, now time.Time) (after Endpoint, write, queued bool) {
+	if e.FailingSince.IsZero() && e.SlowSince.IsZero() {
+		return e, false, true
+	}
+	if e.Backlog >= limit {
+		return e, false, false
+	}
+	after = e
+	after.Backlog++
+	after.UpdatedAt = now.UTC()
+	after.Revision++
+	return after, true, true
 }
 
 // Disabled reports whether deliveries to the endpoint stopped.
@@ -555,6 +586,9 @@ const (
 	// DeliveryEndpointDisabled: the endpoint answered 410, failed for
 	// days, or was disabled before this delivery's turn.
 	DeliveryEndpointDisabled DeliveryState = "endpoint_disabled"
+	// DeliveryDropped: never queued, its endpoint's backlog being full
+	// when the event was fanned out (DecideQueue); never tried.
+	DeliveryDropped DeliveryState = "dropped"
 )
 
 // Delivery is one event on its way to one endpoint.
@@ -691,6 +725,16 @@ func DecideSkip(d Delivery, now time.Time) Delivery {
 	return after
 }
 
+// DecideDrop settles a delivery its endpoint's full backlog refused
+// (DecideQueue): recorded, so its owner and the operators see it, but
+// never tried.
+func DecideDrop(d Delivery) Delivery {
+	after := d
+	after.State, after.NextAt = DeliveryDropped, time.Time{}
+	after.Revision++
+	return after
+}
+
 // DecideRedeliver starts a settled or pending delivery's schedule again,
 // due now (an operator's or owner's request). Its tries are kept.
 func DecideRedeliver(d Delivery, now time.Time) Delivery {
@@ -733,7 +777,8 @@ func DecideEndpointAfter(e Endpoint, d Delivery, disableAfter time.Duration, now
 		}
 		after.FailingSince, after.LastFailureAt = time.Time{}, time.Time{}
 		if !slow {
-			after.SlowSince = time.Time{}
+			// Answering promptly again: what it had queued drains.
+			after.SlowSince, after.Backlog = time.Time{}, 0
 		} else if e.SlowSince.IsZero() {
 			after.SlowSince = last.At
 		}

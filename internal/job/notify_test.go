@@ -172,6 +172,68 @@ func TestEndpointHealth(t *testing.T) {
 	}
 }
 
+// TestAnEndpointsBacklogIsBounded: an endpoint answering promptly queues
+// every delivery without a count (no write); a failing or slow one counts
+// each up to the limit and drops the rest; its next prompt 2xx sets the
+// count back to zero, a slow 2xx does not.
+func TestAnEndpointsBacklogIsBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(9000, 0).UTC()
+	const limit = 3
+	failing := job.Endpoint{FailingSince: now.Add(-time.Hour), LastFailureAt: now.Add(-time.Hour)}
+	slow := job.Endpoint{SlowSince: now.Add(-time.Hour)}
+	cases := []struct {
+		name               string
+		e                  job.Endpoint
+		fanned             int
+		queued, wantWrites int
+	}{
+		{"PromptQueuesAllUncounted", job.Endpoint{}, 10, 10, 0},
+		{"FailingQueuesUpToTheLimit", failing, 10, limit, limit},
+		{"SlowQueuesUpToTheLimit", slow, 10, limit, limit},
+		{"FailingUnderTheLimit", failing, 2, 2, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e, queued, writes := c.e, 0, 0
+			for range c.fanned {
+				after, write, ok := job.DecideQueue(e, limit, now)
+				if write {
+					writes++
+					if after.Revision != e.Revision+1 || after.Backlog != e.Backlog+1 {
+						t.Fatalf("a counted delivery: %+v after %+v", after, e)
+					}
+					e = after
+				}
+				if ok {
+					queued++
+				}
+			}
+			if queued != c.queued || writes != c.wantWrites {
+				t.Fatalf("of %d fanned out, %d queued with %d writes, want %d and %d", c.fanned, queued, writes, c.queued, c.wantWrites)
+			}
+		})
+	}
+	full := failing
+	full.Backlog = limit
+	tried := func(status int, latency time.Duration) job.Delivery {
+		return job.Delivery{Tries: []job.Try{{At: now, Status: status, Latency: latency}}}
+	}
+	if e, changed := job.DecideEndpointAfter(full, tried(200, time.Second), job.DefaultDisableAfter, now); !changed || e.Backlog != 0 {
+		t.Fatalf("a prompt 2xx left the backlog at %d (changed %v)", e.Backlog, changed)
+	}
+	if e, _ := job.DecideEndpointAfter(full, tried(200, job.SlowAfter), job.DefaultDisableAfter, now); e.Backlog != limit || e.SlowSince.IsZero() {
+		t.Fatalf("a slow 2xx: backlog %d, slow since %v; want it kept, slow", e.Backlog, e.SlowSince)
+	}
+	if e, _ := job.DecideEndpointAfter(full, tried(500, 0), job.DefaultDisableAfter, now); e.Backlog != limit {
+		t.Fatalf("a failure changed the backlog to %d", e.Backlog)
+	}
+	if d := job.DecideDrop(job.Delivery{State: job.DeliveryPending, NextAt: now, Revision: 1}); d.State != job.DeliveryDropped || !d.NextAt.IsZero() {
+		t.Fatalf("dropped: %+v", d)
+	}
+}
+
 func TestEndpointURLs(t *testing.T) {
 	t.Parallel()
 	deployed, local := job.URLRule{}, job.URLRule{AllowLoopbackHTTP: true}

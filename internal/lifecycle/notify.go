@@ -93,6 +93,7 @@ type Sender interface {
 type NotificationEvents interface {
 	DeliveryTried(ctx context.Context, d job.Delivery, t job.Try)
 	EndpointDisabled(ctx context.Context, e job.Endpoint)
+	DeliveryDropped(ctx context.Context, d job.Delivery)
 }
 
 // NoNotificationEvents discards them.
@@ -100,6 +101,7 @@ type NoNotificationEvents struct{}
 
 func (NoNotificationEvents) DeliveryTried(context.Context, job.Delivery, job.Try) {}
 func (NoNotificationEvents) EndpointDisabled(context.Context, job.Endpoint)       {}
+func (NoNotificationEvents) DeliveryDropped(context.Context, job.Delivery)        {}
 
 // ErrTooManyEndpoints reports an owner at job.MaxEndpointsPerOwner.
 var ErrTooManyEndpoints = errors.New("too many endpoints")
@@ -399,9 +401,12 @@ type NotifierConfig struct {
 	Limit         int
 	Parallel      int
 	OwnerParallel int
-	NowFunc       func() time.Time
-	Logger        *slog.Logger
-	Events        NotificationEvents
+	// MaxBacklog bounds what a failing or slow endpoint can have queued
+	// (job.DecideQueue; default job.MaxEndpointBacklog).
+	MaxBacklog int
+	NowFunc    func() time.Time
+	Logger     *slog.Logger
+	Events     NotificationEvents
 }
 
 // Notifier fans the events jobs record out into deliveries and tries the
@@ -434,6 +439,9 @@ func NewNotifier(c NotifierConfig) (*Notifier, error) {
 	}
 	if c.OwnerParallel <= 0 {
 		c.OwnerParallel = max(1, c.Parallel/4)
+	}
+	if c.MaxBacklog <= 0 {
+		c.MaxBacklog = job.MaxEndpointBacklog
 	}
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
@@ -613,16 +621,30 @@ func (n *Notifier) dispatch(ctx context.Context, j job.Job) (int, error) {
 			if err != nil {
 				return created, err
 			}
-			for _, e := range eps {
+			for i, e := range eps {
 				if !e.Live(now) || !e.Wants(nt.Type) {
 					continue
 				}
-				ok, err := n.cfg.Notices.AddDelivery(ctx, job.NewDelivery(j, nt, e, body, now))
+				d := job.NewDelivery(j, nt, e, body, now)
+				e, queued, err := n.queue(ctx, e, now)
+				if err != nil {
+					return created, err
+				}
+				eps[i] = e
+				if !queued {
+					d = job.DecideDrop(d)
+				}
+				ok, err := n.cfg.Notices.AddDelivery(ctx, d)
 				if err != nil {
 					return created, err
 				}
 				if ok {
 					created++
+				}
+				if ok && !queued {
+					n.cfg.Logger.WarnContext(ctx, "delivery_dropped", "job_id", j.ID, "owner", j.Owner, "endpoint_id", e.ID,
+						"message_id", d.MessageID, "backlog", e.Backlog)
+					n.cfg.Events.DeliveryDropped(ctx, d)
 				}
 			}
 		}
@@ -645,6 +667,35 @@ func (n *Notifier) dispatch(ctx context.Context, j job.Job) (int, error) {
 		j = res.Job
 	}
 	return created, fmt.Errorf("%w %s", ErrContention, id)
+}
+
+// queue counts a new delivery in a failing or slow endpoint's backlog
+// (job.DecideQueue), on the endpoint's revision; it returns the endpoint
+// as it now stands and whether the delivery is queued. A repeated
+// fan-out may count a delivery twice: the count only ever errs high, and
+// the endpoint's next prompt answer clears it.
+func (n *Notifier) queue(ctx context.Context, e job.Endpoint, now time.Time) (job.Endpoint, bool, error) {
+	for range maxTries {
+		after, write, queued := job.DecideQueue(e, n.cfg.MaxBacklog, now)
+		if !write {
+			return e, queued, nil
+		}
+		ok, err := n.cfg.Notices.SaveEndpoint(ctx, e, after)
+		if err != nil {
+			return e, false, err
+		}
+		if ok {
+			return after, true, nil
+		}
+		e, err = n.cfg.Notices.Endpoint(ctx, e.Owner, e.ID)
+		if errors.Is(err, job.ErrNotFound) {
+			return e, true, nil // deleted meanwhile: its delivery is skipped at its turn
+		}
+		if err != nil {
+			return e, false, err
+		}
+	}
+	return e, false, fmt.Errorf("%w endpoint %s", ErrContention, e.ID)
 }
 
 // deliver claims a due delivery, sends it, and records the try and what

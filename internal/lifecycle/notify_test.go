@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +50,7 @@ type notifyRig struct {
 	sender    *scriptedSender
 }
 
-func newNotifyRig(t *testing.T, script map[string][]int) *notifyRig {
+func newNotifyRig(t *testing.T, script map[string][]int, tune ...func(*lifecycle.NotifierConfig)) *notifyRig {
 	t.Helper()
 	c := &clock{now: t0}
 	st := memstore.NewAt(c.Now)
@@ -65,10 +66,14 @@ func newNotifyRig(t *testing.T, script map[string][]int) *notifyRig {
 		t.Fatal(err)
 	}
 	sender := &scriptedSender{script: script}
-	n, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: st, Notices: st, Sender: sender, NowFunc: c.Now, Opener: opener,
+	cfg := lifecycle.NotifierConfig{Store: st, Notices: st, Sender: sender, NowFunc: c.Now, Opener: opener,
 		BodyFunc: func(j job.Job, n job.Notice) ([]byte, error) {
 			return json.Marshal(map[string]any{"type": n.Type, "data": map[string]any{"id": j.ID, "status": j.Status}})
-		}})
+		}}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	n, err := lifecycle.NewNotifier(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,5 +344,67 @@ func TestAnExpiredEndpointGetsNothing(t *testing.T) {
 				t.Fatalf("usage after removal %+v %v", u, err)
 			}
 		})
+	}
+}
+
+// TestAFailingEndpointsBacklogIsBounded: once an owner's endpoint fails,
+// what it can have queued is bounded (MaxBacklog, 3 here): of the seven
+// events that follow its first failure, three are queued and four
+// recorded dropped and never tried, while another owner's endpoint gets
+// each of its events at once.
+func TestAFailingEndpointsBacklogIsBounded(t *testing.T) {
+	t.Parallel()
+	const failing, healthy = "http://127.0.0.1:9/down", "http://127.0.0.1:9/up"
+	ctx := context.Background()
+	down := make([]int, 50)
+	for i := range down {
+		down[i] = 503
+	}
+	r := newNotifyRig(t, map[string][]int{failing: down}, func(c *lifecycle.NotifierConfig) { c.MaxBacklog = 3 })
+	if _, _, err := r.endpoints.Create(ctx, "a", failing, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.endpoints.Create(ctx, "b", healthy, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	first := r.cancelledJob(t, "a", "a-0")
+	r.pass(t) // its first try fails: the endpoint is failing from now
+	var jobs []job.Job
+	for i := range 7 {
+		jobs = append(jobs, r.cancelledJob(t, "a", "a-"+strconv.Itoa(i+1)))
+	}
+	others := []job.Job{r.cancelledJob(t, "b", "b-0"), r.cancelledJob(t, "b", "b-1")}
+	r.pass(t)
+	states := map[job.DeliveryState]int{}
+	dropped := map[string]bool{} // message IDs
+	for _, j := range append([]job.Job{first}, jobs...) {
+		ds, err := r.endpoints.Deliveries(ctx, j)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("job %s: deliveries %+v %v", j.ID, ds, err)
+		}
+		states[ds[0].State]++
+		if ds[0].State == job.DeliveryDropped {
+			dropped[ds[0].MessageID] = true
+			if len(ds[0].Tries) != 0 {
+				t.Fatalf("a dropped delivery was tried: %+v", ds[0])
+			}
+		}
+	}
+	if states[job.DeliveryPending] != 4 || states[job.DeliveryDropped] != 4 {
+		t.Fatalf("the failing endpoint's deliveries: %v, want 4 pending (the first and 3 counted) and 4 dropped", states)
+	}
+	if e, err := r.store.Endpoints(ctx, "a"); err != nil || len(e) != 1 || e[0].Backlog != 3 {
+		t.Fatalf("the failing endpoint %+v %v, want a backlog of 3", e, err)
+	}
+	for _, j := range others {
+		ds, err := r.endpoints.Deliveries(ctx, j)
+		if err != nil || len(ds) != 1 || ds[0].State != job.DeliveryDelivered {
+			t.Fatalf("the other owner's job %s: %+v %v", j.ID, ds, err)
+		}
+	}
+	for _, m := range r.sender.messages() {
+		if dropped[m.ID] {
+			t.Fatalf("a dropped delivery was sent: %s", m.ID)
+		}
 	}
 }

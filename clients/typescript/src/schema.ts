@@ -637,6 +637,11 @@ export interface components {
             previous_secrets: number;
             /** @description The first failed try since the last delivery. */
             failing_since?: components["schemas"]["Timestamp"];
+            /**
+             * Format: int32
+             * @description Deliveries fanned out to it since it began failing or answering slowly; at 10,000, further events' deliveries to it are `dropped`. Back to 0 at its next prompt 2xx; absent while 0.
+             */
+            backlog?: number;
             disabled_at?: components["schemas"]["Timestamp"];
             /** @enum {string} */
             disabled_reason?: "gone" | "failing";
@@ -669,8 +674,11 @@ export interface components {
             message_id: string;
             endpoint_id: components["schemas"]["EndpointIDString"];
             type: components["schemas"]["EventType"];
-            /** @enum {string} */
-            state: "pending" | "delivered" | "failed" | "endpoint_disabled";
+            /**
+             * @description `dropped`: never queued nor tried, its endpoint failing or slow with 10,000 deliveries already counted since it last answered promptly (what one owner can have queued is bounded); an operator may redeliver it.
+             * @enum {string}
+             */
+            state: "pending" | "delivered" | "failed" | "endpoint_disabled" | "dropped";
             created_at: components["schemas"]["Timestamp"];
             /** @description While pending, when the next try is due. */
             next_at?: components["schemas"]["Timestamp"];

@@ -174,6 +174,29 @@ var notificationTests = []test{
 			got.Expired(at(149)) || !got.Expired(at(150)) {
 			t.Fatalf("renewed %+v %v", got, err)
 		}
+		// A failing endpoint's backlog is kept, and set back to zero.
+		failing := renewed
+		failing.FailingSince, failing.LastFailureAt, failing.Revision = at(61), at(61), renewed.Revision+1
+		counted, write, queued := job.DecideQueue(failing, 5, at(62))
+		if !write || !queued {
+			t.Fatalf("a failing endpoint's delivery: write %v queued %v", write, queued)
+		}
+		if ok, err := st.SaveEndpoint(ctx, renewed, failing); err != nil || !ok {
+			t.Fatalf("failing: %v %v", ok, err)
+		}
+		if ok, err := st.SaveEndpoint(ctx, failing, counted); err != nil || !ok {
+			t.Fatalf("count: %v %v", ok, err)
+		}
+		if got, err := st.Endpoint(ctx, "o", "ep_2"); err != nil || got.Backlog != 1 {
+			t.Fatalf("counted %+v %v", got, err)
+		}
+		cleared, _ := job.DecideEndpointAfter(counted, job.Delivery{Tries: []job.Try{{At: at(63), Status: 200}}}, job.DefaultDisableAfter, at(63))
+		if ok, err := st.SaveEndpoint(ctx, counted, cleared); err != nil || !ok {
+			t.Fatalf("clear: %v %v", ok, err)
+		}
+		if got, err := st.Endpoint(ctx, "o", "ep_2"); err != nil || got.Backlog != 0 || !got.FailingSince.IsZero() {
+			t.Fatalf("cleared %+v %v", got, err)
+		}
 		if err := st.DeleteEndpoint(ctx, "o", "ep_2"); err != nil {
 			t.Fatal(err)
 		}
