@@ -40,8 +40,11 @@ func firstTryLatency(t *testing.T, d receiver.Delivery) time.Duration {
 // TestAnOwnersSlowEndpointsDelayNoOneElse (issue 28, review H3): one
 // owner's five endpoints answer 200 after 10 s (so they are never
 // disabled) for its 20 ended jobs; meanwhile another owner's three events
-// each reach its endpoint within 2 s of their job's end, and before any of
-// the slow tries could have been answered.
+// each reach its endpoint within 2 s of their job's end, while more slow
+// tries are held at the slow owner's endpoints than a pass has slots
+// (they did not wait for any of them). It was: before any slow try could
+// have been answered, which a busy machine's pace, not the notifier,
+// decided.
 func TestAnOwnersSlowEndpointsDelayNoOneElse(t *testing.T) {
 	t.Parallel()
 	s := handoffStack(t)
@@ -58,8 +61,7 @@ func TestAnOwnersSlowEndpointsDelayNoOneElse(t *testing.T) {
 		a.submit("demo", fmt.Sprintf("slow-%d", i), nil)
 	}
 	// The slow tries are under way (each recorded when it arrives).
-	held := awaitHooks(t, slow, "", time.Minute, "the slow owner's first tries", func(ds []receiver.Delivery) bool { return len(ds) >= 20 })
-	firstSlow := held[0].At
+	awaitHooks(t, slow, "", time.Minute, "the slow owner's first tries", func(ds []receiver.Delivery) bool { return len(ds) >= 20 })
 	for i := range 3 {
 		b.submit("demo", fmt.Sprintf("quick-%d", i), nil)
 	}
@@ -73,12 +75,25 @@ func TestAnOwnersSlowEndpointsDelayNoOneElse(t *testing.T) {
 		if lat > 2*time.Second {
 			t.Errorf("an event of the other owner reached it %s after its job ended, want within 2 s", lat)
 		}
-		if !d.At.Before(firstSlow.Add(slowFor)) {
-			t.Errorf("an event of the other owner arrived at %s, after the slow owner's first try could have been answered (%s)",
-				d.At.Format(time.RFC3339Nano), firstSlow.Add(slowFor).Format(time.RFC3339Nano))
-		}
 	}
-	t.Logf("the other owner's events: worst first try %s after their job ended, while %d slow tries were held", worst, len(held))
+	// Each of them arrived while the slow owner's tries filled more than
+	// a pass's 8 slots: tries that had arrived at its endpoints and were
+	// not yet answered (the receiver answers each slowFor after it came).
+	slowTries := awaitHooks(t, slow, "", time.Minute, "the slow owner's tries", func([]receiver.Delivery) bool { return true })
+	fewest := len(slowTries)
+	for _, d := range receiver.Delivered(got) {
+		inFlight := 0
+		for _, st := range slowTries {
+			if !st.At.After(d.At) && d.At.Before(st.At.Add(slowFor)) {
+				inFlight++
+			}
+		}
+		fewest = min(fewest, inFlight)
+	}
+	if fewest < 8 {
+		t.Errorf("an event of the other owner arrived while only %d slow tries were held: the drill made no contention", fewest)
+	}
+	t.Logf("the other owner's events: worst first try %s after their job ended, while at least %d slow tries were held", worst, fewest)
 }
 
 // TestAShardFullOfOneOwnerHidesNoOneElse (review H3): the scheduled pass

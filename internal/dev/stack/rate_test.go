@@ -100,7 +100,10 @@ func TestAProvidersRateIsSharedAndNeverExceeded(t *testing.T) {
 		t.FailNow()
 	}
 	// Every job succeeds: none fails for the rate or the 429.
-	deadline := time.Now().Add(3 * time.Minute) // a liveness bound: 78 jobs need 13 windows of 2 s (3 at each provider) and its margin
+	// A liveness bound only: 78 jobs need 13 windows of 2 s (3 at each
+	// provider); on a machine loaded well past two busy cores the stack's
+	// own pace took more than 3 minutes.
+	deadline := time.Now().Add(6 * time.Minute)
 	// The window opens once every owner has a job the admission held
 	// back (waiting for the rate or its share): all three wait. Seen on
 	// the jobs, not assumed a period after the submissions, which a
@@ -143,7 +146,7 @@ func TestAProvidersRateIsSharedAndNeverExceeded(t *testing.T) {
 		case waiting == len(owners):
 			allWaiting = time.Now()
 		case time.Now().After(deadline):
-			t.Fatalf("within 3 min, never all %d owners with a job held back by the rate at once (%d at the last look, when the jobs were %v)", len(owners), waiting, states)
+			t.Fatalf("within 6 min, never all %d owners with a job held back by the rate at once (%d at the last look, when the jobs were %v)", len(owners), waiting, states)
 		default:
 			time.Sleep(100 * time.Millisecond)
 		}
