@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -30,6 +31,9 @@ func TestJobsWatch(t *testing.T) {
 		// during acts while the watch runs (given its first line).
 		during func(t *testing.T, c cli, w *watch, id string)
 		want   []string // status lines, in this order
+		// orLast: other last lines as good as want's (a state the
+		// machine's pace decides).
+		orLast []string
 		code   int
 		// summary lines the end of the output must hold.
 		summary []string
@@ -57,12 +61,17 @@ func TestJobsWatch(t *testing.T) {
 			script: `{"sim-primary":{"latency_ms":1500}}`,
 			during: func(t *testing.T, c cli, w *watch, id string) {
 				w.waitLine(t, "running  #1 sim-primary running")
-				if r := c.must(t, "cancel", id); r.stdout != id+"  cancelled  #1 sim-primary running\n" {
+				// The call is still under way when the job is cancelled:
+				// its attempt is running, or, once the call outlived its
+				// 2-s timeout (a busy machine), unknown.
+				if r := c.must(t, "cancel", id); r.stdout != id+"  cancelled  #1 sim-primary running\n" &&
+					r.stdout != id+"  cancelled  #1 sim-primary unknown(ambiguous)\n" {
 					t.Errorf("cancel printed %q", r.stdout)
 				}
 			},
-			want: []string{"running  #1 sim-primary running", "cancelled  #1 sim-primary running"},
-			code: exitWatchCancelled,
+			want:   []string{"running  #1 sim-primary running", "cancelled  #1 sim-primary running"},
+			orLast: []string{"cancelled  #1 sim-primary unknown(ambiguous)"},
+			code:   exitWatchCancelled,
 		},
 		{
 			name:   "Interrupted",
@@ -88,16 +97,20 @@ func TestJobsWatch(t *testing.T) {
 				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, w.stdout, w.stderr)
 			}
 			got := statusLines(w.stdout.String())
-			if !inOrder(got, tt.want) {
-				t.Fatalf("status lines:\n%s\nwant, in order:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			want := tt.want
+			if len(got) > 0 && slices.Contains(tt.orLast, got[len(got)-1]) {
+				want = append(slices.Clone(want[:len(want)-1]), got[len(got)-1])
+			}
+			if !inOrder(got, want) {
+				t.Fatalf("status lines:\n%s\nwant, in order:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 			for i := 1; i < len(got); i++ {
 				if got[i] == got[i-1] {
 					t.Errorf("line %q printed twice in a row: a line is a change", got[i])
 				}
 			}
-			if last := got[len(got)-1]; last != tt.want[len(tt.want)-1] {
-				t.Errorf("last status line %q, want %q", last, tt.want[len(tt.want)-1])
+			if last := got[len(got)-1]; last != want[len(want)-1] {
+				t.Errorf("last status line %q, want %q", last, want[len(want)-1])
 			}
 			for _, s := range tt.summary {
 				if !strings.Contains(w.stdout.String(), "\n"+s) {
