@@ -155,6 +155,8 @@ sizes-gate: build
 # test fails when they are stale. The client and browser tests start their own
 # `bin/onejob run` (clients/harness) and drive Debian's chromium, which
 # clients/harness/ensure-chromium.sh installs with apt when missing (as root).
+# Two files at a time: each starts its own stack (in memory, free ports), and
+# the console's file alone takes half the step.
 .PHONY: client client-schema chromium test-clients
 TSC := $(NODE) node_modules/typescript/bin/tsc
 CLIENT_SOURCES := $(wildcard clients/typescript/src/*.ts) clients/typescript/tsconfig.json
@@ -184,7 +186,7 @@ CLIENT_TESTS := $(sort $(wildcard clients/*/test/*.test.mjs))
 
 test-clients: client chromium console-check
 	$(GO) build -o bin/onejob ./cmd/onejob
-	$(NODE) --test --test-concurrency=1 $(CLIENT_TESTS)
+	$(NODE) --test --test-concurrency=2 $(CLIENT_TESTS)
 
 # ---- infrastructure (infra/, cdk.json) ---------------------------------------
 # Lambda functions are the main packages under functions/<name>/; each builds to
