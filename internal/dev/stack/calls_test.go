@@ -66,10 +66,10 @@ func TestCallsAreAttributed(t *testing.T) {
 		{Function: deploy.FnAPI, Action: "dynamodb:BatchGetItem", Resource: jobs},
 		{Function: deploy.FnRun, Action: "dynamodb:UpdateItem", Resource: jobs},
 		{Function: deploy.FnRun, Action: "dynamodb:PutItem", Resource: attempts},
-		// The sweeper runs every second; the test waits for its first sweep.
+		// The sweeper runs every 10 s (sharedSweep); the test waits for a sweep.
 		{Function: deploy.FnSweeper, Action: "dynamodb:Query", Resource: byOpen},
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(2 * sharedSweep)
 	var got []awscalls.Call
 	for {
 		got = s.Calls()

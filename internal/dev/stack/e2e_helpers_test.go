@@ -43,10 +43,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// sharedSweep is how often the sweeper of a stack shared by tests that do
-// not wait for it runs: `make run`'s default. A sweep reads every shard of
-// two indexes (48 queries), and at once a second, the sweeps of such
-// stacks made a third of dynalite's requests in this package (issue 30).
+// sharedSweep is how often the sweeper of a stack shared by many tests runs
+// (`make run`'s default; TestCallsAreAttributed waits for a sweep, within
+// two of them). A sweep reads every shard of two indexes (48 queries),
+// and at once a second, the sweeps of such stacks made a third of
+// dynalite's requests in this package (issue 30).
 const sharedSweep = 10 * time.Second
 
 // ownStack is a stack for one drill, stopped as soon as the drill ends:

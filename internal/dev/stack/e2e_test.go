@@ -23,7 +23,7 @@ import (
 
 func defaultStack(t *testing.T) *stack.Stack {
 	t.Helper()
-	return sharedStack(t, "default", stack.Config{CertifyDemo: true, SweepInterval: time.Second})
+	return sharedStack(t, "default", stack.Config{CertifyDemo: true, SweepInterval: sharedSweep})
 }
 
 func TestHappyPath(t *testing.T) {
