@@ -76,6 +76,14 @@ func (c *JSONClient) do(ctx context.Context, method, url string, header http.Hea
 	if err != nil {
 		return HTTPResponse{}, c.fail(ClassNonRetryable, 0, "", "build request", fmt.Errorf("%w: %w", ErrInvalidRequest, err))
 	}
+	// Never a resend behind the caller's back: Go's transport counts a
+	// POST with an Idempotency-Key header (which the adapters send) as
+	// replayable and, when a kept-alive connection drops before the
+	// answer, sends it again unseen, to providers that honour no such key
+	// (OpenAI, Anthropic): a second execution of the attempt. Without
+	// GetBody it cannot rewind the body, so it does not; the lost answer
+	// is an ambiguous outcome, settled as any other.
+	hreq.GetBody = nil
 	for k, vs := range header {
 		for _, v := range vs {
 			hreq.Header.Add(k, v)

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -210,6 +211,46 @@ func TestConnectionCutBeforeAnswer(t *testing.T) {
 	var ce *provider.CallError
 	if !errors.As(err, &ce) || ce.Class != provider.ClassAmbiguous || !errors.Is(err, provider.ErrTransport) {
 		t.Errorf("err = %v, want ambiguous transport error", err)
+	}
+}
+
+// TestACutAnswerIsNeverResentByTheTransport: on a kept-alive connection,
+// the server reads a POST carrying an Idempotency-Key, then drops the
+// connection without answering. Go's transport counts such a POST as
+// replayable and would send it again, unseen, to a provider that may not
+// honour the key (OpenAI and Anthropic do not): a second execution of
+// the attempt with nothing recorded. The provider must receive it once,
+// and the call is ambiguous.
+func TestACutAnswerIsNeverResentByTheTransport(t *testing.T) {
+	t.Parallel()
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/warm" {
+			_, _ = io.WriteString(w, `{}`) // the connection is kept alive for the next request
+			return
+		}
+		posts.Add(1)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		_ = conn.Close()
+	}))
+	t.Cleanup(srv.Close)
+	c := provider.JSONClient{Provider: "p", HTTP: srv.Client()}
+	if _, err := c.PostJSON(t.Context(), srv.URL+"/warm", nil, map[string]int{"a": 0}); err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	header := http.Header{"Idempotency-Key": {"job_x/1"}}
+	_, err := c.PostJSON(t.Context(), srv.URL+"/call", header, map[string]int{"a": 1})
+	var ce *provider.CallError
+	if !errors.As(err, &ce) || ce.Class != provider.ClassAmbiguous {
+		t.Errorf("err = %v, want ambiguous", err)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Fatalf("the provider received the call %d times, want once", n)
 	}
 }
 
