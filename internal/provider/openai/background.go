@@ -244,62 +244,26 @@ var ErrNotTerminal = errors.New("response has not ended")
 // response.
 var ErrResponseCancelled = errors.New("response was cancelled")
 
-// BackgroundConfig configures a Background client.
-type BackgroundConfig struct {
-	Name    string
-	BaseURL string // default DefaultBaseURL
-	Model   string
-	APIKey  provider.Secret
-	// Reasoning overrides ReasoningModel(Model): a reasoning model accepts
-	// only its default temperature, so none is sent.
-	Reasoning  *bool
-	HTTPClient *http.Client
-	Logger     *slog.Logger
-	Now        func() time.Time
-}
-
-func (c *BackgroundConfig) validate() error {
-	if c.BaseURL == "" {
-		c.BaseURL = DefaultBaseURL
-	}
-	var problems []string
-	if c.Name == "" {
-		problems = append(problems, "name is required")
-	}
-	if c.Model == "" {
-		problems = append(problems, "model is required")
-	}
-	if err := provider.ValidateBaseURL(c.BaseURL); err != nil {
-		problems = append(problems, err.Error())
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(problems, "; "))
-	}
-	return nil
-}
-
 // Background is a client of the Responses API's background mode. Each of
 // its calls is exactly one HTTP request: no retry, by it or by the HTTP
 // transport (Submit sends no Idempotency-Key, see there).
 type Background struct {
 	provider.HTTPBase
-	cfg       BackgroundConfig
+	cfg       Config
 	reasoning bool
 }
 
-// NewBackground validates cfg and returns the client.
-func NewBackground(cfg BackgroundConfig) (*Background, error) {
+// NewBackground validates cfg, the chat adapter's (MaxTokensField and
+// Lookup do not apply: a background response is always stored, with the
+// attempt's key), and returns the client.
+func NewBackground(cfg Config) (*Background, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	reasoning := ReasoningModel(cfg.Model)
-	if cfg.Reasoning != nil {
-		reasoning = *cfg.Reasoning
 	}
 	return &Background{
 		HTTPBase:  provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "x-request-id"),
 		cfg:       cfg,
-		reasoning: reasoning,
+		reasoning: cfg.reasoning(),
 	}, nil
 }
 

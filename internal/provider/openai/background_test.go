@@ -25,7 +25,7 @@ var goodOutput = json.RawMessage(`{"category":"billing","priority":3,"summary":"
 
 func newBackground(t *testing.T, baseURL string, client *http.Client) *openai.Background {
 	t.Helper()
-	b, err := openai.NewBackground(openai.BackgroundConfig{Name: "openai-bg", BaseURL: baseURL + "/v1", Model: "gpt-test",
+	b, err := openai.NewBackground(openai.Config{Name: "openai-bg", BaseURL: baseURL + "/v1", Model: "gpt-test",
 		APIKey: provider.Secret("sk-test"), HTTPClient: client})
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestBackgroundPrepareRefuses(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b, err := openai.NewBackground(openai.BackgroundConfig{Name: "bg", Model: tc.model})
+			b, err := openai.NewBackground(openai.Config{Name: "bg", Model: tc.model})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -179,7 +179,7 @@ func TestBackgroundPrepareRefuses(t *testing.T) {
 			}
 		})
 	}
-	b, err := openai.NewBackground(openai.BackgroundConfig{Name: "bg", Model: "o3"})
+	b, err := openai.NewBackground(openai.Config{Name: "bg", Model: "o3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestBackgroundPrepareRefuses(t *testing.T) {
 	if body := prep.Body.(*openai.ResponsesRequest); body.Temperature != nil || len(prep.Notes) == 0 || body.BackgroundOptions.CompletionWindow != openai.Window8h {
 		t.Errorf("a reasoning model gets no temperature: %+v, notes %v", body, prep.Notes)
 	}
-	if _, err := openai.NewBackground(openai.BackgroundConfig{Name: "bg"}); !errors.Is(err, openai.ErrInvalidConfig) {
+	if _, err := openai.NewBackground(openai.Config{Name: "bg"}); !errors.Is(err, openai.ErrInvalidConfig) {
 		t.Errorf("no model: %v", err)
 	}
 }

@@ -88,6 +88,14 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// reasoning is Reasoning when set, else ReasoningModel(Model).
+func (c Config) reasoning() bool {
+	if c.Reasoning != nil {
+		return *c.Reasoning
+	}
+	return ReasoningModel(c.Model)
+}
+
 // reasoningFamilies are the model name prefixes OpenAI documents as
 // reasoning models (o-series, gpt-5). They reject max_tokens ("not
 // compatible with o-series models") and any temperature but the default.
@@ -138,11 +146,7 @@ func New(cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	reasoning := ReasoningModel(cfg.Model)
-	if cfg.Reasoning != nil {
-		reasoning = *cfg.Reasoning
-	}
-	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "x-request-id"), cfg: cfg, reasoning: reasoning}, nil
+	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "x-request-id"), cfg: cfg, reasoning: cfg.reasoning()}, nil
 }
 
 // Name implements provider.Provider.
