@@ -124,34 +124,12 @@ var notifyAttrs = [...]string{aNotify, aOutbox, aDispatched, AttrNotifyShard}
 // (job.MaxOutbox) of the longest notices, dispatched, on the longest shard.
 // A store computes it once (New), not on every write.
 func notifyReserve() int {
-	longest := job.EventType("")
-	for _, t := range job.EventTypes() {
-		if len(t) > len(longest) {
-			longest = t
-		}
-	}
+	longest := longestOf(job.EventTypes())
 	// The longest record: as many open attempts as a notice keeps, each
 	// in the longest state with the longest class.
-	var state job.AttemptState
-	for _, s := range job.AttemptStates() {
-		if len(s) > len(state) {
-			state = s
-		}
-	}
-	var class job.Class
-	for _, c := range job.Classes() {
-		if len(c) > len(class) {
-			class = c
-		}
-	}
-	rec := &job.Recorded{Status: job.StatusSucceeded, Version: 1 << 62, Attempts: 1 << 30}
+	rec := &job.Recorded{Status: longestOf(job.Statuses()), Version: 1 << 62, Attempts: 1 << 30}
 	for range job.MaxRecordedOpen {
-		rec.Open = append(rec.Open, job.AttemptMark{Number: 1 << 30, State: state, Class: class})
-	}
-	for _, s := range job.Statuses() {
-		if len(s) > len(rec.Status) {
-			rec.Status = s
-		}
+		rec.Open = append(rec.Open, job.AttemptMark{Number: 1 << 30, State: longestOf(job.AttemptStates()), Class: longestOf(job.Classes())})
 	}
 	full := make([]job.Notice, job.MaxOutbox)
 	for i := range full {
@@ -160,6 +138,17 @@ func notifyReserve() int {
 	}
 	return itemSize(map[string]types.AttributeValue{aNotify: avB(true), aOutbox: encodeOutbox(full),
 		aDispatched: avN(job.MaxOutbox), AttrNotifyShard: avS("notify#" + strconv.Itoa(NotifyShards-1))})
+}
+
+// longestOf is the longest of a list of names.
+func longestOf[T ~string](names []T) T {
+	var out T
+	for _, n := range names {
+		if len(n) > len(out) {
+			out = n
+		}
+	}
+	return out
 }
 
 // itemSize is an item's size as DynamoDB counts it: each attribute's name
