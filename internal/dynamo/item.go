@@ -88,6 +88,17 @@ const (
 	aPriceIn      = "price_in_nusd_per_mtok"
 	aPriceOut     = "price_out_nusd_per_mtok"
 	aKey          = "key"
+	// aRemote is an asynchronous attempt's work at its provider
+	// (job.Remote): aID, aStatus, aTier, the times, aPolls, aFound.
+	aRemote      = "remote"
+	aRemoteID    = "id"
+	aTier        = "tier"
+	aSubmittedAt = "submitted_at"
+	aHeardAt     = "heard_at"
+	aNextPollAt  = "next_poll_at"
+	aPolls       = "polls"
+	aFound       = "found"
+	aCancelAt    = "cancel_at"
 )
 
 // NotifyShards spreads jobs with pending notices over partitions of
@@ -359,7 +370,42 @@ func encodeAttempt(a job.Attempt) map[string]types.AttributeValue {
 	if s := a.Spend; s != nil {
 		m[aSpend] = encodeSpend(*s)
 	}
+	if r := a.Remote; r != nil {
+		m[aRemote] = encodeRemote(*r)
+	}
 	return m
+}
+
+func encodeRemote(r job.Remote) types.AttributeValue {
+	m := map[string]types.AttributeValue{
+		aRemoteID: avS(r.ID), aTier: avS(string(r.Tier)), aSubmittedAt: avT(r.SubmittedAt), aHeardAt: avT(r.HeardAt),
+		aNextPollAt: avT(r.NextPollAt), aPolls: avN(int64(r.Polls)), aFound: avB(r.Found),
+	}
+	if r.Status != "" {
+		m[aStatus] = avS(r.Status)
+	}
+	if !r.CancelAt.IsZero() {
+		m[aCancelAt] = avT(r.CancelAt)
+	}
+	return &types.AttributeValueMemberM{Value: m}
+}
+
+func (d *decoder) remote(name string) *job.Remote {
+	v, ok := d.m[name].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil
+	}
+	sub := decoder{m: v.Value}
+	r := &job.Remote{ID: sub.str(aRemoteID, true), Status: sub.str(aStatus, false), Tier: job.Tier(sub.str(aTier, true)),
+		SubmittedAt: sub.time(aSubmittedAt, true), HeardAt: sub.time(aHeardAt, true), NextPollAt: sub.time(aNextPollAt, true),
+		Polls: int(sub.num(aPolls, true)), CancelAt: sub.time(aCancelAt, false)}
+	if f, ok := v.Value[aFound].(*types.AttributeValueMemberBOOL); ok {
+		r.Found = f.Value
+	}
+	if sub.err != nil && d.err == nil {
+		d.err = sub.err
+	}
+	return r
 }
 
 func encodeSpend(s job.Spend) types.AttributeValue {
@@ -612,6 +658,7 @@ func decodeAttempt(jobID string, number int, m map[string]types.AttributeValue) 
 		RequestDigest:     d.str(aReqDigest, false),
 		ProviderKey:       d.str(aProviderKey, false),
 		Spend:             d.spend(aSpend),
+		Remote:            d.remote(aRemote),
 	}
 	if v, ok := m[aHedge].(*types.AttributeValueMemberBOOL); ok {
 		a.Hedge = v.Value

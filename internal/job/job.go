@@ -345,6 +345,10 @@ type Attempt struct {
 	// Spend is what the attempt set aside from its owner's budget and, once
 	// it ended, what it cost; nil for an attempt not budgeted.
 	Spend *Spend
+	// Remote is the work an asynchronous attempt left at its provider,
+	// recorded in the write right after its submit was answered (or once
+	// a lost submit was found again); nil for a synchronous attempt.
+	Remote *Remote
 }
 
 // IdempotencyKey is the attempt's identity, passed downstream to providers.

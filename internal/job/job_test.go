@@ -42,7 +42,9 @@ func TestCanTransition(t *testing.T) {
 		{job.AttemptRunning, job.AttemptUnknown, true},
 		{job.AttemptUnknown, job.AttemptSucceeded, true},
 		{job.AttemptUnknown, job.AttemptCancelled, true},
-		{job.AttemptRunning, job.AttemptCancelled, false},
+		// Only work its provider confirmed cancelled (DecideRemoteCancelled).
+		{job.AttemptRunning, job.AttemptCancelled, true},
+		{job.AttemptStarting, job.AttemptCancelled, false},
 		{job.AttemptUnknown, job.AttemptRunning, false},
 		{job.AttemptFailed, job.AttemptSucceeded, false},
 		{job.AttemptSucceeded, job.AttemptDiscarded, false},

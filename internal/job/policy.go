@@ -125,6 +125,11 @@ func Next(j Job, p Policy, now time.Time) Plan {
 			return Plan{Action: ActionRun, Provider: a.Provider, Attempt: a.Number}
 		}
 	}
+	if a, wait, ok := remoteWait(open, now); ok {
+		// Work at a provider: wait for its webhook, asking by its id when
+		// the poll schedule says (Remote.NextPollAt).
+		return Plan{Action: ActionWait, Blocker: a.Number, Wait: wait}
+	}
 	if len(open) > 0 {
 		waitOn, since := open[0], open[0].UpdatedAt
 		if b, ok := j.Blocker(); ok {
@@ -185,6 +190,20 @@ func settleTerminal(j Job, p Policy, now time.Time) Plan {
 		if a.State == AttemptUnknown {
 			return Plan{Action: ActionWait, Blocker: a.Number, Wait: p.Wait.Next(now.Sub(a.UnknownSince))}
 		}
+	}
+	// Work a finished job left at a provider is cancelled there and waited
+	// for, so what it cost is recorded and its owner's slot held until then.
+	var remote []Attempt
+	for _, a := range j.Attempts {
+		if a.Remote != nil && a.State == AttemptRunning {
+			remote = append(remote, a)
+		}
+	}
+	if a, wait, ok := remoteWait(remote, now); ok {
+		if a.Remote.CancelAt.IsZero() {
+			wait = 0
+		}
+		return Plan{Action: ActionWait, Blocker: a.Number, Wait: wait}
 	}
 	return Plan{Action: ActionDone}
 }
@@ -345,7 +364,7 @@ func DefaultOverdueGrace(callTimeout time.Duration) time.Duration { return callT
 func Overdue(j Job, deadline time.Duration, now time.Time) []int {
 	var out []int
 	for _, a := range j.Attempts {
-		if a.State == AttemptRunning && now.Sub(a.UpdatedAt) > deadline {
+		if a.State == AttemptRunning && a.Remote == nil && now.Sub(a.UpdatedAt) > deadline {
 			out = append(out, a.Number)
 		}
 	}

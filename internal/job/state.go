@@ -70,6 +70,7 @@ var attemptEdges = []Edge{
 	{AttemptRunning, AttemptFailed, []string{"DecideAttemptFailed"}},
 	{AttemptRunning, AttemptUnknown, []string{"DecideUnknown (timed out)", "DecideAttemptFailed (ambiguous)"}},
 	{AttemptRunning, AttemptDiscarded, []string{"DecideComplete (its result lost the race)"}},
+	{AttemptRunning, AttemptCancelled, []string{"DecideRemoteCancelled (its job was cancelled and its provider confirmed it cancelled the work)"}},
 	{AttemptUnknown, AttemptSucceeded, []string{"DecideComplete (a late result won)", "DecideResolve",
 		"DecideSettle (the provider's answer, asked again)"}},
 	{AttemptUnknown, AttemptFailed, []string{"DecideAttemptFailed (a late failure)", "DecideResolve",

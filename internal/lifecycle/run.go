@@ -84,8 +84,20 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 				}
 				return RunResult{}, signal(plan, j)
 			}
+			if !ran {
+				// Work at an asynchronous provider: ask about what is
+				// due (or cancel a finished job's), then decide again.
+				var polled bool
+				if j, polled, err = w.pollDue(ctx, j, jt); err != nil {
+					return RunResult{}, err
+				}
+				if polled {
+					ran = true
+					continue
+				}
+			}
 			a, ok := j.Attempt(plan.Blocker)
-			if ok && a.State == job.AttemptRunning && !ran {
+			if ok && a.State == job.AttemptRunning && a.Remote == nil && !ran {
 				// Another runner holds it (a duplicate delivery of this
 				// step): wait for its end, then decide again.
 				if j, err = w.await(ctx, j, a.Number, deadline); err != nil {
@@ -404,6 +416,9 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 	if err != nil {
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "render prompt: " + err.Error()}, job.Call{})
 	}
+	if ap, ok := p.(provider.Async); ok {
+		return w.submit(ctx, j, jt, a, ap, req)
+	}
 	pol := w.healthPolicy(a.Provider)
 	if !sendBy.IsZero() && w.now().After(sendBy) {
 		// Sent now, it could reach the provider after its admission left
@@ -436,30 +451,47 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 	latency := w.now().Sub(start)
 	w.log.InfoContext(ctx, "provider_called", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
 		"latency_ms", latency.Milliseconds(), "ok", err == nil)
-	kind := healthKind(err)
-	var ce *provider.CallError
-	if w.cfg.Breakers != nil {
-		e := job.HealthEvent{Kind: kind, Attempt: a.IdempotencyKey(), Owner: j.Owner}
-		if kind == job.HealthRateLimited && errors.As(err, &ce) {
-			e.RetryAfter = ce.RetryAfter
-		}
-		w.cfg.Breakers.Observe(ctx, a.Provider, e)
-	}
+	w.observeCall(ctx, j.Owner, a, err)
 	if err != nil {
-		f := job.Failure{Class: failureClass(provider.Classify(err)), Message: err.Error()}
-		if kind == job.HealthRateLimited {
-			// Not acted on: the job waits for the provider's pause and
-			// asks it again (job.ClassRateLimited).
-			f.Class = job.ClassRateLimited
-		}
-		c := job.Call{Usage: &job.Usage{Latency: latency}}
-		if errors.As(err, &ce) {
-			c.ProviderRequestID, f.ProviderStatus = ce.ProviderRequestID, ce.Status
-		}
-		return w.fail(ctx, j, a, f, c)
+		return w.callFailed(ctx, j, a, err, job.Call{Usage: &job.Usage{Latency: latency}})
 	}
 	// The call is paid for however its answer fares.
-	c := job.Call{ProviderRequestID: resp.ProviderRequestID, Usage: usageOf(resp, latency)}
+	return w.answered(ctx, j, jt, a, resp, job.Call{ProviderRequestID: resp.ProviderRequestID, Usage: usageOf(resp, latency)})
+}
+
+// observeCall records what a call's end says of its provider's health.
+func (w *Tasks) observeCall(ctx context.Context, owner string, a job.Attempt, err error) {
+	if w.cfg.Breakers == nil {
+		return
+	}
+	kind := healthKind(err)
+	e := job.HealthEvent{Kind: kind, Attempt: a.IdempotencyKey(), Owner: owner}
+	var ce *provider.CallError
+	if kind == job.HealthRateLimited && errors.As(err, &ce) {
+		e.RetryAfter = ce.RetryAfter
+	}
+	w.cfg.Breakers.Observe(ctx, a.Provider, e)
+}
+
+// callFailed records a provider's failure of attempt a, classed as the
+// provider's error says (an ambiguous one makes it unknown).
+func (w *Tasks) callFailed(ctx context.Context, j job.Job, a job.Attempt, err error, c job.Call) (job.Job, error) {
+	f := job.Failure{Class: failureClass(provider.Classify(err)), Message: err.Error()}
+	if healthKind(err) == job.HealthRateLimited {
+		// Not acted on: the job waits for the provider's pause and asks
+		// it again (job.ClassRateLimited).
+		f.Class = job.ClassRateLimited
+	}
+	var ce *provider.CallError
+	if errors.As(err, &ce) {
+		c.ProviderRequestID, f.ProviderStatus = ce.ProviderRequestID, ce.Status
+	}
+	return w.fail(ctx, j, a, f, c)
+}
+
+// answered checks a provider's answer for attempt a against the job type's
+// contract and completes the job with it by compare-and-swap.
+func (w *Tasks) answered(ctx context.Context, j job.Job, jt JobType, a job.Attempt, resp provider.Response, c job.Call) (job.Job, error) {
 	if err := jt.CheckOutput(resp.Output); err != nil {
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassContractViolation, Message: err.Error()}, c)
 	}

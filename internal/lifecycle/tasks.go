@@ -55,6 +55,9 @@ type TasksConfig struct {
 	Certifications Certifications
 	// Wait spaces the checks of a blocked job.
 	Wait job.WaitSchedule
+	// Poll spaces the questions about an asynchronous attempt's work no
+	// webhook has reported (job.DefaultPollSchedule when zero).
+	Poll job.PollSchedule
 	// CallTimeout caps one provider call, well beyond the job type's
 	// timeout: a late answer must still reach the database after the state
 	// machine gave up on it. Keep it below the run function's own timeout.
@@ -113,6 +116,9 @@ func NewTasks(c TasksConfig) (*Tasks, error) {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.Poll.First <= 0 || c.Poll.Last < c.Poll.First {
+		c.Poll = job.DefaultPollSchedule()
 	}
 	if c.OverdueGrace <= 0 {
 		c.OverdueGrace = job.DefaultOverdueGrace(c.CallTimeout)
@@ -349,7 +355,9 @@ func (w *Tasks) Hold(ctx context.Context, in HoldInput) (HoldResult, error) {
 			reason = "its run ended without a report (" + in.Error + ")"
 		}
 		for _, a := range j.Open() {
-			if a.State == job.AttemptUnknown {
+			if a.State == job.AttemptUnknown || a.Remote != nil {
+				// An asynchronous attempt's work has an id to ask about:
+				// the run that ended was not holding it.
 				continue
 			}
 			if j, err = w.cfg.Engine.MarkUnknownOn(ctx, j, a.Number, reason); err != nil {

@@ -525,6 +525,11 @@ func cloneAttempt(a job.Attempt) job.Attempt {
 		r.At = r.At.UTC()
 		a.Resolution = &r
 	}
+	if a.Remote != nil {
+		r := *a.Remote
+		r.SubmittedAt, r.HeardAt, r.NextPollAt, r.CancelAt = r.SubmittedAt.UTC(), r.HeardAt.UTC(), r.NextPollAt.UTC(), r.CancelAt.UTC()
+		a.Remote = &r
+	}
 	a.StartedAt, a.UpdatedAt = a.StartedAt.UTC(), a.UpdatedAt.UTC()
 	a.FinishedAt, a.UnknownSince = a.FinishedAt.UTC(), a.UnknownSince.UTC()
 	return a

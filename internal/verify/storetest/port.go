@@ -174,6 +174,33 @@ var applyTests = []test{
 		}
 		sameJob(t, "stored job", get(t, st, j.ID), got)
 	}},
+	{"RemoteWorkIsKeptAsRecorded", func(t *testing.T, fresh func(*testing.T) Store) {
+		// Issue 29: an asynchronous attempt's work at its provider, from
+		// its submit through a poll, a cancel asked and the provider's
+		// confirmation, read back as written, in the job and the ledger.
+		st := fresh(t)
+		j := running(t, st, createAt(t, st, "a", "k", at(0)), "sim-async", at(1))
+		s := job.DefaultPollSchedule()
+		got := on(t, st).apply(job.DecideSubmitted(j, 1, job.Remote{ID: "resp_0123", Status: "queued", Tier: job.TierFlex8h, SubmittedAt: at(2)}, s, at(2)))
+		sameJob(t, "after submit", get(t, st, j.ID), got)
+		got = on(t, st).apply(job.DecideHeard(got, 1, "in_progress", s, at(3)))
+		got = on(t, st).apply(job.DecideCancel(got, at(4)))
+		got = on(t, st).apply(job.DecideCancelRemote(got, 1, at(5)))
+		sameJob(t, "after the cancel was asked", get(t, st, j.ID), got)
+		got = on(t, st).apply(job.DecideRemoteCancelled(got, 1, job.Call{ProviderRequestID: "resp_0123"}, at(6)))
+		sameJob(t, "after the provider's cancel", get(t, st, j.ID), got)
+		r := attempt(t, got, 1).Remote
+		if r == nil || r.ID != "resp_0123" || r.Polls != 1 || r.Status != "cancelled" || r.Tier != job.TierFlex8h || !r.CancelAt.Equal(at(5)) {
+			t.Fatalf("remote = %+v", r)
+		}
+		ledger, err := st.ListAttempts(context.Background(), got)
+		if err != nil || len(ledger) != 1 || ledger[0].Remote == nil {
+			t.Fatalf("ledger = %+v, %v", ledger, err)
+		}
+		if g, w := mustJSON(t, *ledger[0].Remote), mustJSON(t, *r); g != w {
+			t.Fatalf("ledger's remote = %s, want %s", g, w)
+		}
+	}},
 	{"StaleBookkeepingLoses", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		j := createAt(t, st, "a", "k", at(0))
@@ -725,4 +752,13 @@ func list(t *testing.T, st Store) []job.Certification {
 		t.Fatalf("list certifications: %v", err)
 	}
 	return got
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -1,0 +1,236 @@
+package job
+
+import (
+	"strconv"
+	"time"
+)
+
+// Tier is how long a job can wait for its answer, which decides the mode its
+// provider runs it in and what that costs: TierNow is the provider's
+// normal (synchronous, or soonest) mode; TierFlex2h and TierFlex8h are
+// completion windows a provider prices lower (OpenAI's
+// background_options.completion_window, 30% and 40% off).
+type Tier string
+
+// Tiers.
+const (
+	TierNow    Tier = "now"
+	TierFlex2h Tier = "2h"
+	TierFlex8h Tier = "8h"
+)
+
+// Tiers lists every tier.
+func Tiers() []Tier { return []Tier{TierNow, TierFlex2h, TierFlex8h} }
+
+// Valid reports whether t is a known tier.
+func (t Tier) Valid() bool {
+	for _, v := range Tiers() {
+		if t == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Window is how long the provider may take under the tier: 0 for TierNow
+// (its own processing time bounds it).
+func (t Tier) Window() time.Duration {
+	switch t {
+	case TierFlex2h:
+		return 2 * time.Hour
+	case TierFlex8h:
+		return 8 * time.Hour
+	}
+	return 0
+}
+
+// Remote is the work an asynchronous attempt left at its provider: the
+// provider accepted it under ID and works on it while nothing of onejob
+// runs. The attempt stays running (at its provider) until the result is
+// applied — from the provider's webhook or from asking it by ID — through
+// the same compare-and-swap as a live answer.
+type Remote struct {
+	// ID is the provider's id for the work (OpenAI's resp_…).
+	ID string
+	// Status is the provider's last known status of it, as the provider
+	// names it (queued, in_progress, …).
+	Status string
+	Tier   Tier
+	// SubmittedAt is when the submit was answered; HeardAt when onejob
+	// last heard of the work (the submit, a poll, a webhook); NextPollAt
+	// when it asks the provider next if no webhook came first.
+	SubmittedAt, HeardAt, NextPollAt time.Time
+	// Polls counts the times onejob asked.
+	Polls int
+	// Found says the submit's answer was lost and the work was found again
+	// by the attempt's key in the provider's own record of it.
+	Found bool
+	// CancelAt is when onejob asked the provider to cancel the work (its
+	// job was cancelled); zero when it never did.
+	CancelAt time.Time
+}
+
+// Bounds on what a provider says of its work: an ID one can look up, a
+// status word.
+const (
+	MaxRemoteIDBytes     = 256
+	MaxRemoteStatusBytes = 32
+)
+
+// PollSchedule is when onejob asks a provider about asynchronous work no
+// webhook has reported: the wait doubles with the work's age, half its age
+// since the submit, between First and Last (Last grows to a sixth of the
+// tier's window for a flex tier: an 8-h window is asked about every 80 min
+// at most).
+type PollSchedule struct {
+	First, Last time.Duration
+}
+
+// DefaultPollSchedule asks after 5 s, then at half the work's age, at least
+// every 10 min: about 13 asks for a 10-min answer, 20 for an hour's.
+func DefaultPollSchedule() PollSchedule {
+	return PollSchedule{First: 5 * time.Second, Last: 10 * time.Minute}
+}
+
+// Next is how long to wait before asking about work submitted age ago.
+func (p PollSchedule) Next(age time.Duration, t Tier) time.Duration {
+	last := max(p.Last, t.Window()/6)
+	return min(max(p.First, age/2), last)
+}
+
+// DecideSubmitted records on attempt n what its provider accepted: the
+// attempt must be running (just submitted) or unknown (its submit's answer
+// was lost, and the work was found again: r.Found). The next poll is
+// decided here too. A second report of the same work changes nothing; an
+// attempt that already ended, or already names other work, is refused.
+func DecideSubmitted(j Job, n int, r Remote, s PollSchedule, now time.Time) (Transition, error) {
+	a, ok := j.Attempt(n)
+	if !ok {
+		return Transition{}, ErrAttemptNotFound
+	}
+	if a.Remote != nil && a.Remote.ID == r.ID {
+		return noop(j, KindAttempt, n), nil
+	}
+	if a.Remote != nil || !a.State.InFlight() || !visibleASCII(r.ID, MaxRemoteIDBytes) {
+		return Transition{}, &RemoteError{Attempt: n, Reason: "the attempt is not waiting for new work"}
+	}
+	now = now.UTC()
+	r.Status = boundedStatus(r.Status)
+	if r.SubmittedAt.IsZero() {
+		r.SubmittedAt = now
+	}
+	r.HeardAt = now
+	r.NextPollAt = now.Add(s.Next(now.Sub(r.SubmittedAt), r.Tier))
+	a.Remote = &r
+	a.UpdatedAt = now
+	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), nil
+}
+
+// DecideHeard records what onejob heard of attempt n's work that has not
+// ended (its status now) and when it asks next. Nothing else changes; a
+// job or attempt that ended meanwhile is a no-op.
+func DecideHeard(j Job, n int, status string, s PollSchedule, now time.Time) (Transition, error) {
+	a, ok := j.Attempt(n)
+	if !ok {
+		return Transition{}, ErrAttemptNotFound
+	}
+	if a.Remote == nil || !a.State.Open() {
+		return noop(j, KindAttempt, n), nil
+	}
+	now = now.UTC()
+	r := *a.Remote
+	r.Status = boundedStatus(status)
+	r.HeardAt = now
+	r.Polls++
+	r.NextPollAt = now.Add(s.Next(now.Sub(r.SubmittedAt), r.Tier))
+	a.Remote = &r
+	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), nil
+}
+
+// DecideCancelRemote records that onejob asked attempt n's provider to
+// cancel its work, once: the job is cancelled (or won by another attempt)
+// and the work is still open at the provider.
+func DecideCancelRemote(j Job, n int, now time.Time) (Transition, error) {
+	a, ok := j.Attempt(n)
+	if !ok {
+		return Transition{}, ErrAttemptNotFound
+	}
+	if a.Remote == nil || !a.Remote.CancelAt.IsZero() || !a.State.Open() {
+		return noop(j, KindAttempt, n), nil
+	}
+	r := *a.Remote
+	r.CancelAt = now.UTC()
+	a.Remote = &r
+	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now.UTC()), nil
+}
+
+// DecideRemoteCancelled ends attempt n, whose provider confirmed it
+// cancelled the work, as cancelled, with what the provider billed anyway.
+func DecideRemoteCancelled(j Job, n int, c Call, now time.Time) (Transition, error) {
+	a, ok := j.Attempt(n)
+	if !ok {
+		return Transition{}, ErrAttemptNotFound
+	}
+	if a.State == AttemptCancelled {
+		return noop(j, KindAttempt, n), nil
+	}
+	if a.Remote == nil {
+		return Transition{}, &RemoteError{Attempt: n, Reason: "the attempt left no work at its provider"}
+	}
+	r := *a.Remote
+	r.Status, r.HeardAt = "cancelled", now.UTC()
+	a.Remote = &r
+	return attemptTo(j, a, AttemptCancelled, change{call: c, note: "cancelled at its provider"}, now)
+}
+
+// PollDue reports the open attempts whose provider onejob asks about now:
+// their work is open and their next poll has come (or a cancel is owed).
+func PollDue(j Job, now time.Time) []Attempt {
+	var out []Attempt
+	for _, a := range j.Attempts {
+		if a.Remote == nil || !a.State.InFlight() {
+			continue
+		}
+		if !now.Before(a.Remote.NextPollAt) || (j.Status.Terminal() && a.Remote.CancelAt.IsZero()) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// remoteWait is how long a job whose open attempts all wait on their
+// provider's work waits before asking about the soonest: ok is false when
+// an open attempt is not such an attempt.
+func remoteWait(open []Attempt, now time.Time) (Attempt, time.Duration, bool) {
+	var soonest Attempt
+	for _, a := range open {
+		if a.Remote == nil || a.State != AttemptRunning {
+			return Attempt{}, 0, false
+		}
+		if soonest.Remote == nil || a.Remote.NextPollAt.Before(soonest.Remote.NextPollAt) {
+			soonest = a
+		}
+	}
+	if soonest.Remote == nil {
+		return Attempt{}, 0, false
+	}
+	return soonest, max(time.Second, soonest.Remote.NextPollAt.Sub(now)), true
+}
+
+// RemoteError is a report about an attempt's provider work that does not
+// fit the attempt.
+type RemoteError struct {
+	Attempt int
+	Reason  string
+}
+
+func (e *RemoteError) Error() string {
+	return "attempt " + strconv.Itoa(e.Attempt) + ": " + e.Reason
+}
+
+func boundedStatus(s string) string {
+	if !visibleASCII(s, MaxRemoteStatusBytes) {
+		return ""
+	}
+	return s
+}

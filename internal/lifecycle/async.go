@@ -1,0 +1,289 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/provider"
+)
+
+// An asynchronous attempt (its provider a provider.Async) lives as: launched
+// and claimed as any attempt; submitted (the only call whose answer can be
+// lost); the provider's id recorded on the attempt in the next write
+// (job.DecideSubmitted), before anything else; then the execution waits in
+// its Hold → Wait → Run loop, no compute running, until the provider's
+// webhook (ProviderEvent) or a poll by id (job.PollSchedule) reports the
+// work ended; the result is applied through the same compare-and-swap as a
+// live answer. A cancelled job's work is cancelled at its provider, once.
+
+// tiered is a job type that names how long its jobs may wait (job.Tier);
+// one that does not runs them now.
+type tiered interface{ Tier() job.Tier }
+
+func tierOf(jt JobType) job.Tier {
+	if t, ok := jt.(tiered); ok && t.Tier().Valid() {
+		return t.Tier()
+	}
+	return job.TierNow
+}
+
+// submit hands attempt a to its asynchronous provider and records the
+// work's id; work that ended at once is applied at once.
+func (w *Tasks) submit(ctx context.Context, j job.Job, jt JobType, a job.Attempt, p provider.Async, req provider.Request) (job.Job, error) {
+	callCtx, cancel := context.WithTimeout(ctx, min(w.cfg.CallTimeout, w.cfg.SettleTimeout))
+	defer cancel()
+	tier := tierOf(jt)
+	start := w.now()
+	work, err := p.Submit(callCtx, req, string(tier))
+	latency := w.now().Sub(start)
+	w.log.InfoContext(ctx, "provider_submitted", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
+		"latency_ms", latency.Milliseconds(), "ok", err == nil, "provider_work_id", work.ID, "tier", string(tier))
+	w.observeCall(ctx, j.Owner, a, err)
+	if err != nil {
+		// Ambiguous (the answer was lost): the attempt is unknown, and
+		// blocks every other until its work is found (ProviderEvent) or
+		// settled.
+		return w.callFailed(ctx, j, a, err, job.Call{Usage: &job.Usage{Latency: latency}})
+	}
+	after, err := w.cfg.Engine.SubmittedOn(ctx, j, a.Number, job.Remote{ID: work.ID, Status: work.Status, Tier: tier, SubmittedAt: start}, w.cfg.Poll)
+	if err != nil || !work.Ended {
+		return after, err
+	}
+	a, _ = after.Attempt(a.Number)
+	return w.ended(ctx, after, jt, a, work, req)
+}
+
+// pollDue asks the providers of j's attempts whose work is due a question
+// (job.PollDue): how it stands, or, for a finished job, to cancel it.
+func (w *Tasks) pollDue(ctx context.Context, j job.Job, jt JobType) (job.Job, bool, error) {
+	due := job.PollDue(j, w.now())
+	for _, a := range due {
+		var err error
+		if j, err = w.poll(ctx, j, jt, a); err != nil {
+			return j, true, err
+		}
+	}
+	return j, len(due) > 0, nil
+}
+
+func (w *Tasks) poll(ctx context.Context, j job.Job, jt JobType, a job.Attempt) (job.Job, error) {
+	p, ok := w.asyncProvider(a.Provider)
+	if !ok {
+		return j, fmt.Errorf("attempt %d's provider %s is not asynchronous here", a.Number, a.Provider)
+	}
+	req, err := attemptRequest(j, jt, a)
+	if err != nil {
+		return j, err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, w.cfg.SettleTimeout)
+	defer cancel()
+	var work provider.Work
+	op := "retrieve"
+	if j.Status.Terminal() && a.Remote.CancelAt.IsZero() {
+		// Recorded first: the provider is asked to cancel once.
+		if j, err = w.cfg.Engine.CancelRemoteOn(ctx, j, a.Number); err != nil {
+			return j, err
+		}
+		op = "cancel"
+		work, err = p.Cancel(callCtx, a.Remote.ID)
+	} else {
+		work, err = p.Retrieve(callCtx, a.Remote.ID)
+	}
+	w.log.InfoContext(ctx, "provider_polled", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
+		"provider_work_id", a.Remote.ID, "op", op, "status", work.Status, "ok", err == nil)
+	if err != nil {
+		// Asked again on the schedule; the work is not lost by a
+		// question that failed.
+		return w.cfg.Engine.HeardOn(ctx, j, a.Number, a.Remote.Status, w.cfg.Poll)
+	}
+	if !work.Ended {
+		return w.cfg.Engine.HeardOn(ctx, j, a.Number, work.Status, w.cfg.Poll)
+	}
+	return w.ended(ctx, j, jt, a, work, req)
+}
+
+// ended applies ended work to attempt a: its answer through the job's
+// compare-and-swap (checked against the contract as a live answer is), its
+// failure, or its cancel; what the provider billed is recorded either way.
+func (w *Tasks) ended(ctx context.Context, j job.Job, jt JobType, a job.Attempt, work provider.Work, req provider.Request) (job.Job, error) {
+	c := job.Call{ProviderRequestID: work.ID}
+	if work.Usage != nil {
+		c.Usage = &job.Usage{InputTokens: work.Usage.InputTokens, OutputTokens: work.Usage.OutputTokens}
+	}
+	if work.Cancelled {
+		return w.cfg.Engine.RemoteCancelledOn(ctx, j, a.Number, c)
+	}
+	resp, err := work.Outcome(req)
+	if errors.Is(err, provider.ErrForeignWork) {
+		w.log.WarnContext(ctx, "provider_work_foreign", "job_id", j.ID, "attempt", a.Number, "provider_work_id", work.ID, "error", err.Error())
+		return j, nil
+	}
+	if err != nil {
+		return w.callFailed(ctx, j, a, err, c)
+	}
+	if resp.Model != "" && c.Usage != nil {
+		c.Usage.Model = resp.Model
+	}
+	return w.answered(ctx, j, jt, a, resp, c)
+}
+
+func (w *Tasks) asyncProvider(name string) (provider.Async, bool) {
+	p, ok := w.cfg.Providers.Get(name)
+	if !ok {
+		return nil, false
+	}
+	ap, ok := p.(provider.Async)
+	return ap, ok
+}
+
+// Errors ProviderEvent reports to the edge.
+var (
+	// ErrNoSuchAsyncProvider: the route names no asynchronous provider.
+	ErrNoSuchAsyncProvider = errors.New("no asynchronous provider of that name")
+	// ErrEventRefused wraps a delivery that failed its provider's
+	// verification (forged, stale, malformed): nothing changed.
+	ErrEventRefused = errors.New("provider event refused")
+)
+
+// EventOutcome says what an inbound provider event did.
+type EventOutcome string
+
+// Event outcomes.
+const (
+	// EventApplied: the work's end was applied to its attempt (won, lost
+	// the race, failed or cancelled), or its status recorded.
+	EventApplied EventOutcome = "applied"
+	// EventFound: the work of an attempt whose submit's answer was lost
+	// was found by the key it carries, and recorded on it.
+	EventFound EventOutcome = "found"
+	// EventDuplicate: the attempt had ended already: nothing changed.
+	EventDuplicate EventOutcome = "duplicate"
+	// EventIgnored: the work is no attempt of this deployment's, or not
+	// the work its attempt recorded: nothing changed.
+	EventIgnored EventOutcome = "ignored"
+)
+
+// ProviderEvent takes a webhook delivery from an asynchronous provider:
+// verified with the provider's signing scheme (a refused one is
+// ErrEventRefused and changes nothing), it names work, which is read from
+// the provider by its id — never taken from the delivery — and matched to
+// its attempt by the key the provider keeps with it. Its end is applied
+// through the same compare-and-swap as a live answer; a duplicate or late
+// delivery finds its attempt ended and changes nothing.
+func (w *Tasks) ProviderEvent(ctx context.Context, providerName string, header http.Header, body []byte) (EventOutcome, error) {
+	p, ok := w.asyncProvider(providerName)
+	if !ok {
+		return "", ErrNoSuchAsyncProvider
+	}
+	id, err := p.Event(header, body, w.now())
+	if err != nil {
+		var ee *provider.EventError
+		if errors.As(err, &ee) {
+			w.log.WarnContext(ctx, "provider_event_refused", "provider", providerName, "fault", ee.Fault)
+			if ee.Fault == "ignored" {
+				return EventIgnored, nil
+			}
+		}
+		return "", fmt.Errorf("%w: %w", ErrEventRefused, err)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, w.cfg.SettleTimeout)
+	defer cancel()
+	work, err := p.Retrieve(callCtx, id)
+	if err != nil {
+		// The provider redelivers an event it got no 2xx for.
+		return "", fmt.Errorf("%w: read work %s from %s: %w", ErrUnavailable, id, providerName, err)
+	}
+	outcome, err := w.applyEvent(ctx, providerName, work)
+	w.log.InfoContext(ctx, "provider_event", "provider", providerName, "provider_work_id", work.ID,
+		"status", work.Status, "outcome", string(outcome))
+	return outcome, err
+}
+
+func (w *Tasks) applyEvent(ctx context.Context, providerName string, work provider.Work) (EventOutcome, error) {
+	key, ok := strings.CutPrefix(work.Key, w.cfg.Namespace+":")
+	if w.cfg.Namespace == "" {
+		key, ok = work.Key, true
+	}
+	jobID, n, valid := job.ParseAttemptKey(key)
+	if !ok || !valid {
+		return EventIgnored, nil
+	}
+	j, jt, err := w.load(ctx, jobID)
+	if errors.Is(err, job.ErrNotFound) {
+		return EventIgnored, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	a, ok := j.Attempt(n)
+	if !ok || a.Provider != providerName || a.SentKey() != work.Key {
+		return EventIgnored, nil
+	}
+	if !a.State.Open() {
+		return EventDuplicate, nil
+	}
+	outcome := EventApplied
+	if a.Remote == nil {
+		// The submit's answer was lost: the work carrying the attempt's
+		// key is its, found again.
+		if j, err = w.cfg.Engine.SubmittedOn(ctx, j, n, job.Remote{ID: work.ID, Status: work.Status, Tier: tierOf(jt), Found: true}, w.cfg.Poll); err != nil {
+			return "", err
+		}
+		a, _ = j.Attempt(n)
+		outcome = EventFound
+	}
+	if a.Remote == nil || a.Remote.ID != work.ID {
+		return EventIgnored, nil
+	}
+	req, err := attemptRequest(j, jt, a)
+	if err != nil {
+		return "", err
+	}
+	if !work.Ended {
+		_, err = w.cfg.Engine.HeardOn(ctx, j, n, work.Status, w.cfg.Poll)
+		return outcome, err
+	}
+	_, err = w.ended(ctx, j, jt, a, work, req)
+	return outcome, err
+}
+
+// SubmittedOn records the work attempt n's provider accepted
+// (job.DecideSubmitted).
+func (e *Engine) SubmittedOn(ctx context.Context, j job.Job, n int, r job.Remote, s job.PollSchedule) (job.Job, error) {
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideSubmitted(j, n, r, s, e.now()) })
+	if err == nil && !t.Noop() {
+		a, _ := j.Attempt(n)
+		e.log.InfoContext(ctx, "attempt_submitted", "job_id", j.ID, "attempt", n, "provider", a.Provider,
+			"provider_work_id", r.ID, "found", r.Found, "next_poll_at", a.Remote.NextPollAt)
+	}
+	return j, err
+}
+
+// HeardOn records what was heard of attempt n's open work and when to ask
+// next (job.DecideHeard).
+func (e *Engine) HeardOn(ctx context.Context, j job.Job, n int, status string, s job.PollSchedule) (job.Job, error) {
+	_, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideHeard(j, n, status, s, e.now()) })
+	return j, err
+}
+
+// CancelRemoteOn records that attempt n's work is being cancelled at its
+// provider (job.DecideCancelRemote).
+func (e *Engine) CancelRemoteOn(ctx context.Context, j job.Job, n int) (job.Job, error) {
+	_, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideCancelRemote(j, n, e.now()) })
+	return j, err
+}
+
+// RemoteCancelledOn ends attempt n, whose provider confirmed the cancel
+// (job.DecideRemoteCancelled).
+func (e *Engine) RemoteCancelledOn(ctx context.Context, j job.Job, n int, c job.Call) (job.Job, error) {
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideRemoteCancelled(j, n, c, e.now()) })
+	if err == nil && !t.Noop() {
+		a, _ := j.Attempt(n)
+		e.log.InfoContext(ctx, "attempt_cancelled_at_provider", "job_id", j.ID, "attempt", n, "provider", a.Provider)
+	}
+	return j, err
+}

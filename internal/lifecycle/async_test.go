@@ -1,0 +1,380 @@
+package lifecycle_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onejob/onejob/clients/go/webhooks"
+	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/provider/openai"
+)
+
+// These tests run asynchronous attempts against the OpenAI Responses
+// simulator over loopback (background mode, its signed webhooks posted to
+// an inbound route that hands them to Tasks.ProviderEvent), on memstore
+// with the rig's clock, which the simulator's clock follows.
+
+const (
+	asyncName = "sim-async"
+	// asyncSecret signs the simulator's webhooks (openai-python's test
+	// secret).
+	asyncSecret = "whsec_RdvaYFYUXuIFuEbvZHwMfYFhUf7aMYjYcmM24+Aj40c="
+	// providerWork is how long the simulated provider works on a response.
+	providerWork = 2 * time.Minute
+)
+
+// asyncRig is a rig whose tasks also reach an asynchronous provider.
+type asyncRig struct {
+	*rig
+	sim    *sim.Responses
+	tasks  *lifecycle.Tasks
+	hooked chan eventAnswer // what the inbound route answered, per delivery
+}
+
+type eventAnswer struct {
+	outcome lifecycle.EventOutcome
+	err     error
+}
+
+// withAsync adds the simulator's provider beside the rig's fakes.
+type withAsync struct {
+	providers
+	async provider.Provider
+}
+
+func (p withAsync) Get(name string) (provider.Provider, bool) {
+	if name == asyncName {
+		return p.async, true
+	}
+	return p.providers.Get(name)
+}
+
+func newAsyncRig(t *testing.T) *asyncRig {
+	t.Helper()
+	r := &asyncRig{rig: newRig(t), hooked: make(chan eventAnswer, 16)}
+	inbound := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		outcome, err := r.tasks.ProviderEvent(req.Context(), asyncName, req.Header, body)
+		r.hooked <- eventAnswer{outcome, err}
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	}))
+	t.Cleanup(inbound.Close)
+	var err error
+	r.sim, err = sim.NewResponses(sim.ResponsesOptions{Oracle: sim.Fixed{GoodOutput: good(asyncName)}, APIKey: "sk-test",
+		ProcessingTime: providerWork, WebhookURL: inbound.URL, WebhookSecret: asyncSecret, NowFunc: r.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.sim.Close)
+	srv := httptest.NewServer(r.sim.Handler())
+	t.Cleanup(srv.Close)
+	a, err := openai.NewAsync(openai.Config{Name: asyncName, BaseURL: srv.URL + "/v1", Model: "gpt-test",
+		APIKey: provider.Secret("sk-test"), HTTPClient: srv.Client(), Now: r.clock.Now}, asyncSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, _ := catalog()
+	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
+		Providers: withAsync{r.prov, a}, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval,
+		OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// createFor makes a demo job of owner on the asynchronous provider alone.
+func (r *asyncRig) createFor(t *testing.T, owner string) job.Job {
+	t.Helper()
+	j, _, err := r.eng.Create(t.Context(), job.Request{Owner: owner, IdempotencyKey: "k-" + owner,
+		Type: "demo", Input: json.RawMessage(`{"prompt":"hello from ` + owner + `"}`), Providers: []string{asyncName}, Primary: asyncName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// runUntilWait runs the job once and expects it to wait on its open
+// attempt (the state machine's WaitOpen).
+func (r *asyncRig) runUntilWait(t *testing.T, id string) {
+	t.Helper()
+	_, err := r.tasks.Run(t.Context(), r.runInput(t, id))
+	var te *lifecycle.TaskError
+	if !errors.As(err, &te) || te.Name != string(job.SignalWaitOpen) {
+		t.Fatalf("run = %v, want %s", err, job.SignalWaitOpen)
+	}
+}
+
+// event waits for the inbound route's answer to the next delivery.
+func (r *asyncRig) event(t *testing.T) eventAnswer {
+	t.Helper()
+	select {
+	case a := <-r.hooked:
+		return a
+	case <-t.Context().Done():
+		t.Fatal("no webhook reached the inbound route")
+	}
+	return eventAnswer{}
+}
+
+func remoteOf(t *testing.T, j job.Job, n int) job.Remote {
+	t.Helper()
+	a, ok := j.Attempt(n)
+	if !ok || a.Remote == nil {
+		t.Fatalf("attempt %d records no work at its provider: %+v", n, a)
+	}
+	return *a.Remote
+}
+
+// TestAsyncJobsEndByWebhook: two owners' jobs are submitted, recorded with
+// their work's id and waited for (the hold waits until the first poll, no
+// run in between); after the provider worked 2 minutes each webhook ends
+// its own job through the compare-and-swap, the work executed once; the
+// same delivery again, a forged and a replayed one change nothing.
+func TestAsyncJobsEndByWebhook(t *testing.T) {
+	t.Parallel()
+	r := newAsyncRig(t)
+	jobs := []job.Job{r.createFor(t, "owner-a"), r.createFor(t, "owner-b")}
+	for _, j := range jobs {
+		r.runUntilWait(t, j.ID)
+		got := r.get(t, j.ID)
+		rem := remoteOf(t, got, 1)
+		if a, _ := got.Attempt(1); a.State != job.AttemptRunning || rem.ID == "" || rem.Status != "queued" || rem.Tier != job.TierNow {
+			t.Fatalf("after submit: attempt %+v, remote %+v", a, rem)
+		}
+		if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 5 {
+			t.Fatalf("hold waits %d s, want the first poll's 5", h.WaitSeconds)
+		}
+	}
+	if r.sim.Creates() != 2 {
+		t.Fatalf("creates = %d, want 2", r.sim.Creates())
+	}
+	r.clock.Advance(providerWork)
+	r.sim.Step()
+	for range jobs {
+		if a := r.event(t); a.err != nil || a.outcome != lifecycle.EventApplied {
+			t.Fatalf("webhook: %+v", a)
+		}
+	}
+	for _, j := range jobs {
+		got := r.get(t, j.ID)
+		if got.Status != job.StatusSucceeded || got.CompletedBy != 1 {
+			t.Fatalf("job %s: %s, completed by %d", j.Owner, got.Status, got.CompletedBy)
+		}
+		if want := string(good(asyncName)); string(got.Result) != want {
+			t.Fatalf("result = %s, want %s", got.Result, want)
+		}
+		if a, _ := got.Attempt(1); a.Usage == nil || a.Usage.OutputTokens == 0 || a.ProviderRequestID != remoteOf(t, got, 1).ID {
+			t.Fatalf("attempt records no billed usage or id: %+v", a)
+		}
+		if n := r.sim.Executed(openai.MetadataKey, got.Attempts[0].SentKey()); n != 1 {
+			t.Fatalf("work of %s executed %d times", j.Owner, n)
+		}
+	}
+	before := r.get(t, jobs[0].ID)
+	events := r.sim.Events()
+	if len(events) != 2 {
+		t.Fatalf("events = %d", len(events))
+	}
+
+	// The same delivery again (a webhook retry): a duplicate.
+	if _, err := r.sim.Redeliver(t.Context(), events[0].EventID); err != nil {
+		t.Fatal(err)
+	}
+	if a := r.event(t); a.err != nil || a.outcome != lifecycle.EventDuplicate {
+		t.Fatalf("redelivery: %+v", a)
+	}
+	// Forged: the body changed under a real signature; replayed: a
+	// genuine delivery signed 10 minutes ago.
+	ev := events[0]
+	forged := strings.Replace(string(ev.Body), ev.ResponseID, "resp_forged", 1)
+	signed, err := webhooks.Headers([]string{asyncSecret}, ev.WebhookID, r.clock.Now(), ev.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := webhooks.Headers([]string{asyncSecret}, ev.WebhookID, r.clock.Now().Add(-10*time.Minute), ev.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range map[string]struct {
+		header http.Header
+		body   string
+	}{
+		"forged":   {signed, forged},
+		"replayed": {stale, string(ev.Body)},
+	} {
+		_, err := r.tasks.ProviderEvent(t.Context(), asyncName, d.header, []byte(d.body))
+		if !errors.Is(err, lifecycle.ErrEventRefused) {
+			t.Fatalf("%s delivery: %v, want refused", name, err)
+		}
+	}
+	after := r.get(t, jobs[0].ID)
+	if after.Revision != before.Revision || after.Version != before.Version {
+		t.Fatalf("a refused or repeated delivery wrote the job: revision %d → %d", before.Revision, after.Revision)
+	}
+	// The execution's next run finds the job done.
+	res, err := r.tasks.Run(t.Context(), r.runInput(t, jobs[0].ID))
+	if err != nil || res.Status != job.StatusSucceeded {
+		t.Fatalf("run after the webhook: %+v, %v", res, err)
+	}
+	if r.sim.Creates() != 2 {
+		t.Fatalf("creates = %d, want 2", r.sim.Creates())
+	}
+}
+
+// TestAsyncJobEndsByPollingWhenTheWebhookIsLost: the provider's webhook
+// never arrives; the run asks by id when the schedule says and ends the
+// job; before the work ends, a poll records the status and the next ask.
+func TestAsyncJobEndsByPollingWhenTheWebhookIsLost(t *testing.T) {
+	t.Parallel()
+	r := newAsyncRig(t)
+	r.sim.DropWebhooks(true)
+	j := r.createFor(t, "owner-a")
+	other := r.createFor(t, "owner-b")
+	r.runUntilWait(t, j.ID)
+	r.runUntilWait(t, other.ID)
+
+	// Before its first poll is due, a run asks nothing.
+	r.runUntilWait(t, j.ID)
+	if got := remoteOf(t, r.get(t, j.ID), 1); got.Polls != 0 {
+		t.Fatalf("polled %d times before the first poll was due", got.Polls)
+	}
+	r.clock.Advance(40 * time.Second)
+	r.sim.Step()
+	r.runUntilWait(t, j.ID)
+	got := remoteOf(t, r.get(t, j.ID), 1)
+	if got.Polls != 1 || got.Status != "in_progress" || !got.HeardAt.Equal(r.clock.Now()) ||
+		!got.NextPollAt.Equal(r.clock.Now().Add(20*time.Second)) {
+		t.Fatalf("after a poll at 40 s: %+v", got)
+	}
+	if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 20 {
+		t.Fatalf("hold waits %d s, want 20 (half the work's age)", h.WaitSeconds)
+	}
+
+	r.clock.Advance(providerWork)
+	r.sim.Step()
+	for _, id := range []string{j.ID, other.ID} {
+		res, err := r.tasks.Run(t.Context(), r.runInput(t, id))
+		if err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("run after the work ended: %+v, %v", res, err)
+		}
+	}
+	for _, ev := range r.sim.Events() {
+		if len(ev.Deliveries) != 1 || !ev.Deliveries[0].Dropped {
+			t.Fatalf("a webhook was delivered: %+v", ev.Deliveries)
+		}
+	}
+	if r.sim.Creates() != 2 {
+		t.Fatalf("creates = %d, want 2", r.sim.Creates())
+	}
+}
+
+// TestAsyncLostSubmitIsFoundAgain: the submit's answer is lost, so the
+// attempt is unknown and blocks every other; the webhook of the work it
+// created carries its key, finds it again and ends the job. The provider
+// executed the work once, and no second submit was made.
+func TestAsyncLostSubmitIsFoundAgain(t *testing.T) {
+	t.Parallel()
+	r := newAsyncRig(t)
+	r.sim.LoseAnswers(1)
+	j := r.createFor(t, "owner-a")
+	bystander := r.createFor(t, "owner-b")
+	r.runUntilWait(t, j.ID)
+	if a, _ := r.get(t, j.ID).Attempt(1); a.State != job.AttemptUnknown || a.Remote != nil {
+		t.Fatalf("after a lost submit: %+v", a)
+	}
+	r.runUntilWait(t, bystander.ID)
+	r.hold(t, j.ID, string(job.SignalWaitOpen))
+	r.runUntilWait(t, j.ID) // blocked: nothing new is submitted
+	if r.sim.Creates() != 2 {
+		t.Fatalf("creates = %d, want 2 (one per job)", r.sim.Creates())
+	}
+	r.clock.Advance(providerWork)
+	r.sim.Step()
+	outcomes := map[lifecycle.EventOutcome]int{}
+	for range 2 {
+		a := r.event(t)
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		outcomes[a.outcome]++
+	}
+	if outcomes[lifecycle.EventFound] != 1 || outcomes[lifecycle.EventApplied] != 1 {
+		t.Fatalf("outcomes = %v, want one found, one applied", outcomes)
+	}
+	got := r.get(t, j.ID)
+	if got.Status != job.StatusSucceeded || got.AttemptCount != 1 {
+		t.Fatalf("job %s with %d attempts", got.Status, got.AttemptCount)
+	}
+	if rem := remoteOf(t, got, 1); !rem.Found {
+		t.Fatalf("remote not marked found: %+v", rem)
+	}
+	if n := r.sim.Executed(openai.MetadataKey, got.Attempts[0].SentKey()); n != 1 {
+		t.Fatalf("executed %d times", n)
+	}
+}
+
+// TestAsyncCancelReachesTheProvider: cancelling the job makes its next run
+// cancel the work at the provider, once; the attempt ends cancelled.
+func TestAsyncCancelReachesTheProvider(t *testing.T) {
+	t.Parallel()
+	r := newAsyncRig(t)
+	j := r.createFor(t, "owner-a")
+	kept := r.createFor(t, "owner-b")
+	r.runUntilWait(t, j.ID)
+	r.runUntilWait(t, kept.ID)
+	if _, err := r.eng.Cancel(t.Context(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 1 {
+		t.Fatalf("hold waits %d s before cancelling at the provider, want 1", h.WaitSeconds)
+	}
+	// The provider confirms at once: the run records it and is done.
+	res, err := r.tasks.Run(t.Context(), r.runInput(t, j.ID))
+	if err != nil || res.Status != job.StatusCancelled {
+		t.Fatalf("run after the cancel: %+v, %v", res, err)
+	}
+	// Its response.cancelled webhook, racing that write, applies the same
+	// end or finds it applied.
+	if a := r.event(t); a.err != nil || (a.outcome != lifecycle.EventDuplicate && a.outcome != lifecycle.EventApplied) {
+		t.Fatalf("the cancelled event: %+v", a)
+	}
+	got := r.get(t, j.ID)
+	a, _ := got.Attempt(1)
+	if got.Status != job.StatusCancelled || a.State != job.AttemptCancelled || a.Remote.CancelAt.IsZero() || a.Remote.Status != "cancelled" {
+		t.Fatalf("job %s, attempt %+v, remote %+v", got.Status, a, a.Remote)
+	}
+	if res, err := r.tasks.Run(t.Context(), r.runInput(t, j.ID)); err != nil || res.Status != job.StatusCancelled {
+		t.Fatalf("a later run: %+v, %v", res, err)
+	}
+	rec, _ := r.sim.Get(a.Remote.ID)
+	if rec.Cancels != 1 || rec.Executions != 0 {
+		t.Fatalf("provider saw %d cancels, %d executions", rec.Cancels, rec.Executions)
+	}
+	// The other owner's work is untouched and ends as it would.
+	r.clock.Advance(providerWork)
+	r.sim.Step()
+	if a := r.event(t); a.err != nil || a.outcome != lifecycle.EventApplied {
+		t.Fatalf("other owner's event: %+v", a)
+	}
+	if got := r.get(t, kept.ID); got.Status != job.StatusSucceeded {
+		t.Fatalf("other owner's job %s", got.Status)
+	}
+	if !strings.Contains(r.logs.String(), `"msg":"attempt_cancelled_at_provider"`) {
+		t.Fatal(fmt.Errorf("no attempt_cancelled_at_provider log"))
+	}
+}
