@@ -513,15 +513,16 @@ func checkHTTPAPI(t *testing.T, s *synthesized) {
 			t.Errorf("integration %v", p)
 		}
 	}
-	// Only the console's files are public; every other route, and any
-	// route added later, is behind the JWT authorizer.
+	// Only the console's files and providers' signed webhooks are public;
+	// every other route, and any route added later, is behind the JWT
+	// authorizer.
 	public := map[string]bool{}
 	for _, r := range apigw.Routes() {
 		if r.Public {
 			public[r.Key()] = true
 		}
 	}
-	if want := map[string]bool{"GET /console": true, "GET /console/{file}": true}; !maps.Equal(public, want) {
+	if want := map[string]bool{"GET /console": true, "GET /console/{file}": true, "POST /v1/provider-events/{provider}": true}; !maps.Equal(public, want) {
 		t.Errorf("public routes %v, want %v", public, want)
 	}
 	var routes, publicDeployed []string

@@ -60,6 +60,9 @@ type Config struct {
 	// Owners are the owners' counters and spend (the usage routes); nil:
 	// Jobs' own when it keeps them (a *lifecycle.Engine does).
 	Owners Owners
+	// ProviderEvents takes asynchronous providers' webhooks; nil: the
+	// deployment has none (the route answers not-found).
+	ProviderEvents ProviderEvents
 }
 
 // Handler serves the API's routes.
@@ -81,8 +84,9 @@ type Handler struct {
 	// notifications: nil when the deployment sends none.
 	notifications Notifications
 	// ratePolicy is the RateLimit-Policy field value; empty without quotas.
-	ratePolicy string
-	owners     Owners
+	ratePolicy     string
+	owners         Owners
+	providerEvents ProviderEvents
 }
 
 // New validates the configuration.
@@ -125,7 +129,7 @@ func New(c Config) (*Handler, error) {
 	}
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
 		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin, providers: c.Providers,
-		notifications: c.Notifications, owners: c.Owners}
+		notifications: c.Notifications, owners: c.Owners, providerEvents: c.ProviderEvents}
 	h.routes = routes()
 	var b job.Budget
 	if c.Owners != nil {

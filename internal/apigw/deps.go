@@ -3,6 +3,7 @@ package apigw
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
@@ -88,4 +89,11 @@ func (e FieldError) MarshalJSON() ([]byte, error) {
 		Pointer string `json:"pointer"`
 		Detail  string `json:"detail"`
 	}{e.Pointer, e.Detail})
+}
+
+// ProviderEvents takes asynchronous providers' webhook deliveries
+// (a *lifecycle.Tasks): verified by the provider's signature, applied
+// through the job's compare-and-swap.
+type ProviderEvents interface {
+	ProviderEvent(ctx context.Context, provider string, header http.Header, body []byte) (lifecycle.EventOutcome, error)
 }

@@ -37,6 +37,7 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 		spent.mustCreate(t, "owner-1", k, demoBody)
 	}
 	budgetDown := newEnvBudgeted(t, job.Quotas{}, testBudget(), unreachableStore)
+	events := newEnv(t, withProviderEvents)
 	owner, other := e.token(t, "owner-1"), e.token(t, "owner-2")
 	admin := e.token(t, "operator-1", "jobs:admin")
 	id := e.mustCreate(t, "owner-1", "k-1", demoBody)
@@ -263,6 +264,20 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 		{"RenewOtherOwners", "POST /v1/webhook-endpoints/{id}/renew", e, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/renew", token: other}, 404},
 		{"RenewWithoutLease", "POST /v1/webhook-endpoints/{id}/renew", e, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/renew", token: owner}, 409},
 		{"RenewStoreDown", "POST /v1/webhook-endpoints/{id}/renew", down, call{method: "POST", path: "/v1/webhook-endpoints/" + endpoint + "/renew", token: owner}, 503},
+		// POST /v1/provider-events/{provider} (public: the provider's
+		// signature authenticates it)
+		{"ProviderEventNoProviders", "POST /v1/provider-events/{provider}", e, call{method: "POST", path: "/v1/provider-events/sim-async",
+			headers: jsonCT, body: []byte(`{}`)}, 404},
+		{"ProviderEventUnknown", "POST /v1/provider-events/{provider}", events, call{method: "POST", path: "/v1/provider-events/nope",
+			headers: jsonCT, body: []byte(`{}`)}, 404},
+		{"ProviderEventForged", "POST /v1/provider-events/{provider}", events, call{method: "POST", path: "/v1/provider-events/sim-async",
+			headers: jsonCT, body: []byte(`{"forged":true}`)}, 400},
+		{"ProviderEventTooLarge", "POST /v1/provider-events/{provider}", events, call{method: "POST", path: "/v1/provider-events/sim-async",
+			headers: jsonCT, body: big}, 413},
+		{"ProviderEventProviderDown", "POST /v1/provider-events/{provider}", events, call{method: "POST", path: "/v1/provider-events/sim-async",
+			headers: jsonCT, body: []byte(`{"down":true}`)}, 503},
+		{"ProviderEventTaken", "POST /v1/provider-events/{provider}", events, call{method: "POST", path: "/v1/provider-events/sim-async",
+			headers: jsonCT, body: []byte(`{"ok":true}`)}, 200},
 		// The console (public: no token, and none asked for)
 		{"ConsoleRevalidated", "GET /console", e, call{method: "GET", path: "/console", headers: map[string]string{"If-None-Match": consoleETag(t, e, "/console")}}, 304},
 		{"ConsoleFileMissing", "GET /console/{file}", e, call{method: "GET", path: "/console/nope.js"}, 404},

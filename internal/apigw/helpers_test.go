@@ -175,6 +175,25 @@ func failingStarter(c *apigw.Config, _ *dynamo.Config) { c.Starter.(*fakeStarter
 
 func smallResponses(c *apigw.Config, _ *dynamo.Config) { c.MaxResponseBytes = 3000 }
 
+// withProviderEvents takes provider events for sim-async alone: a body
+// with "forged" fails its signature, one with "down" finds the provider
+// unreachable, any other is applied.
+func withProviderEvents(c *apigw.Config, _ *dynamo.Config) { c.ProviderEvents = fakeProviderEvents{} }
+
+type fakeProviderEvents struct{}
+
+func (fakeProviderEvents) ProviderEvent(_ context.Context, provider string, _ http.Header, body []byte) (lifecycle.EventOutcome, error) {
+	switch {
+	case provider != "sim-async":
+		return "", lifecycle.ErrNoSuchAsyncProvider
+	case bytes.Contains(body, []byte("forged")):
+		return "", fmt.Errorf("%w: signature mismatch", lifecycle.ErrEventRefused)
+	case bytes.Contains(body, []byte("down")):
+		return "", fmt.Errorf("%w: provider unreachable", lifecycle.ErrUnavailable)
+	}
+	return lifecycle.EventApplied, nil
+}
+
 // unreachableStore points the store at a closed loopback port.
 func unreachableStore(_ *apigw.Config, s *dynamo.Config) {
 	s.Client = dynalite.NewClient("http://127.0.0.1:1")

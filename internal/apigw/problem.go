@@ -49,6 +49,10 @@ const (
 	// CodeBudgetExceeded: the owner's budget has less left than the job's
 	// worst case; nothing was written, no provider called.
 	CodeBudgetExceeded Code = "budget-exceeded"
+	// CodeProviderEventRefused: an inbound provider webhook failed its
+	// provider's signature check (forged, stale or malformed); nothing
+	// changed.
+	CodeProviderEventRefused Code = "provider-event-refused"
 )
 
 // Codes lists every problem code, for documentation and tests.
@@ -58,7 +62,7 @@ func Codes() []Code {
 		CodeUnsupportedMediaType, CodePayloadTooLarge, CodeValidationFailed, CodeUnknownJobType,
 		CodeInvalidCursor, CodeInvalidQuery, CodeNotFound, CodeForbidden, CodeUnauthenticated, CodeConflict,
 		CodeMethodNotAllowed, CodeUnavailable, CodeInternal, CodeResolutionConflict, CodeResultViolatesContract,
-		CodeQuotaExceeded, CodeBudgetExceeded,
+		CodeQuotaExceeded, CodeBudgetExceeded, CodeProviderEventRefused,
 	}
 }
 
@@ -108,6 +112,8 @@ func (c Code) describe() (int, string) {
 		return http.StatusTooManyRequests, "Quota exceeded"
 	case CodeBudgetExceeded:
 		return http.StatusTooManyRequests, "Budget exceeded"
+	case CodeProviderEventRefused:
+		return http.StatusBadRequest, "Provider event refused"
 	default:
 		return http.StatusInternalServerError, "Internal error"
 	}
@@ -240,6 +246,10 @@ func problemOf(err error) problem {
 	case errors.As(err, &invalidJ):
 		code, p.Detail = CodeValidationFailed, "the request is not valid; see errors"
 		p.Errors = []FieldError{{Pointer: "/" + invalidJ.Field, Detail: invalidJ.Reason}}
+	case errors.Is(err, lifecycle.ErrEventRefused):
+		code, p.Detail = CodeProviderEventRefused, "the delivery failed its provider's signature check (forged, stale or malformed); nothing changed"
+	case errors.Is(err, lifecycle.ErrNoSuchAsyncProvider):
+		code, p.Detail = CodeNotFound, "no asynchronous provider of that name takes events here"
 	case errors.Is(err, lifecycle.ErrInvalidCursor):
 		code, p.Detail = CodeInvalidCursor, "the cursor was not issued by this API for this listing"
 	case errors.Is(err, lifecycle.ErrTooLarge):

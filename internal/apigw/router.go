@@ -13,7 +13,9 @@ import (
 // ("GET /v1/jobs/{id}"). Every route needs a valid JWT unless it is Public:
 // a public route has no authorizer (infra/ deploys it without one, the
 // local server checks no token for it) and its handler reads no claims.
-// Only pages that hold no data are public (the operator console).
+// Only pages that hold no data are public (the operator console), and the
+// inbound provider webhooks, which their provider's signature
+// authenticates instead (a provider sends no JWT).
 type Route struct {
 	Method, Path string
 	Public       bool
@@ -54,6 +56,8 @@ func routes() []route {
 		{Route{http.MethodGet, "/v1/usage", false}, (*Handler).getUsage},
 		{Route{http.MethodGet, "/v1/admin/owners", false}, (*Handler).listOwners},
 		{Route{http.MethodPost, "/v1/admin/owners/{owner}/budget", false}, (*Handler).setBudget},
+		// An asynchronous provider's signed webhooks (Tasks.ProviderEvent).
+		{Route{http.MethodPost, "/v1/provider-events/{provider}", true}, (*Handler).providerEvent},
 		// The operator console: static files that call the routes above
 		// with the operator's token.
 		{Route{http.MethodGet, "/console", true}, (*Handler).consolePage},

@@ -534,6 +534,38 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/provider-events/{provider}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The asynchronous provider, as the deployment's provider configuration names it. */
+                provider: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * An asynchronous provider's webhook (its signature, not a token, authenticates it).
+         * @description Register this URL with the provider (for OpenAI, a webhook endpoint
+         *     for the `response.*` events) and keep its signing secret with the
+         *     provider's configuration. The delivery is verified with the
+         *     provider's scheme (OpenAI: Standard Webhooks, within 5 minutes of
+         *     its timestamp); the work it names is then read from the provider by
+         *     its id (never taken from the body) and matched to its attempt by the
+         *     key the provider keeps with it. Its end is applied through the job's
+         *     compare-and-swap: a duplicate, late or out-of-order delivery changes
+         *     nothing (`outcome` says `duplicate` or `ignored`). Any 2xx tells the
+         *     provider not to send it again; 503 asks it to, later.
+         */
+        post: operations["postProviderEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/console/{file}": {
         parameters: {
             query?: never;
@@ -1192,6 +1224,26 @@ export interface components {
                     status?: 403;
                     /** @constant */
                     type?: "https://onejob.dev/problems/forbidden";
+                };
+            };
+        };
+        /**
+         * @description provider-event-refused — the delivery failed its provider's signature
+         *     check: a signature that does not match the body, a timestamp more
+         *     than 5 minutes from now (a replay), or a body that is no event.
+         *     Nothing changed. Also malformed-json for a base64 body that does not
+         *     decode.
+         */
+        ProviderEventRefused: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 400;
+                    /** @enum {unknown} */
+                    type?: "https://onejob.dev/problems/provider-event-refused" | "https://onejob.dev/problems/malformed-json";
                 };
             };
         };
@@ -2220,6 +2272,41 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
+        };
+    };
+    postProviderEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The asynchronous provider, as the deployment's provider configuration names it. */
+                provider: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Taken. `outcome` is applied, found (a lost submit's work, found by its key), duplicate or ignored. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {unknown} */
+                        outcome: "applied" | "found" | "duplicate" | "ignored";
+                    };
+                };
+            };
+            400: components["responses"]["ProviderEventRefused"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
         };
     };
     getConsoleFile: {

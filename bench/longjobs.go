@@ -1,0 +1,494 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/job"
+)
+
+// Issue 29: what a long job costs while it waits, synchronous (one run
+// holds the provider call) against asynchronous (submit, then the execution
+// waits in its Hold → Wait → Run loop and polls by the work's id). Nothing
+// here is measured on its own: every row is the happy path measured in the
+// same run plus the design's counts, taken from the code (the poll and wait
+// schedules, the call timeout, the state machine's loop) and priced as the
+// cost table prices a scenario.
+
+// longJobLatencies are the provider latencies the section prices.
+var longJobLatencies = []time.Duration{2 * time.Second, 30 * time.Second, 10 * time.Minute}
+
+// silentWindow is how long a silent attempt is priced for.
+const silentWindow = time.Hour
+
+// Cases of a long job's row.
+const (
+	caseAnswer   = "answered"
+	caseWebhook  = "webhook arrives"
+	casePolling  = "webhook lost (polling only)"
+	caseSilent   = "provider silent, first hour"
+	modeSync     = "sync"
+	modeAsync    = "async"
+	happyPathRow = "happy path"
+	// holdFromRow is the scenario whose hold invocations give the hold
+	// function's billed time (the happy path never holds).
+	holdFromRow = "unknown then resolved"
+)
+
+// longJobInputs is everything the section's rows are computed from, printed
+// with them so a reader can check them.
+type longJobInputs struct {
+	// MemoryMB is the run, hold and API functions' memory (deploy.Functions).
+	MemoryMB map[string]int `json:"memory_mb"`
+	// Per invocation, billed: the happy path's run and API (the create's
+	// round trip), the hold of HoldFrom (RunMS when it has none).
+	RunMS    float64 `json:"run_billed_ms"`
+	APIMS    float64 `json:"api_billed_ms"`
+	HoldMS   float64 `json:"hold_billed_ms"`
+	HoldFrom string  `json:"hold_from"`
+	// RRUPerRead and WRUPerWrite are the happy path's means (failed
+	// conditions' local read-backs left out; modelled index writes in).
+	RRUPerRead  float64 `json:"rru_per_read"`
+	WRUPerWrite float64 `json:"wru_per_write"`
+	// CallTimeoutS is the deployed cap on one provider call
+	// (deploy.CallTimeout).
+	CallTimeoutS float64 `json:"call_timeout_s"`
+	// Loop is the states one turn of the wait loop enters after a run that
+	// did not end the job (statemachine/onejob.asl.json, Run's Catch of
+	// WaitOpen; the timeout's Catch enters the same); BeforeWait how many
+	// of them are entered before its Wait elapses.
+	Loop       []string `json:"loop"`
+	BeforeWait int      `json:"states_entered_before_the_wait"`
+	// PollFirstS and PollLastS are job.DefaultPollSchedule's (tier now);
+	// WaitStepsS job.DefaultWait's.
+	PollFirstS float64   `json:"poll_first_s"`
+	PollLastS  float64   `json:"poll_last_s"`
+	WaitStepsS []float64 `json:"wait_steps_s"`
+	WindowS    float64   `json:"silent_window_s"`
+	// Base is the happy path as measured: the job's create and its first
+	// run, which every row starts from.
+	Base   perJob           `json:"-"`
+	Prices map[string]price `json:"-"`
+}
+
+// longJobRow is one mode and case at one provider latency, per job, and
+// its cost per million jobs.
+type longJobRow struct {
+	Mode     string  `json:"mode"`
+	Case     string  `json:"case"`
+	LatencyS float64 `json:"provider_latency_s"`
+	// Turns is how many runs the wait loop makes after the first (async:
+	// polls, the last finding the work or the job ended; sync: checks of
+	// an unknown attempt), at Times: seconds after the submit (async) or
+	// after the call timeout (sync). HeldS is how long one run holds the
+	// provider call.
+	Turns  int       `json:"loop_turns"`
+	TimesS []float64 `json:"turn_times_s,omitempty"`
+	HeldS  float64   `json:"call_held_s"`
+	// EndsAtS is when the job ends (0: not within the window).
+	EndsAtS           float64            `json:"job_ends_at_s"`
+	LambdaInvocations map[string]float64 `json:"lambda_invocations"`
+	LambdaBilledMS    map[string]float64 `json:"lambda_billed_ms"`
+	LambdaGBs         float64            `json:"lambda_gb_seconds"`
+	StateTransitions  float64            `json:"state_transitions"`
+	DynamoReads       float64            `json:"dynamodb_reads"`
+	DynamoWrites      float64            `json:"dynamodb_writes"`
+	APIRequests       float64            `json:"api_requests"`
+	CostPerMillion    costRow            `json:"cost_per_million_jobs_usd"`
+	// RatioToSync is this row's total over the synchronous row's at the
+	// same latency (or the silent synchronous attempt's).
+	RatioToSync float64 `json:"cost_ratio_to_sync"`
+	Note        string  `json:"note,omitempty"`
+}
+
+// longJobs is the section: its inputs and rows.
+type longJobs struct {
+	Inputs longJobInputs `json:"inputs"`
+	Rows   []longJobRow  `json:"rows"`
+}
+
+// aslLoop reads a state machine definition: the states an execution enters
+// after state from ends with the error named errName (its first matching
+// Catch, States.ALL matching any) until it enters from again, and how many
+// of them it has entered when its Wait state begins. A normal end of from
+// must end the execution (End).
+func aslLoop(definition []byte, from, errName string) (loop []string, beforeWait int, err error) {
+	var def struct {
+		States map[string]struct {
+			Type  string
+			Next  string
+			End   bool
+			Catch []struct {
+				ErrorEquals []string
+				Next        string
+			}
+		}
+	}
+	if err := json.Unmarshal(definition, &def); err != nil {
+		return nil, 0, fmt.Errorf("state machine: %w", err)
+	}
+	st, ok := def.States[from]
+	if !ok {
+		return nil, 0, fmt.Errorf("state machine: no state %s", from)
+	}
+	if !st.End {
+		return nil, 0, fmt.Errorf("state machine: a normal end of %s does not end the execution", from)
+	}
+	next := ""
+	for _, c := range st.Catch {
+		if slices.Contains(c.ErrorEquals, errName) || slices.Contains(c.ErrorEquals, "States.ALL") {
+			next = c.Next
+			break
+		}
+	}
+	if next == "" {
+		return nil, 0, fmt.Errorf("state machine: %s catches no %s", from, errName)
+	}
+	for range len(def.States) + 1 {
+		s, ok := def.States[next]
+		if !ok {
+			return nil, 0, fmt.Errorf("state machine: no state %s", next)
+		}
+		loop = append(loop, next)
+		if s.Type == "Wait" && beforeWait == 0 {
+			beforeWait = len(loop)
+		}
+		if next == from {
+			if beforeWait == 0 {
+				return nil, 0, fmt.Errorf("state machine: %s after %s reaches %s again without waiting", errName, from, from)
+			}
+			return loop, beforeWait, nil
+		}
+		if s.Next == "" {
+			return nil, 0, fmt.Errorf("state machine: %s after %s ends at %s, not back at %s", errName, from, next, from)
+		}
+		next = s.Next
+	}
+	return nil, 0, fmt.Errorf("state machine: %s after %s never reaches %s again", errName, from, from)
+}
+
+// pollTimes is when an asynchronous attempt's provider is asked about its
+// work, as time since the submit, by schedule s: every time before until,
+// and the first at or after it. The execution's wait is at least a second
+// (job.Next's remote wait).
+func pollTimes(s job.PollSchedule, tier job.Tier, until time.Duration) []time.Duration {
+	var out []time.Duration
+	var t time.Duration
+	for {
+		t += max(time.Second, s.Next(t, tier))
+		out = append(out, t)
+		if t >= until {
+			return out
+		}
+	}
+}
+
+// checkTimes is when a blocked job is checked by schedule w, as time since
+// it became blocked: every check before until, and the first at or after.
+func checkTimes(w job.WaitSchedule, until time.Duration) []time.Duration {
+	var out []time.Duration
+	var t time.Duration
+	for {
+		t += max(time.Second, w.Next(t))
+		out = append(out, t)
+		if t >= until {
+			return out
+		}
+	}
+}
+
+// before counts the times earlier than until.
+func before(times []time.Duration, until time.Duration) int {
+	n := 0
+	for _, t := range times {
+		if t < until {
+			n++
+		}
+	}
+	return n
+}
+
+// tally is one job's counts: the happy path's, plus what a row adds.
+type tally struct {
+	in          longJobInputs
+	inv, ms     map[string]float64
+	transitions float64
+	reads       float64
+	writes      float64
+	api         float64
+}
+
+func newTally(in longJobInputs) *tally {
+	return &tally{in: in, inv: maps.Clone(in.Base.LambdaInvocations), ms: maps.Clone(in.Base.LambdaBilledMS),
+		transitions: in.Base.StateTransitions, api: in.Base.APIRequests}
+}
+
+func (t *tally) invoke(fn string, n, msEach float64) {
+	if n == 0 {
+		return
+	}
+	t.inv[fn] += n
+	t.ms[fn] += n * msEach
+}
+
+// loops adds n turns of the wait loop: each enters the loop's states, and
+// invokes the hold function (one read) and the run function.
+func (t *tally) loops(n int) {
+	t.transitions += float64(n * len(t.in.Loop))
+	t.invoke(deploy.FnHold, float64(n), t.in.HoldMS)
+	t.invoke(deploy.FnRun, float64(n), t.in.RunMS)
+	t.reads += float64(n)
+}
+
+// waitOpen adds the states and hold of a loop entered and waiting when the
+// window ends (the run after it is not made).
+func (t *tally) waitOpen() {
+	t.transitions += float64(t.in.BeforeWait)
+	t.invoke(deploy.FnHold, 1, t.in.HoldMS)
+	t.reads++
+}
+
+// row prices the tally as the cost table prices a scenario: the happy
+// path's DynamoDB units plus the added requests at its mean units.
+func (t *tally) row(mode, kase string, latency time.Duration) longJobRow {
+	b := t.in.Base
+	p := perJob{
+		Scenario:          mode + ", " + kase,
+		ReadUnits:         max(0, b.ReadUnits-b.ReadBacks) + t.reads*t.in.RRUPerRead,
+		WriteUnits:        b.WriteUnits + b.IndexWriteUnits + t.writes*t.in.WRUPerWrite,
+		StateTransitions:  t.transitions,
+		LambdaInvocations: t.inv,
+		LambdaBilledMS:    t.ms,
+		APIRequests:       t.api,
+	}
+	reads, writes := baseRequests(b)
+	c := roundCost(costOf(p, t.in.Prices))
+	return longJobRow{Mode: mode, Case: kase, LatencyS: latency.Seconds(),
+		LambdaInvocations: roundAll(t.inv), LambdaBilledMS: roundAll(t.ms), LambdaGBs: round4(p.lambdaGBSeconds(lambdaMemoryGB)),
+		StateTransitions: t.transitions, DynamoReads: round2(reads + t.reads), DynamoWrites: round2(writes + t.writes),
+		APIRequests: t.api, CostPerMillion: c}
+}
+
+// baseRequests splits the happy path's DynamoDB requests into reads and
+// writes, leaving out the local-only read-backs.
+func baseRequests(b perJob) (reads, writes float64) {
+	for op, n := range b.DynamoByOp {
+		switch op {
+		case "GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems":
+			reads += n
+		default:
+			writes += n
+		}
+	}
+	return max(0, reads-b.ReadBacks), writes
+}
+
+// longJobInputsFrom takes the section's inputs from the per-job rows
+// measured in this run, the state machine definition and the code.
+func longJobInputsFrom(rows []perJob, definition []byte) (longJobInputs, error) {
+	in := longJobInputs{MemoryMB: map[string]int{}, CallTimeoutS: deploy.CallTimeout.Seconds(), WindowS: silentWindow.Seconds(),
+		PollFirstS: job.DefaultPollSchedule().First.Seconds(), PollLastS: job.DefaultPollSchedule().Last.Seconds()}
+	for _, s := range job.DefaultWait().Steps {
+		in.WaitStepsS = append(in.WaitStepsS, s.Seconds())
+	}
+	for _, fn := range []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold} {
+		f, ok := deploy.Lookup(fn)
+		if !ok {
+			return in, fmt.Errorf("long jobs: no function %s", fn)
+		}
+		in.MemoryMB[fn] = f.MemoryMB
+	}
+	var err error
+	if in.Loop, in.BeforeWait, err = aslLoop(definition, "Run", string(job.SignalWaitOpen)); err != nil {
+		return in, err
+	}
+	// An unknown synchronous attempt's run ends by its timeout: the loop
+	// it enters must be the same (the rows count one).
+	timeout, _, err := aslLoop(definition, "Run", "States.Timeout")
+	if err != nil {
+		return in, err
+	}
+	if !slices.Equal(timeout, in.Loop) {
+		return in, fmt.Errorf("long jobs: a run's timeout enters %v, WaitOpen %v", timeout, in.Loop)
+	}
+	i := slices.IndexFunc(rows, func(p perJob) bool { return p.Scenario == happyPathRow })
+	if i < 0 {
+		return in, errors.New("long jobs: no happy path measured")
+	}
+	in.Base = rows[i]
+	perCall := func(p perJob, fn string) float64 {
+		if p.LambdaInvocations[fn] == 0 {
+			return 0
+		}
+		return round2(p.LambdaBilledMS[fn] / p.LambdaInvocations[fn])
+	}
+	in.RunMS, in.APIMS = perCall(in.Base, deploy.FnRun), perCall(in.Base, deploy.FnAPI)
+	in.HoldMS, in.HoldFrom = in.RunMS, happyPathRow+" (its run's)"
+	if i := slices.IndexFunc(rows, func(p perJob) bool { return p.Scenario == holdFromRow }); i >= 0 && perCall(rows[i], deploy.FnHold) > 0 {
+		in.HoldMS, in.HoldFrom = perCall(rows[i], deploy.FnHold), holdFromRow
+	}
+	reads, writes := baseRequests(in.Base)
+	in.RRUPerRead, in.WRUPerWrite = 1, 1
+	if reads > 0 {
+		in.RRUPerRead = round2(max(0, in.Base.ReadUnits-in.Base.ReadBacks) / reads)
+	}
+	if writes > 0 {
+		in.WRUPerWrite = round2((in.Base.WriteUnits + in.Base.IndexWriteUnits) / writes)
+	}
+	return in, nil
+}
+
+// syncAttempt is a synchronous attempt whose provider answers after
+// latency: one run holds the call that long. Past the call timeout the call
+// is cut and the attempt is unknown: the execution checks it on the wait
+// schedule (job.DefaultWait, from the timeout), a check reads the job and
+// asks the provider under the same key, and the first check at or after
+// latency finds the answer and ends the job.
+func syncAttempt(in longJobInputs, latency time.Duration) longJobRow {
+	t := newTally(in)
+	callTimeout := time.Duration(in.CallTimeoutS * float64(time.Second))
+	held := min(latency, callTimeout)
+	t.ms[deploy.FnRun] += held.Seconds() * 1000
+	ends := latency
+	var times []time.Duration
+	var note string
+	if latency > callTimeout {
+		times = checkTimes(job.DefaultWait(), latency-callTimeout)
+		t.loops(len(times))
+		t.reads += float64(len(times)) // each check's run reads the job
+		t.writes++                      // the hold marks the attempt unknown; the answer is the happy path's outcome write
+		ends = callTimeout + times[len(times)-1]
+		note = fmt.Sprintf("past the %s call timeout: cut, unknown, checked on the wait schedule; ends at the first check after the answer", callTimeout)
+	}
+	r := t.row(modeSync, caseAnswer, latency)
+	r.Turns, r.TimesS, r.HeldS, r.EndsAtS, r.Note = len(times), seconds(times), held.Seconds(), ends.Seconds(), note
+	return r
+}
+
+// asyncAttempt is an asynchronous attempt whose work ends after latency.
+// The submitting run is billed as the happy path's run, plus one write (the
+// work's id). The execution then turns its wait loop once per poll: each
+// poll before the end reads the job, asks the provider and writes what it
+// heard (one write). With the webhook the job ends at latency through the
+// API (one request and invocation, one read; its outcome write is the happy
+// path's), and the next poll's run reads the job done and ends the
+// execution. Without it, the first poll at or after latency reads the work
+// ended and writes the outcome (the happy path's write).
+func asyncAttempt(in longJobInputs, latency time.Duration, webhook bool) longJobRow {
+	t := newTally(in)
+	times := pollTimes(job.DefaultPollSchedule(), job.TierNow, latency)
+	heard := before(times, latency)
+	t.writes++ // the work's id
+	t.loops(heard + 1)
+	t.writes += float64(heard)
+	t.reads += float64(heard + 1) // every poll's run reads the job
+	kase, ends := casePolling, times[len(times)-1]
+	if webhook {
+		kase, ends = caseWebhook, latency
+		t.api++
+		t.invoke(deploy.FnAPI, 1, in.APIMS)
+		t.reads++
+	}
+	r := t.row(modeAsync, kase, latency)
+	r.Turns, r.TimesS, r.EndsAtS = len(times), seconds(times), ends.Seconds()
+	return r
+}
+
+// silentSync is a synchronous attempt whose provider never answers, over
+// the window: the run holds the call until the call timeout, the attempt
+// is unknown, and the execution checks it on the wait schedule (each check
+// reads the job; its hold reads it too). The write that marks it unknown is
+// counted as the happy path's outcome write.
+func silentSync(in longJobInputs) longJobRow {
+	t := newTally(in)
+	callTimeout := time.Duration(in.CallTimeoutS * float64(time.Second))
+	window := time.Duration(in.WindowS * float64(time.Second))
+	t.ms[deploy.FnRun] += callTimeout.Seconds() * 1000
+	times := checkTimes(job.DefaultWait(), window-callTimeout)
+	checks := before(times, window-callTimeout)
+	t.loops(checks)
+	t.reads += float64(checks) // each check's run reads the job
+	t.waitOpen()
+	r := t.row(modeSync, caseSilent, 0)
+	r.Turns, r.TimesS, r.HeldS = checks, seconds(times[:checks]), callTimeout.Seconds()
+	return r
+}
+
+// silentAsync is an asynchronous attempt whose work never ends and whose
+// webhook never comes, over the window: polled on the schedule, each poll
+// a read and a write; its hold reads too. The write of the work's id is
+// counted as the happy path's outcome write (no outcome is written).
+func silentAsync(in longJobInputs) longJobRow {
+	t := newTally(in)
+	window := time.Duration(in.WindowS * float64(time.Second))
+	times := pollTimes(job.DefaultPollSchedule(), job.TierNow, window)
+	polls := before(times, window)
+	t.loops(polls)
+	t.reads += float64(polls)
+	t.writes += float64(polls)
+	t.waitOpen()
+	r := t.row(modeAsync, caseSilent, 0)
+	r.Turns, r.TimesS = polls, seconds(times[:polls])
+	return r
+}
+
+// longJobRows computes the section: at each latency the synchronous
+// attempt, then the asynchronous one with and without its webhook; then
+// the silent attempts.
+func longJobRows(in longJobInputs) []longJobRow {
+	var out []longJobRow
+	for _, l := range longJobLatencies {
+		s := syncAttempt(in, l)
+		out = append(out, s)
+		for _, webhook := range []bool{true, false} {
+			a := asyncAttempt(in, l, webhook)
+			a.RatioToSync = ratio(a.CostPerMillion.Total, s.CostPerMillion.Total)
+			out = append(out, a)
+		}
+		out[len(out)-3].RatioToSync = 1
+	}
+	s, a := silentSync(in), silentAsync(in)
+	s.RatioToSync, a.RatioToSync = 1, ratio(a.CostPerMillion.Total, s.CostPerMillion.Total)
+	return append(out, s, a)
+}
+
+// measureLongJobs is the section for this run's per-job rows.
+func measureLongJobs(rows []perJob, definition []byte, pr map[string]price) (*longJobs, error) {
+	in, err := longJobInputsFrom(rows, definition)
+	if err != nil {
+		return nil, err
+	}
+	in.Prices = pr
+	return &longJobs{Inputs: in, Rows: longJobRows(in)}, nil
+}
+
+// roundCost rounds a cost row's dollars to cents, as the cost table does.
+func roundCost(c costRow) costRow {
+	c.DynamoDB, c.StepFunctions, c.LambdaReq = round2(c.DynamoDB), round2(c.StepFunctions), round2(c.LambdaReq)
+	c.LambdaGBs, c.APIGateway, c.Total = round2(c.LambdaGBs), round2(c.APIGateway), round2(c.Total)
+	return c
+}
+
+func seconds(d []time.Duration) []float64 {
+	out := make([]float64, len(d))
+	for i, x := range d {
+		out[i] = round2(x.Seconds())
+	}
+	return out
+}
+
+func roundAll(m map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = round2(v)
+	}
+	return out
+}
+
+func round4(f float64) float64 { return math.Round(f*10000) / 10000 }
