@@ -159,6 +159,8 @@ func invokePayload(root, name string) ([]byte, error) {
 	switch name {
 	case "api":
 		return os.ReadFile(filepath.Join(root, "events", "api-get-job.json"))
+	case "events":
+		return os.ReadFile(filepath.Join(root, "events", "events-provider-event.json"))
 	case "sweeper", baselineFunction:
 		return []byte(`{}`), nil
 	}

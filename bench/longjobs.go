@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/onejob/onejob/internal/deploy"
@@ -238,12 +240,14 @@ func (t *tally) invoke(fn string, n, msEach float64) {
 }
 
 // loops adds n turns of the wait loop: each enters the loop's states, and
-// invokes the hold function (one read) and the run function.
+// invokes the hold function and the run function, each of which reads the
+// job once. What the run does beyond (ask the provider, write) is the
+// caller's.
 func (t *tally) loops(n int) {
 	t.transitions += float64(n * len(t.in.Loop))
 	t.invoke(deploy.FnHold, float64(n), t.in.HoldMS)
 	t.invoke(deploy.FnRun, float64(n), t.in.RunMS)
-	t.reads += float64(n)
+	t.reads += float64(2 * n)
 }
 
 // waitOpen adds the states and hold of a loop entered and waiting when the
@@ -300,7 +304,7 @@ func longJobInputsFrom(rows []perJob, definition []byte) (longJobInputs, error) 
 	for _, fn := range []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold} {
 		f, ok := deploy.Lookup(fn)
 		if !ok {
-			return in, fmt.Errorf("long jobs: no function %s", fn)
+			return in, fmt.Errorf("no function %s", fn)
 		}
 		in.MemoryMB[fn] = f.MemoryMB
 	}
@@ -315,11 +319,11 @@ func longJobInputsFrom(rows []perJob, definition []byte) (longJobInputs, error) 
 		return in, err
 	}
 	if !slices.Equal(timeout, in.Loop) {
-		return in, fmt.Errorf("long jobs: a run's timeout enters %v, WaitOpen %v", timeout, in.Loop)
+		return in, fmt.Errorf("a run's timeout enters %v, WaitOpen %v", timeout, in.Loop)
 	}
 	i := slices.IndexFunc(rows, func(p perJob) bool { return p.Scenario == happyPathRow })
 	if i < 0 {
-		return in, errors.New("long jobs: no happy path measured")
+		return in, errors.New("no happy path measured")
 	}
 	in.Base = rows[i]
 	perCall := func(p perJob, fn string) float64 {
@@ -361,8 +365,7 @@ func syncAttempt(in longJobInputs, latency time.Duration) longJobRow {
 	if latency > callTimeout {
 		times = checkTimes(job.DefaultWait(), latency-callTimeout)
 		t.loops(len(times))
-		t.reads += float64(len(times)) // each check's run reads the job
-		t.writes++                      // the hold marks the attempt unknown; the answer is the happy path's outcome write
+		t.writes++ // the hold marks the attempt unknown; the answer is the happy path's outcome write
 		ends = callTimeout + times[len(times)-1]
 		note = fmt.Sprintf("past the %s call timeout: cut, unknown, checked on the wait schedule; ends at the first check after the answer", callTimeout)
 	}
@@ -387,7 +390,6 @@ func asyncAttempt(in longJobInputs, latency time.Duration, webhook bool) longJob
 	t.writes++ // the work's id
 	t.loops(heard + 1)
 	t.writes += float64(heard)
-	t.reads += float64(heard + 1) // every poll's run reads the job
 	kase, ends := casePolling, times[len(times)-1]
 	if webhook {
 		kase, ends = caseWebhook, latency
@@ -413,7 +415,6 @@ func silentSync(in longJobInputs) longJobRow {
 	times := checkTimes(job.DefaultWait(), window-callTimeout)
 	checks := before(times, window-callTimeout)
 	t.loops(checks)
-	t.reads += float64(checks) // each check's run reads the job
 	t.waitOpen()
 	r := t.row(modeSync, caseSilent, 0)
 	r.Turns, r.TimesS, r.HeldS = checks, seconds(times[:checks]), callTimeout.Seconds()
@@ -430,7 +431,6 @@ func silentAsync(in longJobInputs) longJobRow {
 	times := pollTimes(job.DefaultPollSchedule(), job.TierNow, window)
 	polls := before(times, window)
 	t.loops(polls)
-	t.reads += float64(polls)
 	t.writes += float64(polls)
 	t.waitOpen()
 	r := t.row(modeAsync, caseSilent, 0)
@@ -492,3 +492,80 @@ func roundAll(m map[string]float64) map[string]float64 {
 }
 
 func round4(f float64) float64 { return math.Round(f*10000) / 10000 }
+
+// printLongJobs prints the section: its inputs, the table, and when each
+// row's loop turns.
+func printLongJobs(w io.Writer, l longJobs) {
+	in := l.Inputs
+	section(w, "Long jobs (issue 29): per job and USD per million jobs, synchronous vs asynchronous by provider latency, and an attempt whose provider goes silent (first hour)")
+	var mem []string
+	for _, fn := range sortedKeys(in.MemoryMB) {
+		mem = append(mem, fmt.Sprintf("%s %d MB", fn, in.MemoryMB[fn]))
+	}
+	var steps []string
+	for _, s := range in.WaitStepsS {
+		steps = append(steps, dur(s))
+	}
+	b := in.Base
+	fmt.Fprintf(w, "inputs: memory %s (deploy.Functions); measured happy path per job: %.0f API request, %g state transition, "+
+		"%.2f DynamoDB requests (%.2f RRU, %.2f WRU with index), billed run %.1f ms and API %.1f ms per invocation; hold %.1f ms per invocation (%s); "+
+		"an added read %.2f RRU, an added write %.2f WRU (the happy path's means)\n",
+		strings.Join(mem, ", "), b.APIRequests, b.StateTransitions, b.DynamoRequests, max(0, b.ReadUnits-b.ReadBacks),
+		b.WriteUnits+b.IndexWriteUnits, in.RunMS, in.APIMS, in.HoldMS, in.HoldFrom, in.RRUPerRead, in.WRUPerWrite)
+	fmt.Fprintf(w, "design: call timeout %s (deploy.CallTimeout); wait loop after a run that does not end the job: %s, %d transitions a turn "+
+		"(statemachine/onejob.asl.json: Run's Catch of WaitOpen, and of States.Timeout), %d entered before its wait; polls (job.DefaultPollSchedule, tier now): "+
+		"after %s, then at the work's age (the wait doubles), at most every %s; checks of an unknown attempt (job.DefaultWait): %s\n",
+		dur(in.CallTimeoutS), strings.Join(in.Loop, " → "), len(in.Loop), in.BeforeWait, dur(in.PollFirstS), dur(in.PollLastS),
+		strings.Join(steps, ", "))
+	tw := table(w)
+	fmt.Fprintln(tw, "mode\tprovider latency\tcase\tcall held\tloop turns\tjob ends at\tLambda invocations\tLambda GB-s\ttransitions\tDDB reads\tDDB writes\tAPI requests\t"+
+		"Lambda requests\tLambda duration\tStep Functions\tDynamoDB\tAPI Gateway\ttotal USD\t×sync\t")
+	for _, r := range l.Rows {
+		latency, ends := dur(r.LatencyS), "-"
+		if r.Case == caseSilent {
+			latency = "never (" + dur(in.WindowS) + ")"
+		}
+		if r.EndsAtS > 0 {
+			ends = dur(r.EndsAtS)
+		}
+		var inv float64
+		for _, v := range r.LambdaInvocations {
+			inv += v
+		}
+		c := r.CostPerMillion
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%.4g\t%.4f\t%g\t%.4g\t%.4g\t%g\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n",
+			r.Mode, latency, r.Case, dur(r.HeldS), r.Turns, ends, inv, r.LambdaGBs, r.StateTransitions, r.DynamoReads, r.DynamoWrites,
+			r.APIRequests, c.LambdaReq, c.LambdaGBs, c.StepFunctions, c.DynamoDB, c.APIGateway, c.Total, r.RatioToSync)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "loop turns at (after the submit; sync: after the call timeout):")
+	for _, r := range l.Rows {
+		if r.Turns == 0 {
+			continue
+		}
+		at := make([]string, len(r.TimesS))
+		for i, t := range r.TimesS {
+			at[i] = dur(t)
+		}
+		latency := dur(r.LatencyS)
+		if r.Case == caseSilent {
+			latency = "silent"
+		}
+		fmt.Fprintf(w, "  %s, %s, %s: %s\n", r.Mode, latency, r.Case, strings.Join(at, " "))
+	}
+	for _, r := range l.Rows {
+		if r.Note != "" {
+			fmt.Fprintf(w, "note: %s, %s, %s: %s\n", r.Mode, dur(r.LatencyS), r.Case, r.Note)
+		}
+	}
+	fmt.Fprintln(w, "note: every row is the happy path's counts plus the design's (README); a poll's or a check's run is billed as the happy path's run, "+
+		"its provider answering at once. A provider that hangs on a question holds that run up to the settle timeout instead.")
+}
+
+// dur prints seconds as a duration.
+func dur(s float64) string {
+	if s == 0 {
+		return "0"
+	}
+	return time.Duration(s * float64(time.Second)).Round(10 * time.Millisecond).String()
+}

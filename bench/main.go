@@ -17,6 +17,10 @@
 //     prices (each price, its date and its sources are in the output);
 //   - the same per-job counts against the previous layout's
 //     (bench/baseline.json);
+//   - a long job's cost, synchronous against asynchronous, at provider
+//     latencies of 2 s, 30 s and 10 min, and of an attempt whose provider
+//     goes silent: derived from the happy path's counts and the design's
+//     schedules (issue 29);
 //   - 500 creates while half of the StartExecution calls are throttled: every
 //     job started exactly once, and the delays from create to start;
 //   - each function's binary size and cold init under the AWS Lambda Runtime
@@ -42,6 +46,7 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/dev/dynalite"
+	"github.com/onejob/onejob/internal/dev/sfnlocal"
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
 )
@@ -75,6 +80,7 @@ type report struct {
 	Prices             map[string]price `json:"prices_us_east_1"`
 	CostPerMillionJobs []costRow        `json:"cost_per_million_jobs_usd"`
 	WaitVsPoll         []waitRow        `json:"wait_vs_poll"`
+	LongJobs           *longJobs        `json:"long_jobs,omitempty"`
 	Bodies             []bodyRow        `json:"worst_case_bodies"`
 	Functions          []functionRow    `json:"functions"`
 }
@@ -174,6 +180,13 @@ func run(ctx context.Context, o options) error {
 	rep.PerJob = perJobs
 	rep.CostPerMillionJobs = costs(perJobs, rep.Prices)
 	rep.WaitVsPoll = waits
+	definition, err := os.ReadFile(filepath.Join(o.root, sfnlocal.DefaultDefinitionPath))
+	if err != nil {
+		return fmt.Errorf("long jobs: %w", err)
+	}
+	if rep.LongJobs, err = measureLongJobs(perJobs, definition, rep.Prices); err != nil {
+		return fmt.Errorf("long jobs: %w", err)
+	}
 
 	if o.drillJobs > 0 {
 		slog.Info("phase 3/4: starts under throttling")

@@ -66,12 +66,13 @@ func prices() map[string]price {
 	}
 }
 
-// lambdaMemoryGB is every function's memory in infra/stack (fnSpecs: 256 MB).
+// lambdaMemoryGB is every function's memory (deploy.Functions, which
+// infra/stack deploys: 256 MB); a test keeps the two equal.
 const lambdaMemoryGB = 0.25
 
 // deployedCallTimeout is how long the deployed run function waits on a
-// silent provider (internal/app: CallTimeout 4 minutes).
-const deployedCallTimeoutSeconds = 240.0
+// silent provider.
+const deployedCallTimeout = deploy.CallTimeout
 
 // costRow is the AWS cost of a million jobs of one scenario.
 type costRow struct {
@@ -125,7 +126,7 @@ func costs(rows []perJob, pr map[string]price) []costRow {
 			for k, v := range p.LambdaBilledMS {
 				deployed.LambdaBilledMS[k] = v
 			}
-			extra := (deployedCallTimeoutSeconds - benchCallTimeout.Seconds()) * 1000
+			extra := float64((deployedCallTimeout - benchCallTimeout).Milliseconds())
 			deployed.LambdaBilledMS[deploy.FnRun] += extra
 			d := costOf(deployed, pr)
 			d.Scenario = p.Scenario + " (deployed)"

@@ -137,6 +137,10 @@ func printReport(w io.Writer, r report) {
 	}
 	tw.Flush()
 
+	if r.LongJobs != nil {
+		printLongJobs(w, *r.LongJobs)
+	}
+
 	section(w, "Waiting for a job over 20 s: one held GET (Prefer: wait=20) vs polling; USD per million 20-second windows")
 	tw = table(w)
 	fmt.Fprintln(tw, "mode\tAPI requests\tLambda billed ms\tDDB reads\tRRU\tAPI Gateway\tLambda requests\tLambda duration\tDynamoDB\ttotal\t×held\tchange seen within ms\t")

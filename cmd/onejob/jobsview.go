@@ -55,6 +55,43 @@ type attemptView struct {
 	UnknownSince      string          `json:"unknown_since"`
 	Usage             *usageView      `json:"usage"`
 	Resolution        *resolutionView `json:"resolution"`
+	Remote            *remoteView     `json:"remote"`
+}
+
+// remoteView is an asynchronous attempt's work at its provider (operators).
+type remoteView struct {
+	ID                string `json:"id"`
+	Status            string `json:"status"`
+	Tier              string `json:"tier"`
+	HeardAt           string `json:"heard_at"`
+	NextPollAt        string `json:"next_poll_at"`
+	Polls             int    `json:"polls"`
+	Found             bool   `json:"found"`
+	CancelRequestedAt string `json:"cancel_requested_at"`
+}
+
+// remoteText says where an asynchronous attempt's work stands: its id and
+// status at the provider, when onejob last heard of it and when it asks
+// next.
+func remoteText(r *remoteView) string {
+	if r == nil {
+		return ""
+	}
+	parts := []string{r.ID}
+	if r.Status != "" {
+		parts = append(parts, r.Status)
+	}
+	parts = append(parts, "tier "+r.Tier, "heard "+r.HeardAt)
+	if r.CancelRequestedAt != "" {
+		parts = append(parts, "cancel asked "+r.CancelRequestedAt)
+	} else {
+		parts = append(parts, "asks next "+r.NextPollAt)
+	}
+	parts = append(parts, strconv.Itoa(r.Polls)+" polls")
+	if r.Found {
+		parts = append(parts, "found after a lost submit")
+	}
+	return strings.Join(parts, ", ")
 }
 
 type jobView struct {
@@ -249,6 +286,7 @@ func writeAttempts(out io.Writer, indent string, attempts []attemptView) error {
 		detail("error", failureText(a.Error))
 		detail("provider", providerText(a.Error))
 		detail("request", a.ProviderRequestID)
+		detail("remote", remoteText(a.Remote))
 		detail("started", a.StartedAt)
 		detail("unknown", a.UnknownSince)
 		detail("usage", usageText(a.Usage))

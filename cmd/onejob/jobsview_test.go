@@ -40,6 +40,13 @@ func TestWriteAttempts(t *testing.T) {
 				"    request     req_10\n" +
 				"    started     2026-01-02T03:04:10Z\n" +
 				"    usage       model m-2, 12 in / 30 out tokens, 250 ms\n"},
+		{"WaitingAtItsProvider",
+			`{"job_id":"job_x","attempts":[{"number":1,"provider":"sim-async","state":"running","started_at":"2026-01-02T03:04:05Z","hedge":false,` +
+				`"remote":{"id":"resp_1","status":"in_progress","tier":"now","submitted_at":"2026-01-02T03:04:05Z","heard_at":"2026-01-02T03:05:05Z",` +
+				`"next_poll_at":"2026-01-02T03:06:05Z","polls":2,"found":true}}]}`,
+			"#1  sim-async  running\n" +
+				"    remote      resp_1, in_progress, tier now, heard 2026-01-02T03:05:05Z, asks next 2026-01-02T03:06:05Z, 2 polls, found after a lost submit\n" +
+				"    started     2026-01-02T03:04:05Z\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,8 @@
 // Command run is the onejob state machine's run task: it decides a job's
 // next attempt, starts and claims it, calls its provider (hedging when the
 // job type says so) and completes the job by compare-and-swap — the only
-// function that calls providers.
+// function that sends providers work (the events function only reads
+// asynchronous work back by its id).
 package main
 
 import (

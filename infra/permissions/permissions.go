@@ -188,6 +188,13 @@ func All() map[string][]Grant {
 		// certifications, no providers; an attempt it ends (one never
 		// claimed) settles its budget reservation.
 		deploy.FnHold: {jobRW, ledger, uncount, handoff},
+		// Takes asynchronous providers' webhooks: reads the work named
+		// from its provider (so it reads their configuration, as run
+		// does) and applies its end to the job (conditional UpdateItem,
+		// the ledger), settling what the attempt's budget and the owner's
+		// slot held, handing the job's events off.
+		deploy.FnEvents: {jobRW, ledger, uncount, budget, handoff,
+			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
 	}
 }
 

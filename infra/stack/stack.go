@@ -137,7 +137,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		for k, v := range common {
 			vars[k] = v
 		}
-		if spec.Name == deploy.FnRun {
+		if spec.Name == deploy.FnRun || spec.Name == deploy.FnEvents {
 			vars[deploy.EnvProvidersSecretARN] = jsii.String(secretArn)
 		}
 		fns[spec.Name] = newFunction(stack, cfg, spec, vars, retention, removal)
@@ -268,7 +268,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	// The functions that record jobs' events hand them to the notifier
 	// at once; it also drains whatever is due once a minute.
 	notify := fns[deploy.FnNotify]
-	for _, fn := range []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold} {
+	for _, fn := range []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold, deploy.FnEvents} {
 		fns[fn].AddEnvironment(jsii.String(deploy.EnvNotifyFunction), notify.FunctionArn(), nil)
 	}
 	awsevents.NewRule(stack, jsii.String("NotifySchedule"), &awsevents.RuleProps{
@@ -281,7 +281,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		})},
 	})
 
-	httpAPI := newHTTPAPI(stack, cfg, api, retention, removal)
+	httpAPI := newHTTPAPI(stack, cfg, api, fns[deploy.FnEvents], retention, removal)
 	topic := newAlarms(stack, cfg, httpAPI, sm, sweeper)
 
 	out := func(id string, value *string, desc string) {
@@ -413,13 +413,19 @@ const accessLogFormat = `{"request_id":"$context.requestId","time_epoch_ms":$con
 	`"integration_status":"$context.integrationStatus","integration_error":"$context.integrationErrorMessage",` +
 	`"error":"$context.error.message","authorizer_error":"$context.authorizer.error","response_length":"$context.responseLength"}`
 
-func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function, retention awslogs.RetentionDays, removal awscdk.RemovalPolicy) awsapigatewayv2.HttpApi {
+func newHTTPAPI(stack awscdk.Stack, cfg Config, api, events awslambda.Function, retention awslogs.RetentionDays, removal awscdk.RemovalPolicy) awsapigatewayv2.HttpApi {
 	auth := awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("JwtAuthorizer"), jsii.String(cfg.JWTIssuer),
 		&awsapigatewayv2authorizers.HttpJwtAuthorizerProps{
 			AuthorizerName: physical(cfg.Env, "jwt"),
 			JwtAudience:    jsii.Strings(cfg.JWTAudience...),
 		})
 	integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("ApiIntegration"), api,
+		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
+			PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
+		})
+	// Asynchronous providers' webhooks go to the events function, which
+	// alone beside run reads the providers' configuration.
+	eventsIntegration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("EventsIntegration"), events,
 		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
 			PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
 		})
@@ -438,10 +444,14 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api awslambda.Function, retentio
 			// (their signature authenticates them).
 			authorizer = awsapigatewayv2.NewHttpNoneAuthorizer()
 		}
+		var target awsapigatewayv2.HttpRouteIntegration = integration
+		if r.Function == apigw.FnEvents {
+			target = eventsIntegration
+		}
 		added := httpAPI.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
-			Integration: integration,
+			Integration: target,
 			Authorizer:  authorizer,
 		})
 		if r.Public {

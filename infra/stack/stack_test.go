@@ -382,11 +382,11 @@ func checkFunctions(t *testing.T, s *synthesized) {
 			if short == deploy.FnAPI {
 				want[deploy.EnvAdminClaim], want[deploy.EnvAdminValue] = s.cfg.Admin.Claim, s.cfg.Admin.Value
 			}
-		case deploy.FnRun:
+		case deploy.FnRun, deploy.FnEvents:
 			want[deploy.EnvProvidersSecretARN] = s.secret()
 		}
 		// The functions that record jobs' events hand them to the notifier.
-		if short == deploy.FnAPI || short == deploy.FnRun || short == deploy.FnHold {
+		if short == deploy.FnAPI || short == deploy.FnRun || short == deploy.FnHold || short == deploy.FnEvents {
 			want[deploy.EnvNotifyFunction] = "arn:fn:" + deploy.FnNotify
 		}
 		// The api seals the webhook secrets with this key, notify opens them.
@@ -509,7 +509,8 @@ func checkHTTPAPI(t *testing.T, s *synthesized) {
 	integrations := resources(s, "AWS::ApiGatewayV2::Integration")
 	for _, r := range integrations {
 		p := props(r)
-		if p["IntegrationType"] != "AWS_PROXY" || p["PayloadFormatVersion"] != "2.0" || s.sym(p["IntegrationUri"]) != "arn:fn:api" {
+		if fn := s.sym(p["IntegrationUri"]); p["IntegrationType"] != "AWS_PROXY" || p["PayloadFormatVersion"] != "2.0" ||
+			(fn != "arn:fn:api" && fn != "arn:fn:"+deploy.FnEvents) {
 			t.Errorf("integration %v", p)
 		}
 	}
@@ -777,6 +778,12 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
 			// Budget reservations: reserved and settled, read after a refusal.
 			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners"),
+		// A provider's webhook: the work read back from the provider (its
+		// configuration), the job's attempt ended, its budget settled, its
+		// events handed off; no certifications, no provider health.
+		"fn:" + deploy.FnEvents: task(true, false).add([]string{"secretsmanager:GetSecretValue"}, s.secret()).
+			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners").
+			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify),
 		// An attempt the hold ends settles its budget reservation.
 		"fn:" + deploy.FnHold: task(true, false).add([]string{"dynamodb:UpdateItem"}, "arn:table:owners").
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify),
@@ -892,14 +899,15 @@ func checkIAM(t *testing.T, s *synthesized) {
 	}
 }
 
-// checkPermissions: functions may be invoked only by this API (api) and
-// by the schedule (sweeper); the state machine uses its role instead.
+// checkPermissions: functions may be invoked only by this API (api, and
+// events for providers' webhooks) and by the schedules (sweeper, notify);
+// the state machine uses its role instead.
 func checkPermissions(t *testing.T, s *synthesized) {
 	for id, r := range resources(s, "AWS::Lambda::Permission") {
 		p := props(r)
 		fn, principal := s.sym(p["FunctionName"]), p["Principal"]
 		ok := p["Action"] == "lambda:InvokeFunction" && p["SourceArn"] != nil &&
-			(fn == "arn:fn:api" && principal == "apigateway.amazonaws.com" ||
+			((fn == "arn:fn:api" || fn == "arn:fn:"+deploy.FnEvents) && principal == "apigateway.amazonaws.com" ||
 				(fn == "arn:fn:sweeper" || fn == "arn:fn:"+deploy.FnNotify) && principal == "events.amazonaws.com")
 		if !ok {
 			t.Errorf("%s: %s may invoke %s (%v, source %v)", id, principal, fn, p["Action"], p["SourceArn"])

@@ -805,3 +805,55 @@ func TestEveryAnswerIsNoSniff(t *testing.T) {
 		})
 	}
 }
+
+// TestOperatorsSeeRemoteWork: an asynchronous attempt's work at its
+// provider (id, status, when heard, when asked next) is in an operator's
+// attempt view, validated against openapi.yaml, and in no owner's; a
+// cancel confirmed by the provider reads as the document says.
+func TestOperatorsSeeRemoteWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	id := e.mustCreate(t, "owner-1", "k", demoBody)
+	j, _, _, err := e.eng.LaunchOn(ctx, mustGet(t, e, id), "sim-primary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = e.eng.SubmittedOn(ctx, j, 1, job.Remote{ID: "resp_42", Status: "queued", Tier: job.TierNow}, job.DefaultPollSchedule()); err != nil {
+		t.Fatal(err)
+	}
+	owner, operator := e.token(t, "owner-1"), e.token(t, "operator", apigw.AdminScope)
+	path := "/v1/jobs/" + id + "/attempts"
+	if r := e.do(t, call{method: http.MethodGet, path: path, token: owner}); r.status != http.StatusOK || strings.Contains(string(r.body), "resp_42") {
+		t.Fatalf("owner's view: %d %s", r.status, r.body)
+	}
+	r := e.do(t, call{method: http.MethodGet, path: path, token: operator})
+	if !strings.Contains(string(r.body), `"remote":{"id":"resp_42","status":"queued","tier":"now"`) || !strings.Contains(string(r.body), `"next_poll_at"`) {
+		t.Fatalf("operator's view: %s", r.body)
+	}
+	if j, err = e.eng.CancelBy(ctx, id, job.Cancellation{}); err != nil {
+		t.Fatal(err)
+	}
+	if j, err = e.eng.CancelRemoteOn(ctx, j, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = e.eng.RemoteCancelledOn(ctx, j, 1, job.Call{ProviderRequestID: "resp_42"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{owner, operator} {
+		r := e.do(t, call{method: http.MethodGet, path: path, token: tok})
+		if r.status != http.StatusOK || !strings.Contains(string(r.body), `"state":"cancelled"`) ||
+			!strings.Contains(string(r.body), `"outcome":"cancelled: confirmed by its provider"`) {
+			t.Fatalf("after the provider's cancel: %d %s", r.status, r.body)
+		}
+	}
+}
+
+func mustGet(t *testing.T, e *env, id string) job.Job {
+	t.Helper()
+	j, err := e.eng.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}

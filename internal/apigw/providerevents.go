@@ -2,10 +2,43 @@ package apigw
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/onejob/onejob/internal/job"
 )
+
+// EventsConfig wires the events function's handler.
+type EventsConfig struct {
+	Events ProviderEvents
+	Clock  func() time.Time
+	Logger *slog.Logger
+}
+
+// NewEvents is the events function's handler: it serves the routes whose
+// function is FnEvents, with the API's problem table and request log, and
+// nothing else (any other path answers not-found).
+func NewEvents(c EventsConfig) (*Handler, error) {
+	if c.Events == nil {
+		return nil, errors.New("apigw: the events handler needs provider events")
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{now: c.Clock, log: c.Logger, providerEvents: c.Events, maxResponse: 5 << 20, pacer: timerPacer{},
+		waitPoll: DefaultWaitPoll, admin: DefaultAdminRule()}
+	for _, rt := range routes() {
+		if rt.Function == FnEvents {
+			h.routes = append(h.routes, rt)
+		}
+	}
+	return h, nil
+}
 
 // providerEvent takes one webhook delivery from an asynchronous provider:
 // the exact body bytes and headers go to the use case, which verifies the

@@ -19,7 +19,15 @@ import (
 type Route struct {
 	Method, Path string
 	Public       bool
+	// Function is the function that serves the route when it is not the
+	// API's (FnEvents); infra/ integrates it with that function.
+	Function string
 }
+
+// FnEvents names the function that serves asynchronous providers' webhooks
+// (deploy.FnEvents): the only one, beside run, that reads the providers'
+// configuration, so that the API function never does.
+const FnEvents = "events"
 
 // Key is the route key API Gateway names the route by.
 func (r Route) Key() string { return r.Method + " " + r.Path }
@@ -35,33 +43,33 @@ type route struct {
 // them.
 func routes() []route {
 	return []route{
-		{Route{http.MethodPost, "/v1/jobs", false}, (*Handler).createJob},
-		{Route{http.MethodGet, "/v1/jobs", false}, (*Handler).listJobs},
-		{Route{http.MethodGet, "/v1/jobs/{id}", false}, (*Handler).getJob},
-		{Route{http.MethodGet, "/v1/jobs/{id}/attempts", false}, (*Handler).listAttempts},
-		{Route{http.MethodPost, "/v1/jobs/{id}/cancel", false}, (*Handler).cancelJob},
-		{Route{http.MethodPost, "/v1/jobs/{id}/attempts/{n}/resolve", false}, (*Handler).resolveAttempt},
-		{Route{http.MethodGet, "/v1/jobs/{id}/deliveries", false}, (*Handler).listDeliveries},
-		{Route{http.MethodPost, "/v1/jobs/{id}/deliveries/{delivery}/redeliver", false}, (*Handler).redeliver},
-		{Route{http.MethodPost, "/v1/webhook-endpoints", false}, (*Handler).createEndpoint},
-		{Route{http.MethodGet, "/v1/webhook-endpoints", false}, (*Handler).listEndpoints},
-		{Route{http.MethodGet, "/v1/webhook-endpoints/{id}", false}, (*Handler).getEndpoint},
-		{Route{http.MethodDelete, "/v1/webhook-endpoints/{id}", false}, (*Handler).deleteEndpoint},
-		{Route{http.MethodPost, "/v1/webhook-endpoints/{id}/rotate-secret", false}, (*Handler).rotateSecret},
-		{Route{http.MethodPost, "/v1/webhook-endpoints/{id}/renew", false}, (*Handler).renewEndpoint},
-		{Route{http.MethodGet, "/v1/admin/jobs", false}, (*Handler).listOpenJobs},
-		{Route{http.MethodPost, "/v1/admin/attempts/resolve", false}, (*Handler).resolveAttempts},
-		{Route{http.MethodGet, "/v1/admin/providers", false}, (*Handler).listProviders},
-		{Route{http.MethodPost, "/v1/admin/providers/{name}/force", false}, (*Handler).forceProvider},
-		{Route{http.MethodGet, "/v1/usage", false}, (*Handler).getUsage},
-		{Route{http.MethodGet, "/v1/admin/owners", false}, (*Handler).listOwners},
-		{Route{http.MethodPost, "/v1/admin/owners/{owner}/budget", false}, (*Handler).setBudget},
+		{Route{http.MethodPost, "/v1/jobs", false, ""}, (*Handler).createJob},
+		{Route{http.MethodGet, "/v1/jobs", false, ""}, (*Handler).listJobs},
+		{Route{http.MethodGet, "/v1/jobs/{id}", false, ""}, (*Handler).getJob},
+		{Route{http.MethodGet, "/v1/jobs/{id}/attempts", false, ""}, (*Handler).listAttempts},
+		{Route{http.MethodPost, "/v1/jobs/{id}/cancel", false, ""}, (*Handler).cancelJob},
+		{Route{http.MethodPost, "/v1/jobs/{id}/attempts/{n}/resolve", false, ""}, (*Handler).resolveAttempt},
+		{Route{http.MethodGet, "/v1/jobs/{id}/deliveries", false, ""}, (*Handler).listDeliveries},
+		{Route{http.MethodPost, "/v1/jobs/{id}/deliveries/{delivery}/redeliver", false, ""}, (*Handler).redeliver},
+		{Route{http.MethodPost, "/v1/webhook-endpoints", false, ""}, (*Handler).createEndpoint},
+		{Route{http.MethodGet, "/v1/webhook-endpoints", false, ""}, (*Handler).listEndpoints},
+		{Route{http.MethodGet, "/v1/webhook-endpoints/{id}", false, ""}, (*Handler).getEndpoint},
+		{Route{http.MethodDelete, "/v1/webhook-endpoints/{id}", false, ""}, (*Handler).deleteEndpoint},
+		{Route{http.MethodPost, "/v1/webhook-endpoints/{id}/rotate-secret", false, ""}, (*Handler).rotateSecret},
+		{Route{http.MethodPost, "/v1/webhook-endpoints/{id}/renew", false, ""}, (*Handler).renewEndpoint},
+		{Route{http.MethodGet, "/v1/admin/jobs", false, ""}, (*Handler).listOpenJobs},
+		{Route{http.MethodPost, "/v1/admin/attempts/resolve", false, ""}, (*Handler).resolveAttempts},
+		{Route{http.MethodGet, "/v1/admin/providers", false, ""}, (*Handler).listProviders},
+		{Route{http.MethodPost, "/v1/admin/providers/{name}/force", false, ""}, (*Handler).forceProvider},
+		{Route{http.MethodGet, "/v1/usage", false, ""}, (*Handler).getUsage},
+		{Route{http.MethodGet, "/v1/admin/owners", false, ""}, (*Handler).listOwners},
+		{Route{http.MethodPost, "/v1/admin/owners/{owner}/budget", false, ""}, (*Handler).setBudget},
 		// An asynchronous provider's signed webhooks (Tasks.ProviderEvent).
-		{Route{http.MethodPost, "/v1/provider-events/{provider}", true}, (*Handler).providerEvent},
+		{Route{http.MethodPost, "/v1/provider-events/{provider}", true, FnEvents}, (*Handler).providerEvent},
 		// The operator console: static files that call the routes above
 		// with the operator's token.
-		{Route{http.MethodGet, "/console", true}, (*Handler).consolePage},
-		{Route{http.MethodGet, "/console/{file}", true}, (*Handler).consoleFile},
+		{Route{http.MethodGet, "/console", true, ""}, (*Handler).consolePage},
+		{Route{http.MethodGet, "/console/{file}", true, ""}, (*Handler).consoleFile},
 	}
 }
 

@@ -69,7 +69,22 @@ type attemptView struct {
 	Spend        *spendView      `json:"spend,omitempty"`
 	Resolution   *resolutionView `json:"resolution,omitempty"`
 	// Operators only.
-	ProviderRequestID string `json:"provider_request_id,omitempty"`
+	ProviderRequestID string      `json:"provider_request_id,omitempty"`
+	Remote            *remoteView `json:"remote,omitempty"`
+}
+
+// remoteView is an asynchronous attempt's work at its provider (job.Remote),
+// for operators.
+type remoteView struct {
+	ID                string `json:"id"`
+	Status            string `json:"status,omitempty"`
+	Tier              string `json:"tier"`
+	SubmittedAt       string `json:"submitted_at"`
+	HeardAt           string `json:"heard_at"`
+	NextPollAt        string `json:"next_poll_at"`
+	Polls             int    `json:"polls"`
+	Found             bool   `json:"found"`
+	CancelRequestedAt string `json:"cancel_requested_at,omitempty"`
 }
 
 // spendView is what a budgeted attempt set aside and, once it ended, what
@@ -249,6 +264,11 @@ func (v viewer) attempts(jobID string, attempts []job.Attempt) attemptsBody {
 		}
 		if v.admin {
 			av.ProviderRequestID = a.ProviderRequestID
+			if r := a.Remote; r != nil {
+				av.Remote = &remoteView{ID: r.ID, Status: r.Status, Tier: string(r.Tier), SubmittedAt: timeView(r.SubmittedAt),
+					HeardAt: timeView(r.HeardAt), NextPollAt: timeView(r.NextPollAt), Polls: r.Polls, Found: r.Found,
+					CancelRequestedAt: timeView(r.CancelAt)}
+			}
 		} else if a.Resolution != nil {
 			// "resolved: <reason>" is the operator's text.
 			av.Outcome = "resolved"

@@ -14,6 +14,8 @@ const (
 	FnHold    = "hold"
 	FnSweeper = "sweeper"
 	FnNotify  = "notify"
+	// FnEvents takes asynchronous providers' webhooks (apigw.FnEvents).
+	FnEvents = "events"
 )
 
 // Function is one deployed Lambda function.
@@ -46,6 +48,8 @@ func Functions() []Function {
 		// Drains pending notifications until idle or NotifyBudget, done
 		// before the next tick is due.
 		{FnNotify, "NotifyFunction", 256, NotifyEvery - 5*time.Second, "Delivers webhook notifications (signed, at least once)", "", 0},
+		// Behind API Gateway as the API is: returns within its 30 s.
+		{FnEvents, "EventsFunction", 256, 25 * time.Second, "Takes asynchronous providers' signed webhooks", "", 0},
 	}
 }
 

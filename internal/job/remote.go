@@ -78,24 +78,26 @@ const (
 )
 
 // PollSchedule is when onejob asks a provider about asynchronous work no
-// webhook has reported: the wait doubles with the work's age, half its age
-// since the submit, between First and Last (Last grows to a sixth of the
-// tier's window for a flex tier: an 8-h window is asked about every 80 min
-// at most).
+// webhook has reported. The webhook normally reports the end, so asking is
+// the safety net, and each ask is a turn of the execution's wait loop (3
+// state transitions, the most of its cost: make bench): the wait doubles
+// with the work's age, from First to Last (Last grows to a quarter of a
+// flex tier's window).
 type PollSchedule struct {
 	First, Last time.Duration
 }
 
-// DefaultPollSchedule asks after 5 s, then at half the work's age, at least
-// every 10 min: about 13 asks for a 10-min answer, 20 for an hour's.
+// DefaultPollSchedule asks 30 s after the submit, then at 1, 2, 4, 8, 16
+// and 32 min, then every 30 min: 5 asks while work runs 10 min (the 6th,
+// at 16 min, finds it ended if no webhook did), 7 in its first hour.
 func DefaultPollSchedule() PollSchedule {
-	return PollSchedule{First: 5 * time.Second, Last: 10 * time.Minute}
+	return PollSchedule{First: 30 * time.Second, Last: 30 * time.Minute}
 }
 
 // Next is how long to wait before asking about work submitted age ago.
 func (p PollSchedule) Next(age time.Duration, t Tier) time.Duration {
-	last := max(p.Last, t.Window()/6)
-	return min(max(p.First, age/2), last)
+	last := max(p.Last, t.Window()/4)
+	return min(max(p.First, age), last)
 }
 
 // DecideSubmitted records on attempt n what its provider accepted: the
@@ -180,7 +182,7 @@ func DecideRemoteCancelled(j Job, n int, c Call, now time.Time) (Transition, err
 	r := *a.Remote
 	r.Status, r.HeardAt = "cancelled", now.UTC()
 	a.Remote = &r
-	return attemptTo(j, a, AttemptCancelled, change{call: c, note: "cancelled at its provider"}, now)
+	return attemptTo(j, a, AttemptCancelled, change{call: c, note: "cancelled: confirmed by its provider"}, now)
 }
 
 // PollDue reports the open attempts whose provider onejob asks about now:

@@ -82,6 +82,10 @@ type spec struct {
 	// Retention is how long a finished job (and its idempotency key) is
 	// kept, as a Go duration; DefaultRetention when empty.
 	Retention string `json:"retention,omitempty"`
+	// Tier is how long the type's jobs can wait for their answer (job.Tier:
+	// now, the default, or a completion window an asynchronous provider
+	// prices lower: 2h, 8h).
+	Tier string `json:"tier,omitempty"`
 }
 
 // Type is a compiled, validated job type. Immutable and safe for concurrent use.
@@ -130,6 +134,15 @@ func (t *Type) SettleAtDeadline() bool { return t.spec.SettleAtDeadline }
 
 // Retention is how long a finished job of the type is kept.
 func (t *Type) Retention() time.Duration { return t.retention }
+
+// Tier is how long the type's jobs can wait for their answer (TierNow
+// unless the type says otherwise).
+func (t *Type) Tier() job.Tier {
+	if t.spec.Tier == "" {
+		return job.TierNow
+	}
+	return job.Tier(t.spec.Tier)
+}
 
 // Temperature is the pinned sampling temperature.
 func (t *Type) Temperature() float64 { return t.spec.Temperature }
@@ -312,6 +325,9 @@ func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 	}
 	if s.SideEffects && s.SettleAtDeadline {
 		problem("settle_at_deadline cannot be set for a type with side_effects: settling on the clock could act twice")
+	}
+	if s.Tier != "" && !job.Tier(s.Tier).Valid() {
+		problem("tier %q must be one of now, 2h, 8h", s.Tier)
 	}
 	t.retention = DefaultRetention
 	if s.Retention != "" {

@@ -11,6 +11,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
 )
 
@@ -80,7 +81,7 @@ func loadVariant(t *testing.T, typeName string, mutate func(doc map[string]any) 
 func TestLoadPolicy(t *testing.T) {
 	t.Parallel()
 	c := load(t)
-	if got := c.Names(); !reflect.DeepEqual(got, []string{"demo", "demo-hedge", "ticket-triage"}) {
+	if got := c.Names(); !reflect.DeepEqual(got, []string{"demo", "demo-async", "demo-hedge", "ticket-triage"}) {
 		t.Fatalf("Names = %v", got)
 	}
 	tests := []struct {
@@ -93,6 +94,7 @@ func TestLoadPolicy(t *testing.T) {
 	}{
 		{"demo", []string{"sim-primary", "sim-fallback"}, 2 * time.Second, 0, false, 3},
 		{"demo-hedge", []string{"sim-primary", "sim-fallback"}, 15 * time.Second, 500 * time.Millisecond, true, 3},
+		{"demo-async", []string{"sim-async"}, 10 * time.Second, 0, false, 2},
 		{"ticket-triage", []string{"openai-primary", "anthropic-fallback"}, 20 * time.Second, 0, false, 3},
 	}
 	for _, tc := range tests {
@@ -108,7 +110,7 @@ func TestLoadPolicy(t *testing.T) {
 	if _, ok := c.Get("nope"); ok {
 		t.Error("Get(nope) found a type")
 	}
-	if got := c.ProviderNames(); !reflect.DeepEqual(got, []string{"anthropic-fallback", "openai-primary", "sim-fallback", "sim-primary"}) {
+	if got := c.ProviderNames(); !reflect.DeepEqual(got, []string{"anthropic-fallback", "openai-primary", "sim-async", "sim-fallback", "sim-primary"}) {
 		t.Errorf("ProviderNames = %v", got)
 	}
 	var names []string
@@ -117,6 +119,12 @@ func TestLoadPolicy(t *testing.T) {
 	}
 	if !reflect.DeepEqual(names, []string{"billing-refund", "feature-request", "outage", "password-reset"}) {
 		t.Errorf("ticket-triage cases = %v", names)
+	}
+	if got := get(t, c, "demo-async").Tier(); got != job.TierNow {
+		t.Errorf("demo-async tier %s", got)
+	}
+	if got := get(t, c, "demo").Tier(); got != job.TierNow {
+		t.Errorf("demo's tier (none declared) %s", got)
 	}
 	if c.Cases("nope") != nil {
 		t.Error("Cases(nope) is not nil")

@@ -156,8 +156,8 @@ func TestAsyncJobsEndByWebhook(t *testing.T) {
 		if a, _ := got.Attempt(1); a.State != job.AttemptRunning || rem.ID == "" || rem.Status != "queued" || rem.Tier != job.TierNow {
 			t.Fatalf("after submit: attempt %+v, remote %+v", a, rem)
 		}
-		if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 5 {
-			t.Fatalf("hold waits %d s, want the first poll's 5", h.WaitSeconds)
+		if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 30 {
+			t.Fatalf("hold waits %d s, want the first poll's 30", h.WaitSeconds)
 		}
 	}
 	if r.sim.Creates() != 2 {
@@ -258,11 +258,11 @@ func TestAsyncJobEndsByPollingWhenTheWebhookIsLost(t *testing.T) {
 	r.runUntilWait(t, j.ID)
 	got := remoteOf(t, r.get(t, j.ID), 1)
 	if got.Polls != 1 || got.Status != "in_progress" || !got.HeardAt.Equal(r.clock.Now()) ||
-		!got.NextPollAt.Equal(r.clock.Now().Add(20*time.Second)) {
+		!got.NextPollAt.Equal(r.clock.Now().Add(40*time.Second)) {
 		t.Fatalf("after a poll at 40 s: %+v", got)
 	}
-	if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 20 {
-		t.Fatalf("hold waits %d s, want 20 (half the work's age)", h.WaitSeconds)
+	if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 40 {
+		t.Fatalf("hold waits %d s, want 40 (the work's age)", h.WaitSeconds)
 	}
 
 	r.clock.Advance(providerWork)

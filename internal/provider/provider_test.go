@@ -316,7 +316,9 @@ func TestConfigValidate(t *testing.T) {
 		{"NegativeWindow", `{"providers":[{"name":"a","kind":"anthropic","context_window":-1}]}`, "context_window must not be negative"},
 		{"UnknownEncoding", `{"providers":[{"name":"a","kind":"openai","encoding":"gpt2"}]}`, "encoding \"gpt2\" must be one of o200k_base, cl100k_base"},
 		{"OpenAIFieldOnAnthropic", `{"providers":[{"name":"a","kind":"anthropic","max_tokens_field":"max_tokens"}]}`, "max_tokens_field applies to kind openai only"},
-		{"WindowOnWebhook", `{"providers":[{"name":"a","kind":"webhook","context_window":8000}]}`, "context_window applies to kind openai, anthropic, bedrock only"},
+		{"WindowOnWebhook", `{"providers":[{"name":"a","kind":"webhook","context_window":8000}]}`, "context_window applies to kind openai, openai-background, anthropic, bedrock only"},
+		{"BackgroundWithoutWebhookSecret", `{"providers":[{"name":"a","kind":"openai-background","model":"gpt-5"}]}`, "webhook_secret_ref is required for kind openai-background"},
+		{"WebhookSecretOnOpenAI", `{"providers":[{"name":"a","kind":"openai","webhook_secret_ref":"W"}]}`, "webhook_secret_ref applies to kind openai-background only"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

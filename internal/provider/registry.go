@@ -20,6 +20,9 @@ const (
 	KindAnthropic = "anthropic"
 	KindBedrock   = "bedrock"
 	KindWebhook   = "webhook"
+	// KindOpenAIBackground runs attempts asynchronously on OpenAI's
+	// Responses API in background mode (provider.Async).
+	KindOpenAIBackground = "openai-background"
 )
 
 var (
@@ -38,7 +41,8 @@ type Config struct {
 type ProviderConfig struct {
 	// Name is what job types list, e.g. "openai-primary".
 	Name string `json:"name"`
-	// Kind selects the adapter: openai, anthropic, bedrock, webhook.
+	// Kind selects the adapter: openai, anthropic, bedrock, webhook,
+	// openai-background.
 	Kind string `json:"kind"`
 	// BaseURL is the API base (openai, anthropic), the endpoint URL (webhook)
 	// or an endpoint override (bedrock).
@@ -125,7 +129,18 @@ type ProviderConfig struct {
 	// the contract's, max_processing_time. An executing re-send happens
 	// only while the first send is certainly within it.
 	KeyRetention string `json:"key_retention,omitempty"`
+	// WebhookSecretRef (openai-background, required) names the secret the
+	// provider signs its webhooks to onejob with ("whsec_…", as OpenAI
+	// shows it for the endpoint), resolved as CredentialRef is.
+	WebhookSecretRef string `json:"webhook_secret_ref,omitempty"`
+
+	// webhookSecret is WebhookSecretRef's value, resolved by NewRegistry.
+	webhookSecret Secret
 }
+
+// WebhookSecret is the resolved webhook signing secret (empty before
+// NewRegistry resolved it, or when none is named).
+func (p ProviderConfig) WebhookSecret() Secret { return p.webhookSecret }
 
 // KeyRetentionOf is the provider's declared key retention, or the
 // contract's minimum (its max processing time) when undeclared.
@@ -230,13 +245,17 @@ func (p ProviderConfig) kindProblems(where string) []string {
 		}
 	}
 	only("max_tokens_field", p.MaxTokensField != "", KindOpenAI)
-	only("reasoning", p.Reasoning != nil, KindOpenAI)
+	only("reasoning", p.Reasoning != nil, KindOpenAI, KindOpenAIBackground)
 	only("encoding", p.Encoding != "", KindOpenAI)
 	only("max_request_bytes", p.MaxRequestBytes != 0, KindWebhook)
-	only("context_window", p.ContextWindow != 0, KindOpenAI, KindAnthropic, KindBedrock)
-	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindAnthropic, KindBedrock)
+	only("context_window", p.ContextWindow != 0, KindOpenAI, KindOpenAIBackground, KindAnthropic, KindBedrock)
+	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindOpenAIBackground, KindAnthropic, KindBedrock)
 	only("lookup", p.Lookup, KindOpenAI, KindWebhook)
 	only("key_retention", p.KeyRetention != "", KindWebhook)
+	only("webhook_secret_ref", p.WebhookSecretRef != "", KindOpenAIBackground)
+	if p.Kind == KindOpenAIBackground && p.WebhookSecretRef == "" {
+		problems = append(problems, where+": webhook_secret_ref is required for kind "+KindOpenAIBackground)
+	}
 	if _, err := p.KeyRetentionOf(); err != nil {
 		problems = append(problems, where+": "+err.Error())
 	}
@@ -320,6 +339,18 @@ func NewRegistry(ctx context.Context, cfg Config, secrets SecretSource, factorie
 				continue
 			}
 			cred = s
+		}
+		if pc.WebhookSecretRef != "" {
+			if secrets == nil {
+				problems = append(problems, fmt.Sprintf("%s: webhook_secret_ref set but no secret source", pc.Name))
+				continue
+			}
+			s, err := secrets.Secret(ctx, pc.WebhookSecretRef)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: webhook secret: %v", pc.Name, err))
+				continue
+			}
+			pc.webhookSecret = s
 		}
 		p, err := factory(ctx, pc, cred)
 		if err != nil {

@@ -831,7 +831,7 @@ export interface components {
             hedge: boolean;
             /** @description Operators only. */
             provider_request_id?: string;
-            /** @description How the attempt ended beyond its state: "won", "lost_race", "resolved" ("resolved: <reason>" for operators). */
+            /** @description How the attempt ended beyond its state: "won", "lost_race", "resolved" ("resolved: <reason>" for operators), "cancelled: confirmed by its provider" (asynchronous work cancelled with its job). */
             outcome?: string;
             unknown_since?: components["schemas"]["Timestamp"];
             usage?: components["schemas"]["Usage"];
@@ -851,6 +851,29 @@ export interface components {
                 source?: "provider_reported" | "not_billed" | "reserved_worst_case";
             };
             resolution?: components["schemas"]["Resolution"];
+            remote?: components["schemas"]["RemoteWork"];
+        };
+        /**
+         * @description Operators only. The work an asynchronous attempt left at its provider
+         *     (kind openai-background): the provider's id for it, its last known
+         *     status in the provider's words, the tier it runs in, when onejob last
+         *     heard of it (the submit, a poll or a webhook) and when it asks next if
+         *     no webhook comes first, how often it asked, whether the work was
+         *     found again after its submit's answer was lost, and when onejob asked
+         *     the provider to cancel it (its job was cancelled).
+         */
+        RemoteWork: {
+            id: string;
+            status?: string;
+            /** @enum {string} */
+            tier: "now" | "2h" | "8h";
+            submitted_at: components["schemas"]["Timestamp"];
+            heard_at: components["schemas"]["Timestamp"];
+            next_poll_at: components["schemas"]["Timestamp"];
+            /** Format: int32 */
+            polls: number;
+            found: boolean;
+            cancel_requested_at?: components["schemas"]["Timestamp"];
         };
         Job: {
             id: components["schemas"]["JobID"];
@@ -2305,6 +2328,7 @@ export interface operations {
             400: components["responses"]["ProviderEventRefused"];
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

@@ -8,7 +8,7 @@ import { test } from "node:test";
 
 import {
   attemptRoles, decodeClaims, describeProvider, formatDuration, groupBlocked, layoutTimeline, oldestFirst, parseWindow, problemFields,
-  problemFrom, readFragment, sumBulk, sumUsage,
+  problemFrom, readFragment, remoteLines, sumBulk, sumUsage,
 } from "../../../internal/apigw/console/console.mjs";
 
 const at = (ms) => new Date(Date.UTC(2026, 0, 2, 3, 4, 5) + ms).toISOString();
@@ -158,4 +158,15 @@ test("a bulk resolution's answers are summed across its requests, at most max at
   assert.deepEqual({ ...r, attempts: r.attempts.map((x) => x.job_id) },
     { dry_run: false, matched: 4, resolved: 3, conflicts: 1, scanned: 1007, attempts: ["x", "y", "z"], listed: 3 });
   assert.equal(sumBulk([{ dry_run: true, matched: 0, resolved: 0, conflicts: 0, scanned: 0, attempts: [] }]).dry_run, true);
+});
+
+test("an asynchronous attempt's work at its provider: id, status, when heard, when asked next or the cancel asked", () => {
+  assert.deepEqual(remoteLines(undefined), []);
+  const r = { id: "resp_1", status: "in_progress", tier: "now", submitted_at: at(0), heard_at: at(60_000), next_poll_at: at(120_000),
+    polls: 2, found: true };
+  const [first, second] = remoteLines(r);
+  assert.equal(first, "at provider: resp_1 (in_progress), tier now, found after a lost submit");
+  assert.match(second, /^heard .+, 2 polls; asks next .+$/);
+  assert.match(remoteLines({ ...r, found: false, status: undefined, cancel_requested_at: at(90_000) })[1], /; cancel asked /);
+  assert.equal(remoteLines({ ...r, found: false, status: undefined })[0], "at provider: resp_1, tier now");
 });

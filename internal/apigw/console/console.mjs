@@ -20,7 +20,9 @@
  * @typedef {{by?: string, at?: string, reason?: string, outcome?: string}} Resolution
  * @typedef {{number: number, provider: string, state: string, started_at: string, finished_at?: string,
  *   error?: Failure, hedge?: boolean, provider_request_id?: string, outcome?: string, unknown_since?: string,
- *   usage?: AttemptUsage, resolution?: Resolution}} Attempt
+ *   usage?: AttemptUsage, resolution?: Resolution, remote?: Remote}} Attempt
+ * @typedef {{id: string, status?: string, tier: string, submitted_at: string, heard_at: string, next_poll_at: string,
+ *   polls: number, found: boolean, cancel_requested_at?: string}} Remote
  * @typedef {{input_tokens?: number, output_tokens?: number, latency_ms?: number, attempts?: number}} JobUsage
  * @typedef {{id: string, type: string, status: string, input?: unknown, providers?: string[], created_at: string,
  *   updated_at?: string, version?: number, attempts?: Attempt[], result?: unknown, completed_by?: number,
@@ -178,6 +180,22 @@ export function layoutTimeline(job, attempts, now) {
     ticks.push({ at: (t / span) * 100, label: t === 0 ? "0" : "+" + formatDuration(t) });
   }
   return { start, end, lanes, ticks };
+}
+
+/**
+ * Where an asynchronous attempt's work stands at its provider: its id and
+ * last status, when onejob last heard of it and when it asks next.
+ * @param {Remote | undefined} r
+ * @returns {string[]}
+ */
+export function remoteLines(r) {
+  if (!r) {
+    return [];
+  }
+  return [
+    `at provider: ${r.id}${r.status ? ` (${r.status})` : ""}, tier ${r.tier}${r.found ? ", found after a lost submit" : ""}`,
+    `heard ${clock(r.heard_at)}, ${r.polls} polls; ${r.cancel_requested_at ? `cancel asked ${clock(r.cancel_requested_at)}` : `asks next ${clock(r.next_poll_at)}`}`,
+  ];
 }
 
 /**
@@ -1436,7 +1454,8 @@ export function boot(doc, win) {
       const outcome = [a.outcome ?? "",
         r ? `resolved ${r.outcome ?? ""} by ${r.by ?? "?"} at ${dateTime(r.at)}: ${r.reason ?? ""}` : "",
         a.unknown_since ? `unknown since ${clock(a.unknown_since)}` : "",
-        a.provider_request_id ? `provider request ${a.provider_request_id}` : ""].filter(Boolean);
+        a.provider_request_id ? `provider request ${a.provider_request_id}` : "",
+        ...remoteLines(a.remote)].filter(Boolean);
       /** @type {Node[]} */
       const action = [];
       if (a.state === "unknown") {

@@ -76,6 +76,10 @@ func LocalSettingsFromEnv(getenv func(string) string) LocalSettings {
 // ServerConfig wires a Server. Validate it with NewServer.
 type ServerConfig struct {
 	Handler *apigw.Handler
+	// Functions serve the routes another function than the API's serves
+	// (apigw.Route.Function), as infra/ integrates them; a route whose
+	// function is absent here goes to Handler.
+	Functions map[string]*apigw.Handler
 	// Tokens verifies bearer tokens, as API Gateway's JWT authorizer does.
 	Tokens *Tokens
 	Clock  func() time.Time
@@ -108,6 +112,8 @@ type Server struct {
 	files  *files
 	// public are the keys of the routes served without a token.
 	public map[string]bool
+	// byRoute are the handlers of the routes another function serves.
+	byRoute map[string]*apigw.Handler
 }
 
 // NewServer validates the configuration.
@@ -132,13 +138,16 @@ func NewServer(c ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	public := map[string]bool{}
+	public, byRoute := map[string]bool{}, map[string]*apigw.Handler{}
 	for _, rt := range apigw.Routes() {
 		if rt.Public {
 			public[rt.Key()] = true
 		}
+		if h := c.Functions[rt.Function]; rt.Function != "" && h != nil {
+			byRoute[rt.Key()] = h
+		}
 	}
-	return &Server{h: c.Handler, tokens: c.Tokens, now: c.Clock, log: c.Logger, cors: cors, files: f, public: public}, nil
+	return &Server{h: c.Handler, tokens: c.Tokens, now: c.Clock, log: c.Logger, cors: cors, files: f, public: public, byRoute: byRoute}, nil
 }
 
 // ServeHTTP answers one request as API Gateway and the Lambda would.
@@ -205,7 +214,11 @@ func (l *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, localTimeout)
 	defer cancel()
-	resp, err := l.h.Handle(ctx, ev)
+	h := l.h
+	if fn, ok := l.byRoute[ev.RouteKey]; ok {
+		h = fn
+	}
+	resp, err := h.Handle(ctx, ev)
 	if err != nil {
 		// What API Gateway answers when the function itself fails.
 		resp = events.APIGatewayV2HTTPResponse{StatusCode: http.StatusInternalServerError,

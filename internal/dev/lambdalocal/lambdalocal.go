@@ -102,6 +102,7 @@ type Handler struct {
 	mu       sync.Mutex
 	runs     map[string]int
 	requests map[string]int
+	billed   map[string]time.Duration
 	inflight sync.WaitGroup
 }
 
@@ -118,6 +119,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		log:            cfg.Logger,
 		runs:           map[string]int{},
 		requests:       map[string]int{},
+		billed:         map[string]time.Duration{},
 	}
 	add := func(name string, f *function, isNil bool) error {
 		if name == "" || strings.Contains(name, ":") {
@@ -179,6 +181,15 @@ func (h *Handler) Invocations(function string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.runs[function]
+}
+
+// Billed is the function's billed duration so far: each run's time from
+// its start to its handler's return, rounded up to the millisecond as
+// Lambda bills it.
+func (h *Handler) Billed(function string) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.billed[function]
 }
 
 // Requests is how many Invoke requests reached the function.
@@ -354,6 +365,10 @@ func (h *Handler) run(base context.Context, name string, fn *function, payload [
 		defer cancel()
 		sandbox := fn.acquire()
 		res := call(ctx, sandbox, payload)
+		ran := time.Since(start)
+		h.mu.Lock()
+		h.billed[name] += (ran + time.Millisecond - 1).Truncate(time.Millisecond)
+		h.mu.Unlock()
 		// The payload may alias the sandbox's pooled buffer: copy it before
 		// the sandbox serves another invocation.
 		res.payload = bytes.Clone(res.payload)

@@ -95,6 +95,9 @@ func ScenarioFor(fn string, event []byte) (Scenario, string, error) {
 		return ScenarioPending, jobID, nil
 	case deploy.FnHold:
 		return ScenarioRunning, jobID, nil
+	case deploy.FnEvents:
+		// A webhook of work no job holds: nothing to seed.
+		return ScenarioEmpty, "", nil
 	}
 	return "", "", fmt.Errorf("no seeding known for function %q", fn)
 }

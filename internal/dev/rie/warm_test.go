@@ -19,6 +19,7 @@ var warmEvents = map[string]string{
 	"hold":    "hold.json",
 	"sweeper": "sweeper.json",
 	"notify":  "notify.json",
+	"events":  "events-provider-event.json",
 }
 
 // Every deployed function builds its SDK clients once per sandbox and

@@ -487,3 +487,26 @@ func (d *DemoSimulator) control(w http.ResponseWriter, r *http.Request, name str
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
 	}
 }
+
+// The asynchronous demo provider: the Responses simulator (background mode)
+// behind the openai-background adapter.
+const (
+	DemoAsync = "sim-async"
+	// DemoAsyncSecretRef names its webhook signing secret, which the local
+	// stack makes and hands to the events function's secret source.
+	DemoAsyncSecretRef = "ONEJOB_SIM_ASYNC_WEBHOOK_SECRET"
+)
+
+// DemoAsyncOutput is what the asynchronous demo provider's work answers:
+// the demo contract's output, naming it.
+func DemoAsyncOutput() json.RawMessage {
+	return json.RawMessage(`{"text":"answer from ` + DemoAsync + `","provider":"` + DemoAsync + `"}`)
+}
+
+// DemoAsyncConfig is sim-async's provider config for a Responses simulator
+// served at baseURL.
+func DemoAsyncConfig(baseURL string) provider.ProviderConfig {
+	return provider.ProviderConfig{Name: DemoAsync, Kind: provider.KindOpenAIBackground,
+		BaseURL: strings.TrimRight(baseURL, "/") + "/v1", Model: "gpt-4.1-mini", WebhookSecretRef: DemoAsyncSecretRef,
+		SlowCallAfter: "1s", MaxProcessingTime: "1m"}
+}

@@ -106,6 +106,12 @@ type ResponsesOptions struct {
 	// NowFunc is the clock the simulator's own starts from; default
 	// time.Now.
 	NowFunc func() time.Time
+	// Speed makes the simulator's clock run that many times as fast as
+	// NowFunc from the simulator's start (0 or 1: as fast): a local stack
+	// compresses a provider's minutes of work, and its own waits alike.
+	// Webhook signatures carry NowFunc's time (plus Advance's), the clock
+	// the receiver checks them against.
+	Speed int
 }
 
 // ResponseRecord is what the simulator knows of one created response.
@@ -155,6 +161,7 @@ type WebhookEventRecord struct {
 // Responses is the simulator. Safe for concurrent use.
 type Responses struct {
 	opts   ResponsesOptions
+	start  time.Time // NowFunc's time at the start, where Speed counts from
 	client *http.Client
 	ctx    context.Context // cancelled by Close: stops deliveries
 	stop   context.CancelFunc
@@ -213,9 +220,28 @@ func NewResponses(opts ResponsesOptions) (*Responses, error) {
 	if client == nil {
 		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
+	if opts.Speed < 1 {
+		opts.Speed = 1
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Responses{opts: opts, client: client, ctx: ctx, stop: stop,
+	return &Responses{opts: opts, client: client, ctx: ctx, stop: stop, start: opts.NowFunc(),
 		byID: map[string]*simResponse{}, changed: make(chan struct{})}, nil
+}
+
+// WebhookSecret is the secret the simulator signs its webhooks with (a
+// test signs its own deliveries with it: stale ones, say).
+func (s *Responses) WebhookSecret() string { return s.opts.WebhookSecret }
+
+// SetWebhookURL points the response.* webhooks at url (a stack knows its
+// API's address only once it listens); the options' secret signs them.
+func (s *Responses) SetWebhookURL(url string) error {
+	if _, err := webhooks.DecodeSecret(s.opts.WebhookSecret); err != nil {
+		return errors.New("sim: responses: a webhook URL needs a whsec_ webhook secret")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.WebhookURL = url
+	return nil
 }
 
 // Close stops webhook deliveries in flight and waits for them.
@@ -234,7 +260,13 @@ func (s *Responses) Now() time.Time {
 	return s.now()
 }
 
-func (s *Responses) now() time.Time { return s.opts.NowFunc().Add(s.offset) }
+func (s *Responses) now() time.Time {
+	t := s.opts.NowFunc()
+	return s.start.Add(time.Duration(s.opts.Speed) * t.Sub(s.start)).Add(s.offset)
+}
+
+// signedAt is the time a webhook is signed with: the receiver's clock.
+func (s *Responses) signedAt() time.Time { return s.opts.NowFunc().Add(s.offset) }
 
 // Advance moves the simulator's clock by d and applies what became due:
 // queued responses start, those whose ProcessingTime has passed end (their
@@ -327,11 +359,12 @@ func (s *Responses) Redeliver(ctx context.Context, eventID string) (int, error) 
 			ev = e
 		}
 	}
+	url := s.opts.WebhookURL
 	s.mu.Unlock()
 	if ev == nil {
 		return 0, fmt.Errorf("sim: responses: no event %s", eventID)
 	}
-	if s.opts.WebhookURL == "" {
+	if url == "" {
 		return 0, errors.New("sim: responses: no webhook URL configured")
 	}
 	d := s.deliver(ctx, ev)
@@ -569,13 +602,13 @@ func (s *Responses) post(events []*WebhookEventRecord) {
 // deliver posts one event, signed now, and records the delivery.
 func (s *Responses) deliver(ctx context.Context, ev *WebhookEventRecord) WebhookDelivery {
 	s.mu.Lock()
-	at := s.now()
+	at, signed, url := s.now(), s.signedAt(), s.opts.WebhookURL
 	s.mu.Unlock()
 	d := WebhookDelivery{At: at}
-	header, err := webhooks.Headers([]string{s.opts.WebhookSecret}, ev.WebhookID, at, ev.Body)
+	header, err := webhooks.Headers([]string{s.opts.WebhookSecret}, ev.WebhookID, signed, ev.Body)
 	if err == nil {
 		d.Header = header
-		d.Status, err = s.send(ctx, header, ev.Body)
+		d.Status, err = s.send(ctx, url, header, ev.Body)
 	}
 	if err != nil {
 		d.Err = err.Error()
@@ -587,8 +620,8 @@ func (s *Responses) deliver(ctx context.Context, ev *WebhookEventRecord) Webhook
 	return d
 }
 
-func (s *Responses) send(ctx context.Context, header http.Header, body []byte) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.opts.WebhookURL, strings.NewReader(string(body)))
+func (s *Responses) send(ctx context.Context, url string, header http.Header, body []byte) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
 	if err != nil {
 		return 0, err
 	}

@@ -210,6 +210,24 @@ func (s *Stack) composeRun(ctx context.Context, cfg Config, fc functionClients) 
 	return func() lambda.Handler { return lambda.NewHandler(stepfn.Run(tasks)) }, nil
 }
 
+// composeEvents is functions/events/main.go: providers' webhooks, read
+// back from the provider, applied to the job.
+func (s *Stack) composeEvents(ctx context.Context, cfg Config, fc functionClients) (*apigw.Handler, error) {
+	store, engine, err := s.engine(cfg, fc, deploy.FnEvents)
+	if err != nil {
+		return nil, err
+	}
+	providers, err := adapters.NewRegistry(ctx, fc.providers, fc.providerSecrets, fc.providerOptions)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := s.tasks(cfg, engine, store, providers, nil)
+	if err != nil {
+		return nil, err
+	}
+	return apigw.NewEvents(apigw.EventsConfig{Events: tasks, Logger: cfg.Logger})
+}
+
 // composeHold is functions/hold/main.go: no providers.
 func (s *Stack) composeHold(_ context.Context, cfg Config, fc functionClients) (func() lambda.Handler, error) {
 	store, engine, err := s.engine(cfg, fc, deploy.FnHold)
@@ -231,7 +249,7 @@ func (s *Stack) composeHold(_ context.Context, cfg Config, fc functionClients) (
 func (s *Stack) tasks(cfg Config, engine *lifecycle.Engine, store *dynamo.Store, providers *provider.Registry,
 	breakers *lifecycle.Breakers) (*lifecycle.Tasks, error) {
 	return lifecycle.NewTasks(lifecycle.TasksConfig{Namespace: deploy.Namespace(s.Tables.Jobs), Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog},
-		Providers: providers, Certifications: store, Wait: cfg.Wait, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace,
+		Providers: providers, Certifications: store, Wait: cfg.Wait, Poll: cfg.Poll, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace,
 		Breakers: breakers, MaxProviderWait: cfg.MaxProviderWait, Logger: cfg.Logger})
 }
 

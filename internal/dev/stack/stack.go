@@ -30,6 +30,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
+	"github.com/onejob/onejob/clients/go/webhooks"
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
@@ -96,6 +97,15 @@ type Config struct {
 	DuplicateConcurrent bool
 	// Wait spaces the checks of a blocked job (locally: every second).
 	Wait job.WaitSchedule
+	// AsyncWork is how long the asynchronous demo provider (sim-async:
+	// OpenAI's Responses API in background mode, simulated) works on a
+	// response, on its own clock (default 30 s); AsyncSpeed runs that
+	// clock faster (default 1). Poll spaces onejob's questions about work
+	// no webhook reported (default: a tenth of job.DefaultPollSchedule);
+	// whoever speeds the provider compresses it alike.
+	AsyncWork  time.Duration
+	AsyncSpeed int
+	Poll       job.PollSchedule
 	// CallTimeout caps one provider call (beyond the job type's timeout).
 	CallTimeout time.Duration
 	// OverdueGrace: how long an attempt may stay running past its timeout
@@ -187,6 +197,13 @@ func (c *Config) defaults() error {
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 15 * time.Second
 	}
+	if c.AsyncWork <= 0 {
+		c.AsyncWork = 30 * time.Second
+	}
+	if c.Poll.First <= 0 {
+		d := job.DefaultPollSchedule()
+		c.Poll = job.PollSchedule{First: d.First / 10, Last: d.Last / 10}
+	}
 	if c.MaxProviderWait <= 0 {
 		c.MaxProviderWait = 2 * time.Minute
 	}
@@ -248,6 +265,8 @@ type Stack struct {
 	Engine  *lifecycle.Engine
 	Metrics *emf.Recorder
 	Sim     *sim.DemoSimulator
+	// AsyncSim is the asynchronous demo provider (sim-async).
+	AsyncSim *sim.Responses
 	// Providers are the simulated ones and Config.Providers, as an
 	// operator certifying them sees them.
 	Providers *provider.Registry
@@ -360,8 +379,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		providerConfig = cfg.DemoProviders(providerConfig)
 	}
 	providerConfig.Providers = append(providerConfig.Providers, cfg.Providers.Providers...)
+	asyncURL, providerSecrets, err := s.startAsyncSim(cfg)
+	if err != nil {
+		return nil, err
+	}
+	providerConfig.Providers = append(providerConfig.Providers, sim.DemoAsyncConfig(asyncURL))
 	providerOptions := adapters.Options{Logger: log, HTTPClient: providerHTTP, AWSCredentials: cfg.AWSCredentials}
-	s.Providers, err = adapters.NewRegistry(ctx, providerConfig, cfg.ProviderSecrets, providerOptions)
+	s.Providers, err = adapters.NewRegistry(ctx, providerConfig, providerSecrets, providerOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +409,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		dynamo: dynamoOptions,
 		sfn: sfn.Options{Region: region, Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
 			HTTPClient: sfnHTTP},
-		providers: providerConfig, providerSecrets: cfg.ProviderSecrets, providerOptions: providerOptions,
+		providers: providerConfig, providerSecrets: providerSecrets, providerOptions: providerOptions,
 		calls: s.calls, stateMachineARN: smARN, handoffPaused: &s.handoffPaused,
 	}
 
@@ -478,6 +502,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.APIURL = apiURL
 	s.closers = append(s.closers, closeAPI)
+	// The asynchronous provider's webhooks go where a deployment registers
+	// them with OpenAI: the events function's route.
+	if err := s.AsyncSim.SetWebhookURL(apiURL + "/v1/provider-events/" + sim.DemoAsync); err != nil {
+		return nil, err
+	}
 
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
@@ -687,8 +716,62 @@ func (s *Stack) apiHandler(ctx context.Context, cfg Config, fc functionClients) 
 	if err != nil {
 		return nil, err
 	}
+	events, err := s.composeEvents(ctx, cfg, fc)
+	if err != nil {
+		return nil, fmt.Errorf("function %s: %w", deploy.FnEvents, err)
+	}
 	return apigwlocal.NewServer(apigwlocal.ServerConfig{Handler: h, Tokens: tokens, Logger: cfg.Logger,
-		CORSOrigins: cfg.CORSOrigins, Mounts: mounts})
+		CORSOrigins: cfg.CORSOrigins, Mounts: mounts, Functions: map[string]*apigw.Handler{apigw.FnEvents: events}})
+}
+
+// startAsyncSim serves the asynchronous demo provider, moving its work
+// along every 100 ms of its clock, and returns its URL and the secret
+// source that also knows its webhook signing secret.
+func (s *Stack) startAsyncSim(cfg Config) (string, provider.SecretSource, error) {
+	secret, err := webhooks.NewSecret()
+	if err != nil {
+		return "", nil, err
+	}
+	s.AsyncSim, err = sim.NewResponses(sim.ResponsesOptions{Oracle: sim.Fixed{GoodOutput: sim.DemoAsyncOutput()},
+		ProcessingTime: cfg.AsyncWork, Speed: cfg.AsyncSpeed, WebhookSecret: secret})
+	if err != nil {
+		return "", nil, err
+	}
+	s.closers = append(s.closers, func() error { s.AsyncSim.Close(); return nil })
+	url, closeSim, err := serve(s.AsyncSim.Handler(), "127.0.0.1:0", cfg.IdleTimeout)
+	if err != nil {
+		return "", nil, err
+	}
+	s.closers = append(s.closers, closeSim)
+	done := make(chan struct{})
+	s.closers = append(s.closers, func() error { close(done); return nil })
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond / time.Duration(max(1, cfg.AsyncSpeed)))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				s.AsyncSim.Step()
+			}
+		}
+	}()
+	return url, withSecret{next: cfg.ProviderSecrets, ref: sim.DemoAsyncSecretRef, value: provider.Secret(secret)}, nil
+}
+
+// withSecret answers one reference itself, the others through next.
+type withSecret struct {
+	next  provider.SecretSource
+	ref   string
+	value provider.Secret
+}
+
+func (w withSecret) Secret(ctx context.Context, ref string) (provider.Secret, error) {
+	if ref == w.ref {
+		return w.value, nil
+	}
+	return w.next.Secret(ctx, ref)
 }
 
 // ClientLibPath is where the pages import the TypeScript client from

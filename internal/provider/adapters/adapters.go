@@ -48,6 +48,12 @@ func Factories(opts Options) map[string]provider.Factory {
 				HTTPClient: opts.HTTPClient, Logger: opts.Logger, Now: opts.Now,
 			})
 		},
+		provider.KindOpenAIBackground: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
+			return openai.NewAsync(openai.Config{
+				Name: pc.Name, BaseURL: pc.BaseURL, Model: pc.Model, APIKey: cred, Reasoning: pc.Reasoning,
+				HTTPClient: opts.HTTPClient, Logger: opts.Logger, Now: opts.Now,
+			}, pc.WebhookSecret().Reveal())
+		},
 		provider.KindAnthropic: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
 			return anthropic.New(anthropic.Config{
 				Name: pc.Name, BaseURL: pc.BaseURL, Model: pc.Model, APIKey: cred,

@@ -28,7 +28,7 @@ func fixture(t *testing.T, grants map[string][]any) *Template {
 	for _, f := range deploy.Functions() {
 		role := f.LogicalID + "Role"
 		vars := map[string]any{}
-		if f.Name == deploy.FnRun {
+		if f.Name == deploy.FnRun || f.Name == deploy.FnEvents {
 			vars[deploy.EnvProvidersSecretARN] = map[string]any{"Ref": "ProvidersSecret"}
 		}
 		res[f.LogicalID] = map[string]any{"Type": "AWS::Lambda::Function", "Properties": map[string]any{
@@ -93,6 +93,7 @@ func TestCheck(t *testing.T) {
 		},
 		deploy.FnSweeper: {allow("dynamodb:BatchGetItem", jobsArn)},
 		deploy.FnNotify:  {allow("dynamodb:GetItem", jobsArn)},
+		deploy.FnEvents:  {allow("dynamodb:UpdateItem", jobsArn)},
 	})
 	calls := []awscalls.Recorded{
 		call(deploy.FnAPI, "dynamodb:GetItem", table("jobs", "")),
@@ -107,6 +108,7 @@ func TestCheck(t *testing.T) {
 		call(deploy.FnSweeper, "dynamodb:BatchGetItem", table("jobs", "")),
 		call(deploy.FnSweeper, "states:StartExecution", permissions.Resource{Kind: permissions.KindStateMachine}),
 		call(deploy.FnNotify, "dynamodb:GetItem", table("jobs", "")),
+		call(deploy.FnEvents, "dynamodb:UpdateItem", table("jobs", "")),
 	}
 	rep, err := Check([]*Template{tmpl}, calls, 1)
 	if err != nil {

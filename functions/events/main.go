@@ -1,0 +1,66 @@
+// Command events is the Lambda that takes asynchronous providers' signed
+// webhooks (POST /v1/provider-events/{provider}): it verifies each with its
+// provider's scheme, reads the work it names from the provider and applies
+// its end to the job through the same compare-and-swap as a live answer.
+// Beside run, it alone reads the providers' configuration; the api
+// function never does.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dynamo"
+	"github.com/onejob/onejob/internal/emf"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lambdainvoke"
+	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/provider/adapters"
+)
+
+func main() {
+	ctx := context.Background()
+	env := deploy.LoadEnv(os.Getenv, dynamo.Logicals())
+	log := deploy.Logger(env.Name)
+	deploy.Check(log, env.Validate(0))
+	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
+	deploy.Check(log, err)
+
+	store, err := dynamo.New(dynamo.Config{
+		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
+		}),
+		Tables: dynamo.NamesFrom(env.Table), Logger: log,
+	})
+	deploy.Check(log, err)
+	// A job an event ends hands its own events to the notify function.
+	handoff, err := lambdainvoke.FromEnv(cfg, env.NotifyFunction, os.Getenv)
+	deploy.Check(log, err)
+	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
+		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(), Handoff: handoff})
+	deploy.Check(log, err)
+	catalog, err := jobtype.Load()
+	deploy.Check(log, err)
+	providers, err := adapters.Load(ctx, adapters.Source{
+		JSON: env.Providers, SecretARN: env.ProvidersSecretARN, AWSCredentials: cfg.Credentials, Logger: log,
+		Secrets: secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
+			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SECRETS_MANAGER", o.BaseEndpoint)
+		}),
+	})
+	deploy.Check(log, err)
+	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{
+		Namespace: deploy.Namespace(dynamo.NamesFrom(env.Table).Jobs),
+		Engine:    engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}, Providers: providers,
+		Certifications: store, CallTimeout: deploy.CallTimeout, Logger: log,
+	})
+	deploy.Check(log, err)
+	h, err := apigw.NewEvents(apigw.EventsConfig{Events: tasks, Logger: log})
+	deploy.Check(log, err)
+	lambda.Start(h.Handle)
+}
