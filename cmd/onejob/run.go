@@ -21,6 +21,7 @@ import (
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/sealbox"
+	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/jobtype"
@@ -55,6 +56,7 @@ func runCommand(ctx context.Context, args []string) error {
 	breakers := fs.String("breakers", "on", "the demo providers' circuit breakers: on, or off (they never open nor fill: for drills that script provider failures)")
 	rate := fs.String("demo-rate", "", "declare this rate_limit on both demo providers, as REQUESTS/PERIOD (60/1m): the rate drill")
 	maxProcessing := fs.Duration("demo-max-processing", 0, "declare this max_processing_time on both demo providers (0: their own, 1m): a drill whose scripts all answer within seconds settles its unknown attempts sooner")
+	asyncProvider := fs.String("async-provider", "", "use this running Responses simulator as sim-async (its webhook secret in $"+sim.DemoAsyncSecretRef+"), one that outlives the stack: the kill -9 drill (default: start one)")
 	demoBudget := fs.String("demo-budget", "", "give every owner this budget a day in USD (0.10), the demo providers priced: the budget drill ("+deploy.EnvBudget+" sets any budget)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -147,7 +149,7 @@ func runCommand(ctx context.Context, args []string) error {
 		Providers: local.providers, AWSCredentials: local.credentials,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas, Budget: budget,
 		NotifyInterval: *notify, NotifySchedule: schedule, NotifyDisableAfter: disableAfter,
-		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders,
+		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders, AsyncURL: *asyncProvider,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
 	})
 	if err != nil {

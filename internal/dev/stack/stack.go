@@ -106,6 +106,10 @@ type Config struct {
 	AsyncWork  time.Duration
 	AsyncSpeed int
 	Poll       job.PollSchedule
+	// AsyncURL is a Responses simulator already running (one that outlives
+	// the stack: the kill -9 drill's); its webhook secret is then read as
+	// any provider secret, from sim.DemoAsyncSecretRef. Empty starts one.
+	AsyncURL string
 	// CallTimeout caps one provider call (beyond the job type's timeout).
 	CallTimeout time.Duration
 	// OverdueGrace: how long an attempt may stay running past its timeout
@@ -504,8 +508,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.closers = append(s.closers, closeAPI)
 	// The asynchronous provider's webhooks go where a deployment registers
 	// them with OpenAI: the events function's route.
-	if err := s.AsyncSim.SetWebhookURL(apiURL + "/v1/provider-events/" + sim.DemoAsync); err != nil {
-		return nil, err
+	if s.AsyncSim != nil {
+		if err := s.AsyncSim.SetWebhookURL(apiURL + "/v1/provider-events/" + sim.DemoAsync); err != nil {
+			return nil, err
+		}
 	}
 
 	bg, stop := context.WithCancel(context.Background())
@@ -728,6 +734,9 @@ func (s *Stack) apiHandler(ctx context.Context, cfg Config, fc functionClients) 
 // along every 100 ms of its clock, and returns its URL and the secret
 // source that also knows its webhook signing secret.
 func (s *Stack) startAsyncSim(cfg Config) (string, provider.SecretSource, error) {
+	if cfg.AsyncURL != "" {
+		return cfg.AsyncURL, cfg.ProviderSecrets, nil
+	}
 	secret, err := webhooks.NewSecret()
 	if err != nil {
 		return "", nil, err

@@ -44,6 +44,12 @@ type instance struct {
 // extra flags.
 func startOnejob(t *testing.T, root, bin, data, addr, secret, logPath string, extra ...string) *instance {
 	t.Helper()
+	return startOnejobWith(t, root, bin, data, addr, secret, logPath, nil, extra...)
+}
+
+// startOnejobWith is startOnejob with more environment variables.
+func startOnejobWith(t *testing.T, root, bin, data, addr, secret, logPath string, env []string, extra ...string) *instance {
+	t.Helper()
 	out, err := os.Create(logPath + ".stdout")
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +68,7 @@ func startOnejob(t *testing.T, root, bin, data, addr, secret, logPath string, ex
 		awscalls.EnvSource+"=crashtest", // its AWS calls, recorded when make test asks
 		// Webhook retries within seconds (1 ms, 83 ms, 0.5 s, 2 s …).
 		"ONEJOB_NOTIFY_RETRY_SCALE=3600")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own group, so one kill(-pgid) reaches everything it started in
 	// that group; Pdeathsig so a dying test binary takes it along.

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/onejob/onejob/clients/go/webhooks"
+	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/receiver"
 	"github.com/onejob/onejob/internal/dev/sim"
@@ -21,9 +24,12 @@ import (
 // with --notify-interval 0), so each event exists only in its job's
 // outbox, written by the write that ended the job; the stack is killed -9;
 // restarted on the same data, it delivers every event, signed, under one
-// webhook-id each. Not parallel: it runs before TestCrashRecovery rather
-// than beside it, whose budget a second stack on the same cores would eat
-// into.
+// webhook-id each. The same crash lands while an asynchronous provider
+// (the Responses simulator, in this process: it outlives the stack, as a
+// provider does) works on a job: restarted, the stack ends that job with
+// no operator and no second submit. Not parallel: it runs before
+// TestCrashRecovery rather than beside it, whose budget a second stack on
+// the same cores would eat into.
 func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	root := testenv.MustRoot(t)
 	if _, err := os.Stat(filepath.Join(root, "node_modules", "dynalite")); err != nil {
@@ -45,8 +51,10 @@ func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	user := newClient(t, "http://"+addr, secret, "hooks-owner")
+	async, asyncURL, asyncEnv := startAsyncProvider(t, ctx, addr)
 
-	run1 := startOnejob(t, root, bin, data, addr, secret, filepath.Join(tmp, "notify1.log"), "--notify-interval", "0")
+	run1 := startOnejobWith(t, root, bin, data, addr, secret, filepath.Join(tmp, "notify1.log"), asyncEnv,
+		"--notify-interval", "0", "--async-provider", asyncURL)
 	if err := user.waitReady(ctx, run1); err != nil {
 		t.Fatalf("run 1: %v\n%s", err, tail(run1.log+".stdout"))
 	}
@@ -93,10 +101,16 @@ func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	if n := len(hooks.Deliveries("")); n != 0 {
 		t.Fatalf("%d deliveries before the crash, want none (no notifier ran)", n)
 	}
+	// The asynchronous job, submitted and waited for: killed while its
+	// provider works.
+	asyncID := submitAsync(t, ctx, user, newClient(t, "http://"+addr, secret, "operator", apigw.AdminScope), async)
 	run1.kill()
+	if rec := async.List(); len(rec) != 1 || rec[0].Status == "completed" {
+		t.Fatalf("the provider's work at the kill: %+v, want one response still working", rec)
+	}
 
 	restarted := time.Now()
-	run2 := startOnejob(t, root, bin, data, addr, secret, filepath.Join(tmp, "notify2.log"))
+	run2 := startOnejobWith(t, root, bin, data, addr, secret, filepath.Join(tmp, "notify2.log"), asyncEnv, "--async-provider", asyncURL)
 	if err := user.waitReady(ctx, run2); err != nil {
 		t.Fatalf("run 2: %v\n%s", err, tail(run2.log+".stdout"))
 	}
@@ -135,6 +149,102 @@ func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	}
 	t.Logf("killed -9 with %d events in outboxes; after the restart %d requests, %d distinct webhook-ids, all verified, the last %s after the restart",
 		jobs, len(all), len(receiver.Delivered(all)), time.Since(restarted).Round(time.Millisecond))
+
+	// The asynchronous job ends with no operator, its work submitted and
+	// run once.
+	for {
+		j, err := user.get(ctx, asyncID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status == string(job.StatusSucceeded) {
+			break
+		}
+		if j.Terminal() {
+			t.Fatalf("the asynchronous job ended %s", j.Status)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the asynchronous job did not end after the restart: %s\n%s", j.Status, tail(run2.log))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	rec := async.List()
+	if async.Creates() != 1 || len(rec) != 1 || rec[0].Executions != 1 {
+		t.Fatalf("the provider saw %d submits, %d responses, %+v", async.Creates(), len(rec), rec)
+	}
+	t.Logf("asynchronous job: killed while its provider worked, ended %s after the restart, one submit, one execution",
+		time.Since(restarted).Round(time.Millisecond))
+}
+
+// asyncWork is how long the asynchronous provider works on the drill's job:
+// longer than the kill and the restart take, so the stack is killed while
+// it works (the test checks) and the job ends after the restart.
+const asyncWork = 4 * time.Second
+
+// startAsyncProvider serves a Responses simulator (sim-async) that posts
+// its webhooks to the stack at addr, moving its work along until the test
+// ends; it returns the URL and the environment (its webhook secret) that
+// `onejob run --async-provider` takes.
+func startAsyncProvider(t *testing.T, ctx context.Context, addr string) (*sim.Responses, string, []string) {
+	t.Helper()
+	whsec, err := webhooks.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	async, err := sim.NewResponses(sim.ResponsesOptions{Oracle: sim.Fixed{GoodOutput: sim.DemoAsyncOutput()},
+		ProcessingTime: asyncWork, WebhookSecret: whsec, WebhookURL: "http://" + addr + "/v1/provider-events/" + sim.DemoAsync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(async.Close)
+	srv := httptest.NewServer(async.Handler())
+	t.Cleanup(srv.Close)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+				async.Step()
+			}
+		}
+	}()
+	return async, srv.URL, []string{sim.DemoAsyncSecretRef + "=" + whsec}
+}
+
+// submitAsync creates a demo-async job and waits until the provider has
+// its work and the stack has recorded the work's id (an operator sees it).
+func submitAsync(t *testing.T, ctx context.Context, user, operator *client, async *sim.Responses) string {
+	t.Helper()
+	code, body, err := user.do(ctx, http.MethodPost, "/v1/jobs", "hooks-async", map[string]any{"type": "demo-async",
+		"input": map[string]any{"prompt": "crash while the provider works"}})
+	var j apiclient.Job
+	if err != nil || code != http.StatusCreated || json.Unmarshal(body, &j) != nil {
+		t.Fatalf("submit the asynchronous job: %d %s %v", code, body, err)
+	}
+	if err := async.WaitFor(ctx, func() bool { return async.Creates() == 1 }); err != nil {
+		t.Fatalf("the provider never got the work: %v", err)
+	}
+	for {
+		code, body, err := operator.do(ctx, http.MethodGet, "/v1/jobs/"+j.ID+"/attempts", "", nil)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("attempts: %d %s %v", code, body, err)
+		}
+		var list struct {
+			Attempts []struct {
+				Remote *struct{ ID string } `json:"remote"`
+			} `json:"attempts"`
+		}
+		if json.Unmarshal(body, &list) == nil && len(list.Attempts) == 1 && list.Attempts[0].Remote != nil {
+			return j.ID
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the work's id was never recorded: %s", body)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // eventOf reads a delivered event's type and job.
