@@ -326,31 +326,14 @@ func NewRegistry(ctx context.Context, cfg Config, secrets SecretSource, factorie
 			problems = append(problems, fmt.Sprintf("%s: unknown kind %q", pc.Name, pc.Kind))
 			continue
 		}
-		var cred Secret
-		if pc.CredentialRef != "" {
-			if secrets == nil {
-				problems = append(problems, fmt.Sprintf("%s: credential_ref set but no secret source", pc.Name))
-				continue
-			}
-			s, err := secrets.Secret(ctx, pc.CredentialRef)
-			if err != nil {
-				// The error names the ref, never the value.
-				problems = append(problems, fmt.Sprintf("%s: credential: %v", pc.Name, err))
-				continue
-			}
-			cred = s
+		cred, err := resolveSecret(ctx, secrets, pc.CredentialRef, "credential_ref", "credential")
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", pc.Name, err))
+			continue
 		}
-		if pc.WebhookSecretRef != "" {
-			if secrets == nil {
-				problems = append(problems, fmt.Sprintf("%s: webhook_secret_ref set but no secret source", pc.Name))
-				continue
-			}
-			s, err := secrets.Secret(ctx, pc.WebhookSecretRef)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s: webhook secret: %v", pc.Name, err))
-				continue
-			}
-			pc.webhookSecret = s
+		if pc.webhookSecret, err = resolveSecret(ctx, secrets, pc.WebhookSecretRef, "webhook_secret_ref", "webhook secret"); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", pc.Name, err))
+			continue
 		}
 		p, err := factory(ctx, pc, cred)
 		if err != nil {
@@ -369,6 +352,22 @@ func NewRegistry(ctx context.Context, cfg Config, secrets SecretSource, factorie
 	}
 	r.configs = configs
 	return r, nil
+}
+
+// resolveSecret reads the secret ref names (none when ref is empty); its
+// error names the field and the ref, never the value.
+func resolveSecret(ctx context.Context, secrets SecretSource, ref, field, what string) (Secret, error) {
+	if ref == "" {
+		return "", nil
+	}
+	if secrets == nil {
+		return "", fmt.Errorf("%s set but no secret source", field)
+	}
+	s, err := secrets.Secret(ctx, ref)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	return s, nil
 }
 
 // RegistryOf builds a registry from ready providers (wiring, tests).
