@@ -73,7 +73,7 @@ type remoteView struct {
 // remoteText says where an asynchronous attempt's work stands: its id and
 // status at the provider, when onejob last heard of it and when it asks
 // next.
-func remoteText(r *remoteView) string {
+func remoteText(r *remoteView, open bool) string {
 	if r == nil {
 		return ""
 	}
@@ -82,9 +82,10 @@ func remoteText(r *remoteView) string {
 		parts = append(parts, r.Status)
 	}
 	parts = append(parts, "tier "+r.Tier, "heard "+r.HeardAt)
-	if r.CancelRequestedAt != "" {
+	switch {
+	case r.CancelRequestedAt != "":
 		parts = append(parts, "cancel asked "+r.CancelRequestedAt)
-	} else {
+	case open:
 		parts = append(parts, "asks next "+r.NextPollAt)
 	}
 	parts = append(parts, strconv.Itoa(r.Polls)+" polls")
@@ -286,7 +287,7 @@ func writeAttempts(out io.Writer, indent string, attempts []attemptView) error {
 		detail("error", failureText(a.Error))
 		detail("provider", providerText(a.Error))
 		detail("request", a.ProviderRequestID)
-		detail("remote", remoteText(a.Remote))
+		detail("remote", remoteText(a.Remote, a.FinishedAt == ""))
 		detail("started", a.StartedAt)
 		detail("unknown", a.UnknownSince)
 		detail("usage", usageText(a.Usage))

@@ -47,6 +47,13 @@ func TestWriteAttempts(t *testing.T) {
 			"#1  sim-async  running\n" +
 				"    remote      resp_1, in_progress, tier now, heard 2026-01-02T03:05:05Z, asks next 2026-01-02T03:06:05Z, 2 polls, found after a lost submit\n" +
 				"    started     2026-01-02T03:04:05Z\n"},
+		{"EndedAtItsProvider",
+			`{"job_id":"job_x","attempts":[{"number":1,"provider":"sim-async","state":"succeeded","started_at":"2026-01-02T03:04:05Z","finished_at":"2026-01-02T03:06:05Z","hedge":false,` +
+				`"remote":{"id":"resp_1","status":"completed","tier":"now","submitted_at":"2026-01-02T03:04:05Z","heard_at":"2026-01-02T03:06:05Z",` +
+				`"next_poll_at":"2026-01-02T03:08:05Z","polls":3,"found":false}}]}`,
+			"#1  sim-async  succeeded  took 2m0s\n" +
+				"    remote      resp_1, completed, tier now, heard 2026-01-02T03:06:05Z, 3 polls\n" +
+				"    started     2026-01-02T03:04:05Z\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

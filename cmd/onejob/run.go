@@ -203,6 +203,10 @@ Be told when jobs end (signed webhooks to your app, one line per event here):
 
 Script the providers through the input, e.g. a failing primary that falls back:
   -d '{"type":"demo","input":{"prompt":"hi","simulate":{"sim-primary":{"outcome":"error"}}}}'
+A long job on the asynchronous provider (sim-async, OpenAI's background mode
+simulated: submitted, then waited for with nothing running; its webhook ends
+it after 30 s, and operators see its work in onejob jobs attempts):
+  go run ./cmd/onejob jobs submit --type demo-async --input '{"prompt":"a long one"}'
 or a timeout that leaves attempt 1 unknown until an operator resolves it:
   -d '{"type":"demo","input":{"prompt":"hi","simulate":{"sim-primary":{"outcome":"timeout"}}}}'
   curl -s -X POST %s/v1/jobs/JOB_ID/attempts/1/resolve -H "Authorization: Bearer %s" \

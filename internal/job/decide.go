@@ -378,5 +378,10 @@ func moveAttempt(a Attempt, to AttemptState, c change, now time.Time) (Attempt, 
 		r := *c.by
 		a.Resolution = &r
 	}
+	if a.Remote != nil && call.WorkStatus != "" {
+		r := *a.Remote
+		r.Status, r.HeardAt = boundedStatus(call.WorkStatus), now
+		a.Remote = &r
+	}
 	return a, nil
 }

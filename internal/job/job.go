@@ -109,6 +109,10 @@ type Failure struct {
 type Call struct {
 	ProviderRequestID string
 	Usage             *Usage
+	// WorkStatus is an asynchronous provider's status of the work as it
+	// ended (completed, failed, cancelled …): recorded on the attempt's
+	// Remote with the end, in the same write.
+	WorkStatus string
 }
 
 // Usage is what one provider call cost, as the provider reported it, and how

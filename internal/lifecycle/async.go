@@ -110,9 +110,13 @@ func (w *Tasks) poll(ctx context.Context, j job.Job, jt JobType, a job.Attempt) 
 // compare-and-swap (checked against the contract as a live answer is), its
 // failure, or its cancel; what the provider billed is recorded either way.
 func (w *Tasks) ended(ctx context.Context, j job.Job, jt JobType, a job.Attempt, work provider.Work, req provider.Request) (job.Job, error) {
-	c := job.Call{ProviderRequestID: work.ID}
+	c := job.Call{ProviderRequestID: work.ID, WorkStatus: work.Status}
 	if work.Usage != nil {
 		c.Usage = &job.Usage{InputTokens: work.Usage.InputTokens, OutputTokens: work.Usage.OutputTokens}
+		if a.Remote != nil {
+			// The work's latency: from its submit to when its end was heard.
+			c.Usage.Latency = w.now().Sub(a.Remote.SubmittedAt)
+		}
 	}
 	if work.Cancelled {
 		return w.cfg.Engine.RemoteCancelledOn(ctx, j, a.Number, c)

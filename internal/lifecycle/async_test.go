@@ -178,8 +178,12 @@ func TestAsyncJobsEndByWebhook(t *testing.T) {
 		if want := string(good(asyncName)); string(got.Result) != want {
 			t.Fatalf("result = %s, want %s", got.Result, want)
 		}
-		if a, _ := got.Attempt(1); a.Usage == nil || a.Usage.OutputTokens == 0 || a.ProviderRequestID != remoteOf(t, got, 1).ID {
-			t.Fatalf("attempt records no billed usage or id: %+v", a)
+		if a, _ := got.Attempt(1); a.Usage == nil || a.Usage.OutputTokens == 0 || a.ProviderRequestID != remoteOf(t, got, 1).ID ||
+			a.Usage.Latency != providerWork {
+			t.Fatalf("attempt records no billed usage, no id, or not the work's latency (%s): %+v %+v", providerWork, a, a.Usage)
+		}
+		if rem := remoteOf(t, got, 1); rem.Status != "completed" || !rem.HeardAt.Equal(r.clock.Now()) {
+			t.Fatalf("the work's end is not recorded on it: %+v", rem)
 		}
 		if n := r.sim.Executed(openai.MetadataKey, got.Attempts[0].SentKey()); n != 1 {
 			t.Fatalf("work of %s executed %d times", j.Owner, n)

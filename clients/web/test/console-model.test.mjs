@@ -169,4 +169,5 @@ test("an asynchronous attempt's work at its provider: id, status, when heard, wh
   assert.match(second, /^heard .+, 2 polls; asks next .+$/);
   assert.match(remoteLines({ ...r, found: false, status: undefined, cancel_requested_at: at(90_000) })[1], /; cancel asked /);
   assert.equal(remoteLines({ ...r, found: false, status: undefined })[0], "at provider: resp_1, tier now");
+  assert.match(remoteLines({ ...r, status: "completed" }, false)[1], /^heard .+, 2 polls$/, "an ended attempt asks nothing next");
 });

@@ -186,15 +186,17 @@ export function layoutTimeline(job, attempts, now) {
  * Where an asynchronous attempt's work stands at its provider: its id and
  * last status, when onejob last heard of it and when it asks next.
  * @param {Remote | undefined} r
+ * @param {boolean} [open] whether the attempt is still open (only then is a next ask due)
  * @returns {string[]}
  */
-export function remoteLines(r) {
+export function remoteLines(r, open = true) {
   if (!r) {
     return [];
   }
+  const next = r.cancel_requested_at ? `; cancel asked ${clock(r.cancel_requested_at)}` : open ? `; asks next ${clock(r.next_poll_at)}` : "";
   return [
     `at provider: ${r.id}${r.status ? ` (${r.status})` : ""}, tier ${r.tier}${r.found ? ", found after a lost submit" : ""}`,
-    `heard ${clock(r.heard_at)}, ${r.polls} polls; ${r.cancel_requested_at ? `cancel asked ${clock(r.cancel_requested_at)}` : `asks next ${clock(r.next_poll_at)}`}`,
+    `heard ${clock(r.heard_at)}, ${r.polls} polls${next}`,
   ];
 }
 
@@ -1455,7 +1457,7 @@ export function boot(doc, win) {
         r ? `resolved ${r.outcome ?? ""} by ${r.by ?? "?"} at ${dateTime(r.at)}: ${r.reason ?? ""}` : "",
         a.unknown_since ? `unknown since ${clock(a.unknown_since)}` : "",
         a.provider_request_id ? `provider request ${a.provider_request_id}` : "",
-        ...remoteLines(a.remote)].filter(Boolean);
+        ...remoteLines(a.remote, !a.finished_at)].filter(Boolean);
       /** @type {Node[]} */
       const action = [];
       if (a.state === "unknown") {
