@@ -97,31 +97,7 @@ func New(c Config) (*Handler, error) {
 	if c.Catalog == nil {
 		return nil, errors.New("apigw: catalog is required")
 	}
-	if c.Clock == nil {
-		c.Clock = time.Now
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.MaxResponseBytes < 0 {
-		return nil, errors.New("apigw: max response bytes must not be negative")
-	}
-	if c.MaxResponseBytes == 0 {
-		c.MaxResponseBytes = 5 << 20
-	}
-	if c.Pacer == nil {
-		c.Pacer = timerPacer{}
-	}
-	if c.WaitPoll < 0 {
-		return nil, errors.New("apigw: wait poll interval must not be negative")
-	}
-	if c.WaitPoll == 0 {
-		c.WaitPoll = DefaultWaitPoll
-	}
-	if c.Admin == (AdminRule{}) {
-		c.Admin = DefaultAdminRule()
-	}
-	if err := c.Admin.Validate(); err != nil {
+	if err := c.defaults(); err != nil {
 		return nil, err
 	}
 	if o, ok := c.Jobs.(Owners); ok && c.Owners == nil {
@@ -142,6 +118,36 @@ func New(c Config) (*Handler, error) {
 	}
 	h.console = files
 	return h, nil
+}
+
+// defaults fills what every handler (New's, NewEvents') needs and was not
+// given, and refuses what is invalid.
+func (c *Config) defaults() error {
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxResponseBytes < 0 {
+		return errors.New("apigw: max response bytes must not be negative")
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 5 << 20
+	}
+	if c.Pacer == nil {
+		c.Pacer = timerPacer{}
+	}
+	if c.WaitPoll < 0 {
+		return errors.New("apigw: wait poll interval must not be negative")
+	}
+	if c.WaitPoll == 0 {
+		c.WaitPoll = DefaultWaitPoll
+	}
+	if c.Admin == (AdminRule{}) {
+		c.Admin = DefaultAdminRule()
+	}
+	return c.Admin.Validate()
 }
 
 // request is one decoded call.

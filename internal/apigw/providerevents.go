@@ -24,14 +24,12 @@ func NewEvents(c EventsConfig) (*Handler, error) {
 	if c.Events == nil {
 		return nil, errors.New("apigw: the events handler needs provider events")
 	}
-	if c.Clock == nil {
-		c.Clock = time.Now
+	cfg := Config{Clock: c.Clock, Logger: c.Logger}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	h := &Handler{now: c.Clock, log: c.Logger, providerEvents: c.Events, maxResponse: 5 << 20, pacer: timerPacer{},
-		waitPoll: DefaultWaitPoll, admin: DefaultAdminRule()}
+	h := &Handler{now: cfg.Clock, log: cfg.Logger, providerEvents: c.Events, maxResponse: cfg.MaxResponseBytes, pacer: cfg.Pacer,
+		waitPoll: cfg.WaitPoll, admin: cfg.Admin}
 	for _, rt := range routes() {
 		if rt.Function == FnEvents {
 			h.routes = append(h.routes, rt)

@@ -100,6 +100,14 @@ func (p PollSchedule) Next(age time.Duration, t Tier) time.Duration {
 	return min(max(p.First, age), last)
 }
 
+// heard is r as heard of at now: when onejob asks next follows from the
+// work's age (s).
+func (r Remote) heard(s PollSchedule, now time.Time) Remote {
+	r.HeardAt = now
+	r.NextPollAt = now.Add(s.Next(now.Sub(r.SubmittedAt), r.Tier))
+	return r
+}
+
 // DecideSubmitted records on attempt n what its provider accepted: the
 // attempt must be running (just submitted) or unknown (its submit's answer
 // was lost, and the work was found again: r.Found). The next poll is
@@ -121,8 +129,7 @@ func DecideSubmitted(j Job, n int, r Remote, s PollSchedule, now time.Time) (Tra
 	if r.SubmittedAt.IsZero() {
 		r.SubmittedAt = now
 	}
-	r.HeardAt = now
-	r.NextPollAt = now.Add(s.Next(now.Sub(r.SubmittedAt), r.Tier))
+	r = r.heard(s, now)
 	a.Remote = &r
 	a.UpdatedAt = now
 	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), nil
@@ -140,11 +147,9 @@ func DecideHeard(j Job, n int, status string, s PollSchedule, now time.Time) (Tr
 		return noop(j, KindAttempt, n), nil
 	}
 	now = now.UTC()
-	r := *a.Remote
+	r := a.Remote.heard(s, now)
 	r.Status = boundedStatus(status)
-	r.HeardAt = now
 	r.Polls++
-	r.NextPollAt = now.Add(s.Next(now.Sub(r.SubmittedAt), r.Tier))
 	a.Remote = &r
 	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), nil
 }
@@ -179,9 +184,9 @@ func DecideRemoteCancelled(j Job, n int, c Call, now time.Time) (Transition, err
 	if a.Remote == nil {
 		return Transition{}, &RemoteError{Attempt: n, Reason: "the attempt left no work at its provider"}
 	}
-	r := *a.Remote
-	r.Status, r.HeardAt = "cancelled", now.UTC()
-	a.Remote = &r
+	if c.WorkStatus == "" {
+		c.WorkStatus = "cancelled"
+	}
 	return attemptTo(j, a, AttemptCancelled, change{call: c, note: "cancelled: confirmed by its provider"}, now)
 }
 
