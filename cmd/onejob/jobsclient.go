@@ -39,7 +39,7 @@ func newAPIClient(base, token string) (*apiClient, error) {
 	if token == "" {
 		return nil, errors.New("no token: pass --token or set ONEJOB_TOKEN (locally, `make run` prints one; `onejob token --sub user-1 --secret S` mints more)")
 	}
-	return &apiClient{base: strings.TrimSuffix(base, "/"), token: token, http: &http.Client{}}, nil
+	return &apiClient{base: strings.TrimSuffix(base, "/"), token: token, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}, nil
 }
 
 // apiResponse is one HTTP answer the API gave (2xx or 304).

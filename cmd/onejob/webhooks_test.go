@@ -19,6 +19,17 @@ import (
 	"github.com/onejob/onejob/clients/go/webhooks"
 )
 
+// ownClient is a client with a transport of the test's own: POSTs through
+// http.DefaultTransport can fail with "CloseIdleConnections called" when a
+// parallel test closes an httptest.Server, which closes that shared pool's
+// idle connections, and net/http never retries a POST.
+func ownClient(t *testing.T) *http.Client {
+	t.Helper()
+	c := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
 // TestWebhooksListen: `onejob webhooks listen --forward-to` registers an
 // endpoint, forwards each delivery as it came (the forward target can
 // verify it with the printed secret), prints one line per event, and
@@ -90,7 +101,7 @@ func TestWebhooksListen(t *testing.T) {
 	for _, k := range []string{webhooks.HeaderID, webhooks.HeaderTimestamp, webhooks.HeaderSignature, "Content-Type"} {
 		again.Header.Set(k, h.Get(k))
 	}
-	rep, err := http.DefaultClient.Do(again)
+	rep, err := ownClient(t).Do(again)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,10 @@ func New(c Config) (*Invoker, error) {
 	}
 	client := c.AWS.HTTPClient
 	if client == nil {
-		client = http.DefaultClient
+		// Not http.DefaultClient: that pool's idle connections are closed by
+		// anything in the process, and an invoke on one closed under it
+		// fails without having been retried.
+		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	return &Invoker{cfg: c, client: client, signer: v4.NewSigner(), url: u.String()}, nil
 }

@@ -378,9 +378,16 @@ type HTTPBase struct {
 	now  func() time.Time
 }
 
-// NewHTTPBase fills the defaults: a discarding logger, time.Now, and the
-// adapter's request-id headers.
+// NewHTTPBase fills the defaults: a discarding logger, time.Now, the
+// adapter's request-id headers, and, when client is nil, a client with a
+// transport of the adapter's own. Not http.DefaultTransport: anything in the
+// process may close that pool's idle connections (httptest.Server.Close
+// does), and a POST on a connection closed under it fails with "transport
+// connection broken", an ambiguous call, and is never retried by net/http.
 func NewHTTPBase(name string, client *http.Client, log *slog.Logger, now func() time.Time, requestIDHeaders ...string) HTTPBase {
+	if client == nil {
+		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
 	if log == nil {
 		log = DiscardLogger()
 	}

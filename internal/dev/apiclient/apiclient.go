@@ -21,7 +21,7 @@ type Client struct {
 }
 
 // New mints an HS256 token for sub (as the local server's authorizer
-// expects) and returns a client using hc (http.DefaultClient when nil).
+// expects) and returns a client using hc (one with a transport of its own when nil).
 func New(base, secret, sub string, hc *http.Client, scopes ...string) (*Client, error) {
 	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(secret)})
 	if err != nil {
@@ -32,7 +32,10 @@ func New(base, secret, sub string, hc *http.Client, scopes ...string) (*Client, 
 		return nil, err
 	}
 	if hc == nil {
-		hc = http.DefaultClient
+		// A transport of its own: http.DefaultTransport's idle connections
+		// are closed by anything in the process (httptest.Server.Close),
+		// and a POST on one closed under it is never retried.
+		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	return &Client{base: base, token: tok, http: hc}, nil
 }

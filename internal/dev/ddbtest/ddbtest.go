@@ -112,9 +112,14 @@ func (h *Harness) Tables(t testing.TB, optFns ...func(*dynamodb.Options)) (*dyna
 		// Other tests' tables are other items, so their requests go on
 		// meanwhile: one lock for the whole server made its tests wait for
 		// each other's Go side (issue 30).
+		// Its own transport too: http.DefaultTransport's idle connections
+		// are closed by any httptest.Server.Close in the process, and a
+		// request on one closed under it fails ambiguously.
 		serial := new(sync.Mutex)
+		own := http.DefaultTransport.(*http.Transport).Clone()
+		t.Cleanup(own.CloseIdleConnections)
 		optFns = append([]func(*dynamodb.Options){func(o *dynamodb.Options) {
-			o.HTTPClient = &http.Client{Transport: serialTransport{mu: serial, next: http.DefaultTransport}}
+			o.HTTPClient = &http.Client{Transport: serialTransport{mu: serial, next: own}}
 		}}, optFns...)
 	}
 	db := dynalite.NewClient(h.Endpoint(t), optFns...)

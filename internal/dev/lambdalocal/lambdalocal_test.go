@@ -50,7 +50,7 @@ func client(t *testing.T, endpoint string, httpTimeout time.Duration) *awslambda
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
-		HTTPClient:   &http.Client{Timeout: httpTimeout},
+		HTTPClient:   &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: httpTimeout},
 		Retryer:      aws.NopRetryer{},
 	})
 }

@@ -207,7 +207,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cmd:    cmd,
-		http:   &http.Client{Timeout: 5 * time.Second},
+		http:   &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 5 * time.Second},
 		stdin:  stdin,
 		arn:    arn,
 		log:    logger,

@@ -222,7 +222,7 @@ func startStack(ctx context.Context, lcfg lambdalocal.Config, scfg sfnlocal.Conf
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(s.sfn.Endpoint()),
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
-		HTTPClient:   &http.Client{Timeout: 10 * time.Second},
+		HTTPClient:   &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 10 * time.Second},
 	})
 	return s, nil
 }

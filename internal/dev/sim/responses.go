@@ -218,7 +218,7 @@ func NewResponses(opts ResponsesOptions) (*Responses, error) {
 	}
 	client := opts.WebhookClient
 	if client == nil {
-		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if opts.Speed < 1 {
 		opts.Speed = 1

@@ -437,7 +437,7 @@ func TestResponsesLoseAnAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if resp, err := http.DefaultClient.Do(req); err == nil {
+	if resp, err := ownClient(t).Do(req); err == nil {
 		_ = resp.Body.Close()
 		t.Fatalf("the answer arrived: %d", resp.StatusCode)
 	}
@@ -515,6 +515,7 @@ func TestResponsesRunEachWorkOnce(t *testing.T) {
 			m["metadata"] = map[string]any{"onejob_attempt": fmt.Sprintf("job-%d/1", i)}
 		}))["id"].(string)
 	}
+	client := ownClient(t)
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Go(func() {
@@ -523,7 +524,7 @@ func TestResponsesRunEachWorkOnce(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				t.Error(err)
 				return

@@ -9,6 +9,17 @@ import (
 	"github.com/onejob/onejob/internal/dev/sim"
 )
 
+// ownClient is a client with a transport of the test's own: POSTs through
+// http.DefaultTransport can fail with "CloseIdleConnections called" when a
+// parallel test closes an httptest.Server, which closes that shared pool's
+// idle connections, and net/http never retries a POST.
+func ownClient(t *testing.T) *http.Client {
+	t.Helper()
+	c := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
 func post(t *testing.T, url, key, body string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
@@ -16,7 +27,7 @@ func post(t *testing.T, url, key, body string) *http.Response {
 		t.Fatal(err)
 	}
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ownClient(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func send(t *testing.T, method, url string, header map[string]string, body any) 
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ownClient(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

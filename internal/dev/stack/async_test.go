@@ -81,7 +81,7 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 		}
 		req.Header = header.Clone()
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := ownClient(t).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,17 @@ import (
 	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
+// ownClient is a client with a transport of the test's own: POSTs through
+// http.DefaultTransport can fail with "CloseIdleConnections called" when a
+// parallel test closes an httptest.Server, which closes that shared pool's
+// idle connections, and net/http never retries a POST.
+func ownClient(t *testing.T) *http.Client {
+	t.Helper()
+	c := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
 // stacks are started once per test binary and shared by the tests.
 type stacks struct {
 	mu      sync.Mutex
@@ -108,7 +119,7 @@ type client struct {
 
 func newClient(t *testing.T, s *stack.Stack, sub string, scopes ...string) *client {
 	t.Helper()
-	c, err := apiclient.New(s.APIURL, s.JWTSecret(), sub, nil, scopes...)
+	c, err := apiclient.New(s.APIURL, s.JWTSecret(), sub, ownClient(t), scopes...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func (fc functionClients) handoff(fn string) (lifecycle.Handoff, error) {
 	// The adapter signs Lambda's REST call itself (no SDK client to tag):
 	// its HTTP client records each invoke as fn's call.
 	cfg := *fc.lambda
-	cfg.HTTPClient = recordedInvokes{fn: fn, calls: fc.calls, next: &http.Client{}}
+	cfg.HTTPClient = recordedInvokes{fn: fn, calls: fc.calls, next: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	inv, err := lambdainvoke.New(lambdainvoke.Config{AWS: cfg, Endpoint: aws.ToString(cfg.BaseEndpoint),
 		Function: lambdalocal.FunctionARN(region, accountID, deploy.FnNotify)})
 	if err != nil {

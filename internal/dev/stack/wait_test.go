@@ -38,7 +38,7 @@ func getJob(t *testing.T, s *stack.Stack, token, id, etag, prefer string) heldGe
 		req.Header.Set("Prefer", prefer)
 	}
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ownClient(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,8 @@ var ErrNoAWSCredentials = errors.New("bedrock provider needs Options.AWSCredenti
 // Options are the process-wide dependencies shared by all adapters.
 type Options struct {
 	// HTTPClient is used by every HTTP adapter and the Bedrock client; nil
-	// means each adapter's default.
+	// means each adapter's default, a transport of its own (never
+	// http.DefaultTransport, whose idle connections anything may close).
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	Now        func() time.Time

@@ -21,8 +21,8 @@ import (
 // x-api-key survives a cross-host redirect; Go strips only Authorization)
 // and the prompt to another host, or from https to http. The 3xx is the
 // answer: non-retryable, "provider redirected". Every kind, with each
-// adapter's default client and with one the caller builds (as the local
-// stack does).
+// adapter's default client (its own transport) and with one the caller
+// builds (as the local stack does).
 func TestRedirectsAreRefused(t *testing.T) {
 	t.Parallel()
 	var elsewhere atomic.Int64
@@ -46,7 +46,7 @@ func TestRedirectsAreRefused(t *testing.T) {
 		name   string
 		client func() *http.Client
 	}{
-		{"DefaultClient", func() *http.Client { return nil }},
+		{"AdaptersDefault", func() *http.Client { return nil }},
 		{"CallersClient", func() *http.Client {
 			return &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 		}},

@@ -27,7 +27,7 @@ func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
 		// The conformance API key doubles as the secret access key, so the
 		// suite's leak check also covers AWS credentials.
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDSIMULATOR", env.APIKey.Reveal(), ""),
-		HTTPClient:  &http.Client{},
+		HTTPClient:  &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 	})
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
