@@ -292,6 +292,7 @@ func jobsSubmit(ctx context.Context, c *jobsCmd, args []string) error {
 	input := c.fs.String("input", "", "the job's input: JSON, or @file.json (required)")
 	key := c.fs.String("key", "", "the Idempotency-Key naming this intent (default: a new random 128-bit key; submit again with it to replay)")
 	providers := c.fs.String("providers", "", "providers in failover order, comma-separated (default: the type's)")
+	tier := c.fs.String("tier", "", "how long the job may wait: now, 2h or 8h (a cheaper completion window on an asynchronous provider; default: the type's)")
 	if _, err := c.parse(args); err != nil {
 		return err
 	}
@@ -306,7 +307,8 @@ func jobsSubmit(ctx context.Context, c *jobsCmd, args []string) error {
 		Type      string          `json:"type"`
 		Input     json.RawMessage `json:"input"`
 		Providers []string        `json:"providers,omitempty"`
-	}{Type: *typ, Input: in}
+		Tier      string          `json:"tier,omitempty"`
+	}{Type: *typ, Input: in, Tier: *tier}
 	for _, p := range strings.Split(*providers, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			req.Providers = append(req.Providers, p)

@@ -184,6 +184,21 @@ func TestJobsSubmit(t *testing.T) {
 		}
 	})
 
+	t.Run("TierReachesTheAPI", func(t *testing.T) {
+		t.Parallel()
+		// demo lets its jobs wait only now: 8h is refused by the API,
+		// whose problem names the member.
+		c := owner(t, "tier")
+		r := c.run(t, "submit", "--type", "demo", "--input", input, "--key", "tier-1", "--tier", "8h")
+		if r.code != 1 || !strings.Contains(r.stderr, "validation-failed") || !strings.Contains(r.stderr, "/tier") {
+			t.Fatalf("submit --tier 8h: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+		}
+		ok := c.must(t, "submit", "--type", "demo", "--input", input, "--key", "tier-2", "--tier", "now").stdout
+		if !strings.Contains(ok, "created job_") {
+			t.Fatalf("submit --tier now printed %q", ok)
+		}
+	})
+
 	t.Run("JSONAndInputFromFile", func(t *testing.T) {
 		t.Parallel()
 		c := owner(t, "json")

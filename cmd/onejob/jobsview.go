@@ -104,6 +104,7 @@ type jobView struct {
 	CreatedAt   string               `json:"created_at"`
 	UpdatedAt   string               `json:"updated_at"`
 	Attempts    []attemptSummaryView `json:"attempts"`
+	Tier        string               `json:"tier"`
 	Result      json.RawMessage      `json:"result"`
 	CompletedBy int                  `json:"completed_by"`
 	Error       *failureView         `json:"error"`
@@ -237,6 +238,7 @@ func writeJob(out io.Writer, j jobView) error {
 	row("owner", j.Owner)
 	row("attempts", timeline(j.Attempts))
 	row("providers", strings.Join(j.Providers, ", "))
+	row("tier", j.Tier)
 	row("created", j.CreatedAt)
 	row("updated", j.UpdatedAt)
 	if len(j.Result) > 0 {

@@ -1674,6 +1674,16 @@ func TestGuardsConfig(t *testing.T) {
 			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
 				"prices": map[string]any{"openai-primary": map[string]any{"version": "v", "inputUSDPerMTok": "cheap", "outputUSDPerMTok": "1"}}}
 		}, "inputUSDPerMTok"},
+		{"DiscountForNoTier", func(m map[string]any) {
+			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
+				"prices": map[string]any{"openai-primary": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
+					"tierDiscountPercent": map[string]any{"24h": 50}}}}
+		}, `"24h" is not a tier with a discount`},
+		{"DiscountOfEverything", func(m map[string]any) {
+			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
+				"prices": map[string]any{"openai-primary": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
+					"tierDiscountPercent": map[string]any{"8h": 100}}}}
+		}, "0 to 99 percent"},
 		{"TooMuchReserved", func(m map[string]any) {
 			m["reservedConcurrency"] = map[string]any{"api": 500, "run": 300, "hold": 200}
 		}, "adds up to 1000"},

@@ -122,6 +122,11 @@ func TestCreateRefusesBadInputWithoutWriting(t *testing.T) {
 		{name: "RepeatedProvider", body: `{"type":"demo","input":{"prompt":"x"},"providers":["sim-primary","sim-primary"]}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/providers/1"},
 		{name: "NoProviders", body: `{"type":"demo","input":{"prompt":"x"},"providers":[]}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/providers"},
 		{name: "ProvidersNotStrings", body: `{"type":"demo","input":{"prompt":"x"},"providers":[1]}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/providers"},
+		{name: "UnknownTier", body: `{"type":"demo","input":{"prompt":"x"},"tier":"24h"}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/tier"},
+		{name: "TierNotString", body: `{"type":"demo","input":{"prompt":"x"},"tier":2}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/tier"},
+		{name: "EmptyTier", body: `{"type":"demo","input":{"prompt":"x"},"tier":""}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/tier"},
+		// The test type lets a job wait 2h at most.
+		{name: "TierBeyondTheType", body: `{"type":"demo","input":{"prompt":"x"},"tier":"8h"}`, status: 422, code: apigw.CodeValidationFailed, pointer: "/tier"},
 		// Beyond job.CheckJSON's bounds: refused before any schema or
 		// fingerprint work, as malformed (RFC 8259 §9 limits).
 		{name: "TooDeep", body: `{"type":"demo","input":{"prompt":"x","n":` + strings.Repeat("[", 80) + strings.Repeat("]", 80) + `}}`, status: 400, code: apigw.CodeMalformedJSON},
@@ -179,8 +184,27 @@ func TestKeyReusedWithDifferentRequest(t *testing.T) {
 	}
 	other := e.create(t, "owner-1", "k", `{"type":"demo","input":{"prompt":"hello"},"providers":["sim-fallback","sim-primary"]}`)
 	wantProblem(t, other, http.StatusConflict, apigw.CodeIdempotencyKeyReused)
+	// The type's tier (now) named explicitly is the same request; a job
+	// that may wait longer is another.
+	now := e.create(t, "owner-1", "k", `{"type":"demo","input":{"prompt":"hello"},"tier":"now"}`)
+	if now.status != http.StatusOK {
+		t.Fatalf("explicit default tier: %d %s", now.status, now.body)
+	}
+	flex := e.create(t, "owner-1", "k", `{"type":"demo","input":{"prompt":"hello"},"tier":"2h"}`)
+	wantProblem(t, flex, http.StatusConflict, apigw.CodeIdempotencyKeyReused)
 	if n := e.count(t, e.names.Jobs); n != 1 {
 		t.Fatalf("jobs stored = %d, want 1", n)
+	}
+	// Under another key, the tier is the job's, and its view says so.
+	created := e.create(t, "owner-1", "k-flex", `{"type":"demo","input":{"prompt":"hello"},"tier":"2h"}`)
+	if created.status != http.StatusCreated && created.status != http.StatusAccepted {
+		t.Fatalf("create with tier 2h: %d %s", created.status, created.body)
+	}
+	var v struct {
+		Tier string `json:"tier"`
+	}
+	if err := json.Unmarshal(created.body, &v); err != nil || v.Tier != "2h" {
+		t.Fatalf("job view tier %q (%v): %s", v.Tier, err, created.body)
 	}
 }
 

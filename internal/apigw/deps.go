@@ -41,6 +41,10 @@ type JobType interface {
 	// CostBasis prices a job of the input (its rendered request's size,
 	// the type's output limit) for a budgeted owner.
 	CostBasis(input json.RawMessage) (job.CostBasis, error)
+	// Tier is how long the type's jobs wait when a create names no tier;
+	// MaxTier the longest a create may ask (job.ChooseTier).
+	Tier() job.Tier
+	MaxTier() job.Tier
 }
 
 // Starter starts a job's execution. It must be idempotent (Step Functions

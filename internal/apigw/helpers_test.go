@@ -72,6 +72,10 @@ func (fakeCatalog) ProviderNames() []string { return []string{"sim-fallback", "s
 // Retention is every job type's default.
 func (t fakeType) Retention() time.Duration { return job.DefaultRetention }
 
+func (t fakeType) Tier() job.Tier { return job.TierNow }
+
+func (t fakeType) MaxTier() job.Tier { return job.TierFlex2h }
+
 // testBudget is a budget of $0.10 a day, each fake job's worst case about
 // $0.03 on either fake provider (demoBody: about 30 bytes, 100 output tokens).
 func testBudget() job.Budget {

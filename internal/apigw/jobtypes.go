@@ -61,6 +61,10 @@ func (a apiType) HedgeAfter() (time.Duration, bool) { return a.t.HedgeAfter() }
 
 func (a apiType) Retention() time.Duration { return a.t.Retention() }
 
+func (a apiType) Tier() job.Tier { return a.t.Tier() }
+
+func (a apiType) MaxTier() job.Tier { return a.t.MaxTier() }
+
 func (a apiType) CostBasis(input json.RawMessage) (job.CostBasis, error) {
 	req, err := a.t.Request(input)
 	if err != nil {

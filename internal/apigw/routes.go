@@ -63,7 +63,7 @@ func (h *Handler) createJob(ctx context.Context, r *request) (reply, error) {
 // decodeCreate turns a checked body into a request, reporting every
 // problem it finds at once.
 func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
-	m, errs := members(body, "type", "input", "providers")
+	m, errs := members(body, "type", "input", "providers", "tier")
 	if m == nil {
 		return job.Request{}, invalid(errs...)
 	}
@@ -86,6 +86,14 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 			errs = append(errs, FieldError{Pointer: "/providers", Detail: "must be an array of strings"})
 		}
 	}
+	var tier job.Tier
+	if raw, ok := m["tier"]; ok && !isNull(raw) {
+		var s string
+		if json.Unmarshal(raw, &s) != nil || s == "" {
+			errs = append(errs, FieldError{Pointer: "/tier", Detail: "must be one of now, 2h, 8h"})
+		}
+		tier = job.Tier(s)
+	}
 	if len(errs) > 0 {
 		return job.Request{}, invalid(errs...)
 	}
@@ -102,6 +110,10 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 		}
 		errs = append(errs, FieldError{Pointer: ptr, Detail: p.Reason})
 	}
+	tier, reason := job.ChooseTier(tier, jt.Tier(), jt.MaxTier())
+	if reason != "" {
+		errs = append(errs, FieldError{Pointer: "/tier", Detail: reason})
+	}
 	for _, fe := range jt.ValidateInput(input) {
 		fe.Pointer = "/input" + fe.Pointer
 		errs = append(errs, fe)
@@ -109,7 +121,7 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 	if len(errs) > 0 {
 		return job.Request{}, invalid(errs...)
 	}
-	r := job.Request{Type: jobType, Input: input, Providers: providers, Retention: jt.Retention(), Primary: job.PrimaryOf(jt.Providers())}
+	r := job.Request{Type: jobType, Input: input, Providers: providers, Retention: jt.Retention(), Primary: job.PrimaryOf(jt.Providers()), Tier: tier}
 	if h.owners != nil && h.owners.Budget().Enabled() {
 		basis, err := jt.CostBasis(input)
 		if err != nil {

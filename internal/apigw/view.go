@@ -107,6 +107,7 @@ type jobBody struct {
 	UpdatedAt    string               `json:"updated_at"`
 	Version      int64                `json:"version"`
 	Attempts     []attemptSummaryView `json:"attempts"`
+	Tier         string               `json:"tier,omitempty"` // absent: now
 	Usage        *jobUsageView        `json:"usage,omitempty"`
 	Result       json.RawMessage      `json:"result,omitempty"`
 	CompletedBy  int                  `json:"completed_by,omitempty"`
@@ -201,6 +202,7 @@ func (v viewer) job(j job.Job) jobBody {
 		CreatedAt:   timeView(j.CreatedAt),
 		UpdatedAt:   timeView(j.UpdatedAt),
 		Version:     j.Version,
+		Tier:        string(j.Tier),
 		Attempts:    make([]attemptSummaryView, 0, len(j.Attempts)),
 		CompletedBy: j.CompletedBy,
 		Error:       v.failure(j.Error),

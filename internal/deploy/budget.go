@@ -30,6 +30,10 @@ type PriceConfig struct {
 	Version       string `json:"version"`
 	InputPerMTok  string `json:"inputUSDPerMTok"`
 	OutputPerMTok string `json:"outputUSDPerMTok"`
+	// TierDiscountPercent is, by tier ("2h", "8h"), how many percent less
+	// the provider charges for work that may wait that long (an
+	// asynchronous provider's completion windows; OpenAI: 30 and 40).
+	TierDiscountPercent map[string]int `json:"tierDiscountPercent,omitempty"`
 }
 
 // Budget is the configuration as the engine applies it.
@@ -56,7 +60,18 @@ func (c BudgetConfig) Budget() (job.Budget, error) {
 		if err != nil {
 			return job.Budget{}, fmt.Errorf("price of %s: outputUSDPerMTok: %w", name, err)
 		}
-		b.Prices[name] = job.Price{Version: pc.Version, Input: in, Output: out}
+		price := job.Price{Version: pc.Version, Input: in, Output: out}
+		for t, d := range pc.TierDiscountPercent {
+			switch job.Tier(t) {
+			case job.TierFlex2h:
+				price.Discount.Flex2h = d
+			case job.TierFlex8h:
+				price.Discount.Flex8h = d
+			default:
+				return job.Budget{}, fmt.Errorf("price of %s: tierDiscountPercent: %q is not a tier with a discount (2h, 8h)", name, t)
+			}
+		}
+		b.Prices[name] = price
 	}
 	return b, b.Validate()
 }

@@ -263,6 +263,10 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	if j.Retention > 0 {
 		item[aRetentionS] = avN(int64(j.Retention / time.Second))
 	}
+	if j.Tier != "" {
+		// Only a job that may wait longer than now carries it.
+		item[aTier] = avS(string(j.Tier))
+	}
 	if !j.ExpiresAt.IsZero() {
 		item[aExpiresAt] = avEpoch(j.ExpiresAt)
 	}
@@ -581,6 +585,7 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 		ID:             job.IncarnationID(d.str(AttrID, true), incarnation),
 		Incarnation:    incarnation,
 		Retention:      time.Duration(d.num(aRetentionS, false)) * time.Second,
+		Tier:           job.Tier(d.str(aTier, false)),
 		Owner:          d.str(AttrOwner, true),
 		IdempotencyKey: d.str(aIdemKey, true),
 		Type:           d.str(aType, true),

@@ -194,7 +194,7 @@ func createInput(table string, item map[string]types.AttributeValue, now time.Ti
 // leftByExpired are the attributes an expired job may hold that a new one
 // does not: a create removes whichever its own item lacks.
 func leftByExpired() []string {
-	return []string{aCompletedBy, aResult, aError, aCancellation, aWaiting, aExpiresAt, aRetentionS, aWriteToken, AttrOpenShard,
+	return []string{aCompletedBy, aResult, aError, aCancellation, aWaiting, aExpiresAt, aRetentionS, aTier, aWriteToken, AttrOpenShard,
 		aNotify, aOutbox, aDispatched, AttrNotifyShard}
 }
 

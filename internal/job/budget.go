@@ -52,6 +52,39 @@ type Price struct {
 	Version string
 	// Input and Output are per million tokens.
 	Input, Output Money
+	// Discount is how much less the provider charges for work that may
+	// wait. Only asynchronous providers run work at a tier; a synchronous
+	// one is configured without discounts.
+	Discount Discount
+}
+
+// Discount is, per completion window, how many percent less a provider
+// charges for work that may wait that long (OpenAI: 2h 30, 8h 40). A
+// struct, not a map, so that a Price (recorded on every spend) stays
+// comparable.
+type Discount struct{ Flex2h, Flex8h int }
+
+// Of is the discount for tier t, in percent.
+func (d Discount) Of(t Tier) int {
+	switch t {
+	case TierFlex2h:
+		return d.Flex2h
+	case TierFlex8h:
+		return d.Flex8h
+	}
+	return 0
+}
+
+// At is the price of work that may wait t: this price less its discount
+// for t, rounded up (never an under-count), its version naming the tier
+// ("2026-12@2h") so an attempt's spend says which price it paid.
+func (p Price) At(t Tier) Price {
+	d := p.Discount.Of(t)
+	if d <= 0 {
+		return Price{Version: p.Version, Input: p.Input, Output: p.Output}
+	}
+	less := func(m Money) Money { return Money((int64(m)*int64(100-d) + 99) / 100) }
+	return Price{Version: p.Version + "@" + string(t), Input: less(p.Input), Output: less(p.Output)}
 }
 
 // Cost is what in input and out output tokens cost, rounded up to the
@@ -100,6 +133,11 @@ func (b Budget) Validate() error {
 		if p.Version == "" || p.Input < 0 || p.Output < 0 {
 			return fmt.Errorf("budget: the price of %s needs a version and non-negative prices", name)
 		}
+		for _, d := range []int{p.Discount.Flex2h, p.Discount.Flex8h} {
+			if d < 0 || d > 99 {
+				return fmt.Errorf("budget: the price of %s: a tier's discount is 0 to 99 percent", name)
+			}
+		}
 	}
 	return nil
 }
@@ -136,14 +174,15 @@ func (p Price) WorstCase(b CostBasis) Money {
 	return p.Cost(InputBound(b.RequestBytes), b.MaxOutputTokens)
 }
 
-// WorstCase is the most one attempt of a job with basis b can cost on any
-// of providers that has a price; ok is false when none has one.
-func (b Budget) WorstCase(providers []string, basis CostBasis) (Money, bool) {
+// WorstCase is the most one attempt of a job with basis b that may wait t
+// can cost on any of providers that has a price; ok is false when none has
+// one.
+func (b Budget) WorstCase(providers []string, basis CostBasis, t Tier) (Money, bool) {
 	var most Money
 	ok := false
 	for _, p := range providers {
 		if price, priced := b.Prices[p]; priced {
-			most, ok = max(most, price.WorstCase(basis)), true
+			most, ok = max(most, price.At(t).WorstCase(basis)), true
 		}
 	}
 	return most, ok

@@ -69,20 +69,62 @@ func TestBudgetWorstCaseNeedsAPrice(t *testing.T) {
 	t.Parallel()
 	cheap := job.Price{Version: "v", Input: job.NanosPerUSD, Output: job.NanosPerUSD}
 	dear := job.Price{Version: "v", Input: 10 * job.NanosPerUSD, Output: 10 * job.NanosPerUSD}
-	b := job.Budget{Amount: job.NanosPerUSD, Period: time.Hour, Prices: map[string]job.Price{"a": cheap, "b": dear}}
+	// flex is the dearest now and the cheapest for work that waits 8h.
+	flex := job.Price{Version: "v", Input: 20 * job.NanosPerUSD, Output: 20 * job.NanosPerUSD, Discount: job.Discount{Flex2h: 30, Flex8h: 95}}
+	b := job.Budget{Amount: job.NanosPerUSD, Period: time.Hour, Prices: map[string]job.Price{"a": cheap, "b": dear, "flex": flex}}
 	basis := job.CostBasis{RequestBytes: 100, MaxOutputTokens: 100}
 	for _, c := range []struct {
 		providers []string
+		tier      job.Tier
 		want      job.Money
 		ok        bool
 	}{
-		{[]string{"a", "b"}, dear.WorstCase(basis), true},
-		{[]string{"a", "unpriced"}, cheap.WorstCase(basis), true},
-		{[]string{"unpriced"}, 0, false},
+		{[]string{"a", "b"}, job.TierNow, dear.WorstCase(basis), true},
+		{[]string{"a", "unpriced"}, job.TierNow, cheap.WorstCase(basis), true},
+		{[]string{"unpriced"}, job.TierNow, 0, false},
+		{[]string{"a", "flex"}, job.TierNow, flex.WorstCase(basis), true},
+		{[]string{"a", "flex"}, job.TierFlex2h, flex.At(job.TierFlex2h).WorstCase(basis), true},
+		// 95% off makes flex cheaper than a, which has no discount: a
+		// fallback to a would cost a's full price, so that is the worst.
+		{[]string{"a", "flex"}, job.TierFlex8h, cheap.WorstCase(basis), true},
 	} {
-		got, ok := b.WorstCase(c.providers, basis)
+		got, ok := b.WorstCase(c.providers, basis, c.tier)
 		if got != c.want || ok != c.ok {
-			t.Errorf("WorstCase(%v) = %d, %v; want %d, %v", c.providers, got, ok, c.want, c.ok)
+			t.Errorf("WorstCase(%v, %s) = %d, %v; want %d, %v", c.providers, c.tier, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestPriceAtTier(t *testing.T) {
+	t.Parallel()
+	p := job.Price{Version: "2026-12", Input: 1_250, Output: 10_000, Discount: job.Discount{Flex2h: 30, Flex8h: 40}}
+	for _, c := range []struct {
+		tier job.Tier
+		want job.Price
+	}{
+		{job.TierNow, job.Price{Version: "2026-12", Input: 1_250, Output: 10_000}},
+		{"", job.Price{Version: "2026-12", Input: 1_250, Output: 10_000}},
+		// 875 and 7000 exactly; 750 and 6000 exactly.
+		{job.TierFlex2h, job.Price{Version: "2026-12@2h", Input: 875, Output: 7_000}},
+		{job.TierFlex8h, job.Price{Version: "2026-12@8h", Input: 750, Output: 6_000}},
+	} {
+		if got := p.At(c.tier); got != c.want {
+			t.Errorf("At(%q) = %+v, want %+v", c.tier, got, c.want)
+		}
+	}
+	// Rounded up, never an under-count: 30% off 1 nano-dollar is 0.7, so 1.
+	if got := (job.Price{Version: "v", Input: 1, Discount: job.Discount{Flex2h: 30}}).At(job.TierFlex2h).Input; got != 1 {
+		t.Errorf("30%% off 1 is %d, want 1 (rounded up)", got)
+	}
+	// A price without discounts is the same price at every tier.
+	plain := job.Price{Version: "v", Input: 3, Output: 4}
+	if got := plain.At(job.TierFlex8h); got != plain {
+		t.Errorf("a price without discounts at 8h = %+v, want %+v", got, plain)
+	}
+	for _, d := range []job.Discount{{Flex2h: -1}, {Flex8h: 100}} {
+		b := job.Budget{Period: time.Hour, Prices: map[string]job.Price{"p": {Version: "v", Discount: d}}}
+		if b.Validate() == nil {
+			t.Errorf("discount %+v validated", d)
 		}
 	}
 }

@@ -90,6 +90,13 @@ func Fingerprint(jobType string, input json.RawMessage, providers []string) (str
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// fingerprintTier is fp of a request that also names tier.
+func fingerprintTier(fp string, tier Tier) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\ntier=%q", fp, tier)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // Canonical returns the canonical encoding of a JSON value: objects with keys
 // sorted, no insignificant whitespace, numbers as exact reduced fractions.
 func Canonical(raw json.RawMessage) ([]byte, error) {

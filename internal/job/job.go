@@ -58,6 +58,11 @@ type Job struct {
 	// never expires.
 	Retention time.Duration
 	ExpiresAt time.Time
+	// Tier is how long the job may wait for its answer, decided at create
+	// (the request's, within its type's MaxTier, else its type's); empty
+	// is TierNow. Its asynchronous attempts run in the provider's mode for
+	// it, and its budget prices them at the tier's price (Price.At).
+	Tier Tier
 	// Notify is set at create when the owner had a notification endpoint
 	// (NotifiesFor): only then do the writes that end or block the job
 	// record events in Outbox, in the same write, for the notifier.

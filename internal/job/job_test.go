@@ -97,6 +97,84 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
+// TestTierIsPartOfTheRequest: the tier a create names is the job's, and
+// the same key asking another tier is another request (409), while "now"
+// and naming none are one request, as they were before tiers existed.
+func TestTierIsPartOfTheRequest(t *testing.T) {
+	t.Parallel()
+	create := func(tier job.Tier) (job.Job, error) {
+		return job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{"a":1}`),
+			Providers: []string{"p1"}, Primary: "p1", Tier: tier}, t0)
+	}
+	none, err := create("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		tier    job.Tier
+		same    bool
+		stored  job.Tier
+		refused bool
+	}{
+		{job.TierNow, true, "", false},
+		{job.TierFlex2h, false, job.TierFlex2h, false},
+		{job.TierFlex8h, false, job.TierFlex8h, false},
+		{"24h", false, "", true},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.tier), func(t *testing.T) {
+			t.Parallel()
+			j, err := create(tc.tier)
+			var inv *job.InvalidError
+			if tc.refused {
+				if !errors.As(err, &inv) || inv.Field != "tier" {
+					t.Fatalf("tier %q: %v, want an invalid tier", tc.tier, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Tier != tc.stored {
+				t.Errorf("tier %q stored as %q, want %q", tc.tier, j.Tier, tc.stored)
+			}
+			if same := job.SameRequest(none, j) == nil; same != tc.same {
+				t.Errorf("tier %q the same request as none: %v, want %v", tc.tier, same, tc.same)
+			}
+		})
+	}
+	if !job.TierFlex2h.Within(job.TierFlex8h) || job.TierFlex8h.Within(job.TierFlex2h) || !job.TierNow.Within(job.TierNow) {
+		t.Error("Within does not order the tiers by how long they wait")
+	}
+}
+
+func TestChooseTier(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                        string
+		requested, byDefault, limit job.Tier
+		want                        job.Tier
+		refused                     bool
+	}{
+		{"TypesDefault", "", job.TierFlex2h, job.TierFlex8h, job.TierFlex2h, false},
+		{"NoneAnywhere", "", "", "", job.TierNow, false},
+		{"Sooner", job.TierNow, job.TierFlex2h, job.TierFlex2h, job.TierNow, false},
+		{"UpToTheLimit", job.TierFlex8h, job.TierNow, job.TierFlex8h, job.TierFlex8h, false},
+		{"BeyondTheLimit", job.TierFlex8h, job.TierNow, job.TierFlex2h, "", true},
+		{"TypeAllowsOnlyNow", job.TierFlex2h, "", "", "", true},
+		{"Unknown", "1d", job.TierNow, job.TierFlex8h, "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, reason := job.ChooseTier(tc.requested, tc.byDefault, tc.limit)
+			if got != tc.want || (reason != "") != tc.refused {
+				t.Fatalf("ChooseTier(%q, %q, %q) = %q, %q; want %q, refused %v", tc.requested, tc.byDefault, tc.limit, got, reason, tc.want, tc.refused)
+			}
+		})
+	}
+}
+
 func TestValidKey(t *testing.T) {
 	t.Parallel()
 	long := make([]byte, 256)

@@ -32,6 +32,33 @@ func (t Tier) Valid() bool {
 	return false
 }
 
+// Within reports whether a job that may wait t waits no longer than limit
+// allows (a job type's MaxTier).
+func (t Tier) Within(limit Tier) bool { return t.Window() <= limit.Window() }
+
+// ChooseTier decides how long a job may wait: the request's tier when it
+// names one, within what its type allows (limit, its MaxTier), else its
+// type's (byDefault). The reason says why a request's tier is refused.
+func ChooseTier(requested, byDefault, limit Tier) (Tier, string) {
+	switch {
+	case requested == "":
+		return byDefault.OrNow(), ""
+	case !requested.Valid():
+		return "", "must be one of now, 2h, 8h"
+	case !requested.Within(limit.OrNow()):
+		return "", "waits longer than this job type allows (" + string(limit.OrNow()) + ")"
+	}
+	return requested, ""
+}
+
+// OrNow is t, or TierNow for the empty tier (a job that named none).
+func (t Tier) OrNow() Tier {
+	if t == "" {
+		return TierNow
+	}
+	return t
+}
+
 // Window is how long the provider may take under the tier: 0 for TierNow
 // (its own processing time bounds it).
 func (t Tier) Window() time.Duration {

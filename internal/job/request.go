@@ -26,6 +26,9 @@ type Request struct {
 	Primary string
 	// Basis prices the job's attempts when its owner's spend is budgeted.
 	Basis CostBasis
+	// Tier is how long the job may wait (the request's or its type's,
+	// checked against the type by the caller); empty or TierNow: now.
+	Tier Tier
 }
 
 // Limits on a request, checked before anything is written.
@@ -131,6 +134,8 @@ func New(r Request, now time.Time) (Job, error) {
 		return Job{}, &InvalidError{Field: "retention", Reason: "must be between a day and a year"}
 	case !ValidName(r.Primary):
 		return Job{}, &InvalidError{Field: "primary", Reason: "must name the job type's primary provider"}
+	case r.Tier != "" && !r.Tier.Valid():
+		return Job{}, &InvalidError{Field: "tier", Reason: "must be one of now, 2h, 8h"}
 	}
 	if problems := checkProviders(r.Providers); len(problems) > 0 {
 		return Job{}, &InvalidError{Field: "providers", Reason: problems[0].Reason}
@@ -138,6 +143,16 @@ func New(r Request, now time.Time) (Job, error) {
 	fp, err := Fingerprint(r.Type, r.Input, r.Providers)
 	if err != nil {
 		return Job{}, &InvalidError{Field: "input", Reason: err.Error()}
+	}
+	tier := r.Tier
+	if tier == TierNow {
+		tier = "" // one spelling, so a replay naming "now" is the same request
+	}
+	if tier != "" {
+		// Part of the request: the same key asking another tier is a
+		// different request (409). A job that waits now keeps the
+		// fingerprint it had before tiers existed.
+		fp = fingerprintTier(fp, tier)
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, r.Input); err != nil {
@@ -157,6 +172,7 @@ func New(r Request, now time.Time) (Job, error) {
 		CreatedAt:      now,
 		UpdatedAt:      now,
 		Retention:      r.Retention,
+		Tier:           tier,
 	}, nil
 }
 

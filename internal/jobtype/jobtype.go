@@ -84,8 +84,11 @@ type spec struct {
 	Retention string `json:"retention,omitempty"`
 	// Tier is how long the type's jobs can wait for their answer (job.Tier:
 	// now, the default, or a completion window an asynchronous provider
-	// prices lower: 2h, 8h).
+	// prices lower: 2h, 8h) when a create names none.
 	Tier string `json:"tier,omitempty"`
+	// MaxTier is the longest a create may ask its job to wait (its
+	// "tier"); Tier when empty, so a create may only ask for sooner.
+	MaxTier string `json:"max_tier,omitempty"`
 }
 
 // Type is a compiled, validated job type. Immutable and safe for concurrent use.
@@ -142,6 +145,15 @@ func (t *Type) Tier() job.Tier {
 		return job.TierNow
 	}
 	return job.Tier(t.spec.Tier)
+}
+
+// MaxTier is the longest a create may ask the type's jobs to wait (Tier
+// unless the type allows longer).
+func (t *Type) MaxTier() job.Tier {
+	if t.spec.MaxTier == "" {
+		return t.Tier()
+	}
+	return job.Tier(t.spec.MaxTier)
 }
 
 // Temperature is the pinned sampling temperature.
@@ -328,6 +340,11 @@ func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 	}
 	if s.Tier != "" && !job.Tier(s.Tier).Valid() {
 		problem("tier %q must be one of now, 2h, 8h", s.Tier)
+	}
+	if s.MaxTier != "" && !job.Tier(s.MaxTier).Valid() {
+		problem("max_tier %q must be one of now, 2h, 8h", s.MaxTier)
+	} else if s.MaxTier != "" && !job.Tier(s.Tier).OrNow().Within(job.Tier(s.MaxTier)) {
+		problem("tier %q waits longer than max_tier %q", s.Tier, s.MaxTier)
 	}
 	t.retention = DefaultRetention
 	if s.Retention != "" {

@@ -123,8 +123,11 @@ func TestLoadPolicy(t *testing.T) {
 	if got := get(t, c, "demo-async").Tier(); got != job.TierNow {
 		t.Errorf("demo-async tier %s", got)
 	}
-	if got := get(t, c, "demo").Tier(); got != job.TierNow {
-		t.Errorf("demo's tier (none declared) %s", got)
+	if got := get(t, c, "demo-async").MaxTier(); got != job.TierFlex8h {
+		t.Errorf("demo-async max tier %s", got)
+	}
+	if got, most := get(t, c, "demo").Tier(), get(t, c, "demo").MaxTier(); got != job.TierNow || most != job.TierNow {
+		t.Errorf("demo's tier and max tier (none declared) %s, %s", got, most)
 	}
 	if c.Cases("nope") != nil {
 		t.Error("Cases(nope) is not nil")
@@ -373,6 +376,9 @@ func TestLoadRejectsInvalidTypes(t *testing.T) {
 		{"ZeroAttempts", set("max_attempts", 0), "max_attempts"},
 		{"HotTemperature", set("temperature", 1.5), "temperature"},
 		{"NoOutputTokens", set("max_output_tokens", 0), "max_output_tokens"},
+		{"UnknownTier", set("tier", "24h"), `tier "24h" must be one of`},
+		{"UnknownMaxTier", set("max_tier", "soon"), `max_tier "soon" must be one of`},
+		{"TierBeyondMaxTier", func(d map[string]any) map[string]any { d["tier"], d["max_tier"] = "8h", "2h"; return d }, `waits longer than max_tier`},
 		{"CaseInputNoLongerValid", set("input_schema", map[string]any{
 			"type": "object", "properties": map[string]any{"subject": map[string]any{"type": "string"}, "body": map[string]any{"type": "string"}, "lang": map[string]any{"type": "string"}},
 			"required": []any{"subject", "body", "lang"},

@@ -20,23 +20,12 @@ import (
 // work ended; the result is applied through the same compare-and-swap as a
 // live answer. A cancelled job's work is cancelled at its provider, once.
 
-// tiered is a job type that names how long its jobs may wait (job.Tier);
-// one that does not runs them now.
-type tiered interface{ Tier() job.Tier }
-
-func tierOf(jt JobType) job.Tier {
-	if t, ok := jt.(tiered); ok && t.Tier().Valid() {
-		return t.Tier()
-	}
-	return job.TierNow
-}
-
 // submit hands attempt a to its asynchronous provider and records the
 // work's id; work that ended at once is applied at once.
 func (w *Tasks) submit(ctx context.Context, j job.Job, jt JobType, a job.Attempt, p provider.Async, req provider.Request) (job.Job, error) {
 	callCtx, cancel := context.WithTimeout(ctx, min(w.cfg.CallTimeout, w.cfg.SettleTimeout))
 	defer cancel()
-	tier := tierOf(jt)
+	tier := j.Tier.OrNow()
 	start := w.now()
 	work, err := p.Submit(callCtx, req, string(tier))
 	latency := w.now().Sub(start)
@@ -234,7 +223,7 @@ func (w *Tasks) applyEvent(ctx context.Context, providerName string, work provid
 	if a.Remote == nil {
 		// The submit's answer was lost: the work carrying the attempt's
 		// key is its, found again.
-		if j, err = w.cfg.Engine.SubmittedOn(ctx, j, n, job.Remote{ID: work.ID, Status: work.Status, Tier: tierOf(jt), Found: true}, w.cfg.Poll); err != nil {
+		if j, err = w.cfg.Engine.SubmittedOn(ctx, j, n, job.Remote{ID: work.ID, Status: work.Status, Tier: j.Tier.OrNow(), Found: true}, w.cfg.Poll); err != nil {
 			return "", err
 		}
 		a, _ = j.Attempt(n)

@@ -140,6 +140,35 @@ func remoteOf(t *testing.T, j job.Job, n int) job.Remote {
 	return *a.Remote
 }
 
+// TestAsyncJobsRunInTheirTiersWindow: a job created to wait 2h or 8h is
+// submitted in that completion window, and its work records the tier; a
+// job of another owner that waits now is submitted without one.
+func TestAsyncJobsRunInTheirTiersWindow(t *testing.T) {
+	t.Parallel()
+	r := newAsyncRig(t)
+	for _, c := range []struct {
+		owner  string
+		tier   job.Tier
+		window string // what the provider saw
+	}{
+		{"owner-a", job.TierFlex2h, "2h"},
+		{"owner-b", job.TierNow, ""},
+		{"owner-c", job.TierFlex8h, "8h"},
+	} {
+		j, _, err := r.eng.Create(t.Context(), job.Request{Owner: c.owner, IdempotencyKey: "k", Type: "demo",
+			Input: json.RawMessage(`{"prompt":"hello"}`), Providers: []string{asyncName}, Primary: asyncName, Tier: c.tier})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.runUntilWait(t, j.ID)
+		rem := remoteOf(t, r.get(t, j.ID), 1)
+		got, ok := r.sim.Get(rem.ID)
+		if !ok || rem.Tier != c.tier || got.CompletionWindow != c.window {
+			t.Fatalf("%s's job (tier %s): work tier %q, submitted in window %q (found %v), want %q", c.owner, c.tier, rem.Tier, got.CompletionWindow, ok, c.window)
+		}
+	}
+}
+
 // TestAsyncJobsEndByWebhook: two owners' jobs are submitted, recorded with
 // their work's id and waited for (the hold waits until the first poll, no
 // run in between); after the provider worked 2 minutes each webhook ends

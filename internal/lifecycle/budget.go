@@ -31,7 +31,7 @@ func (e *Engine) Budget() job.Budget { return e.budget }
 // has a price (never priced at 0). already: the key was reserved before
 // (a replay of a job that holds it).
 func (e *Engine) reserveFirst(ctx context.Context, j *job.Job, basis job.CostBasis) (already bool, err error) {
-	worst, ok := e.budget.WorstCase(j.Providers, basis)
+	worst, ok := e.budget.WorstCase(j.Providers, basis, j.Tier.OrNow())
 	if !ok {
 		return false, &job.InvalidError{Field: "providers",
 			Reason: "none of these providers has a price, and this owner's spend is budgeted: a budgeted job runs only on priced providers"}
@@ -81,6 +81,7 @@ func (e *Engine) ReserveAttempt(ctx context.Context, j job.Job, n int, prov stri
 	if !ok {
 		return nil, ErrUnpriced
 	}
+	price = price.At(j.Tier.OrNow())
 	if n == 1 {
 		s := *j.Reservation
 		s.Price = price

@@ -741,7 +741,17 @@ export interface components {
              *     certification, whatever this list names first.
              */
             providers?: string[];
+            /**
+             * @description How long the job may wait for its answer: `now`, or a completion
+             *     window (`2h`, `8h`) an asynchronous provider runs and prices
+             *     lower. Defaults to the job type's tier; at most its `max_tier`
+             *     (a longer one is refused, 422 `validation-failed`). Part of the request:
+             *     the same key with another tier is 409 `idempotency-key-reused`.
+             */
+            tier?: components["schemas"]["Tier"];
         };
+        /** @enum {string} */
+        Tier: "now" | "2h" | "8h";
         ResolveRequest: {
             /** @enum {string} */
             outcome: "succeeded" | "failed" | "cancelled";
@@ -865,8 +875,7 @@ export interface components {
         RemoteWork: {
             id: string;
             status?: string;
-            /** @enum {string} */
-            tier: "now" | "2h" | "8h";
+            tier: components["schemas"]["Tier"];
             submitted_at: components["schemas"]["Timestamp"];
             heard_at: components["schemas"]["Timestamp"];
             next_poll_at: components["schemas"]["Timestamp"];
@@ -893,6 +902,13 @@ export interface components {
              */
             version: number;
             attempts: components["schemas"]["AttemptSummary"][];
+            /**
+             * @description How long the job may wait (its create's `tier`); absent: `now`.
+             *     Its asynchronous attempts run in that window, and a budget
+             *     prices them at the window's price (each attempt's
+             *     `spend.price_version` names it, as `<version>@2h`).
+             */
+            tier?: components["schemas"]["Tier"];
             usage?: components["schemas"]["JobUsage"];
             /** @description The winning attempt's result; present once the job succeeded. */
             result?: unknown;
@@ -1083,6 +1099,13 @@ export interface components {
              */
             version: number;
             attempts: components["schemas"]["AttemptSummary"][];
+            /**
+             * @description How long the job may wait (its create's `tier`); absent: `now`.
+             *     Its asynchronous attempts run in that window, and a budget
+             *     prices them at the window's price (each attempt's
+             *     `spend.price_version` names it, as `<version>@2h`).
+             */
+            tier?: components["schemas"]["Tier"];
             usage?: components["schemas"]["JobUsage"];
             /** @description The winning attempt's result; present once the job succeeded. */
             result?: unknown;

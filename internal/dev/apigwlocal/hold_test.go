@@ -34,6 +34,8 @@ func (demoType) CostBasis(json.RawMessage) (job.CostBasis, error) { return job.C
 func (demoType) Timeout() time.Duration                           { return 2 * time.Second }
 func (demoType) HedgeAfter() (time.Duration, bool)                { return 0, false }
 func (demoType) Retention() time.Duration                         { return job.DefaultRetention }
+func (demoType) Tier() job.Tier                                   { return job.TierNow }
+func (demoType) MaxTier() job.Tier                                { return job.TierNow }
 
 // watchedJobs is the engine, counting the job reads and, for creates,
 // holding each one until released.

@@ -69,6 +69,41 @@ var createTests = []test{
 		}
 		check("listed", page.Jobs[0])
 	}},
+	{"KeepsTheTier", func(t *testing.T, fresh func(*testing.T) Store) {
+		// How long a job may wait is decided at create and kept by every
+		// read, write, replay and listing; a job that waits now has none.
+		st := fresh(t)
+		r := request("a", "k", `{"prompt":"x"}`)
+		r.Tier = job.TierFlex8h
+		j := create(t, st, newJob(t, r, at(0)))
+		plain := create(t, st, newJob(t, request("a", "k2", `{"prompt":"x"}`), at(0)))
+		check := func(what string, got job.Job, want job.Tier) {
+			t.Helper()
+			if got.Tier != want {
+				t.Fatalf("%s: tier %q, want %q", what, got.Tier, want)
+			}
+		}
+		check("created", j, job.TierFlex8h)
+		check("read", get(t, st, j.ID), job.TierFlex8h)
+		check("read the job that waits now", get(t, st, plain.ID), "")
+		j = running(t, st, j, "sim-primary", at(1))
+		check("after a write", get(t, st, j.ID), job.TierFlex8h)
+		if _, replayed, err := st.Create(context.Background(), newJob(t, r, at(2))); err != nil || !replayed {
+			t.Fatalf("replay: replayed=%v err=%v", replayed, err)
+		}
+		check("after a replay", get(t, st, j.ID), job.TierFlex8h)
+		page, err := st.List(context.Background(), lifecycle.ListQuery{Owner: "a"})
+		if err != nil || len(page.Jobs) != 2 {
+			t.Fatalf("list: %v err=%v", ids(page.Jobs), err)
+		}
+		for _, got := range page.Jobs {
+			want := job.Tier("")
+			if got.ID == j.ID {
+				want = job.TierFlex8h
+			}
+			check("listed", got, want)
+		}
+	}},
 	{"ReplaysTheSameRequest", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		first := createAt(t, st, "a", "k", at(0))
