@@ -172,6 +172,7 @@ test("a hedged job: two lanes, the hedge badged, the winner highlighted, the los
   assert.ok(hedge.left + hedge.width < primary.left + primary.width, "the hedge finished first");
   assert.equal(await page.getAttribute('#lanes li[data-winner="true"]', "data-attempt"), "2");
   assert.match(await page.textContent('#job-fields [data-field="completed by"]'), /attempt 2 \(sim-fallback\)/);
+  assert.equal(await page.textContent('#job-fields [data-field="tier"]'), "now", "a job that names no tier waits now");
   assert.match(await page.textContent('#attempts tr[data-attempt="1"]'), /lost_race/);
   // Over, so no longer listed as open.
   await page.locator(`#open tr[data-job-id="${job.id}"]`).waitFor({ state: "detached" });

@@ -26,7 +26,7 @@
  * @typedef {{input_tokens?: number, output_tokens?: number, latency_ms?: number, attempts?: number}} JobUsage
  * @typedef {{id: string, type: string, status: string, input?: unknown, providers?: string[], created_at: string,
  *   updated_at?: string, version?: number, attempts?: Attempt[], result?: unknown, completed_by?: number,
- *   error?: Failure, usage?: JobUsage, owner?: string, waiting?: Waiting}} Job
+ *   error?: Failure, usage?: JobUsage, owner?: string, waiting?: Waiting, tier?: string}} Job
  * @typedef {{reason: string, since?: string, until?: string, attempt?: number, provider?: string, detail?: string}} Waiting
  * @typedef {{state: string, by: string, reason: string, at: string}} Forced
  * @typedef {{name: string, state: string, breaker_state?: string, since?: string, reason?: string, open_until?: string,
@@ -1328,6 +1328,8 @@ export function boot(doc, win) {
       ["updated", dateTime(job.updated_at)],
       ["version", String(job.version ?? "–")],
       ["providers", (job.providers ?? []).join(" → ") || "–"],
+      // How long the job may wait (absent: now); a window is priced lower.
+      ["tier", job.tier ?? "now"],
     ];
     if (job.completed_by) {
       fields.push(["completed by", `attempt ${job.completed_by}${winner ? ` (${winner.provider})` : ""}`]);
