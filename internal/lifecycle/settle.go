@@ -73,6 +73,15 @@ func (w *Tasks) settle(ctx context.Context, j job.Job, jt JobType, a job.Attempt
 			if s.Err != nil {
 				refusal = settledRefusal(provider.Classify(s.Err))
 			}
+			if s.WorkID != "" && a.Remote == nil {
+				// A lost submit's work, found still running: recorded as
+				// the submit's answer would have been, so that it is asked
+				// about by id (polls) and its end applied as any work's.
+				if j, err = w.cfg.Engine.SubmittedOn(ctx, j, a.Number,
+					job.Remote{ID: s.WorkID, Status: s.WorkStatus, Tier: j.Tier.OrNow(), Found: true}, w.cfg.Poll); err != nil {
+					return j, false, err
+				}
+			}
 		}
 	}
 	v := job.ReadEvidence(a, ev, detail, refusal, sp, w.now())

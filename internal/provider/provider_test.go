@@ -318,7 +318,18 @@ func TestConfigValidate(t *testing.T) {
 		{"OpenAIFieldOnAnthropic", `{"providers":[{"name":"a","kind":"anthropic","max_tokens_field":"max_tokens"}]}`, "max_tokens_field applies to kind openai only"},
 		{"WindowOnWebhook", `{"providers":[{"name":"a","kind":"webhook","context_window":8000}]}`, "context_window applies to kind openai, openai-background, anthropic, bedrock only"},
 		{"BackgroundWithoutWebhookSecret", `{"providers":[{"name":"a","kind":"openai-background","model":"gpt-5"}]}`, "webhook_secret_ref is required for kind openai-background"},
-		{"WebhookSecretOnOpenAI", `{"providers":[{"name":"a","kind":"openai","webhook_secret_ref":"W"}]}`, "webhook_secret_ref applies to kind openai-background only"},
+		{"WebhookSecretOnOpenAI", `{"providers":[{"name":"a","kind":"openai","webhook_secret_ref":"W"}]}`, "webhook_secret_ref applies to kind openai-background, webhook-async only"},
+		{"WebhookAsync", `{"providers":[{"name":"hook","kind":"webhook-async","base_url":"https://r.example/work","callback_url":"https://api.example/v1/provider-events/hook","webhook_secret_ref":"W","key_retention":"24h","max_request_bytes":65536}]}`, ""},
+		{"WebhookAsyncLoopbackCallback", `{"providers":[{"name":"hook","kind":"webhook-async","callback_url":"http://127.0.0.1:8080/v1/provider-events/hook","webhook_secret_ref":"W"}]}`, ""},
+		{"WebhookAsyncWithoutCallback", `{"providers":[{"name":"hook","kind":"webhook-async","webhook_secret_ref":"W"}]}`, "callback_url is required for kind webhook-async"},
+		{"WebhookAsyncWithoutWebhookSecret", `{"providers":[{"name":"hook","kind":"webhook-async","callback_url":"https://api.example/v1/provider-events/hook"}]}`, "webhook_secret_ref is required for kind webhook-async"},
+		{"CallbackOnWebhook", `{"providers":[{"name":"hook","kind":"webhook","callback_url":"https://api.example/v1/provider-events/hook"}]}`, "callback_url applies to kind webhook-async only"},
+		{"CallbackOnBackground", `{"providers":[{"name":"hook","kind":"openai-background","webhook_secret_ref":"W","callback_url":"https://api.example/v1/provider-events/hook"}]}`, "callback_url applies to kind webhook-async only"},
+		{"CallbackRemoteHTTP", `{"providers":[{"name":"hook","kind":"webhook-async","callback_url":"http://api.example/v1/provider-events/hook","webhook_secret_ref":"W"}]}`, "must use https unless the host is loopback"},
+		{"CallbackOtherProvidersRoute", `{"providers":[{"name":"hook","kind":"webhook-async","callback_url":"https://api.example/v1/provider-events/other","webhook_secret_ref":"W"}]}`, "must end in /v1/provider-events/hook"},
+		{"CallbackWithQuery", `{"providers":[{"name":"hook","kind":"webhook-async","callback_url":"https://api.example/v1/provider-events/hook?t=1","webhook_secret_ref":"W"}]}`, "must not have a query"},
+		{"CallbackRelative", `{"providers":[{"name":"hook","kind":"webhook-async","callback_url":"/v1/provider-events/hook","webhook_secret_ref":"W"}]}`, "must be an absolute http(s) URL"},
+		{"LookupOnWebhookAsync", `{"providers":[{"name":"hook","kind":"webhook-async","callback_url":"https://api.example/v1/provider-events/hook","webhook_secret_ref":"W","lookup":true}]}`, "lookup applies to kind openai, webhook only"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

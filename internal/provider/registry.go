@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -23,6 +24,10 @@ const (
 	// KindOpenAIBackground runs attempts asynchronously on OpenAI's
 	// Responses API in background mode (provider.Async).
 	KindOpenAIBackground = "openai-background"
+	// KindWebhookAsync runs attempts asynchronously on a receiver keeping
+	// the asynchronous webhook provider contract
+	// (docs/webhook-provider-contract.md; provider.Async).
+	KindWebhookAsync = "webhook-async"
 )
 
 var (
@@ -42,10 +47,10 @@ type ProviderConfig struct {
 	// Name is what job types list, e.g. "openai-primary".
 	Name string `json:"name"`
 	// Kind selects the adapter: openai, anthropic, bedrock, webhook,
-	// openai-background.
+	// openai-background, webhook-async.
 	Kind string `json:"kind"`
-	// BaseURL is the API base (openai, anthropic), the endpoint URL (webhook)
-	// or an endpoint override (bedrock).
+	// BaseURL is the API base (openai, anthropic), the endpoint URL (webhook,
+	// webhook-async) or an endpoint override (bedrock).
 	BaseURL string `json:"base_url,omitempty"`
 	// Model is the model id (openai, anthropic, bedrock).
 	Model string `json:"model,omitempty"`
@@ -124,15 +129,21 @@ type ProviderConfig struct {
 	// Idempotency-Lookup: only, which never executes), and the reconciler
 	// asks only that way.
 	Lookup bool `json:"lookup,omitempty"`
-	// KeyRetention (webhook) is how long the receiver remembers an
-	// Idempotency-Key after its first answer ("24h"); default and minimum:
-	// the contract's, max_processing_time. An executing re-send happens
-	// only while the first send is certainly within it.
+	// KeyRetention (webhook, webhook-async) is how long the receiver
+	// remembers an Idempotency-Key after its first answer ("24h"); default
+	// and minimum: the contract's, max_processing_time. An executing
+	// re-send happens only while the first send is certainly within it.
 	KeyRetention string `json:"key_retention,omitempty"`
-	// WebhookSecretRef (openai-background, required) names the secret the
-	// provider signs its webhooks to onejob with ("whsec_…", as OpenAI
-	// shows it for the endpoint), resolved as CredentialRef is.
+	// WebhookSecretRef (openai-background, webhook-async; required) names
+	// the secret the provider signs its webhooks to onejob with ("whsec_…",
+	// as OpenAI shows it for the endpoint, or as onejob's operator gave it
+	// to a webhook-async receiver), resolved as CredentialRef is.
 	WebhookSecretRef string `json:"webhook_secret_ref,omitempty"`
+	// CallbackURL (webhook-async, required) is where the receiver posts
+	// its signed work.ended events: the deployment's public
+	// https://…/v1/provider-events/<name> (http only on a loopback host).
+	// It is sent with every submit.
+	CallbackURL string `json:"callback_url,omitempty"`
 
 	// webhookSecret is WebhookSecretRef's value, resolved by NewRegistry.
 	webhookSecret Secret
@@ -247,14 +258,22 @@ func (p ProviderConfig) kindProblems(where string) []string {
 	only("max_tokens_field", p.MaxTokensField != "", KindOpenAI)
 	only("reasoning", p.Reasoning != nil, KindOpenAI, KindOpenAIBackground)
 	only("encoding", p.Encoding != "", KindOpenAI)
-	only("max_request_bytes", p.MaxRequestBytes != 0, KindWebhook)
+	only("max_request_bytes", p.MaxRequestBytes != 0, KindWebhook, KindWebhookAsync)
 	only("context_window", p.ContextWindow != 0, KindOpenAI, KindOpenAIBackground, KindAnthropic, KindBedrock)
 	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindOpenAIBackground, KindAnthropic, KindBedrock)
 	only("lookup", p.Lookup, KindOpenAI, KindWebhook)
-	only("key_retention", p.KeyRetention != "", KindWebhook)
-	only("webhook_secret_ref", p.WebhookSecretRef != "", KindOpenAIBackground)
-	if p.Kind == KindOpenAIBackground && p.WebhookSecretRef == "" {
-		problems = append(problems, where+": webhook_secret_ref is required for kind "+KindOpenAIBackground)
+	only("key_retention", p.KeyRetention != "", KindWebhook, KindWebhookAsync)
+	only("webhook_secret_ref", p.WebhookSecretRef != "", KindOpenAIBackground, KindWebhookAsync)
+	only("callback_url", p.CallbackURL != "", KindWebhookAsync)
+	if (p.Kind == KindOpenAIBackground || p.Kind == KindWebhookAsync) && p.WebhookSecretRef == "" {
+		problems = append(problems, where+": webhook_secret_ref is required for kind "+p.Kind)
+	}
+	if p.Kind == KindWebhookAsync {
+		if p.CallbackURL == "" {
+			problems = append(problems, where+": callback_url is required for kind "+KindWebhookAsync)
+		} else if err := ValidateCallbackURL(p.CallbackURL, p.Name); err != nil {
+			problems = append(problems, where+": "+err.Error())
+		}
 	}
 	if _, err := p.KeyRetentionOf(); err != nil {
 		problems = append(problems, where+": "+err.Error())
@@ -283,6 +302,44 @@ func ValidateBaseURL(raw string) error {
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("base_url %q must not have a query or fragment", u.Redacted())
+	}
+	return nil
+}
+
+// LoopbackHost reports whether host names this machine (localhost or a
+// loopback address): the only host a provider or a callback may be reached
+// at over plain http (simulators, sidecars, a local stack).
+func LoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// CallbackPath is the route a provider's webhooks reach onejob at, before
+// the provider's name (apigw's POST /v1/provider-events/{provider}).
+const CallbackPath = "/v1/provider-events/"
+
+// ValidateCallbackURL accepts the URL a webhook-async receiver posts
+// provider name's events to: absolute, https (http on a loopback host),
+// without query, fragment or credentials, its path ending in
+// /v1/provider-events/<name> — a callback to another provider's route
+// would be refused there as forged, and the work heard of only by polls.
+func ValidateCallbackURL(raw, name string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("callback_url: %w", err)
+	}
+	switch {
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("callback_url %q must be an absolute http(s) URL", u.Redacted())
+	case u.Scheme != "https" && !LoopbackHost(u.Hostname()):
+		return fmt.Errorf("callback_url %q must use https unless the host is loopback", u.Redacted())
+	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return fmt.Errorf("callback_url %q must not have a query, fragment or credentials", u.Redacted())
+	case !strings.HasSuffix(u.Path, CallbackPath+name):
+		return fmt.Errorf("callback_url %q must end in %s%s, this provider's route", u.Redacted(), CallbackPath, name)
 	}
 	return nil
 }

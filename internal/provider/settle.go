@@ -74,6 +74,11 @@ type Settlement struct {
 	// completion has metadata onejob_attempt=job_x/1". Bounded (Excerpt),
 	// never a credential.
 	Detail string
+	// WorkID and WorkStatus, for EvidenceInProgress from an asynchronous
+	// provider: the work found under the attempt's key. onejob records it
+	// on the attempt (found) and asks about it by id from then on, as
+	// about work whose submit was answered.
+	WorkID, WorkStatus string
 }
 
 // Settler is implemented by adapters whose provider can be asked about an

@@ -85,6 +85,16 @@ func Factories(opts Options) map[string]provider.Factory {
 				Lookup: pc.Lookup, KeyRetention: retention,
 			})
 		},
+		provider.KindWebhookAsync: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
+			retention, err := pc.KeyRetentionOf()
+			if err != nil {
+				return nil, err
+			}
+			return webhook.NewAsync(webhook.AsyncConfig{
+				Name: pc.Name, URL: pc.BaseURL, CallbackURL: pc.CallbackURL, Token: cred, WebhookSecret: pc.WebhookSecret(),
+				HTTPClient: opts.HTTPClient, Logger: opts.Logger, Now: opts.Now, KeyRetention: retention,
+			})
+		},
 	}
 }
 

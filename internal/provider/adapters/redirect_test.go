@@ -16,6 +16,12 @@ import (
 	"github.com/onejob/onejob/internal/provider/adapters"
 )
 
+// whsecRef names a webhook signing secret, whsecValue.
+const (
+	whsecRef   = "WHSEC"
+	whsecValue = "whsec_RdvaYFYUXuIFuEbvZHwMfYFhUf7aMYjYcmM24+Aj40c="
+)
+
 // TestRedirectsAreRefused: a provider that answers with a redirect never
 // gets it followed — following it would send the credential (Anthropic's
 // x-api-key survives a cross-host redirect; Go strips only Authorization)
@@ -36,11 +42,15 @@ func TestRedirectsAreRefused(t *testing.T) {
 	// Another spelling of the loopback host, as a different host would be.
 	target := strings.Replace(other.URL, "127.0.0.1", "localhost", 1) + "/steal"
 
+	// An asynchronous kind is asked through Submit, the call that carries
+	// the prompt and the credential.
 	kinds := []struct{ name, config string }{
 		{"openai", `{"name":"p","kind":"openai","base_url":"%s/v1","model":"gpt-x","credential_ref":"KEY"}`},
 		{"anthropic", `{"name":"p","kind":"anthropic","base_url":"%s","model":"claude-x","credential_ref":"KEY"}`},
 		{"bedrock", `{"name":"p","kind":"bedrock","base_url":"%s","model":"anthropic.claude-x","region":"eu-west-1"}`},
 		{"webhook", `{"name":"p","kind":"webhook","base_url":"%s/run","credential_ref":"KEY"}`},
+		{"webhook-async", `{"name":"p","kind":"webhook-async","base_url":"%s/work","credential_ref":"KEY",` +
+			`"callback_url":"https://api.example/v1/provider-events/p","webhook_secret_ref":"` + whsecRef + `"}`},
 	}
 	clients := []struct {
 		name   string
@@ -68,13 +78,22 @@ func TestRedirectsAreRefused(t *testing.T) {
 						t.Fatal(err)
 					}
 					reg, err := adapters.NewRegistry(t.Context(), cfg,
-						provider.EnvSecrets{Lookup: func(string) (string, bool) { return secretValue, true }},
+						provider.EnvSecrets{Lookup: func(ref string) (string, bool) {
+							if ref == whsecRef {
+								return whsecValue, true
+							}
+							return secretValue, true
+						}},
 						adapters.Options{HTTPClient: c.client(), AWSCredentials: credentials.NewStaticCredentialsProvider("AKID", secretValue, "")})
 					if err != nil {
 						t.Fatal(err)
 					}
 					p, _ := reg.Get("p")
-					_, err = p.Call(t.Context(), callRequest())
+					if ap, ok := p.(provider.Async); ok {
+						_, err = ap.Submit(t.Context(), callRequest(), "now")
+					} else {
+						_, err = p.Call(t.Context(), callRequest())
+					}
 					var ce *provider.CallError
 					if !errors.As(err, &ce) || ce.Class != provider.ClassNonRetryable || !strings.Contains(ce.Error(), "provider redirected") {
 						t.Fatalf("call answered %d: %v, want a non-retryable CallError saying provider redirected", status, err)

@@ -86,7 +86,7 @@ func (a *Async) Event(header http.Header, body []byte, now time.Time) (string, e
 		return "", err
 	}
 	if _, ok := e.ResponseStatus(); !ok {
-		return "", &provider.EventError{Fault: "ignored", Err: fmt.Errorf("event type %q is about no response's end", e.Type)}
+		return "", &provider.EventError{Fault: provider.FaultIgnored, Err: fmt.Errorf("event type %q is about no response's end", e.Type)}
 	}
 	return e.Data.ID, nil
 }

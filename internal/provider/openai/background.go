@@ -562,10 +562,9 @@ func (b *Background) log(ctx context.Context, op string, req provider.Request, e
 }
 
 // WebhookTolerance is how far a webhook's timestamp may be from the
-// receiver's clock, either way: the Standard Webhooks reference libraries'
-// and OpenAI's SDKs' 5 minutes (openai-python: "default: 300 = 5
-// minutes").
-const WebhookTolerance = webhooks.DefaultTolerance
+// receiver's clock, either way (provider.EventTolerance: openai-python's
+// "default: 300 = 5 minutes").
+const WebhookTolerance = provider.EventTolerance
 
 // WebhookEvent is a verified webhook delivery's event
 // (components.schemas.WebhookResponseCompleted and siblings): {"id":
@@ -599,18 +598,14 @@ func (e WebhookEvent) ResponseStatus() (ResponseStatus, bool) {
 	return ResponseStatus(s), true
 }
 
-// WebhookFault says why a delivery was refused.
+// WebhookFault says why a delivery was refused (provider.VerifySigned's
+// faults).
 type WebhookFault string
 
 const (
-	// WebhookForged: headers missing, a timestamp that is no number, or no
-	// signature that matches the body under the secret.
-	WebhookForged WebhookFault = "forged"
-	// WebhookStale: signed, but its timestamp is more than
-	// WebhookTolerance from now (a replay, or a clock far off).
-	WebhookStale WebhookFault = "stale"
-	// WebhookMalformed: signed and fresh, but not an event.
-	WebhookMalformed WebhookFault = "malformed"
+	WebhookForged    WebhookFault = provider.FaultForged
+	WebhookStale     WebhookFault = provider.FaultStale
+	WebhookMalformed WebhookFault = provider.FaultMalformed
 )
 
 // WebhookError is VerifyWebhook's refusal of a delivery; Err is the cause
@@ -634,18 +629,12 @@ func (e *WebhookError) Unwrap() error { return e.Err }
 // bytes received. A refused delivery is a *WebhookError; a secret that is
 // no whsec_ secret is ErrInvalidConfig.
 func VerifyWebhook(secret string, header http.Header, body []byte, now time.Time) (WebhookEvent, error) {
-	v, err := webhooks.NewVerifier(secret)
-	if err != nil {
-		return WebhookEvent{}, fmt.Errorf("%w: webhook secret: %w", ErrInvalidConfig, err)
-	}
-	v.NowFunc = func() time.Time { return now }
-	v.Tolerance = WebhookTolerance
-	if err := v.Verify(header, body); err != nil {
-		fault := WebhookForged
-		if errors.Is(err, webhooks.ErrTooOld) || errors.Is(err, webhooks.ErrTooNew) {
-			fault = WebhookStale
+	if err := provider.VerifySigned(secret, header, body, now); err != nil {
+		var ee *provider.EventError
+		if errors.As(err, &ee) {
+			return WebhookEvent{}, &WebhookError{Fault: WebhookFault(ee.Fault), Err: ee.Err}
 		}
-		return WebhookEvent{}, &WebhookError{Fault: fault, Err: err}
+		return WebhookEvent{}, fmt.Errorf("%w: webhook secret: %w", ErrInvalidConfig, err)
 	}
 	var e WebhookEvent
 	if err := json.Unmarshal(body, &e); err != nil {

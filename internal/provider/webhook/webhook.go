@@ -21,6 +21,10 @@
 // when the provider declares it, or else sends the same request again,
 // under the same key, which the reconciler does only inside the provider's
 // key retention.
+//
+// Kind webhook-async (Async, async.go) runs the same contract as
+// provider.Async work: a submit answered 202 with the work's id, read and
+// cancelled by id, announced by a signed callback.
 package webhook
 
 import (
@@ -29,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -79,21 +82,13 @@ func (c Config) validate() error {
 	}
 	if err := provider.ValidateBaseURL(c.URL); err != nil {
 		problems = append(problems, err.Error())
-	} else if u, _ := url.Parse(c.URL); u.Scheme != "https" && !isLoopback(u.Hostname()) {
+	} else if u, _ := url.Parse(c.URL); u.Scheme != "https" && !provider.LoopbackHost(u.Hostname()) {
 		problems = append(problems, "url must use https unless the host is loopback")
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(problems, "; "))
 	}
 	return nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Adapter posts attempts to the webhook URL.
