@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/onejob/onejob/clients/go/webhooks"
@@ -160,15 +159,9 @@ type WebhookEventRecord struct {
 
 // Responses is the simulator. Safe for concurrent use.
 type Responses struct {
-	opts   ResponsesOptions
-	start  time.Time // NowFunc's time at the start, where Speed counts from
-	client *http.Client
-	ctx    context.Context // cancelled by Close: stops deliveries
-	stop   context.CancelFunc
-	flying sync.WaitGroup
+	hookCore // the clock, webhook deliveries, WaitFor; its mu guards the rest
+	opts     ResponsesOptions
 
-	mu      sync.Mutex
-	offset  time.Duration
 	seq     int
 	byID    map[string]*simResponse
 	order   []*simResponse
@@ -176,8 +169,6 @@ type Responses struct {
 	lose    int
 	drop    bool
 	creates int
-	closed  bool
-	changed chan struct{}
 }
 
 // simResponse is one created response.
@@ -213,19 +204,9 @@ func NewResponses(opts ResponsesOptions) (*Responses, error) {
 			return nil, errors.New("sim: responses: a webhook URL needs a whsec_ webhook secret")
 		}
 	}
-	if opts.NowFunc == nil {
-		opts.NowFunc = time.Now
-	}
-	client := opts.WebhookClient
-	if client == nil {
-		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	}
-	if opts.Speed < 1 {
-		opts.Speed = 1
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	return &Responses{opts: opts, client: client, ctx: ctx, stop: stop, start: opts.NowFunc(),
-		byID: map[string]*simResponse{}, changed: make(chan struct{})}, nil
+	s := &Responses{opts: opts, byID: map[string]*simResponse{}}
+	s.init(opts.NowFunc, opts.Speed, opts.WebhookClient)
+	return s, nil
 }
 
 // WebhookSecret is the secret the simulator signs its webhooks with (a
@@ -244,37 +225,11 @@ func (s *Responses) SetWebhookURL(url string) error {
 	return nil
 }
 
-// Close stops webhook deliveries in flight and waits for them.
-func (s *Responses) Close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.stop()
-	s.flying.Wait()
-}
-
-// Now is the simulator's clock.
-func (s *Responses) Now() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.now()
-}
-
-func (s *Responses) now() time.Time {
-	t := s.opts.NowFunc()
-	return s.start.Add(time.Duration(s.opts.Speed) * t.Sub(s.start)).Add(s.offset)
-}
-
-// signedAt is the time a webhook is signed with: the receiver's clock.
-func (s *Responses) signedAt() time.Time { return s.opts.NowFunc().Add(s.offset) }
-
 // Advance moves the simulator's clock by d and applies what became due:
 // queued responses start, those whose ProcessingTime has passed end (their
 // webhooks are posted in the background).
 func (s *Responses) Advance(d time.Duration) {
-	s.mu.Lock()
-	s.offset += d
-	s.mu.Unlock()
+	s.moveClock(d)
 	s.Step()
 }
 
@@ -443,25 +398,6 @@ func (s *Responses) Events() []WebhookEventRecord {
 	return out
 }
 
-// WaitFor returns once cond holds, checking it again after every change of
-// the simulator's state (a create, a status, a cancel, a delivery), or
-// ctx's error.
-func (s *Responses) WaitFor(ctx context.Context, cond func() bool) error {
-	for {
-		s.mu.Lock()
-		ch := s.changed
-		s.mu.Unlock()
-		if cond() {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
 // evict bounds what a long-running simulator keeps: once it holds twice
 // MaxCalls responses, it forgets the oldest ended ones beyond the last
 // MaxCalls (a retrieve of one then answers 404, as OpenAI's does once a
@@ -482,12 +418,6 @@ func (s *Responses) evict() {
 	}
 	s.order = kept
 	s.events = slices.Clone(latest(s.events))
-}
-
-// notify wakes WaitFor; s.mu is held.
-func (s *Responses) notify() {
-	close(s.changed)
-	s.changed = make(chan struct{})
 }
 
 func isEnded(status string) bool {
@@ -587,52 +517,18 @@ func (s *Responses) post(events []*WebhookEventRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ev := range events {
-		if s.closed {
-			ev.Deliveries = append(ev.Deliveries, WebhookDelivery{At: s.now(), Err: "simulator closed"})
-			continue
-		}
-		s.flying.Add(1)
-		go func() {
-			defer s.flying.Done()
-			s.deliver(s.ctx, ev)
-		}()
+		s.goDeliver(func(ctx context.Context) { s.deliver(ctx, ev) },
+			func(d WebhookDelivery) { ev.Deliveries = append(ev.Deliveries, d) })
 	}
 }
 
 // deliver posts one event, signed now, and records the delivery.
 func (s *Responses) deliver(ctx context.Context, ev *WebhookEventRecord) WebhookDelivery {
 	s.mu.Lock()
-	at, signed, url := s.now(), s.signedAt(), s.opts.WebhookURL
+	url := s.opts.WebhookURL
 	s.mu.Unlock()
-	d := WebhookDelivery{At: at}
-	header, err := webhooks.Headers([]string{s.opts.WebhookSecret}, ev.WebhookID, signed, ev.Body)
-	if err == nil {
-		d.Header = header
-		d.Status, err = s.send(ctx, url, header, ev.Body)
-	}
-	if err != nil {
-		d.Err = err.Error()
-	}
-	s.mu.Lock()
-	ev.Deliveries = append(ev.Deliveries, d)
-	s.notify()
-	s.mu.Unlock()
-	return d
-}
-
-func (s *Responses) send(ctx context.Context, url string, header http.Header, body []byte) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
-	if err != nil {
-		return 0, err
-	}
-	req.Header = header.Clone()
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode, nil
+	return s.hookCore.deliver(ctx, url, s.opts.WebhookSecret, ev.WebhookID, ev.Body,
+		func(d WebhookDelivery) { ev.Deliveries = append(ev.Deliveries, d) })
 }
 
 // Handler serves the three endpoints.

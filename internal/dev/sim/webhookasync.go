@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/onejob/onejob/clients/go/webhooks"
@@ -40,15 +39,9 @@ import (
 // the next Step, and ends once ProcessingTime has passed (or on Complete);
 // tests move the clock and wait for events, never for durations.
 type WebhookAsync struct {
-	opts   WebhookAsyncOptions
-	start  time.Time
-	client *http.Client
-	ctx    context.Context // cancelled by Close: stops callbacks
-	stop   context.CancelFunc
-	flying sync.WaitGroup
+	hookCore // the clock, callback deliveries, WaitFor; its mu guards the rest
+	opts     WebhookAsyncOptions
 
-	mu        sync.Mutex
-	offset    time.Duration
 	seq       int
 	byID      map[string]*asyncWork
 	byKey     map[string]*asyncWork
@@ -59,8 +52,6 @@ type WebhookAsync struct {
 	submits   int
 	lookups   int
 	refused   []string
-	closed    bool
-	changed   chan struct{}
 }
 
 // WebhookAsyncPath is the simulator's base path: a provider's base_url is
@@ -154,51 +145,14 @@ func NewWebhookAsync(opts WebhookAsyncOptions) (*WebhookAsync, error) {
 	if _, err := webhooks.DecodeSecret(opts.CallbackSecret); err != nil || !strings.HasPrefix(opts.CallbackSecret, webhooks.SecretPrefix) {
 		return nil, errors.New("sim: webhook-async: a whsec_ callback secret is required")
 	}
-	if opts.NowFunc == nil {
-		opts.NowFunc = time.Now
-	}
-	if opts.Speed < 1 {
-		opts.Speed = 1
-	}
-	client := opts.CallbackClient
-	if client == nil {
-		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(),
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	return &WebhookAsync{opts: opts, start: opts.NowFunc(), client: client, ctx: ctx, stop: stop,
-		byID: map[string]*asyncWork{}, byKey: map[string]*asyncWork{}, changed: make(chan struct{})}, nil
+	s := &WebhookAsync{opts: opts, byID: map[string]*asyncWork{}, byKey: map[string]*asyncWork{}}
+	s.init(opts.NowFunc, opts.Speed, opts.CallbackClient)
+	return s, nil
 }
-
-// Close stops callbacks in flight and waits for them.
-func (s *WebhookAsync) Close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.stop()
-	s.flying.Wait()
-}
-
-// Now is the simulator's clock.
-func (s *WebhookAsync) Now() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.now()
-}
-
-func (s *WebhookAsync) now() time.Time {
-	t := s.opts.NowFunc()
-	return s.start.Add(time.Duration(s.opts.Speed) * t.Sub(s.start)).Add(s.offset)
-}
-
-// signedAt is the time a callback is signed with: the receiver's clock.
-func (s *WebhookAsync) signedAt() time.Time { return s.opts.NowFunc().Add(s.offset) }
 
 // Advance moves the simulator's clock by d and applies what became due.
 func (s *WebhookAsync) Advance(d time.Duration) {
-	s.mu.Lock()
-	s.offset += d
-	s.mu.Unlock()
+	s.moveClock(d)
 	s.Step()
 }
 
@@ -367,30 +321,6 @@ func (s *WebhookAsync) Callbacks() []CallbackRecord {
 	return out
 }
 
-// WaitFor returns once cond holds, checking it after every change of the
-// simulator's state, or ctx's error.
-func (s *WebhookAsync) WaitFor(ctx context.Context, cond func() bool) error {
-	for {
-		s.mu.Lock()
-		ch := s.changed
-		s.mu.Unlock()
-		if cond() {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// notify wakes WaitFor; s.mu is held.
-func (s *WebhookAsync) notify() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
 func asyncEnded(status string) bool {
 	return status == "succeeded" || status == "failed" || status == "cancelled"
 }
@@ -462,52 +392,15 @@ func (s *WebhookAsync) post(cbs []*CallbackRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, cb := range cbs {
-		if s.closed {
-			cb.Deliveries = append(cb.Deliveries, WebhookDelivery{At: s.now(), Err: "simulator closed"})
-			continue
-		}
-		s.flying.Add(1)
-		go func() {
-			defer s.flying.Done()
-			s.deliver(s.ctx, cb)
-		}()
+		s.goDeliver(func(ctx context.Context) { s.deliver(ctx, cb) },
+			func(d WebhookDelivery) { cb.Deliveries = append(cb.Deliveries, d) })
 	}
 }
 
 // deliver posts one callback, signed now, and records the delivery.
 func (s *WebhookAsync) deliver(ctx context.Context, cb *CallbackRecord) WebhookDelivery {
-	s.mu.Lock()
-	at, signed := s.now(), s.signedAt()
-	s.mu.Unlock()
-	d := WebhookDelivery{At: at}
-	header, err := webhooks.Headers([]string{s.opts.CallbackSecret}, cb.WebhookID, signed, cb.Body)
-	if err == nil {
-		d.Header = header
-		d.Status, err = s.send(ctx, cb.URL, header, cb.Body)
-	}
-	if err != nil {
-		d.Err = err.Error()
-	}
-	s.mu.Lock()
-	cb.Deliveries = append(cb.Deliveries, d)
-	s.notify()
-	s.mu.Unlock()
-	return d
-}
-
-func (s *WebhookAsync) send(ctx context.Context, url string, header http.Header, body []byte) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header = header.Clone()
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode, nil
+	return s.hookCore.deliver(ctx, cb.URL, s.opts.CallbackSecret, cb.WebhookID, cb.Body,
+		func(d WebhookDelivery) { cb.Deliveries = append(cb.Deliveries, d) })
 }
 
 // Handler serves the three endpoints.
