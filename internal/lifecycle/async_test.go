@@ -35,12 +35,15 @@ const (
 	providerWork = 2 * time.Minute
 )
 
-// asyncRig is a rig whose tasks also reach an asynchronous provider.
-type asyncRig struct {
+// asyncTasks is a rig whose tasks also reach one asynchronous provider
+// (name), its webhooks posted to an inbound route that hands them to
+// Tasks.ProviderEvent: what both asynchronous kinds' tests share.
+type asyncTasks struct {
 	*rig
-	sim    *sim.Responses
-	tasks  *lifecycle.Tasks
-	hooked chan eventAnswer // what the inbound route answered, per delivery
+	name    string
+	tasks   *lifecycle.Tasks
+	hooked  chan eventAnswer // what the inbound route answered, per delivery
+	inbound string           // the inbound route's base URL
 }
 
 type eventAnswer struct {
@@ -48,34 +51,110 @@ type eventAnswer struct {
 	err     error
 }
 
-// withAsync adds the simulator's provider beside the rig's fakes.
+// withAsync adds the asynchronous provider beside the rig's fakes.
 type withAsync struct {
 	providers
+	name  string
 	async provider.Provider
 }
 
 func (p withAsync) Get(name string) (provider.Provider, bool) {
-	if name == asyncName {
+	if name == p.name {
 		return p.async, true
 	}
 	return p.providers.Get(name)
 }
 
-func newAsyncRig(t *testing.T) *asyncRig {
+// newAsyncTasks serves the inbound route (POST
+// /v1/provider-events/{provider}); start makes the tasks once the
+// provider is built.
+func newAsyncTasks(t *testing.T, name string) *asyncTasks {
 	t.Helper()
-	r := &asyncRig{rig: newRig(t), hooked: make(chan eventAnswer, 16)}
+	r := &asyncTasks{rig: newRig(t), name: name, hooked: make(chan eventAnswer, 16)}
 	inbound := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
-		outcome, err := r.tasks.ProviderEvent(req.Context(), asyncName, req.Header, body)
+		outcome, err := r.tasks.ProviderEvent(req.Context(), strings.TrimPrefix(req.URL.Path, provider.CallbackPath), req.Header, body)
 		r.hooked <- eventAnswer{outcome, err}
 		if err != nil {
 			w.WriteHeader(http.StatusBadRequest)
 		}
 	}))
 	t.Cleanup(inbound.Close)
+	r.inbound = inbound.URL
+	return r
+}
+
+// callbackURL is where the provider's webhooks reach the inbound route.
+func (r *asyncTasks) callbackURL() string { return r.inbound + provider.CallbackPath + r.name }
+
+func (r *asyncTasks) start(t *testing.T, p provider.Provider) {
+	t.Helper()
+	cat, _ := catalog()
+	var err error
+	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
+		Providers: withAsync{r.prov, r.name, p}, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval,
+		OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createFor makes a demo job of owner on the asynchronous provider alone.
+func (r *asyncTasks) createFor(t *testing.T, owner string) job.Job {
+	t.Helper()
+	j, _, err := r.eng.Create(t.Context(), job.Request{Owner: owner, IdempotencyKey: "k-" + owner,
+		Type: "demo", Input: json.RawMessage(`{"prompt":"hello from ` + owner + `"}`), Providers: []string{r.name}, Primary: r.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// runUntilWait runs the job once and expects it to wait on its open
+// attempt (the state machine's WaitOpen).
+func (r *asyncTasks) runUntilWait(t *testing.T, id string) {
+	t.Helper()
+	_, err := r.tasks.Run(t.Context(), r.runInput(t, id))
+	var te *lifecycle.TaskError
+	if !errors.As(err, &te) || te.Name != string(job.SignalWaitOpen) {
+		t.Fatalf("run = %v, want %s", err, job.SignalWaitOpen)
+	}
+}
+
+// runToEnd runs the job once and expects it ended with want.
+func (r *asyncTasks) runToEnd(t *testing.T, id string, want job.Status) {
+	t.Helper()
+	res, err := r.tasks.Run(t.Context(), r.runInput(t, id))
+	if err != nil || res.Status != want {
+		t.Fatalf("run = %+v, %v; want %s", res, err, want)
+	}
+}
+
+// event waits for the inbound route's answer to the next delivery.
+func (r *asyncTasks) event(t *testing.T) eventAnswer {
+	t.Helper()
+	select {
+	case a := <-r.hooked:
+		return a
+	case <-t.Context().Done():
+		t.Fatal("no webhook reached the inbound route")
+	}
+	return eventAnswer{}
+}
+
+// asyncRig runs attempts on the Responses simulator (OpenAI's background
+// mode).
+type asyncRig struct {
+	*asyncTasks
+	sim *sim.Responses
+}
+
+func newAsyncRig(t *testing.T) *asyncRig {
+	t.Helper()
+	r := &asyncRig{asyncTasks: newAsyncTasks(t, asyncName)}
 	var err error
 	r.sim, err = sim.NewResponses(sim.ResponsesOptions{Oracle: sim.Fixed{GoodOutput: good(asyncName)}, APIKey: "sk-test",
-		ProcessingTime: providerWork, WebhookURL: inbound.URL, WebhookSecret: asyncSecret, NowFunc: r.clock.Now})
+		ProcessingTime: providerWork, WebhookURL: r.callbackURL(), WebhookSecret: asyncSecret, NowFunc: r.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,48 +166,8 @@ func newAsyncRig(t *testing.T) *asyncRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, _ := catalog()
-	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
-		Providers: withAsync{r.prov, a}, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval,
-		OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r.start(t, a)
 	return r
-}
-
-// createFor makes a demo job of owner on the asynchronous provider alone.
-func (r *asyncRig) createFor(t *testing.T, owner string) job.Job {
-	t.Helper()
-	j, _, err := r.eng.Create(t.Context(), job.Request{Owner: owner, IdempotencyKey: "k-" + owner,
-		Type: "demo", Input: json.RawMessage(`{"prompt":"hello from ` + owner + `"}`), Providers: []string{asyncName}, Primary: asyncName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
-}
-
-// runUntilWait runs the job once and expects it to wait on its open
-// attempt (the state machine's WaitOpen).
-func (r *asyncRig) runUntilWait(t *testing.T, id string) {
-	t.Helper()
-	_, err := r.tasks.Run(t.Context(), r.runInput(t, id))
-	var te *lifecycle.TaskError
-	if !errors.As(err, &te) || te.Name != string(job.SignalWaitOpen) {
-		t.Fatalf("run = %v, want %s", err, job.SignalWaitOpen)
-	}
-}
-
-// event waits for the inbound route's answer to the next delivery.
-func (r *asyncRig) event(t *testing.T) eventAnswer {
-	t.Helper()
-	select {
-	case a := <-r.hooked:
-		return a
-	case <-t.Context().Done():
-		t.Fatal("no webhook reached the inbound route")
-	}
-	return eventAnswer{}
 }
 
 func remoteOf(t *testing.T, j job.Job, n int) job.Remote {

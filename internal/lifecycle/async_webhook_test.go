@@ -1,11 +1,7 @@
 package lifecycle_test
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -14,9 +10,7 @@ import (
 	"github.com/onejob/onejob/clients/go/webhooks"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/lifecycle"
-	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/webhook"
 )
 
@@ -32,39 +26,15 @@ const (
 	hookAsyncToken = "tok-hook-async"
 )
 
+// hookAsyncRig runs attempts on the webhook-async simulator.
 type hookAsyncRig struct {
-	*rig
-	sim    *sim.WebhookAsync
-	tasks  *lifecycle.Tasks
-	hooked chan eventAnswer
-}
-
-// withHookAsync adds the simulator's provider beside the rig's fakes.
-type withHookAsync struct {
-	providers
-	async provider.Provider
-}
-
-func (p withHookAsync) Get(name string) (provider.Provider, bool) {
-	if name == hookAsyncName {
-		return p.async, true
-	}
-	return p.providers.Get(name)
+	*asyncTasks
+	sim *sim.WebhookAsync
 }
 
 func newHookAsyncRig(t *testing.T) *hookAsyncRig {
 	t.Helper()
-	r := &hookAsyncRig{rig: newRig(t), hooked: make(chan eventAnswer, 16)}
-	inbound := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, _ := io.ReadAll(req.Body)
-		name := strings.TrimPrefix(req.URL.Path, provider.CallbackPath)
-		outcome, err := r.tasks.ProviderEvent(req.Context(), name, req.Header, body)
-		r.hooked <- eventAnswer{outcome, err}
-		if err != nil {
-			w.WriteHeader(http.StatusBadRequest)
-		}
-	}))
-	t.Cleanup(inbound.Close)
+	r := &hookAsyncRig{asyncTasks: newAsyncTasks(t, hookAsyncName)}
 	var err error
 	r.sim, err = sim.NewWebhookAsync(sim.WebhookAsyncOptions{Oracle: sim.Fixed{GoodOutput: good(hookAsyncName)}, Token: hookAsyncToken,
 		ProcessingTime: providerWork, CallbackSecret: asyncSecret, NowFunc: r.clock.Now})
@@ -75,62 +45,13 @@ func newHookAsyncRig(t *testing.T) *hookAsyncRig {
 	srv := httptest.NewServer(r.sim.Handler())
 	t.Cleanup(srv.Close)
 	a, err := webhook.NewAsync(webhook.AsyncConfig{Name: hookAsyncName, URL: srv.URL + sim.WebhookAsyncPath,
-		CallbackURL: inbound.URL + provider.CallbackPath + hookAsyncName, Token: hookAsyncToken, WebhookSecret: asyncSecret,
+		CallbackURL: r.callbackURL(), Token: hookAsyncToken, WebhookSecret: asyncSecret,
 		HTTPClient: srv.Client(), Now: r.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, _ := catalog()
-	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
-		Providers: withHookAsync{r.prov, a}, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval,
-		OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r.start(t, a)
 	return r
-}
-
-// createFor makes a demo job of owner on the webhook-async provider alone.
-func (r *hookAsyncRig) createFor(t *testing.T, owner string) job.Job {
-	t.Helper()
-	j, _, err := r.eng.Create(t.Context(), job.Request{Owner: owner, IdempotencyKey: "k-" + owner,
-		Type: "demo", Input: json.RawMessage(`{"prompt":"hello from ` + owner + `"}`), Providers: []string{hookAsyncName}, Primary: hookAsyncName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
-}
-
-// runUntilWait runs the job once and expects it to wait on its open
-// attempt.
-func (r *hookAsyncRig) runUntilWait(t *testing.T, id string) {
-	t.Helper()
-	_, err := r.tasks.Run(t.Context(), r.runInput(t, id))
-	var te *lifecycle.TaskError
-	if !errors.As(err, &te) || te.Name != string(job.SignalWaitOpen) {
-		t.Fatalf("run = %v, want %s", err, job.SignalWaitOpen)
-	}
-}
-
-// runToEnd runs the job once and expects it ended with want.
-func (r *hookAsyncRig) runToEnd(t *testing.T, id string, want job.Status) {
-	t.Helper()
-	res, err := r.tasks.Run(t.Context(), r.runInput(t, id))
-	if err != nil || res.Status != want {
-		t.Fatalf("run = %+v, %v; want %s", res, err, want)
-	}
-}
-
-// event waits for the inbound route's answer to the next callback.
-func (r *hookAsyncRig) event(t *testing.T) eventAnswer {
-	t.Helper()
-	select {
-	case a := <-r.hooked:
-		return a
-	case <-t.Context().Done():
-		t.Fatal("no callback reached the inbound route")
-	}
-	return eventAnswer{}
 }
 
 // executedOnce holds the receiver to one execution of the job's attempt.
