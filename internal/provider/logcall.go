@@ -44,6 +44,33 @@ func LogCall(ctx context.Context, log *slog.Logger, providerName string, req Req
 	log.LogAttrs(ctx, slog.LevelWarn, "provider call failed", attrs...)
 }
 
+// LogWork writes the one line an asynchronous provider's call (op:
+// submit, retrieve, cancel) logs, with the shared keys: the attempt's
+// (for a submit), and the work's id and status, or the failure's class.
+func LogWork(ctx context.Context, log *slog.Logger, providerName, op string, req Request, elapsed time.Duration, workID, status, requestID string, err error) {
+	if log == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("provider", providerName),
+		slog.String("op", op),
+		slog.Int64("duration_ms", elapsed.Milliseconds()),
+	}
+	if req.JobID != "" {
+		attrs = append(attrs, slog.String("job_id", req.JobID), slog.Int("attempt", req.Attempt), slog.String("idempotency_key", req.IdempotencyKey))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("class", string(Classify(err))), slog.String("error", err.Error()))
+		log.LogAttrs(ctx, slog.LevelWarn, "provider async call failed", attrs...)
+		return
+	}
+	attrs = append(attrs, slog.String("provider_work_id", workID), slog.String("status", status))
+	if requestID != "" {
+		attrs = append(attrs, slog.String("provider_request_id", requestID))
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "provider async call", attrs...)
+}
+
 // LogSettle writes the one log line per question about an earlier attempt
 // (Settler.Settle): the evidence and its detail, or why there was none.
 func LogSettle(ctx context.Context, log *slog.Logger, providerName string, req Request, elapsed time.Duration, s Settlement, err error) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -542,23 +541,9 @@ func (b *Background) header() http.Header {
 	return header
 }
 
-// log writes one line per background call with the shared keys.
+// log writes one line per background call (provider.LogWork).
 func (b *Background) log(ctx context.Context, op string, req provider.Request, elapsed time.Duration, r BackgroundResponse, err error) {
-	attrs := []slog.Attr{
-		slog.String("provider", b.cfg.Name),
-		slog.String("op", op),
-		slog.Int64("duration_ms", elapsed.Milliseconds()),
-	}
-	if req.JobID != "" {
-		attrs = append(attrs, slog.String("job_id", req.JobID), slog.Int("attempt", req.Attempt), slog.String("idempotency_key", req.IdempotencyKey))
-	}
-	if err != nil {
-		attrs = append(attrs, slog.String("class", string(provider.Classify(err))), slog.String("error", err.Error()))
-		b.Logger().LogAttrs(ctx, slog.LevelWarn, "provider background call failed", attrs...)
-		return
-	}
-	attrs = append(attrs, slog.String("response_id", r.ID), slog.String("status", string(r.Status)), slog.String("provider_request_id", r.RequestID))
-	b.Logger().LogAttrs(ctx, slog.LevelInfo, "provider background call", attrs...)
+	provider.LogWork(ctx, b.Logger(), b.cfg.Name, op, req, elapsed, r.ID, string(r.Status), r.RequestID, err)
 }
 
 // WebhookTolerance is how far a webhook's timestamp may be from the

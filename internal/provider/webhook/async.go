@@ -480,21 +480,7 @@ func (a *Async) Settle(ctx context.Context, req provider.Request) (s provider.Se
 		Detail: provider.Excerpt(fmt.Sprintf("%s, %s: its answer", found, work.Status))}, nil
 }
 
-// log writes one line per call with the shared keys.
+// log writes one line per call (provider.LogWork).
 func (a *Async) log(ctx context.Context, op string, req provider.Request, elapsed time.Duration, w provider.Work, err error) {
-	attrs := []slog.Attr{
-		slog.String("provider", a.cfg.Name),
-		slog.String("op", op),
-		slog.Int64("duration_ms", elapsed.Milliseconds()),
-	}
-	if req.JobID != "" {
-		attrs = append(attrs, slog.String("job_id", req.JobID), slog.Int("attempt", req.Attempt), slog.String("idempotency_key", req.IdempotencyKey))
-	}
-	if err != nil {
-		attrs = append(attrs, slog.String("class", string(provider.Classify(err))), slog.String("error", err.Error()))
-		a.Logger().LogAttrs(ctx, slog.LevelWarn, "provider async call failed", attrs...)
-		return
-	}
-	attrs = append(attrs, slog.String("provider_work_id", w.ID), slog.String("status", w.Status))
-	a.Logger().LogAttrs(ctx, slog.LevelInfo, "provider async call", attrs...)
+	provider.LogWork(ctx, a.Logger(), a.cfg.Name, op, req, elapsed, w.ID, w.Status, "", err)
 }
