@@ -207,6 +207,8 @@ A long job on the asynchronous provider (sim-async, OpenAI's background mode
 simulated: submitted, then waited for with nothing running; its webhook ends
 it after 30 s, and operators see its work in onejob jobs attempts):
   go run ./cmd/onejob jobs submit --type demo-async --input '{"prompt":"a long one"}'
+(--tier 2h or 8h: a cheaper completion window; demo-hook-async runs the same
+on sim-hook-async, a webhook-async receiver that calls back when done)
 or a timeout that leaves attempt 1 unknown until an operator resolves it:
   -d '{"type":"demo","input":{"prompt":"hi","simulate":{"sim-primary":{"outcome":"timeout"}}}}'
   curl -s -X POST %s/v1/jobs/JOB_ID/attempts/1/resolve -H "Authorization: Bearer %s" \

@@ -81,7 +81,7 @@ func loadVariant(t *testing.T, typeName string, mutate func(doc map[string]any) 
 func TestLoadPolicy(t *testing.T) {
 	t.Parallel()
 	c := load(t)
-	if got := c.Names(); !reflect.DeepEqual(got, []string{"demo", "demo-async", "demo-hedge", "ticket-triage"}) {
+	if got := c.Names(); !reflect.DeepEqual(got, []string{"demo", "demo-async", "demo-hedge", "demo-hook-async", "ticket-triage"}) {
 		t.Fatalf("Names = %v", got)
 	}
 	tests := []struct {
@@ -95,6 +95,7 @@ func TestLoadPolicy(t *testing.T) {
 		{"demo", []string{"sim-primary", "sim-fallback"}, 2 * time.Second, 0, false, 3},
 		{"demo-hedge", []string{"sim-primary", "sim-fallback"}, 15 * time.Second, 500 * time.Millisecond, true, 3},
 		{"demo-async", []string{"sim-async"}, 10 * time.Second, 0, false, 2},
+		{"demo-hook-async", []string{"sim-hook-async"}, 10 * time.Second, 0, false, 2},
 		{"ticket-triage", []string{"openai-primary", "anthropic-fallback"}, 20 * time.Second, 0, false, 3},
 	}
 	for _, tc := range tests {
@@ -110,7 +111,7 @@ func TestLoadPolicy(t *testing.T) {
 	if _, ok := c.Get("nope"); ok {
 		t.Error("Get(nope) found a type")
 	}
-	if got := c.ProviderNames(); !reflect.DeepEqual(got, []string{"anthropic-fallback", "openai-primary", "sim-async", "sim-fallback", "sim-primary"}) {
+	if got := c.ProviderNames(); !reflect.DeepEqual(got, []string{"anthropic-fallback", "openai-primary", "sim-async", "sim-fallback", "sim-hook-async", "sim-primary"}) {
 		t.Errorf("ProviderNames = %v", got)
 	}
 	var names []string

@@ -497,10 +497,29 @@ const (
 	DemoAsyncSecretRef = "ONEJOB_SIM_ASYNC_WEBHOOK_SECRET"
 )
 
-// DemoAsyncOutput is what the asynchronous demo provider's work answers:
-// the demo contract's output, naming it.
-func DemoAsyncOutput() json.RawMessage {
-	return json.RawMessage(`{"text":"answer from ` + DemoAsync + `","provider":"` + DemoAsync + `"}`)
+// DemoAsyncOutput is what an asynchronous demo provider's work answers:
+// the demo contract's output, naming it (DemoAsync, DemoHookAsync).
+func DemoAsyncOutput(name string) json.RawMessage {
+	return json.RawMessage(`{"text":"answer from ` + name + `","provider":"` + name + `"}`)
+}
+
+// The other asynchronous demo provider: the webhook-async simulator behind
+// the webhook-async adapter (docs/webhook-provider-contract.md).
+const (
+	DemoHookAsync = "sim-hook-async"
+	// DemoHookAsyncSecretRef names the secret it signs its callbacks with,
+	// which the local stack makes.
+	DemoHookAsyncSecretRef = "ONEJOB_SIM_HOOK_ASYNC_WEBHOOK_SECRET"
+)
+
+// DemoHookAsyncConfig is sim-hook-async's provider config for a
+// webhook-async simulator served at baseURL, calling back the API at
+// apiURL.
+func DemoHookAsyncConfig(baseURL, apiURL string) provider.ProviderConfig {
+	return provider.ProviderConfig{Name: DemoHookAsync, Kind: provider.KindWebhookAsync,
+		BaseURL: strings.TrimRight(baseURL, "/") + WebhookAsyncPath, WebhookSecretRef: DemoHookAsyncSecretRef,
+		CallbackURL:  strings.TrimRight(apiURL, "/") + provider.CallbackPath + DemoHookAsync,
+		KeyRetention: "24h", SlowCallAfter: "1s", MaxProcessingTime: "1m"}
 }
 
 // DemoAsyncConfig is sim-async's provider config for a Responses simulator

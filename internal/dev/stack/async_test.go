@@ -2,6 +2,7 @@ package stack_test
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -138,6 +139,51 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 	rec, _ := s.AsyncSim.Get(ended.Attempts[0].Remote.ID)
 	if rec.Cancels != 1 || rec.Executions != 0 {
 		t.Fatalf("the provider saw %d cancels, %d executions", rec.Cancels, rec.Executions)
+	}
+
+	// The other asynchronous kind, webhook-async (a receiver keeping the
+	// asynchronous webhook contract), on the same stack: its signed
+	// callbacks reach the same events function, for two owners; then a
+	// submit whose answer was lost is found again (by its key: the
+	// receiver's lookup, or its callback) and executed once.
+	// All three at once: the provider's 2 minutes pass for them together.
+	s.HookAsyncSim.LoseAnswers(1)
+	hf := bob.submit("demo-hook-async", "hook-async-lost", nil)
+	type hookJob struct {
+		who *client
+		id  string
+	}
+	hooked := []hookJob{{alice, alice.submit("demo-hook-async", "hook-async-a", nil).ID}, {bob, bob.submit("demo-hook-async", "hook-async-b", nil).ID}}
+	for _, h := range hooked {
+		h.who.await(h.id, bound, "succeeded by its callback", func(j apiclient.Job) bool { return j.Status == string(job.StatusSucceeded) })
+		got := storedJob(t, s, h.id)
+		if n := s.HookAsyncSim.Executions(got.Attempts[0].SentKey()); n != 1 || got.Attempts[0].Remote == nil || got.Attempts[0].Remote.Found {
+			t.Fatalf("webhook-async work of %s ran %d times, remote %+v", h.id, n, got.Attempts[0].Remote)
+		}
+		// Its callback reached the events function and was taken (2xx:
+		// applied, or a duplicate when a poll ended the job first).
+		work := got.Attempts[0].Remote.ID
+		taken := func() bool {
+			for _, cb := range s.HookAsyncSim.Callbacks() {
+				for _, d := range cb.Deliveries {
+					if cb.WorkID == work && d.Status == http.StatusOK {
+						return true
+					}
+				}
+			}
+			return false
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), bound)
+		err := s.HookAsyncSim.WaitFor(ctx, taken)
+		cancel()
+		if err != nil {
+			t.Fatalf("no callback of work %s was taken by the events function: %+v", work, s.HookAsyncSim.Callbacks())
+		}
+	}
+	bob.await(hf.ID, bound, "succeeded once found", func(j apiclient.Job) bool { return j.Status == string(job.StatusSucceeded) })
+	got = storedJob(t, s, hf.ID)
+	if r := got.Attempts[0].Remote; got.AttemptCount != 1 || r == nil || !r.Found || s.HookAsyncSim.Executions(got.Attempts[0].SentKey()) != 1 {
+		t.Fatalf("webhook-async lost submit: %d attempts, remote %+v, executed %d", got.AttemptCount, r, s.HookAsyncSim.Executions(got.Attempts[0].SentKey()))
 	}
 }
 

@@ -269,8 +269,10 @@ type Stack struct {
 	Engine  *lifecycle.Engine
 	Metrics *emf.Recorder
 	Sim     *sim.DemoSimulator
-	// AsyncSim is the asynchronous demo provider (sim-async).
-	AsyncSim *sim.Responses
+	// AsyncSim is the asynchronous demo provider (sim-async); HookAsyncSim
+	// the other (sim-hook-async, a webhook-async receiver).
+	AsyncSim     *sim.Responses
+	HookAsyncSim *sim.WebhookAsync
 	// Providers are the simulated ones and Config.Providers, as an
 	// operator certifying them sees them.
 	Providers *provider.Registry
@@ -383,11 +385,23 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		providerConfig = cfg.DemoProviders(providerConfig)
 	}
 	providerConfig.Providers = append(providerConfig.Providers, cfg.Providers.Providers...)
+	// The API's address is taken now: a webhook-async provider is
+	// configured with the route its callbacks reach (callback_url).
+	apiListener, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() error { _ = apiListener.Close(); return nil })
+	apiURL := "http://" + apiListener.Addr().String()
 	asyncURL, providerSecrets, err := s.startAsyncSim(cfg)
 	if err != nil {
 		return nil, err
 	}
-	providerConfig.Providers = append(providerConfig.Providers, sim.DemoAsyncConfig(asyncURL))
+	hookAsyncURL, providerSecrets, err := s.startHookAsyncSim(cfg, providerSecrets)
+	if err != nil {
+		return nil, err
+	}
+	providerConfig.Providers = append(providerConfig.Providers, sim.DemoAsyncConfig(asyncURL), sim.DemoHookAsyncConfig(hookAsyncURL, apiURL))
 	providerOptions := adapters.Options{Logger: log, HTTPClient: providerHTTP, AWSCredentials: cfg.AWSCredentials}
 	s.Providers, err = adapters.NewRegistry(ctx, providerConfig, providerSecrets, providerOptions)
 	if err != nil {
@@ -500,12 +514,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	apiURL, closeAPI, err := serve(apiHandler, cfg.APIAddr, cfg.IdleTimeout)
-	if err != nil {
-		return nil, err
-	}
 	s.APIURL = apiURL
-	s.closers = append(s.closers, closeAPI)
+	s.closers = append(s.closers, serveOn(apiListener, apiHandler, cfg.IdleTimeout))
 	// The asynchronous provider's webhooks go where a deployment registers
 	// them with OpenAI: the events function's route.
 	if s.AsyncSim != nil {
@@ -741,7 +751,7 @@ func (s *Stack) startAsyncSim(cfg Config) (string, provider.SecretSource, error)
 	if err != nil {
 		return "", nil, err
 	}
-	s.AsyncSim, err = sim.NewResponses(sim.ResponsesOptions{Oracle: sim.Fixed{GoodOutput: sim.DemoAsyncOutput()},
+	s.AsyncSim, err = sim.NewResponses(sim.ResponsesOptions{Oracle: sim.Fixed{GoodOutput: sim.DemoAsyncOutput(sim.DemoAsync)},
 		ProcessingTime: cfg.AsyncWork, Speed: cfg.AsyncSpeed, WebhookSecret: secret})
 	if err != nil {
 		return "", nil, err
@@ -752,6 +762,36 @@ func (s *Stack) startAsyncSim(cfg Config) (string, provider.SecretSource, error)
 		return "", nil, err
 	}
 	s.closers = append(s.closers, closeSim)
+	s.stepEvery(cfg, s.AsyncSim.Step)
+	return url, withSecret{next: cfg.ProviderSecrets, ref: sim.DemoAsyncSecretRef, value: provider.Secret(secret)}, nil
+}
+
+// startHookAsyncSim serves the webhook-async demo provider (sim-hook-async:
+// its work takes as long as sim-async's, on the same clock) and returns
+// its URL and the secret source that also knows its callbacks' secret.
+func (s *Stack) startHookAsyncSim(cfg Config, secrets provider.SecretSource) (string, provider.SecretSource, error) {
+	secret, err := webhooks.NewSecret()
+	if err != nil {
+		return "", nil, err
+	}
+	s.HookAsyncSim, err = sim.NewWebhookAsync(sim.WebhookAsyncOptions{Oracle: sim.Fixed{GoodOutput: sim.DemoAsyncOutput(sim.DemoHookAsync)},
+		ProcessingTime: cfg.AsyncWork, Speed: cfg.AsyncSpeed, CallbackSecret: secret})
+	if err != nil {
+		return "", nil, err
+	}
+	s.closers = append(s.closers, func() error { s.HookAsyncSim.Close(); return nil })
+	url, closeSim, err := serve(s.HookAsyncSim.Handler(), "127.0.0.1:0", cfg.IdleTimeout)
+	if err != nil {
+		return "", nil, err
+	}
+	s.closers = append(s.closers, closeSim)
+	s.stepEvery(cfg, s.HookAsyncSim.Step)
+	return url, withSecret{next: secrets, ref: sim.DemoHookAsyncSecretRef, value: provider.Secret(secret)}, nil
+}
+
+// stepEvery moves an asynchronous simulator's work along every 100 ms of
+// its clock until the stack closes.
+func (s *Stack) stepEvery(cfg Config, step func()) {
 	done := make(chan struct{})
 	s.closers = append(s.closers, func() error { close(done); return nil })
 	go func() {
@@ -762,11 +802,10 @@ func (s *Stack) startAsyncSim(cfg Config) (string, provider.SecretSource, error)
 			case <-done:
 				return
 			case <-t.C:
-				s.AsyncSim.Step()
+				step()
 			}
 		}
 	}()
-	return url, withSecret{next: cfg.ProviderSecrets, ref: sim.DemoAsyncSecretRef, value: provider.Secret(secret)}, nil
 }
 
 // withSecret answers one reference itself, the others through next.

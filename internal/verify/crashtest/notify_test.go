@@ -192,7 +192,7 @@ func startAsyncProvider(t *testing.T, ctx context.Context, addr string) (*sim.Re
 	if err != nil {
 		t.Fatal(err)
 	}
-	async, err := sim.NewResponses(sim.ResponsesOptions{Oracle: sim.Fixed{GoodOutput: sim.DemoAsyncOutput()},
+	async, err := sim.NewResponses(sim.ResponsesOptions{Oracle: sim.Fixed{GoodOutput: sim.DemoAsyncOutput(sim.DemoAsync)},
 		ProcessingTime: asyncWork, WebhookSecret: whsec, WebhookURL: "http://" + addr + "/v1/provider-events/" + sim.DemoAsync})
 	if err != nil {
 		t.Fatal(err)
