@@ -331,15 +331,26 @@ func ValidateCallbackURL(raw, name string) error {
 	if err != nil {
 		return fmt.Errorf("callback_url: %w", err)
 	}
+	if err := CallbackURLShape(u); err != nil {
+		return fmt.Errorf("callback_url %q %w", u.Redacted(), err)
+	}
+	if !strings.HasSuffix(u.Path, CallbackPath+name) {
+		return fmt.Errorf("callback_url %q must end in %s%s, this provider's route", u.Redacted(), CallbackPath, name)
+	}
+	return nil
+}
+
+// CallbackURLShape is what the contract asks of any callback URL, for
+// onejob's config and a receiver alike: absolute, https (http on a
+// loopback host), without query, fragment or credentials.
+func CallbackURLShape(u *url.URL) error {
 	switch {
 	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return fmt.Errorf("callback_url %q must be an absolute http(s) URL", u.Redacted())
+		return errors.New("must be an absolute http(s) URL")
 	case u.Scheme != "https" && !LoopbackHost(u.Hostname()):
-		return fmt.Errorf("callback_url %q must use https unless the host is loopback", u.Redacted())
+		return errors.New("must use https unless the host is loopback")
 	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
-		return fmt.Errorf("callback_url %q must not have a query, fragment or credentials", u.Redacted())
-	case !strings.HasSuffix(u.Path, CallbackPath+name):
-		return fmt.Errorf("callback_url %q must end in %s%s, this provider's route", u.Redacted(), CallbackPath, name)
+		return errors.New("must not have a query, fragment or credentials")
 	}
 	return nil
 }

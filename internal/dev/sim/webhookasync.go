@@ -568,22 +568,14 @@ func without(o object, members ...string) object {
 	return out
 }
 
-// checkCallback holds a callback_url to the contract: absolute, https or
-// http on a loopback host, no query, fragment or credentials.
+// checkCallback holds a callback_url to the contract
+// (provider.CallbackURLShape).
 func checkCallback(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return err
 	}
-	switch {
-	case (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
-		return errors.New("must be an absolute http(s) URL")
-	case u.Scheme == "http" && !provider.LoopbackHost(u.Hostname()):
-		return errors.New("must use https unless the host is loopback")
-	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
-		return errors.New("must not have a query, fragment or credentials")
-	}
-	return nil
+	return provider.CallbackURLShape(u)
 }
 
 func (s *WebhookAsync) retrieve(w http.ResponseWriter, id string) *apiError {
