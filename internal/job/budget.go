@@ -284,7 +284,8 @@ const (
 	// SpendWorstCase: the provider reported nothing for an answer (or an
 	// operator settled it): its reservation is spent.
 	SpendWorstCase SpendSource = "reserved_worst_case"
-	// SpendNone: the provider did not act on the request.
+	// SpendNone: the provider certainly did not act on the request
+	// (Failure.NotActed).
 	SpendNone SpendSource = "not_billed"
 )
 
@@ -299,11 +300,13 @@ type Spend struct {
 }
 
 // SpendOf is what an ended attempt cost: priced from the tokens its
-// provider reported; nothing when the provider did not act (a refusal, a
-// 5xx, a 429, an uncertified provider: no answer to bill); otherwise (an
-// answer without usage, an unknown attempt settled out of band without
-// it, whatever the settlement says: the provider may have billed work it
-// never delivered) its whole reservation, which bounds it.
+// provider reported, whatever became of the answer (a truncated, refused
+// or filtered answer, one without the requested structure or breaking
+// the contract: the model ran, and the provider bills it); nothing only
+// when its failure proves the provider did not act (Failure.NotActed);
+// otherwise (an answer without usage, an unknown attempt settled out of
+// band without it, whatever the settlement says: the provider may have
+// billed work it never delivered) its whole reservation, which bounds it.
 func SpendOf(a Attempt) (Money, SpendSource) {
 	s := a.Spend
 	if s == nil {
@@ -312,10 +315,43 @@ func SpendOf(a Attempt) (Money, SpendSource) {
 	if u := a.Usage; u != nil && u.InputTokens+u.OutputTokens > 0 {
 		return s.Price.Cost(u.InputTokens, u.OutputTokens), SpendReported
 	}
-	if a.Resolution == nil && a.State == AttemptFailed && a.Error != nil && a.Error.Class != ClassAmbiguous {
+	if a.Resolution == nil && a.State == AttemptFailed && a.Error != nil && a.Error.NotActed() {
 		return 0, SpendNone
 	}
 	return s.Reserved, SpendWorstCase
+}
+
+// NotActed reports whether a failure proves its provider did not act on
+// the request, so that it billed nothing; anything it cannot prove is
+// paid for (SpendOf). Certainly not acted on:
+//   - never sent: an uncertified provider, one unavailable (its breaker
+//     open), an attempt not sent under the provider's declared rate;
+//   - answered 429 (ClassRateLimited): the rate refused it before any work;
+//   - refused with a status that is no answer (ProviderStatus 3xx, 4xx,
+//     5xx): a redirect never followed; a 4xx refusal of the request (bad
+//     request, auth, billing), before the model runs; a 5xx, the
+//     provider's own failure, which carries no answer to bill (the
+//     providers bill the answers they give; a webhook receiver may never
+//     answer 5xx for work it did, rule 7 of its contract);
+//   - no status at all (ProviderStatus 0) on a failure that is not
+//     ambiguous: the request was refused before it was sent (rendering,
+//     the adapter's own checks, an unconfigured provider) or the
+//     connection failed before it was whole written (refused, no such
+//     host). A request that may have arrived is ambiguous: its attempt is
+//     unknown, never failed this way.
+//
+// An answer (a 2xx: truncated, refused, filtered, malformed, without the
+// structure asked for; ended asynchronous work), a contract violation (an
+// answer the type refused), an ambiguous failure and a settled one are
+// not: the provider acted, or may have.
+func (f Failure) NotActed() bool {
+	switch f.Class {
+	case ClassUncertified, ClassUnavailable, ClassRateLimited:
+		return true
+	case ClassRetryable, ClassNonRetryable:
+		return f.ProviderStatus < 200 || f.ProviderStatus > 299
+	}
+	return false
 }
 
 // Ended lists the budgeted attempts a transition ends (open before, not

@@ -474,7 +474,9 @@ func (w *Tasks) observeCall(ctx context.Context, owner string, a job.Attempt, er
 }
 
 // callFailed records a provider's failure of attempt a, classed as the
-// provider's error says (an ambiguous one makes it unknown).
+// provider's error says (an ambiguous one makes it unknown), with what its
+// answer reported it was billed: an answer onejob cannot use is paid for
+// (job.SpendOf), and its status says it was an answer.
 func (w *Tasks) callFailed(ctx context.Context, j job.Job, a job.Attempt, err error, c job.Call) (job.Job, error) {
 	f := job.Failure{Class: failureClass(provider.Classify(err)), Message: err.Error()}
 	if healthKind(err) == job.HealthRateLimited {
@@ -485,6 +487,14 @@ func (w *Tasks) callFailed(ctx context.Context, j job.Job, a job.Attempt, err er
 	var ce *provider.CallError
 	if errors.As(err, &ce) {
 		c.ProviderRequestID, f.ProviderStatus = ce.ProviderRequestID, ce.Status
+		if u := ce.Usage; u != nil {
+			billed := job.Usage{}
+			if c.Usage != nil {
+				billed = *c.Usage
+			}
+			billed.InputTokens, billed.OutputTokens = u.InputTokens, u.OutputTokens
+			c.Usage = &billed
+		}
 	}
 	return w.fail(ctx, j, a, f, c)
 }

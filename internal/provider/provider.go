@@ -135,7 +135,10 @@ var (
 type CallError struct {
 	Provider string
 	Class    Class
-	// Status is the HTTP status, 0 when no response was received.
+	// Status is the HTTP status, 0 when no response was received. A 2xx
+	// is an answer onejob cannot use: the model ran, and the attempt is
+	// billed for it (job.SpendOf); ended asynchronous work is answered
+	// 200 too.
 	Status int
 	// RetryAfter is the provider's requested back-off (0 if none). Adapters
 	// never sleep; job.Next decides.
@@ -152,8 +155,20 @@ type CallError struct {
 	// LookupUnknown: a webhook receiver's lookup answer "no trace of this
 	// key" (Idempotency-Lookup: unknown, docs/webhook-provider-contract.md).
 	LookupUnknown bool
-	Msg           string
-	Err           error
+	// Usage is what the provider reported it charged for an answer it
+	// gave but onejob cannot use (truncated, refused, filtered, without
+	// the requested structure): the model ran, and the call is billed
+	// however its answer fares. Nil when the answer reported none, or
+	// there was no answer.
+	Usage *Usage
+	Msg   string
+	Err   error
+}
+
+// Billed records the usage an unusable answer reported (nil: none).
+func (e *CallError) Billed(u *Usage) *CallError {
+	e.Usage = u
+	return e
 }
 
 // HeaderIdempotentReplayed marks an answer replayed from an earlier request

@@ -848,10 +848,13 @@ export interface components {
             /**
              * @description For an owner whose spend is budgeted: what the attempt set aside
              *     (its worst case) at which price table version, and once it
-             *     ended, what it cost — from the tokens the provider reported
-             *     (`provider_reported`), nothing when the provider did not act
-             *     (`not_billed`), or its whole reservation when the provider
-             *     reported no usage (`reserved_worst_case`).
+             *     ended, what it cost — from the tokens the provider reported for
+             *     any answer, usable or not (`provider_reported`: a truncated,
+             *     refused or filtered answer is billed too), nothing when the
+             *     provider certainly did not act (`not_billed`: never sent, or
+             *     refused without an answer: a `429`, another `4xx`, a `5xx`), or
+             *     its whole reservation when an answer reported no usage or the
+             *     outcome is not known (`reserved_worst_case`).
              */
             spend?: {
                 reserved_usd: components["schemas"]["USD"];

@@ -258,8 +258,19 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if hresp.RequestID == "" {
 		hresp.RequestID = m.ID
 	}
-	if m.StopReason == "refusal" {
-		return provider.Response{}, a.Client().Filtered(hresp, "the model's safety classifier stopped the answer (stop_reason refusal)")
+	var usage *provider.Usage
+	if u := m.Usage; u != nil {
+		// Cached input is input too: the three fields add up to it.
+		usage = &provider.Usage{InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens}
+	}
+	// An answer onejob cannot use keeps its usage: it is billed all the same.
+	switch m.StopReason {
+	case "refusal":
+		return provider.Response{}, a.Client().Filtered(hresp, "the model's safety classifier stopped the answer (stop_reason refusal)").Billed(usage)
+	case "max_tokens", "model_context_window_exceeded":
+		// A tool call cut at the limit may still parse as an object, with
+		// members missing: never an answer.
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "output truncated at the token limit (stop_reason "+m.StopReason+")").Billed(usage)
 	}
 	var text strings.Builder
 	for _, block := range m.Content {
@@ -269,18 +280,13 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 				continue
 			}
 			if !provider.IsJSONObject(block.Input) {
-				return provider.Response{}, a.Client().NoStructuredOutput(hresp, "tool input is not a JSON object")
+				return provider.Response{}, a.Client().NoStructuredOutput(hresp, "tool input is not a JSON object").Billed(usage)
 			}
 			model := m.Model
 			if model == "" {
 				model = a.cfg.Model
 			}
-			resp = provider.Response{Output: block.Input, ProviderRequestID: hresp.RequestID, Model: model}
-			if u := m.Usage; u != nil {
-				// Cached input is input too: the three fields add up to it.
-				resp.Usage = &provider.Usage{InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens}
-			}
-			return resp, nil
+			return provider.Response{Output: block.Input, ProviderRequestID: hresp.RequestID, Model: model, Usage: usage}, nil
 		case "text":
 			text.WriteString(block.Text)
 		}
@@ -289,5 +295,5 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if text.Len() > 0 {
 		msg += ": " + provider.Excerpt(text.String())
 	}
-	return provider.Response{}, a.Client().NoStructuredOutput(hresp, msg)
+	return provider.Response{}, a.Client().NoStructuredOutput(hresp, msg).Billed(usage)
 }

@@ -270,15 +270,25 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		return provider.Response{}, a.classify(err, sent())
 	}
 	requestID, _ := awsmiddleware.GetRequestIDMetadata(out.ResultMetadata)
+	var usage *provider.Usage
+	if u := out.Usage; u != nil {
+		usage = &provider.Usage{InputTokens: int(aws.ToInt32(u.InputTokens)), OutputTokens: int(aws.ToInt32(u.OutputTokens))}
+	}
+	// An answer onejob cannot use keeps its usage: it is billed all the same.
 	switch out.StopReason {
 	case types.StopReasonContentFiltered, types.StopReasonGuardrailIntervened:
 		return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID,
 			"the content filter stopped the answer (stopReason "+string(out.StopReason)+")",
-			fmt.Errorf("%w: %w", provider.ErrNoStructuredOutput, provider.ErrContentFiltered))
+			fmt.Errorf("%w: %w", provider.ErrNoStructuredOutput, provider.ErrContentFiltered)).Billed(usage)
+	case types.StopReasonMaxTokens, types.StopReasonModelContextWindowExceeded:
+		// A tool use cut at the limit may still parse as an object, with
+		// members missing: never an answer.
+		return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID,
+			"output truncated at the token limit (stopReason "+string(out.StopReason)+")", provider.ErrNoStructuredOutput).Billed(usage)
 	}
 	msg, ok := out.Output.(*types.ConverseOutputMemberMessage)
 	if !ok {
-		return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, "no message in converse output", provider.ErrMalformedResponse)
+		return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, "no message in converse output", provider.ErrMalformedResponse).Billed(usage)
 	}
 	var text strings.Builder
 	for _, block := range msg.Value.Content {
@@ -289,13 +299,9 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 			}
 			raw, err := b.Value.Input.MarshalSmithyDocument()
 			if err != nil || !provider.IsJSONObject(raw) {
-				return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, "tool input is not a JSON object", provider.ErrNoStructuredOutput)
+				return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, "tool input is not a JSON object", provider.ErrNoStructuredOutput).Billed(usage)
 			}
-			resp = provider.Response{Output: raw, ProviderRequestID: requestID, Model: a.cfg.ModelID}
-			if u := out.Usage; u != nil {
-				resp.Usage = &provider.Usage{InputTokens: int(aws.ToInt32(u.InputTokens)), OutputTokens: int(aws.ToInt32(u.OutputTokens))}
-			}
-			return resp, nil
+			return provider.Response{Output: raw, ProviderRequestID: requestID, Model: a.cfg.ModelID, Usage: usage}, nil
 		case *types.ContentBlockMemberText:
 			text.WriteString(b.Value)
 		}
@@ -304,7 +310,7 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 	if text.Len() > 0 {
 		m += ": " + provider.Excerpt(text.String())
 	}
-	return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, m, provider.ErrNoStructuredOutput)
+	return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, m, provider.ErrNoStructuredOutput).Billed(usage)
 }
 
 func (a *Adapter) fail(class provider.Class, status int, requestID, msg string, err error) *provider.CallError {

@@ -424,9 +424,11 @@ func (b *Background) Cancel(ctx context.Context, id string) (r BackgroundRespons
 //     work on purpose.
 //
 // A response still queued or in progress is ErrNotTerminal. Whatever the
-// outcome, r.TokenUsage() is what it was billed.
+// outcome, r.TokenUsage() is what it was billed: the answer's Usage, or
+// the failure's (provider.CallError.Usage).
 func (b *Background) Result(req provider.Request, r BackgroundResponse) (provider.Response, error) {
 	at := provider.HTTPResponse{Status: http.StatusOK, RequestID: r.ID}
+	usage := r.TokenUsage()
 	switch r.Status {
 	case StatusCompleted:
 	case StatusIncomplete:
@@ -435,14 +437,14 @@ func (b *Background) Result(req provider.Request, r BackgroundResponse) (provide
 			reason = r.IncompleteDetails.Reason
 		}
 		if reason == "content_filter" {
-			return provider.Response{}, b.Client().Filtered(at, "the content filter stopped the answer (incomplete_details.reason content_filter)")
+			return provider.Response{}, b.Client().Filtered(at, "the content filter stopped the answer (incomplete_details.reason content_filter)").Billed(usage)
 		}
-		return provider.Response{}, b.Client().NoStructuredOutput(at, fmt.Sprintf("response incomplete (incomplete_details.reason %q)", reason))
+		return provider.Response{}, b.Client().NoStructuredOutput(at, fmt.Sprintf("response incomplete (incomplete_details.reason %q)", reason)).Billed(usage)
 	case StatusFailed:
-		return provider.Response{}, b.failed(at, r.Error)
+		return provider.Response{}, b.failed(at, r.Error).Billed(usage)
 	case StatusCancelled:
-		return provider.Response{}, &provider.CallError{Provider: b.cfg.Name, Class: provider.ClassNonRetryable, Status: at.Status,
-			ProviderRequestID: r.ID, Msg: "the background response was cancelled", Err: ErrResponseCancelled}
+		return provider.Response{}, (&provider.CallError{Provider: b.cfg.Name, Class: provider.ClassNonRetryable, Status: at.Status,
+			ProviderRequestID: r.ID, Msg: "the background response was cancelled", Err: ErrResponseCancelled}).Billed(usage)
 	default:
 		return provider.Response{}, fmt.Errorf("response %s is %q: %w", r.ID, r.Status, ErrNotTerminal)
 	}
@@ -454,7 +456,7 @@ func (b *Background) Result(req provider.Request, r BackgroundResponse) (provide
 		for _, c := range item.Content {
 			switch c.Type {
 			case "refusal":
-				return provider.Response{}, b.Client().NoStructuredOutput(at, "model refused: "+provider.Excerpt(c.Refusal))
+				return provider.Response{}, b.Client().NoStructuredOutput(at, "model refused: "+provider.Excerpt(c.Refusal)).Billed(usage)
 			case "output_text":
 				text.WriteString(c.Text)
 			}
@@ -462,7 +464,7 @@ func (b *Background) Result(req provider.Request, r BackgroundResponse) (provide
 	}
 	content := text.String()
 	if !provider.IsJSONObject([]byte(content)) {
-		return provider.Response{}, b.Client().NoStructuredOutput(at, "output text is not a JSON object: "+provider.Excerpt(content))
+		return provider.Response{}, b.Client().NoStructuredOutput(at, "output text is not a JSON object: "+provider.Excerpt(content)).Billed(usage)
 	}
 	model := r.Model
 	if model == "" {
@@ -472,7 +474,7 @@ func (b *Background) Result(req provider.Request, r BackgroundResponse) (provide
 		Output:            restore(req, json.RawMessage(strings.TrimSpace(content))),
 		ProviderRequestID: r.ID,
 		Model:             model,
-		Usage:             r.TokenUsage(),
+		Usage:             usage,
 	}, nil
 }
 
@@ -483,7 +485,7 @@ func (b *Background) Result(req provider.Request, r BackgroundResponse) (provide
 // provider's may pass; the rest (server_error, rate_limit_exceeded,
 // vector_store_timeout, a code not yet documented) is the provider's own
 // failure, retryable.
-func (b *Background) failed(at provider.HTTPResponse, e *ResponseError) error {
+func (b *Background) failed(at provider.HTTPResponse, e *ResponseError) *provider.CallError {
 	code, msg := "", ""
 	if e != nil {
 		code, msg = e.Code, e.Message

@@ -334,39 +334,41 @@ func (a *Adapter) header() http.Header {
 }
 
 // answer reads a chat completion as Call uses it; hresp says where it came
-// from (status, request id) for the errors.
+// from (status, request id) for the errors. An answer onejob cannot use
+// keeps the usage it reported: the completion is billed all the same.
 func (a *Adapter) answer(hresp provider.HTTPResponse, c completion) (resp provider.Response, err error) {
+	var usage *provider.Usage
+	if c.Usage != nil {
+		usage = &provider.Usage{InputTokens: c.Usage.PromptTokens, OutputTokens: c.Usage.CompletionTokens}
+	}
 	if len(c.Choices) == 0 {
-		return provider.Response{}, a.Client().Malformed(hresp, "no choices in chat completion", nil)
+		return provider.Response{}, a.Client().Malformed(hresp, "no choices in chat completion", nil).Billed(usage)
 	}
 	choice := c.Choices[0]
 	if r := choice.Message.Refusal; r != nil && *r != "" {
-		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "model refused: "+provider.Excerpt(*r))
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "model refused: "+provider.Excerpt(*r)).Billed(usage)
 	}
 	switch choice.FinishReason {
 	case "length":
-		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "output truncated at the token limit (finish_reason length)")
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "output truncated at the token limit (finish_reason length)").Billed(usage)
 	case "content_filter":
-		return provider.Response{}, a.Client().Filtered(hresp, "the content filter stopped the answer (finish_reason content_filter)")
+		return provider.Response{}, a.Client().Filtered(hresp, "the content filter stopped the answer (finish_reason content_filter)").Billed(usage)
 	}
 	content := ""
 	if choice.Message.Content != nil {
 		content = *choice.Message.Content
 	}
 	if !provider.IsJSONObject([]byte(content)) {
-		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "message content is not a JSON object: "+provider.Excerpt(content))
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, "message content is not a JSON object: "+provider.Excerpt(content)).Billed(usage)
 	}
 	model := c.Model
 	if model == "" {
 		model = a.cfg.Model
 	}
-	resp = provider.Response{
+	return provider.Response{
 		Output:            json.RawMessage(strings.TrimSpace(content)),
 		ProviderRequestID: hresp.RequestID,
 		Model:             model,
-	}
-	if c.Usage != nil {
-		resp.Usage = &provider.Usage{InputTokens: c.Usage.PromptTokens, OutputTokens: c.Usage.CompletionTokens}
-	}
-	return resp, nil
+		Usage:             usage,
+	}, nil
 }

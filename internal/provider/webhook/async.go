@@ -356,7 +356,7 @@ func (a *Async) result(o WorkObject) (provider.Response, error) {
 	switch o.Status {
 	case WorkSucceeded:
 		if !provider.IsJSONObject(o.Output) {
-			return provider.Response{}, a.Client().NoStructuredOutput(at, `work succeeded without an "output" object`)
+			return provider.Response{}, a.Client().NoStructuredOutput(at, `work succeeded without an "output" object`).Billed(o.Usage)
 		}
 		model := o.Model
 		if model == "" {
@@ -365,7 +365,7 @@ func (a *Async) result(o WorkObject) (provider.Response, error) {
 		return provider.Response{Output: o.Output, ProviderRequestID: o.ID, Model: model, Usage: o.Usage}, nil
 	case WorkCancelled:
 		return provider.Response{}, &provider.CallError{Provider: a.cfg.Name, Class: provider.ClassNonRetryable, Status: at.Status,
-			ProviderRequestID: o.ID, Msg: "the work was cancelled", Err: ErrWorkCancelled}
+			ProviderRequestID: o.ID, Msg: "the work was cancelled", Err: ErrWorkCancelled, Usage: o.Usage}
 	case WorkFailed:
 		code, msg := "", ""
 		if o.Error != nil {
@@ -373,7 +373,7 @@ func (a *Async) result(o WorkObject) (provider.Response, error) {
 		}
 		ce := &provider.CallError{Provider: a.cfg.Name, Class: provider.ClassRetryable, Status: at.Status, ProviderRequestID: o.ID,
 			Detail: provider.APIError{Code: code, Message: msg}, Msg: provider.Excerpt(fmt.Sprintf("work failed: %s (code %s)", msg, code)),
-			Err: provider.ErrHTTPStatus}
+			Err: provider.ErrHTTPStatus, Usage: o.Usage}
 		switch code {
 		case ErrorInvalidRequest:
 			ce.Class, ce.Err = provider.ClassNonRetryable, provider.ErrInvalidRequest

@@ -188,7 +188,8 @@ func (a *Adapter) parse(hresp provider.HTTPResponse) (provider.Response, error) 
 		return provider.Response{}, a.Client().Malformed(hresp, "decode webhook response: "+provider.Excerpt(string(hresp.Body)), err)
 	}
 	if !provider.IsJSONObject(body.Output) {
-		return provider.Response{}, a.Client().NoStructuredOutput(hresp, `response has no "output" object`)
+		// Billed all the same: a receiver backed by a model says so.
+		return provider.Response{}, a.Client().NoStructuredOutput(hresp, `response has no "output" object`).Billed(body.Usage)
 	}
 	model := body.Model
 	if model == "" {
