@@ -278,6 +278,14 @@ func (s *Simulator) Anthropic() http.Handler {
 			return anthropicMessage(c, model, "end_turn", []any{map[string]any{"type": "text", "text": Prose}})
 		},
 		filtered: func(c Call, model string) any { return anthropicMessage(c, model, "refusal", []any{}) },
+		truncated: func(c Call, model string, obj map[string]any) any {
+			return anthropicMessage(c, model, "max_tokens", []any{map[string]any{
+				"type": "tool_use", "id": "toolu_" + c.RequestID, "name": c.ToolName, "input": cut(obj),
+			}})
+		},
+		// The safety classifier's refusal is the API's one stop reason for
+		// both.
+		refused: func(c Call, model string) any { return anthropicMessage(c, model, "refusal", []any{}) },
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		count := r.URL.Path == "/v1/messages/count_tokens"

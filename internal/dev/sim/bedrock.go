@@ -334,6 +334,16 @@ func (s *Simulator) Bedrock() http.Handler {
 			return bedrockConverse(c, "end_turn", []any{map[string]any{"text": Prose}})
 		},
 		filtered: func(c Call, model string) any { return bedrockConverse(c, "content_filtered", []any{}) },
+		truncated: func(c Call, model string, obj map[string]any) any {
+			return bedrockConverse(c, "max_tokens", []any{map[string]any{
+				"toolUse": map[string]any{"toolUseId": "tooluse_" + c.RequestID, "name": c.ToolName, "input": cut(obj)},
+			}})
+		},
+		// Converse has no refusal stop reason: a guardrail's refusal, with
+		// its configured message.
+		refused: func(c Call, model string) any {
+			return bedrockConverse(c, "guardrail_intervened", []any{map[string]any{"text": RefusalText}})
+		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		modelID, op, found := bedrockOperation(r.URL)

@@ -33,6 +33,9 @@ type format struct {
 	structured func(c Call, model string, obj map[string]any) any
 	prose      func(c Call, model string) any
 	filtered   func(c Call, model string) any
+	// truncated is obj cut at the token limit; refused the model declining.
+	truncated func(c Call, model string, obj map[string]any) any
+	refused   func(c Call, model string) any
 	// idempotent: the API honours Idempotency-Key (onejob's webhook
 	// contract): a repeat of a key is never executed again.
 	idempotent bool
@@ -153,6 +156,12 @@ func (s *Simulator) play(w http.ResponseWriter, c *Call, f format, opts Options)
 			raw, _ := json.Marshal(obj)
 			c.OutputTokens = Tokens(string(raw))
 		}
+	case ModeTruncated:
+		// The model ran to the limit: every allowed token is charged.
+		obj, outErr = opts.output(*c)
+		c.OutputTokens = opts.truncatedTokens(*c)
+	case ModeRefusal:
+		c.OutputTokens = Tokens(RefusalText)
 	case ModeProse:
 		c.OutputTokens = Tokens(Prose)
 	}
@@ -188,6 +197,14 @@ func (s *Simulator) play(w http.ResponseWriter, c *Call, f format, opts Options)
 		answered(f.prose(*c, model))
 	case ModeContentFilter:
 		answered(f.filtered(*c, model))
+	case ModeRefusal:
+		answered(f.refused(*c, model))
+	case ModeTruncated:
+		if outErr != nil {
+			http.Error(w, outErr.Error(), http.StatusInternalServerError)
+			return
+		}
+		answered(f.truncated(*c, model, obj))
 	default:
 		if outErr != nil {
 			http.Error(w, outErr.Error(), http.StatusInternalServerError)

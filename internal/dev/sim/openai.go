@@ -391,6 +391,16 @@ func (s *Simulator) OpenAI() http.Handler {
 		filtered: func(c Call, model string) any {
 			return openAICompletion(c, model, "", "content_filter")
 		},
+		truncated: func(c Call, model string, obj map[string]any) any {
+			return openAICompletion(c, model, prefix(obj), "length")
+		},
+		refused: func(c Call, model string) any {
+			// A refusal is the message's refusal, its content null.
+			v := openAICompletion(c, model, "", "stop")
+			msg := v["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+			msg["content"], msg["refusal"] = nil, RefusalText
+			return v
+		},
 		keep: func(c Call, v any) {
 			if c.Store {
 				s.storeCompletion(c, v)

@@ -77,8 +77,11 @@ const (
 	WorkProse WorkOutcome = "prose"
 	// WorkFailed: failed with error code server_error.
 	WorkFailed WorkOutcome = "failed"
-	// WorkIncomplete: incomplete, reason max_output_tokens.
+	// WorkIncomplete: incomplete, reason max_output_tokens: the answer cut
+	// at the limit, every allowed output token charged.
 	WorkIncomplete WorkOutcome = "incomplete"
+	// WorkContentFilter: incomplete, reason content_filter.
+	WorkContentFilter WorkOutcome = "content_filter"
 )
 
 // ResponsesOptions configures a Responses simulator.
@@ -131,6 +134,9 @@ type ResponseRecord struct {
 	// AnswerLost: created, but the connection was closed without the
 	// answer (LoseAnswers).
 	AnswerLost bool
+	// InputTokens and OutputTokens are what its usage reports (0 while
+	// it reports none).
+	InputTokens, OutputTokens int
 }
 
 // WebhookDelivery is one attempt to post an event.
@@ -196,7 +202,7 @@ func NewResponses(opts ResponsesOptions) (*Responses, error) {
 	if opts.Outcome == "" {
 		opts.Outcome = WorkCompleted
 	}
-	if !slices.Contains([]WorkOutcome{WorkCompleted, WorkRefusal, WorkProse, WorkFailed, WorkIncomplete}, opts.Outcome) {
+	if !slices.Contains([]WorkOutcome{WorkCompleted, WorkRefusal, WorkProse, WorkFailed, WorkIncomplete, WorkContentFilter}, opts.Outcome) {
 		return nil, fmt.Errorf("sim: responses: unknown outcome %q", opts.Outcome)
 	}
 	if opts.WebhookURL != "" {
@@ -433,6 +439,7 @@ func (r *simResponse) record() ResponseRecord {
 		ID: r.id, Status: r.status, Background: r.req.background, Store: r.req.store, Model: r.req.model,
 		Metadata: maps.Clone(r.req.metadata), CompletionWindow: r.req.window, CreatedAt: r.createdAt,
 		Executions: r.executions, Cancels: r.cancels, AnswerLost: r.lost,
+		InputTokens: r.inTok, OutputTokens: r.outTok,
 	}
 }
 
@@ -469,15 +476,24 @@ func (s *Responses) work(r *simResponse, now time.Time) {
 	var compact bytes.Buffer
 	_ = json.Compact(&compact, out)
 	text := compact.String()
-	if s.opts.Outcome == WorkIncomplete {
-		// The answer cut at the token limit: a prefix, never valid JSON.
+	r.status = "completed"
+	r.outTok = Tokens(text)
+	switch s.opts.Outcome {
+	case WorkIncomplete:
+		// The answer cut at the token limit: a prefix, never valid JSON,
+		// and every token the request allowed is charged.
 		text = text[:len(text)/2]
 		r.status, r.incompleteReason = "incomplete", "max_output_tokens"
-	} else {
-		r.status = "completed"
+		if r.req.maxOutputTokens > 0 {
+			r.outTok = r.req.maxOutputTokens
+		}
+	case WorkContentFilter:
+		// Stopped half-way: what was written is charged.
+		text = text[:len(text)/2]
+		r.status, r.incompleteReason = "incomplete", "content_filter"
+		r.outTok = Tokens(text)
 	}
 	r.text = text
-	r.outTok = Tokens(text)
 }
 
 // emit records the events of responses that ended and returns those to

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -49,7 +50,54 @@ const (
 	// filter (finish_reason content_filter, stop_reason refusal, stopReason
 	// content_filtered).
 	ModeContentFilter Mode = "content_filter"
+	// ModeTruncated answers 200 with the answer cut at the request's token
+	// limit, every allowed output token charged (finish_reason length,
+	// stop_reason and stopReason max_tokens: a tool call missing members;
+	// the webhook: an output that is no object, with its usage).
+	ModeTruncated Mode = "truncated"
+	// ModeRefusal answers 200 with the model declining, billed (OpenAI's
+	// message.refusal; Anthropic's stop_reason refusal; on Bedrock, which
+	// has no refusal stop reason, a guardrail's: guardrail_intervened; the
+	// webhook: an answer without output, with its usage).
+	ModeRefusal Mode = "refusal"
 )
+
+// RefusalText is what ModeRefusal's model says.
+const RefusalText = "I'm sorry, but I can't help with that request."
+
+// DefaultMaxTokens is how many tokens ModeTruncated charges for a request
+// that sets no limit (the webhook's): the model's cap
+// (Options.MaxOutputTokens) when it has one, else this.
+const DefaultMaxTokens = 4096
+
+// truncatedTokens is the output ModeTruncated charges for c: every token
+// its request allowed.
+func (o Options) truncatedTokens(c Call) int {
+	switch {
+	case c.MaxTokens > 0:
+		return c.MaxTokens
+	case o.MaxOutputTokens > 0:
+		return o.MaxOutputTokens
+	}
+	return DefaultMaxTokens
+}
+
+// cut is obj without its last member by name: a tool call's input cut at
+// the token limit, still an object (what a parser recovers of it).
+func cut(obj map[string]any) map[string]any {
+	keys := slices.Sorted(maps.Keys(obj))
+	out := maps.Clone(obj)
+	if len(keys) > 0 {
+		delete(out, keys[len(keys)-1])
+	}
+	return out
+}
+
+// prefix is obj's JSON text cut in half: never valid JSON.
+func prefix(obj map[string]any) string {
+	b, _ := json.Marshal(obj)
+	return string(b[:len(b)/2])
+}
 
 // ExtraKey is the hallucinated key added in ModeExtraKey.
 const ExtraKey = "confidence"

@@ -95,12 +95,19 @@ func (s *Simulator) Webhook() http.Handler {
 			return hookError(status, http.StatusText(status))
 		},
 		structured: func(c Call, model string, obj map[string]any) any {
-			return map[string]any{"output": obj, "model": model,
-				"usage": map[string]any{"input_tokens": c.InputTokens, "output_tokens": c.OutputTokens}}
+			return map[string]any{"output": obj, "model": model, "usage": hookUsage(c)}
 		},
 		prose: func(Call, string) any { return Prose },
+		// The contract's answer is an "output" object: these 2xx answers
+		// have none, and report what the receiver's model was billed.
 		filtered: func(c Call, model string) any {
-			return map[string]any{"error": "the content filter stopped the answer"}
+			return map[string]any{"error": "the content filter stopped the answer", "model": model, "usage": hookUsage(c)}
+		},
+		truncated: func(c Call, model string, obj map[string]any) any {
+			return map[string]any{"output": prefix(obj), "model": model, "usage": hookUsage(c)}
+		},
+		refused: func(c Call, model string) any {
+			return map[string]any{"error": RefusalText, "model": model, "usage": hookUsage(c)}
 		},
 		idempotent: true,
 	}
@@ -129,4 +136,8 @@ func (s *Simulator) Webhook() http.Handler {
 			s.serve(w, r, body, &c, f)
 		}
 	})
+}
+
+func hookUsage(c Call) map[string]any {
+	return map[string]any{"input_tokens": c.InputTokens, "output_tokens": c.OutputTokens}
 }

@@ -68,8 +68,9 @@ type WebhookAsyncOptions struct {
 	// after its submit; 0: until Complete.
 	ProcessingTime time.Duration
 	// Outcome is how work ends: WorkCompleted (succeeded, the oracle's
-	// output; the default), WorkFailed (failed, code server_error) or
-	// WorkProse (succeeded with prose as output).
+	// output; the default), WorkFailed (failed, code server_error, with
+	// the usage it ran up) or WorkProse (succeeded with prose as output,
+	// and its usage).
 	Outcome WorkOutcome
 	// CallbackSecret ("whsec_…") signs the callbacks; required.
 	CallbackSecret string
@@ -100,6 +101,9 @@ type AsyncWorkRecord struct {
 	// AnswerLost: submitted, but the connection was closed without the
 	// answer (LoseAnswers).
 	AnswerLost bool
+	// InputTokens and OutputTokens are what its usage reports (0 while
+	// it reports none).
+	InputTokens, OutputTokens int
 }
 
 // CallbackRecord is one work.ended event and its deliveries.
@@ -327,7 +331,8 @@ func asyncEnded(status string) bool {
 
 func (w *asyncWork) record() AsyncWorkRecord {
 	return AsyncWorkRecord{ID: w.id, Key: w.key, Status: w.status, CallbackURL: w.callbackURL, CompletionWindow: w.window,
-		CreatedAt: w.createdAt, Executions: w.executions, Cancels: w.cancels, Repeats: w.repeats, Lookups: w.lookups, AnswerLost: w.lost}
+		CreatedAt: w.createdAt, Executions: w.executions, Cancels: w.cancels, Repeats: w.repeats, Lookups: w.lookups, AnswerLost: w.lost,
+		InputTokens: w.inTok, OutputTokens: w.outTok}
 }
 
 // work runs the work and ends it as the outcome says; s.mu is held. The
@@ -338,7 +343,9 @@ func (s *WebhookAsync) work(w *asyncWork) {
 	w.inTok = Tokens(w.call.Prompt)
 	switch s.opts.Outcome {
 	case WorkFailed:
+		// It ran, then failed: what it used is billed all the same.
 		w.status, w.errCode, w.errMsg = "failed", "server_error", "the simulated work failed"
+		w.outTok = Tokens(w.errMsg)
 		return
 	case WorkProse:
 		w.status, w.output = "succeeded", json.RawMessage(fmt.Sprintf("%q", Prose))
@@ -365,6 +372,9 @@ func (w *asyncWork) view() map[string]any {
 		v["usage"] = map[string]any{"input_tokens": w.inTok, "output_tokens": w.outTok}
 	case "failed":
 		v["error"] = map[string]any{"code": w.errCode, "message": w.errMsg}
+		if w.outTok > 0 {
+			v["usage"] = map[string]any{"input_tokens": w.inTok, "output_tokens": w.outTok}
+		}
 	}
 	return v
 }

@@ -360,7 +360,9 @@ func TestBackgroundCancelForeground(t *testing.T) {
 	}
 }
 
-// TestBackgroundOutcomes maps each way the simulator's work can end.
+// TestBackgroundOutcomes maps each way the simulator's work can end; an
+// ended response onejob cannot use keeps the usage it was billed (review
+// N-H1), a truncated one every output token the request allowed.
 func TestBackgroundOutcomes(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -368,11 +370,13 @@ func TestBackgroundOutcomes(t *testing.T) {
 		status  openai.ResponseStatus
 		want    error
 		class   provider.Class
+		billed  bool
 	}{
-		{sim.WorkFailed, openai.StatusFailed, provider.ErrHTTPStatus, provider.ClassRetryable},
-		{sim.WorkIncomplete, openai.StatusIncomplete, provider.ErrNoStructuredOutput, provider.ClassRetryable},
-		{sim.WorkRefusal, openai.StatusCompleted, provider.ErrNoStructuredOutput, provider.ClassRetryable},
-		{sim.WorkProse, openai.StatusCompleted, provider.ErrNoStructuredOutput, provider.ClassRetryable},
+		{sim.WorkFailed, openai.StatusFailed, provider.ErrHTTPStatus, provider.ClassRetryable, false},
+		{sim.WorkIncomplete, openai.StatusIncomplete, provider.ErrNoStructuredOutput, provider.ClassRetryable, true},
+		{sim.WorkContentFilter, openai.StatusIncomplete, provider.ErrContentFiltered, provider.ClassRetryable, true},
+		{sim.WorkRefusal, openai.StatusCompleted, provider.ErrNoStructuredOutput, provider.ClassRetryable, true},
+		{sim.WorkProse, openai.StatusCompleted, provider.ErrNoStructuredOutput, provider.ClassRetryable, true},
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.outcome), func(t *testing.T) {
@@ -394,7 +398,19 @@ func TestBackgroundOutcomes(t *testing.T) {
 			_, err = b.Result(req, done)
 			var ce *provider.CallError
 			if !errors.Is(err, tc.want) || !errors.As(err, &ce) || ce.Class != tc.class || ce.ProviderRequestID != r.ID {
-				t.Errorf("err = %v, want %v (%s) naming %s", err, tc.want, tc.class, r.ID)
+				t.Fatalf("err = %v, want %v (%s) naming %s", err, tc.want, tc.class, r.ID)
+			}
+			rec, _ := s.Get(r.ID)
+			billed := done.TokenUsage()
+			switch {
+			case ce.Status != http.StatusOK:
+				t.Errorf("Status = %d, want 200: ended work is an answer", ce.Status)
+			case tc.billed && (billed == nil || ce.Usage == nil || *ce.Usage != *billed || billed.InputTokens == 0):
+				t.Errorf("Usage = %+v, want the response's %+v (%+v)", ce.Usage, billed, rec)
+			case !tc.billed && ce.Usage != nil:
+				t.Errorf("Usage = %+v; the simulator reports none for failed work", ce.Usage)
+			case tc.outcome == sim.WorkIncomplete && ce.Usage.OutputTokens != req.MaxOutputTokens:
+				t.Errorf("a truncated response's usage %+v, want all %d output tokens", ce.Usage, req.MaxOutputTokens)
 			}
 		})
 	}

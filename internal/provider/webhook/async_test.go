@@ -338,6 +338,14 @@ func TestAsyncOutcomes(t *testing.T) {
 			case tc.class != "" && classOf(t, err) != tc.class:
 				t.Fatalf("outcome class %s, want %s", classOf(t, err), tc.class)
 			}
+			// Failed work and work without an output are answers, billed
+			// all the same (review N-H1): the usage the receiver reported
+			// is kept.
+			var ce *provider.CallError
+			if tc.class != "" && (!errors.As(err, &ce) || ce.Status != http.StatusOK || ce.Usage == nil || got.Usage == nil ||
+				*ce.Usage != *got.Usage || ce.Usage.OutputTokens == 0) {
+				t.Fatalf("outcome %v: usage %+v, want the work's %+v", err, ce, got.Usage)
+			}
 			s, err := e.a.Settle(t.Context(), req)
 			if err != nil || s.Evidence != tc.evidence {
 				t.Fatalf("settle = %+v, %v; want %s", s, err, tc.evidence)

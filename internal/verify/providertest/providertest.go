@@ -247,6 +247,9 @@ func Run(t *testing.T, h Harness) {
 		status     int
 		retryAfter time.Duration
 		is         []error // any of
+		// answered: a 2xx onejob cannot use, which the provider bills
+		// (review N-H1); billed: it reports the simulator's usage.
+		answered, billed bool
 	}{
 		{name: "RateLimitedRetryAfterSeconds", opts: sim.Options{Mode: sim.ModeRateLimited, RetryAfter: "7"},
 			class: provider.ClassRetryable, status: http.StatusTooManyRequests, retryAfter: 7 * time.Second},
@@ -262,11 +265,15 @@ func Run(t *testing.T, h Harness) {
 			class: provider.ClassNonRetryable},
 		{name: "QuotaExhausted", opts: sim.Options{Mode: sim.ModeQuotaExhausted}, class: quotaClass},
 		{name: "ContentFiltered", opts: sim.Options{Mode: sim.ModeContentFilter},
-			class: provider.ClassRetryable, is: []error{provider.ErrNoStructuredOutput}},
+			class: provider.ClassRetryable, is: []error{provider.ErrNoStructuredOutput}, answered: true, billed: !h.NoUsage},
+		{name: "Truncated", opts: sim.Options{Mode: sim.ModeTruncated},
+			class: provider.ClassRetryable, is: []error{provider.ErrNoStructuredOutput}, answered: true, billed: !h.NoUsage},
+		{name: "Refused", opts: sim.Options{Mode: sim.ModeRefusal},
+			class: provider.ClassRetryable, is: []error{provider.ErrNoStructuredOutput}, answered: true, billed: !h.NoUsage},
 		{name: "MalformedBody", opts: sim.Options{Mode: sim.ModeMalformed},
-			class: provider.ClassRetryable, is: []error{provider.ErrMalformedResponse}},
+			class: provider.ClassRetryable, is: []error{provider.ErrMalformedResponse}, answered: true},
 		{name: "Prose", opts: sim.Options{Mode: sim.ModeProse},
-			class: provider.ClassRetryable, is: []error{provider.ErrNoStructuredOutput, provider.ErrMalformedResponse}},
+			class: provider.ClassRetryable, is: []error{provider.ErrNoStructuredOutput, provider.ErrMalformedResponse}, answered: true},
 	}
 	for _, tc := range failures {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,6 +304,23 @@ func Run(t *testing.T, h Harness) {
 			}
 			if !strings.Contains(r.logs.String(), `"class":"`+string(tc.class)+`"`) {
 				t.Errorf("failure not logged with class: %s", r.logs.String())
+			}
+			// An answer is billed however it fares: its status says it was
+			// one, and the usage it reported is kept (job.SpendOf).
+			c := r.sim.Calls()[0]
+			switch answered := ce.Status >= 200 && ce.Status <= 299; {
+			case answered != tc.answered:
+				t.Errorf("Status = %d: an answer %v, want %v", ce.Status, answered, tc.answered)
+			case tc.billed && (ce.Usage == nil || ce.Usage.InputTokens != c.InputTokens || ce.Usage.OutputTokens != c.OutputTokens || c.InputTokens == 0):
+				t.Errorf("Usage = %+v, want the simulator's %d input, %d output tokens", ce.Usage, c.InputTokens, c.OutputTokens)
+			case !tc.answered && ce.Usage != nil:
+				t.Errorf("Usage = %+v on a failure that is no answer", ce.Usage)
+			case ce.Usage != nil && (ce.Usage.InputTokens != c.InputTokens || ce.Usage.OutputTokens != c.OutputTokens):
+				t.Errorf("Usage = %+v, want none or the simulator's %d input, %d output tokens", ce.Usage, c.InputTokens, c.OutputTokens)
+			}
+			if tc.opts.Mode == sim.ModeTruncated && ce.Usage != nil && ce.Usage.OutputTokens != Request(1).MaxOutputTokens &&
+				c.MaxTokens != 0 {
+				t.Errorf("a truncated answer's usage %+v, want every one of the %d output tokens allowed", ce.Usage, Request(1).MaxOutputTokens)
 			}
 		})
 	}
