@@ -14,6 +14,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/provider"
 )
 
 // Issue 26's budget drill: every owner may spend $0.10 a day; each demo
@@ -23,10 +24,19 @@ import (
 // before any provider call. Three other owners each send 20 creates at
 // once: none of them ever spends more than its budget, each has exactly
 // the 3 jobs it can afford, and the providers saw only those.
+//
+// Beside them (review N-H1), a provider that answers every call
+// finish_reason: length with all of its 100,000 output tokens billed
+// (OpenAI's wire format, sim.ModeTruncated): TruncatedAnswersArePaid.
 func TestABudgetRefusesBeforeAnyProviderCall(t *testing.T) {
 	t.Parallel()
-	b := job.Budget{Amount: job.NanosPerUSD / 10, Period: 24 * time.Hour, Prices: stack.DemoPrices()}
-	s := ownStack(t, "budget", stack.Config{CertifyDemo: true, Budget: b})
+	truncating := startTruncating(t)
+	prices := stack.DemoPrices()
+	prices[truncatingName] = truncatingPrice
+	b := job.Budget{Amount: job.NanosPerUSD / 10, Period: 24 * time.Hour, Prices: prices}
+	s := ownStack(t, "budget", stack.Config{CertifyDemo: true, Budget: b, Catalog: withLongType(t),
+		Providers: provider.Config{Providers: []provider.ProviderConfig{{Name: truncatingName, Kind: provider.KindOpenAI,
+			BaseURL: truncating.url + "/v1", Model: "gpt-4o-mini"}}}})
 	for _, p := range []string{sim.DemoPrimary, sim.DemoFallback} {
 		if err := s.Sim.SetScript(p, sim.DemoScript{InputTokens: 300, OutputTokens: 250}); err != nil {
 			t.Fatal(err)
@@ -129,6 +139,11 @@ func TestABudgetRefusesBeforeAnyProviderCall(t *testing.T) {
 			}
 			t.Logf("%s: 20 creates at once, %d accepted, %d refused, spent %s USD of 0.10", o, len(accepted[o]), refused[o], spent.USD())
 		}
+	})
+
+	t.Run("TruncatedAnswersArePaid", func(t *testing.T) {
+		t.Parallel()
+		truncatedAnswersArePaid(t, s, truncating, b)
 	})
 
 	t.Run("AnOperatorSetsAnOwnersBudget", func(t *testing.T) {

@@ -124,6 +124,9 @@ type Config struct {
 	Quotas *job.Quotas
 	// Budget bounds each owner's spend (job.Budget); zero: none.
 	Budget job.Budget
+	// Catalog is the job types the functions serve; nil: the embedded
+	// ones, as deployed (jobtype.Load). A drill adds a type of its own.
+	Catalog *jobtype.Catalog
 	// MaxProviderWait bounds a job's wait for unavailable providers
 	// (locally 2 minutes, so that it shows; in AWS job.DefaultMaxProviderWait).
 	MaxProviderWait time.Duration
@@ -407,9 +410,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Catalog, err = jobtype.Load()
-	if err != nil {
-		return nil, err
+	s.Catalog = cfg.Catalog
+	if s.Catalog == nil {
+		if s.Catalog, err = jobtype.Load(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.CertifyDemo {
 		if err := s.certifyDemo(ctx); err != nil {
