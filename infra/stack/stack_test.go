@@ -26,6 +26,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/emf"
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/verify/iamcheck"
 )
 
@@ -1631,6 +1632,23 @@ func TestGuardsConfig(t *testing.T) {
 			t.Errorf("prod: %+v %v, cdk.json says %+v %v", c.Throttle, c.ReservedConcurrency, *envs["prod"].Throttle, envs["prod"].ReservedConcurrency)
 		}
 	})
+	t.Run("AsynchronousDiscountAndOverhead", func(t *testing.T) {
+		t.Parallel()
+		c, err := load(t, func(m map[string]any) {
+			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h", "prices": map[string]any{
+				"openai-flex": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
+					"kind": "openai-background", "tierDiscountPercent": map[string]any{"2h": 30, "8h": 40}},
+				"anthropic-fallback": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
+					"kind": "anthropic", "overheadInputTokens": 346}}}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.Budget.Budget()
+		if err != nil || b.Prices["openai-flex"].Discount != (job.Discount{Flex2h: 30, Flex8h: 40}) || b.Prices["anthropic-fallback"].OverheadInputTokens != 346 {
+			t.Fatalf("%+v, %v", b.Prices, err)
+		}
+	})
 	t.Run("DefaultedWhenAbsent", func(t *testing.T) {
 		t.Parallel()
 		c, err := load(t, func(m map[string]any) { delete(m, "throttle"); delete(m, "reservedConcurrency") })
@@ -1681,9 +1699,27 @@ func TestGuardsConfig(t *testing.T) {
 		}, `"24h" is not a tier with a discount`},
 		{"DiscountOfEverything", func(m map[string]any) {
 			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
-				"prices": map[string]any{"openai-primary": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
-					"tierDiscountPercent": map[string]any{"8h": 100}}}}
+				"prices": map[string]any{"openai-flex": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
+					"kind": "openai-background", "tierDiscountPercent": map[string]any{"8h": 100}}}}
 		}, "0 to 99 percent"},
+		// Review N-L7: a discount only where the provider runs work in
+		// the window (an asynchronous kind, declared).
+		{"DiscountOnASynchronousProvider", func(m map[string]any) {
+			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
+				"prices": map[string]any{"openai-primary": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
+					"kind": "openai", "tierDiscountPercent": map[string]any{"2h": 30}}}}
+		}, "only a provider that runs work in that window may be priced lower"},
+		{"DiscountOfNoKind", func(m map[string]any) {
+			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
+				"prices": map[string]any{"openai-primary": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
+					"tierDiscountPercent": map[string]any{"8h": 40}}}}
+		}, `this price's kind is ""`},
+		// Review N-L3: the provider's own prompt, bounded.
+		{"NegativeOverhead", func(m map[string]any) {
+			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
+				"prices": map[string]any{"anthropic-fallback": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
+					"overheadInputTokens": -300}}}
+		}, "the overhead is 0 to"},
 		{"TooMuchReserved", func(m map[string]any) {
 			m["reservedConcurrency"] = map[string]any{"api": 500, "run": 300, "hold": 200}
 		}, "adds up to 1000"},

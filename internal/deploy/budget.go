@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/provider"
 )
 
 // EnvBudget holds the owners' budget and the providers' price table as
@@ -30,6 +34,19 @@ type PriceConfig struct {
 	Version       string `json:"version"`
 	InputPerMTok  string `json:"inputUSDPerMTok"`
 	OutputPerMTok string `json:"outputUSDPerMTok"`
+	// Kind is the priced provider's kind (provider.Kinds), required with a
+	// tier discount: only a kind that runs work in that window
+	// (provider.RunsTier: openai-background, webhook-async) may have one
+	// (review N-L7). Synthesis and every function check it here; those
+	// that read the providers' configuration (run, events) also check it
+	// names the provider's real kind (lifecycle.NewTasks).
+	Kind string `json:"kind,omitempty"`
+	// OverheadInputTokens is what the provider adds to the input of every
+	// request onejob sends it (job.Price.OverheadInputTokens): Anthropic's
+	// tool-use system prompt, 346 tokens at most for current Claude
+	// models, on the Messages API and on Bedrock. The worst case reserved
+	// counts it, so settlement never charges above the reservation.
+	OverheadInputTokens int `json:"overheadInputTokens,omitempty"`
 	// TierDiscountPercent is, by tier ("2h", "8h"), how many percent less
 	// the provider charges for work that may wait that long (an
 	// asynchronous provider's completion windows; OpenAI: 30 and 40).
@@ -60,8 +77,12 @@ func (c BudgetConfig) Budget() (job.Budget, error) {
 		if err != nil {
 			return job.Budget{}, fmt.Errorf("price of %s: outputUSDPerMTok: %w", name, err)
 		}
-		price := job.Price{Version: pc.Version, Input: in, Output: out}
-		for t, d := range pc.TierDiscountPercent {
+		price := job.Price{Version: pc.Version, Input: in, Output: out, OverheadInputTokens: pc.OverheadInputTokens}
+		if pc.Kind != "" && !slices.Contains(provider.Kinds(), pc.Kind) {
+			return job.Budget{}, fmt.Errorf("price of %s: kind %q is none of %s", name, pc.Kind, strings.Join(provider.Kinds(), ", "))
+		}
+		for _, t := range slices.Sorted(maps.Keys(pc.TierDiscountPercent)) {
+			d := pc.TierDiscountPercent[t]
 			switch job.Tier(t) {
 			case job.TierFlex2h:
 				price.Discount.Flex2h = d
@@ -69,6 +90,10 @@ func (c BudgetConfig) Budget() (job.Budget, error) {
 				price.Discount.Flex8h = d
 			default:
 				return job.Budget{}, fmt.Errorf("price of %s: tierDiscountPercent: %q is not a tier with a discount (2h, 8h)", name, t)
+			}
+			if d != 0 && !provider.RunsTier(pc.Kind, job.Tier(t)) {
+				return job.Budget{}, fmt.Errorf("price of %s: tierDiscountPercent %s: only a provider that runs work in that window may be priced lower for it "+
+					"(its kind must be %s or %s; this price's kind is %q)", name, t, provider.KindOpenAIBackground, provider.KindWebhookAsync, pc.Kind)
 			}
 		}
 		b.Prices[name] = price

@@ -52,11 +52,24 @@ type Price struct {
 	Version string
 	// Input and Output are per million tokens.
 	Input, Output Money
+	// OverheadInputTokens is what the provider adds to the input of every
+	// request onejob sends it, beyond what the request's bytes bound
+	// (InputBound): Anthropic's tool-use system prompt, added whenever a
+	// tool is given (313 to 346 tokens for current Claude models), on
+	// the Messages API and on Bedrock alike. It is billed as input, so
+	// the worst case counts it: without it a short request settles above
+	// its reservation (review N-L3).
+	OverheadInputTokens int
 	// Discount is how much less the provider charges for work that may
-	// wait. Only asynchronous providers run work at a tier; a synchronous
-	// one is configured without discounts.
+	// wait. Only asynchronous providers run work at a tier: a discount on
+	// another is refused where prices are loaded (deploy.BudgetConfig,
+	// lifecycle.NewTasks).
 	Discount Discount
 }
+
+// MaxOverheadInputTokens bounds a price's OverheadInputTokens: the largest
+// documented is a few hundred tokens.
+const MaxOverheadInputTokens = 10_000
 
 // Discount is, per completion window, how many percent less a provider
 // charges for work that may wait that long (OpenAI: 2h 30, 8h 40). A
@@ -81,11 +94,16 @@ func (d Discount) Of(t Tier) int {
 func (p Price) At(t Tier) Price {
 	d := p.Discount.Of(t)
 	if d <= 0 {
-		return Price{Version: p.Version, Input: p.Input, Output: p.Output}
+		return Price{Version: p.Version, Input: p.Input, Output: p.Output, OverheadInputTokens: p.OverheadInputTokens}
 	}
 	less := func(m Money) Money { return Money((int64(m)*int64(100-d) + 99) / 100) }
-	return Price{Version: p.Version + "@" + string(t), Input: less(p.Input), Output: less(p.Output)}
+	return Price{Version: p.Version + "@" + string(t), Input: less(p.Input), Output: less(p.Output), OverheadInputTokens: p.OverheadInputTokens}
 }
+
+// Rates is what an attempt's spend records of the price it is settled
+// at: its version and its rates (the overhead only bounds the
+// reservation; settlement prices the tokens reported, overhead included).
+func (p Price) Rates() Price { return Price{Version: p.Version, Input: p.Input, Output: p.Output} }
 
 // Cost is what in input and out output tokens cost, rounded up to the
 // nano-dollar (never an under-count).
@@ -133,6 +151,9 @@ func (b Budget) Validate() error {
 		if p.Version == "" || p.Input < 0 || p.Output < 0 {
 			return fmt.Errorf("budget: the price of %s needs a version and non-negative prices", name)
 		}
+		if p.OverheadInputTokens < 0 || p.OverheadInputTokens > MaxOverheadInputTokens {
+			return fmt.Errorf("budget: the price of %s: the overhead is 0 to %d input tokens", name, MaxOverheadInputTokens)
+		}
 		for _, d := range []int{p.Discount.Flex2h, p.Discount.Flex8h} {
 			if d < 0 || d > 99 {
 				return fmt.Errorf("budget: the price of %s: a tier's discount is 0 to 99 percent", name)
@@ -169,9 +190,10 @@ type CostBasis struct {
 }
 
 // WorstCase is the most an attempt of a request can cost at price p: its
-// input bound and every output token the type allows.
+// input bound, the provider's own overhead, and every output token the
+// type allows.
 func (p Price) WorstCase(b CostBasis) Money {
-	return p.Cost(InputBound(b.RequestBytes), b.MaxOutputTokens)
+	return p.Cost(InputBound(b.RequestBytes)+p.OverheadInputTokens, b.MaxOutputTokens)
 }
 
 // WorstCase is the most one attempt of a job with basis b that may wait t

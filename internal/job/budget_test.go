@@ -65,6 +65,33 @@ func TestPriceCostRoundsUp(t *testing.T) {
 	}
 }
 
+// TestWorstCaseCountsTheProvidersOverhead (review N-L3): a provider that
+// adds its own prompt to every request (Anthropic's tool-use system
+// prompt, 313 tokens in its simulator) bills input the request's bytes do
+// not bound; the worst case counts the price's overhead, at every tier.
+func TestWorstCaseCountsTheProvidersOverhead(t *testing.T) {
+	t.Parallel()
+	p := job.Price{Version: "v", Input: job.NanosPerUSD, Output: 5 * job.NanosPerUSD, OverheadInputTokens: 346,
+		Discount: job.Discount{Flex2h: 30}}
+	basis := job.CostBasis{RequestBytes: 40, MaxOutputTokens: 100}
+	// A short request: 40 bytes bound 56 tokens, the provider's prompt
+	// adds 313, the answer uses every output token.
+	billed := 40 + 313
+	for _, at := range []job.Price{p, p.At(job.TierNow), p.At(job.TierFlex2h)} {
+		if w, c := at.WorstCase(basis), at.Cost(billed, basis.MaxOutputTokens); w < c || w != at.Cost(job.InputBound(40)+346, 100) {
+			t.Errorf("%s: worst case %d, a billed answer %d", at.Version, w, c)
+		}
+		without := at
+		without.OverheadInputTokens = 0
+		if w, c := without.WorstCase(basis), at.Cost(billed, basis.MaxOutputTokens); w >= c {
+			t.Errorf("%s: without the overhead the worst case %d still bounds %d: the case shows nothing", at.Version, w, c)
+		}
+	}
+	if r := p.At(job.TierFlex2h).Rates(); r.OverheadInputTokens != 0 || r.Version != "v@2h" || r.Input != 700_000_000 {
+		t.Errorf("the rates a spend records: %+v", r)
+	}
+}
+
 func TestBudgetWorstCaseNeedsAPrice(t *testing.T) {
 	t.Parallel()
 	cheap := job.Price{Version: "v", Input: job.NanosPerUSD, Output: job.NanosPerUSD}
@@ -239,6 +266,10 @@ func TestBudgetValidate(t *testing.T) {
 		{"AmountWithoutPeriod", job.Budget{Amount: 1}, false},
 		{"TooShort", job.Budget{Amount: 1, Period: time.Second}, false},
 		{"PriceWithoutVersion", job.Budget{Amount: 1, Period: time.Hour, Prices: map[string]job.Price{"p": {Input: 1}}}, false},
+		{"Overhead", job.Budget{Amount: 1, Period: time.Hour, Prices: map[string]job.Price{"p": {Version: "v", OverheadInputTokens: 346}}}, true},
+		{"NegativeOverhead", job.Budget{Amount: 1, Period: time.Hour, Prices: map[string]job.Price{"p": {Version: "v", OverheadInputTokens: -1}}}, false},
+		{"HugeOverhead", job.Budget{Amount: 1, Period: time.Hour,
+			Prices: map[string]job.Price{"p": {Version: "v", OverheadInputTokens: job.MaxOverheadInputTokens + 1}}}, false},
 	} {
 		if err := c.b.Validate(); (err == nil) != c.ok {
 			t.Errorf("%s: Validate() = %v, want ok %v", c.name, err, c.ok)

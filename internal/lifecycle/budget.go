@@ -84,7 +84,7 @@ func (e *Engine) ReserveAttempt(ctx context.Context, j job.Job, n int, prov stri
 	price = price.At(j.Tier.OrNow())
 	if n == 1 {
 		s := *j.Reservation
-		s.Price = price
+		s.Price = price.Rates()
 		return &s, nil
 	}
 	key := job.AttemptKey(j.ID, n)
@@ -92,7 +92,7 @@ func (e *Engine) ReserveAttempt(ctx context.Context, j job.Job, n int, prov stri
 	if _, _, _, err := e.reserve(ctx, j.Owner, key, worst); err != nil {
 		return nil, err
 	}
-	return &job.Spend{Key: key, Price: price, Reserved: worst}, nil
+	return &job.Spend{Key: key, Price: price.Rates(), Reserved: worst}, nil
 }
 
 // BudgetRecheck is how soon a refused owner may find room again while its
@@ -127,6 +127,13 @@ func (e *Engine) settleSpend(ctx context.Context, before, after job.Job) {
 		cost, source := job.SpendOf(a)
 		e.log.InfoContext(ctx, "budget_settled", "job_id", a.JobID, "attempt", a.Number, "owner", after.Owner,
 			"reserved_usd", a.Spend.Reserved.USD(), "cost_usd", cost.USD(), "source", string(source))
+		if cost > a.Spend.Reserved {
+			// Charged as billed, but the worst case did not bound it: the
+			// provider's price entry under-counts (an overhead it adds to
+			// every request, not declared: overheadInputTokens).
+			e.log.WarnContext(ctx, "budget_settled_above_reservation", "job_id", a.JobID, "attempt", a.Number,
+				"provider", a.Provider, "reserved_usd", a.Spend.Reserved.USD(), "cost_usd", cost.USD())
+		}
 		e.release(ctx, after.Owner, a.Spend.Key, a.Spend.Reserved, cost)
 	}
 	if job.UnlaunchedReservation(before, after) {

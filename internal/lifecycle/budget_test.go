@@ -112,67 +112,6 @@ func TestABudgetedJobSettlesEachAttemptAtItsCost(t *testing.T) {
 	}
 }
 
-// TestAJobThatMayWaitIsPricedAtItsTier: a job created to wait 2h is
-// reserved and settled at its provider's 2h price (30% off here); a job of
-// the same owner that runs now pays the full price; a fallback without a
-// discount is reserved at its full price, so a flex job is never
-// under-reserved. Two owners share the providers.
-func TestAJobThatMayWaitIsPricedAtItsTier(t *testing.T) {
-	t.Parallel()
-	flex := testPrice
-	flex.Discount = job.Discount{Flex2h: 30, Flex8h: 40}
-	b := job.Budget{Amount: job.NanosPerUSD, Period: 24 * time.Hour, Prices: map[string]job.Price{primary: flex, fallback: testPrice}}
-	r := newRigWith(t, b)
-	usage := &provider.Usage{InputTokens: 300, OutputTokens: 250}
-	r.prov[primary].answer = answers(provider.Response{Output: good(primary), Usage: usage}, nil)
-	cat, _ := catalog()
-	jt, _ := cat.Get("demo")
-	input := json.RawMessage(`{"prompt":"hello"}`)
-	req, err := jt.Request(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	basis := lifecycle.CostBasisOf(req)
-	create := func(owner string, tier job.Tier, providers ...string) job.Job {
-		t.Helper()
-		j, _, err := r.eng.Create(t.Context(), job.Request{Owner: owner, IdempotencyKey: "k-" + string(tier) + "-" + strings.Join(providers, "-"),
-			Type: "demo", Input: input, Providers: providers, Primary: primary, Basis: basis, Tier: tier})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return j
-	}
-	for _, c := range []struct {
-		name      string
-		owner     string
-		tier      job.Tier
-		providers []string
-		reserved  job.Money
-		price     job.Price
-	}{
-		{"FlexOnItsProvider", "owner-a", job.TierFlex2h, []string{primary}, flex.At(job.TierFlex2h).WorstCase(basis), flex.At(job.TierFlex2h)},
-		{"NowPaysTheFullPrice", "owner-b", job.TierNow, []string{primary}, flex.WorstCase(basis), testPrice},
-		{"AFallbackWithoutDiscountBoundsTheReservation", "owner-a", job.TierFlex2h, []string{primary, fallback}, testPrice.WorstCase(basis), flex.At(job.TierFlex2h)},
-	} {
-		j := create(c.owner, c.tier, c.providers...)
-		if j.Reservation == nil || j.Reservation.Reserved != c.reserved {
-			t.Fatalf("%s: reserved %+v, want %d", c.name, j.Reservation, c.reserved)
-		}
-		_, _ = r.run(t, j.ID)
-		got := r.get(t, j.ID)
-		a, _ := got.Attempt(1)
-		if got.Status != job.StatusSucceeded || a.Spend == nil || a.Spend.Price != c.price {
-			t.Fatalf("%s: job %s, attempt 1's spend %+v, want priced %+v", c.name, got.Status, a.Spend, c.price)
-		}
-		if cost, _ := job.SpendOf(a); cost != c.price.Cost(300, 250) {
-			t.Fatalf("%s: cost %d, want %d", c.name, cost, c.price.Cost(300, 250))
-		}
-	}
-	if v := flex.At(job.TierFlex2h).Version; v != "test-1@2h" {
-		t.Fatalf("the 2h price's version %q", v)
-	}
-}
-
 func TestAnUnknownAttemptKeepsItsReservationUntilSettled(t *testing.T) {
 	t.Parallel()
 	r := newRigWith(t, budgeted(job.NanosPerUSD))

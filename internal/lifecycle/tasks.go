@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -110,6 +112,9 @@ func NewTasks(c TasksConfig) (*Tasks, error) {
 		return nil, errors.New("lifecycle: CallTimeout must be positive")
 	case !validNamespace(c.Namespace):
 		return nil, fmt.Errorf("lifecycle: Namespace %q must be at most 64 letters, digits, '.', '_' or '-'", c.Namespace)
+	}
+	if err := discountsRunInWindows(c.Engine.Budget(), c.Providers); err != nil {
+		return nil, err
 	}
 	if len(c.Wait.Steps) == 0 {
 		c.Wait = job.DefaultWait()
@@ -379,4 +384,26 @@ func (w *Tasks) Hold(ctx context.Context, in HoldInput) (HoldResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// discountsRunInWindows refuses a price table whose tier discount is on a
+// configured provider that runs no work in a window (not provider.Async):
+// its jobs that may wait would reserve and settle below what it charges
+// (review N-L7). The price's declared kind was checked where the table was
+// read (deploy.BudgetConfig); this is the provider as configured.
+func discountsRunInWindows(b job.Budget, providers Providers) error {
+	for _, name := range slices.Sorted(maps.Keys(b.Prices)) {
+		if b.Prices[name].Discount == (job.Discount{}) {
+			continue
+		}
+		p, ok := providers.Get(name)
+		if !ok {
+			continue // not configured here: it runs nothing
+		}
+		if _, async := p.(provider.Async); !async {
+			return fmt.Errorf("lifecycle: the price of %s has a tier discount, but %s runs no work in a completion window "+
+				"(it is not asynchronous): only an asynchronous provider may be priced lower for a tier", name, name)
+		}
+	}
+	return nil
 }

@@ -30,6 +30,23 @@ const (
 	KindWebhookAsync = "webhook-async"
 )
 
+// Kinds lists every kind.
+func Kinds() []string {
+	return []string{KindOpenAI, KindAnthropic, KindBedrock, KindWebhook, KindOpenAIBackground, KindWebhookAsync}
+}
+
+// RunsTier reports whether a provider of kind runs work that may wait t
+// (a job.Tier: a completion window), and so may charge less for it: only
+// the asynchronous kinds (provider.Async) do, in 2h and 8h; every kind
+// runs now. A price's tier discount on any other kind would reserve and
+// settle below what the provider charges (review N-L7).
+func RunsTier(kind string, t job.Tier) bool {
+	if t.OrNow() == job.TierNow {
+		return slices.Contains(Kinds(), kind)
+	}
+	return (kind == KindOpenAIBackground || kind == KindWebhookAsync) && (t == job.TierFlex2h || t == job.TierFlex8h)
+}
+
 var (
 	// ErrInvalidConfig is wrapped by every *ConfigError.
 	ErrInvalidConfig = errors.New("invalid provider config")

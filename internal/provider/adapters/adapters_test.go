@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/onejob/onejob/internal/dev/sim"
+	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
 )
@@ -146,5 +147,56 @@ func TestSettlersFromConfig(t *testing.T) {
 		if _, ok := p.(provider.Settler); ok != settles {
 			t.Errorf("%s (%T) is a Settler: %v, want %v", name, p, ok, settles)
 		}
+	}
+}
+
+// TestOnlyTierKindsRunAsynchronously holds provider.RunsTier, which price
+// tables are checked against (review N-L7: a tier discount only where the
+// provider runs work in the window), to what each kind's adapter is: the
+// kinds that run 2h and 8h work are exactly the provider.Async ones.
+func TestOnlyTierKindsRunAsynchronously(t *testing.T) {
+	t.Parallel()
+	cfg, err := provider.ParseConfig([]byte(`{"providers":[
+		{"name":"openai","kind":"openai","base_url":"http://127.0.0.1:9/v1","model":"gpt-4o"},
+		{"name":"anthropic","kind":"anthropic","base_url":"http://127.0.0.1:9","model":"claude-x","credential_ref":"K"},
+		{"name":"bedrock","kind":"bedrock","base_url":"http://127.0.0.1:9","model":"anthropic.claude-x","region":"eu-west-1"},
+		{"name":"webhook","kind":"webhook","base_url":"http://127.0.0.1:9/run"},
+		{"name":"openai-background","kind":"openai-background","base_url":"http://127.0.0.1:9/v1","model":"gpt-4o",
+			"webhook_secret_ref":"` + whsecRef + `"},
+		{"name":"webhook-async","kind":"webhook-async","base_url":"http://127.0.0.1:9/work",
+			"callback_url":"https://api.example/v1/provider-events/webhook-async","webhook_secret_ref":"` + whsecRef + `"}
+	]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := adapters.NewRegistry(t.Context(), cfg, provider.EnvSecrets{Lookup: func(ref string) (string, bool) {
+		if ref == whsecRef {
+			return whsecValue, true
+		}
+		return "k", true
+	}}, adapters.Options{AWSCredentials: credentials.NewStaticCredentialsProvider("AKID", "s", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(reg.Names()); got != len(provider.Kinds()) {
+		t.Fatalf("%d providers for %d kinds", got, len(provider.Kinds()))
+	}
+	for _, kind := range provider.Kinds() {
+		p, ok := reg.Get(kind)
+		if !ok {
+			t.Fatalf("no provider of kind %s", kind)
+		}
+		_, async := p.(provider.Async)
+		for _, tier := range []job.Tier{job.TierFlex2h, job.TierFlex8h} {
+			if provider.RunsTier(kind, tier) != async {
+				t.Errorf("%s (%T): runs %s %v, asynchronous %v", kind, p, tier, provider.RunsTier(kind, tier), async)
+			}
+		}
+		if !provider.RunsTier(kind, job.TierNow) || !provider.RunsTier(kind, "") {
+			t.Errorf("%s does not run now", kind)
+		}
+	}
+	if provider.RunsTier("grpc", job.TierNow) || provider.RunsTier(provider.KindOpenAIBackground, "24h") {
+		t.Error("an unknown kind or tier runs")
 	}
 }

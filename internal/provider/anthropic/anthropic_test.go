@@ -33,6 +33,8 @@ func TestConformance(t *testing.T) {
 		SendsSystem: true,
 		SendsSchema: true,
 		ErrorStatus: 529, // overloaded_error
+		// Claude's tool-use system prompt is billed as input.
+		OverheadInputTokens: providertest.ToolUseOverhead,
 	})
 }
 

@@ -49,6 +49,8 @@ func TestConformance(t *testing.T) {
 		// Bedrock has no billing error; its ServiceQuotaExceededException
 		// says "You can resubmit your request later": retryable.
 		QuotaClass: provider.ClassRetryable,
+		// Claude's tool-use system prompt is billed as input on Bedrock too.
+		OverheadInputTokens: providertest.ToolUseOverhead,
 	})
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider"
 )
 
@@ -57,7 +58,19 @@ type Harness struct {
 	// Settles says how the adapter settles an attempt whose answer was
 	// lost; SettleNone (the zero value) requires that it cannot.
 	Settles Settles
+	// OverheadInputTokens is what the provider adds to the input of every
+	// request (job.Price.OverheadInputTokens), as its price entry must
+	// declare it: WorstCaseBoundsTheBill holds the simulator's billed
+	// usage to the worst case with it, and to exceeding it without.
+	OverheadInputTokens int
 }
+
+// ToolUseOverhead is what a price entry of a provider serving Claude
+// models declares (anthropic, bedrock): Anthropic's tool-use system
+// prompt is at most 346 tokens for current models (its "Tool use system
+// prompt token count" table), which the simulators add (313, the count
+// for tool_choice tool) to every request.
+const ToolUseOverhead = 346
 
 // goodOutput is what the suite's oracle answers.
 var goodOutput = json.RawMessage(`{"category":"billing","priority":3,"summary":"Refund request.","needs_human":false}`)
@@ -324,6 +337,44 @@ func Run(t *testing.T, h Harness) {
 			}
 		})
 	}
+
+	// Review N-L3: the worst case a request reserves bounds what the
+	// provider bills for it, an answer that used every output token
+	// included, once the price declares the provider's own overhead.
+	t.Run("WorstCaseBoundsTheBill", func(t *testing.T) {
+		t.Parallel()
+		modes := []sim.Mode{sim.ModeGood}
+		if h.SendsSchema {
+			// The webhook's request carries no token limit to be cut at.
+			modes = append(modes, sim.ModeTruncated)
+		}
+		for _, mode := range modes {
+			r := h.start(t, sim.Options{Mode: mode})
+			req := Request(1)
+			resp, err := r.p.Call(t.Context(), req)
+			u := resp.Usage
+			if ce := (*provider.CallError)(nil); errors.As(err, &ce) {
+				u = ce.Usage
+			} else if err != nil {
+				t.Fatalf("%s: %v", mode, err)
+			}
+			if h.NoUsage {
+				continue
+			}
+			if u == nil {
+				t.Fatalf("%s: no usage reported", mode)
+			}
+			price := job.Price{Version: "v", Input: job.NanosPerUSD, Output: job.NanosPerUSD, OverheadInputTokens: h.OverheadInputTokens}
+			basis := lifecycle.CostBasisOf(req)
+			if cost, worst := price.Cost(u.InputTokens, u.OutputTokens), price.WorstCase(basis); cost > worst {
+				t.Errorf("%s: billed %+v, %d nano-USD, above the worst case %d (%d bytes, overhead %d)", mode, *u, cost, worst,
+					basis.RequestBytes, h.OverheadInputTokens)
+			}
+			if bound := job.InputBound(basis.RequestBytes); h.OverheadInputTokens > 0 && u.InputTokens <= bound {
+				t.Errorf("%s: %d input tokens fit the bound %d without the overhead the harness declares", mode, u.InputTokens, bound)
+			}
+		}
+	})
 
 	t.Run("PrepareSendsNothing", func(t *testing.T) {
 		t.Parallel()
