@@ -465,6 +465,11 @@ func Run(t *testing.T, h Harness) {
 		usageOnEveryAttempt(t, h)
 	})
 
+	t.Run("UnusableAnswersArePaid", func(t *testing.T) {
+		t.Parallel()
+		unusableAnswersArePaid(t, h)
+	})
+
 	runSettle(t, h)
 }
 

@@ -133,3 +133,79 @@ func usageOnEveryAttempt(t *testing.T, h Harness) {
 		t.Errorf("attempt 1 is %s, want discarded", a.State)
 	}
 }
+
+// unusableAnswersArePaid (review N-H1) runs one budgeted demo job per
+// mode through the lifecycle with this adapter against its simulator: an
+// answer onejob cannot use (cut at the token limit, refused, filtered)
+// ends the attempt failed, and its owner pays what the simulator billed
+// (its whole reservation when the format reports no usage); a refusal
+// without an answer (a 5xx, a 400) costs nothing.
+func unusableAnswersArePaid(t *testing.T, h Harness) {
+	ctx := t.Context()
+	cat, err := jobtype.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jt, _ := cat.Get("demo")
+	input := json.RawMessage(`{"prompt":"hello"}`)
+	req, err := jt.Request(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	price := job.Price{Version: "v", Input: job.NanosPerUSD, Output: 2 * job.NanosPerUSD, OverheadInputTokens: h.OverheadInputTokens}
+	for _, c := range []struct {
+		mode sim.Mode
+		paid bool
+	}{
+		{sim.ModeTruncated, true}, {sim.ModeRefusal, true}, {sim.ModeContentFilter, true},
+		{sim.ModeServerError, false}, {sim.ModeBadRequest, false},
+	} {
+		r := h.start(t, sim.Options{Mode: c.mode, Oracle: sim.Fixed{GoodOutput: json.RawMessage(`{"text":"from sim-primary","provider":"sim-primary"}`)}})
+		st := memstore.New()
+		eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Owners: st,
+			Budget: job.Budget{Amount: job.NanosPerUSD, Period: 24 * time.Hour, Prices: map[string]job.Price{sim.DemoPrimary: price}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{Engine: eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
+			Certifications: st, Providers: providerMap{sim.DemoPrimary: r.p}, CallTimeout: 30 * time.Second,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _, err := eng.Create(ctx, job.Request{Owner: "o", IdempotencyKey: string(c.mode), Type: "demo", Input: input,
+			Providers: []string{sim.DemoPrimary}, Primary: sim.DemoPrimary, Basis: lifecycle.CostBasisOf(req)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = tasks.Run(ctx, lifecycle.NewRunInput(j.ID, lifecycle.RunTimeout(jt)))
+		if j, err = eng.Get(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := j.Attempt(1)
+		u, err := st.Usage(ctx, "o")
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := r.sim.Calls()
+		if j.Status != job.StatusFailed || a.State != job.AttemptFailed || a.Spend == nil || len(calls) != 1 {
+			t.Fatalf("%s: job %s, attempt %+v, %d calls", c.mode, j.Status, a, len(calls))
+		}
+		want := job.Money(0)
+		switch {
+		case c.paid && h.NoUsage:
+			want = a.Spend.Reserved
+		case c.paid:
+			want = price.Cost(calls[0].InputTokens, calls[0].OutputTokens)
+		}
+		if u.Budget.Spent != want || u.Budget.Held() != 0 || (c.paid && want == 0) {
+			t.Errorf("%s: the owner spent %s USD (held %s), want %s: attempt %+v, usage %+v", c.mode, u.Budget.Spent.USD(),
+				u.Budget.Held().USD(), want.USD(), a.Error, a.Usage)
+		}
+		// A webhook is sent no token limit: its receiver's model may bill
+		// more than the type allows, and is charged as billed.
+		if c.paid && h.SendsSchema && want > a.Spend.Reserved {
+			t.Errorf("%s: paid %s USD, above the reservation %s USD", c.mode, want.USD(), a.Spend.Reserved.USD())
+		}
+	}
+}
