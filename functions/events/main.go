@@ -57,7 +57,7 @@ func main() {
 	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{
 		Namespace: deploy.Namespace(dynamo.NamesFrom(env.Table).Jobs),
 		Engine:    engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}, Providers: providers,
-		Certifications: store, CallTimeout: deploy.CallTimeout, Logger: log,
+		Certifications: store, Inbound: store, CallTimeout: deploy.CallTimeout, Logger: log,
 	})
 	deploy.Check(log, err)
 	h, err := apigw.NewEvents(apigw.EventsConfig{Events: tasks, Logger: log})

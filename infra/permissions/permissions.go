@@ -194,7 +194,12 @@ func All() map[string][]Grant {
 		// the ledger), settling what the attempt's budget and the owner's
 		// slot held, handing the job's events off.
 		deploy.FnEvents: {jobRW, ledger, uncount, budget, handoff,
-			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
+			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}},
+			// Takes each verified delivery by its webhook-id (conditional
+			// PutItem; GetItem after a refusal where the store does not
+			// hand the item back) and gives back one whose taking failed
+			// (conditional DeleteItem), review N-L1.
+			{[]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"}, table(dynamo.InboundTable())}},
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 type TableNames struct {
 	Jobs, Attempts, Certifications, Providers, Owners string
 	Endpoints, Deliveries                             string
+	// Inbound: the providers' webhook deliveries taken lately.
+	Inbound string
 }
 
 // NamesWithPrefix names every table "<prefix>-<logical>".
@@ -34,6 +36,7 @@ func NamesFrom(name func(logical string) string) TableNames {
 		Owners:         name(OwnersTable().Logical),
 		Endpoints:      name(EndpointsTable().Logical),
 		Deliveries:     name(DeliveriesTable().Logical),
+		Inbound:        name(InboundTable().Logical),
 	}
 }
 
@@ -46,7 +49,8 @@ type namedTable struct {
 // each pairs every table with its name, in Tables() order.
 func (n TableNames) each() []namedTable {
 	return []namedTable{{JobsTable(), n.Jobs}, {AttemptsTable(), n.Attempts}, {CertificationsTable(), n.Certifications},
-		{ProvidersTable(), n.Providers}, {OwnersTable(), n.Owners}, {EndpointsTable(), n.Endpoints}, {DeliveriesTable(), n.Deliveries}}
+		{ProvidersTable(), n.Providers}, {OwnersTable(), n.Owners}, {EndpointsTable(), n.Endpoints}, {DeliveriesTable(), n.Deliveries},
+		{InboundTable(), n.Inbound}}
 }
 
 // ByLogical maps each table's logical name to its physical name.

@@ -43,8 +43,10 @@ type Store struct {
 	// endpoints and deliveries: notifications.
 	endpoints  string
 	deliveries string
-	log        *slog.Logger
-	now        func() time.Time
+	// inbound: the providers' webhook deliveries taken.
+	inbound string
+	log     *slog.Logger
+	now     func() time.Time
 	// reserve is the room every job item keeps for its events
 	// (notifyReserve, checkJobSize).
 	reserve int
@@ -66,7 +68,7 @@ func New(c Config) (*Store, error) {
 	}
 	t := c.Tables
 	return &Store{db: newClient(c.Client), jobs: t.Jobs, atts: t.Attempts, certs: t.Certifications, providers: t.Providers,
-		owners: t.Owners, endpoints: t.Endpoints, deliveries: t.Deliveries, log: c.Logger, now: c.NowFunc,
+		owners: t.Owners, endpoints: t.Endpoints, deliveries: t.Deliveries, inbound: t.Inbound, log: c.Logger, now: c.NowFunc,
 		reserve: notifyReserve()}, nil
 }
 

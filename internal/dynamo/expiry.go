@@ -10,19 +10,26 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// PurgeExpired deletes the jobs and attempt copies whose expires_at has
-// passed: what DynamoDB's TTL does in AWS, for a local DynamoDB that has
-// none (dynalite, moto), so a long-running local stack does not grow without
-// bound. Reads and conditions already treat expired items as gone; this
-// only reclaims their space. It scans both tables (local sizes), and each
-// delete is conditional on the item still being expired: a job created
-// again under the same key meanwhile is not touched.
+// PurgeExpired deletes the jobs, attempt copies and inbound deliveries
+// whose expires_at has passed: what DynamoDB's TTL does in AWS, for a
+// local DynamoDB that has none (dynalite, moto), so a long-running local
+// stack does not grow without bound. Reads and conditions already treat
+// expired items as gone; this only reclaims their space. It scans the
+// tables (local sizes), and each delete is conditional on the item still
+// being expired: a job created again under the same key meanwhile is not
+// touched.
 func (s *Store) PurgeExpired(ctx context.Context, now time.Time) (jobs, attempts int, err error) {
 	jobs, err = s.purge(ctx, s.jobs, []string{AttrID}, now)
 	if err != nil {
 		return jobs, 0, err
 	}
 	attempts, err = s.purge(ctx, s.atts, []string{AttrJobID, AttrNumberKey}, now)
+	if err != nil {
+		return jobs, attempts, err
+	}
+	// A delivery's record is live through its expiry's second
+	// (TakeInbound), so only those before now's second go.
+	_, err = s.purge(ctx, s.inbound, []string{AttrInboundKey}, now.Add(-time.Second))
 	return jobs, attempts, err
 }
 

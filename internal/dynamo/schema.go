@@ -74,6 +74,8 @@ const (
 	AttrDueShard    = "due_shard"
 	AttrNextAt      = "next_at"
 
+	AttrInboundKey = "inbound_key"
+
 	IndexByOwner = "by_owner"
 	IndexByOpen  = "by_open"
 	IndexByBusy  = "by_busy"
@@ -201,8 +203,19 @@ func DeliveriesTable() TableDef {
 	}
 }
 
+// InboundTable remembers the providers' webhook deliveries taken lately
+// (lifecycle.InboundLog): one small item per (provider, webhook-id), kept
+// until its signature goes stale, then expired by TTL.
+func InboundTable() TableDef {
+	return TableDef{
+		Logical:      "inbound",
+		PartitionKey: KeyAttr{Name: AttrInboundKey, Type: AttrString},
+		TTL:          aExpiresAt,
+	}
+}
+
 // Tables lists every table the service uses.
 func Tables() []TableDef {
 	return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable(), ProvidersTable(), OwnersTable(),
-		EndpointsTable(), DeliveriesTable()}
+		EndpointsTable(), DeliveriesTable(), InboundTable()}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
@@ -140,7 +141,14 @@ var (
 	// ErrEventRefused wraps a delivery that failed its provider's
 	// verification (forged, stale, malformed): nothing changed.
 	ErrEventRefused = errors.New("provider event refused")
+	// ErrEventUnverified also wraps a refused delivery that carries no
+	// valid signature of its provider: headers missing, no signature
+	// matching its body, or a timestamp out of tolerance (a replay).
+	ErrEventUnverified = errors.New("provider event not verified")
 )
+
+// forgetTimeout bounds giving back a delivery whose taking failed.
+const forgetTimeout = 5 * time.Second
 
 // EventOutcome says what an inbound provider event did.
 type EventOutcome string
@@ -153,7 +161,9 @@ const (
 	// EventFound: the work of an attempt whose submit's answer was lost
 	// was found by the key it carries, and recorded on it.
 	EventFound EventOutcome = "found"
-	// EventDuplicate: the attempt had ended already: nothing changed.
+	// EventDuplicate: a copy of a delivery taken already (the same
+	// webhook-id while its signature verifies), or the attempt had ended
+	// already: nothing changed.
 	EventDuplicate EventOutcome = "duplicate"
 	// EventIgnored: the work is no attempt of this deployment's, or not
 	// the work its attempt recorded: nothing changed.
@@ -165,33 +175,71 @@ const (
 // ErrEventRefused and changes nothing), it names work, which is read from
 // the provider by its id — never taken from the delivery — and matched to
 // its attempt by the key the provider keeps with it. Its end is applied
-// through the same compare-and-swap as a live answer; a duplicate or late
-// delivery finds its attempt ended and changes nothing.
+// through the same compare-and-swap as a live answer; a late delivery
+// finds its attempt ended and changes nothing. A verified delivery is
+// taken first (InboundLog, one conditional write): a copy of one taken
+// already is a duplicate at once, without asking the provider, so a
+// captured delivery replayed within its signature's life costs no
+// provider read and no job read (review N-L1). Verification comes before
+// that write, so unsigned requests cannot fill the log.
 func (w *Tasks) ProviderEvent(ctx context.Context, providerName string, header http.Header, body []byte) (EventOutcome, error) {
 	p, ok := w.asyncProvider(providerName)
 	if !ok {
 		return "", ErrNoSuchAsyncProvider
 	}
-	id, err := p.Event(header, body, w.now())
+	now := w.now()
+	d, err := p.Event(header, body, now)
 	if err != nil {
 		var ee *provider.EventError
 		if errors.As(err, &ee) {
 			w.log.WarnContext(ctx, "provider_event_refused", "provider", providerName, "fault", ee.Fault)
-			if ee.Fault == "ignored" {
+			switch ee.Fault {
+			case provider.FaultIgnored:
 				return EventIgnored, nil
+			case provider.FaultForged, provider.FaultStale:
+				return "", fmt.Errorf("%w: %w: %w", ErrEventRefused, ErrEventUnverified, err)
 			}
 		}
 		return "", fmt.Errorf("%w: %w", ErrEventRefused, err)
 	}
+	if w.cfg.Inbound == nil || d.ID == "" {
+		return "", fmt.Errorf("lifecycle: cannot take %s's delivery (no inbound log, or no delivery id)", providerName)
+	}
+	in := InboundDelivery{Provider: providerName, ID: d.ID, Expires: d.Expires, Token: NewInboundToken()}
+	taken, err := w.cfg.Inbound.TakeInbound(ctx, in, now)
+	if err != nil {
+		return "", fmt.Errorf("take delivery %s of %s: %w", d.ID, providerName, err)
+	}
+	if !taken {
+		w.log.InfoContext(ctx, "provider_event", "provider", providerName, "webhook_id", d.ID, "provider_work_id", d.WorkID,
+			"outcome", string(EventDuplicate), "taken_before", true)
+		return EventDuplicate, nil
+	}
+	outcome, err := w.takeEvent(ctx, p, providerName, d)
+	if err != nil {
+		// No 2xx: the provider sends it again, and that copy must be
+		// taken, not answered as a duplicate.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
+		defer cancel()
+		if ferr := w.cfg.Inbound.ForgetInbound(fctx, in); ferr != nil {
+			w.log.WarnContext(ctx, "provider_event_not_forgotten", "provider", providerName, "webhook_id", d.ID,
+				"expires_at", d.Expires, "error", ferr.Error())
+		}
+	}
+	return outcome, err
+}
+
+// takeEvent reads the work a delivery taken names and applies it.
+func (w *Tasks) takeEvent(ctx context.Context, p provider.Async, providerName string, d provider.EventDelivery) (EventOutcome, error) {
 	callCtx, cancel := context.WithTimeout(ctx, w.cfg.SettleTimeout)
 	defer cancel()
-	work, err := p.Retrieve(callCtx, id)
+	work, err := p.Retrieve(callCtx, d.WorkID)
 	if err != nil {
 		// The provider redelivers an event it got no 2xx for.
-		return "", fmt.Errorf("%w: read work %s from %s: %w", ErrUnavailable, id, providerName, err)
+		return "", fmt.Errorf("%w: read work %s from %s: %w", ErrUnavailable, d.WorkID, providerName, err)
 	}
 	outcome, err := w.applyEvent(ctx, providerName, work)
-	w.log.InfoContext(ctx, "provider_event", "provider", providerName, "provider_work_id", work.ID,
+	w.log.InfoContext(ctx, "provider_event", "provider", providerName, "webhook_id", d.ID, "provider_work_id", work.ID,
 		"status", work.Status, "outcome", string(outcome))
 	return outcome, err
 }

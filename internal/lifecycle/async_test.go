@@ -42,6 +42,7 @@ type asyncTasks struct {
 	*rig
 	name    string
 	tasks   *lifecycle.Tasks
+	async   provider.Async   // the provider start was given
 	hooked  chan eventAnswer // what the inbound route answered, per delivery
 	inbound string           // the inbound route's base URL
 }
@@ -87,16 +88,24 @@ func newAsyncTasks(t *testing.T, name string) *asyncTasks {
 // callbackURL is where the provider's webhooks reach the inbound route.
 func (r *asyncTasks) callbackURL() string { return r.inbound + provider.CallbackPath + r.name }
 
-func (r *asyncTasks) start(t *testing.T, p provider.Provider) {
+func (r *asyncTasks) start(t *testing.T, p provider.Async) {
+	t.Helper()
+	r.async = p
+	r.tasks = r.tasksWith(t, p)
+}
+
+// tasksWith are tasks like the rig's, reaching p as its asynchronous
+// provider.
+func (r *asyncTasks) tasksWith(t *testing.T, p provider.Async) *lifecycle.Tasks {
 	t.Helper()
 	cat, _ := catalog()
-	var err error
-	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
-		Providers: withAsync{r.prov, r.name, p}, Certifications: r.st, CallTimeout: callTimeout, PollInterval: pollInterval,
+	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
+		Providers: withAsync{r.prov, r.name, p}, Certifications: r.st, Inbound: r.st, CallTimeout: callTimeout, PollInterval: pollInterval,
 		OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tasks
 }
 
 // createFor makes a demo job of owner on the asynchronous provider alone.

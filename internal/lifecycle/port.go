@@ -2,6 +2,8 @@ package lifecycle
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -148,6 +150,46 @@ type OwnerStore interface {
 	// DecideEndpoints) unless the count it was decided on moved: ok false,
 	// nothing written.
 	SetCount(ctx context.Context, owner string, fix job.CountFix, now time.Time) (ok bool, err error)
+}
+
+// InboundLog remembers the providers' webhook deliveries taken lately, by
+// (provider, delivery id), each until its signature goes stale: a copy of
+// a delivery taken already (a provider's retry after a lost answer, or
+// someone replaying a captured one) is answered without asking the
+// provider again (review N-L1). Implementations: dynamo.Store and
+// dev/memstore, held to it by verify/storetest.
+type InboundLog interface {
+	// TakeInbound records d unless a record of its (provider, id) is
+	// live (its Expires is not yet past now, in whole seconds, as
+	// DynamoDB's TTL counts): then taken is false and nothing is written,
+	// unless the live record is d's own (same Token: this take's write,
+	// retried after a lost reply), which is taken. One conditional write;
+	// a lost race is taken false, not an error.
+	TakeInbound(ctx context.Context, d InboundDelivery, now time.Time) (taken bool, err error)
+	// ForgetInbound removes the record d's take wrote (its Token), so
+	// that a retry of a delivery whose taking failed is taken again; a
+	// record another take wrote is left alone.
+	ForgetInbound(ctx context.Context, d InboundDelivery) error
+}
+
+// InboundDelivery is a verified webhook delivery as InboundLog keeps it.
+type InboundDelivery struct {
+	Provider string
+	// ID is the delivery's id (provider.EventDelivery.ID): any non-empty
+	// string the provider signed.
+	ID string
+	// Expires is when its signature stops verifying (whole seconds).
+	Expires time.Time
+	// Token is fresh for each take (NewInboundToken): it tells the take's
+	// own record from another's.
+	Token string
+}
+
+// NewInboundToken is a fresh random InboundDelivery.Token.
+func NewInboundToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // ExpiredPurger deletes what expired (finished jobs past their retention,

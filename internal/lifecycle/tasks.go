@@ -55,6 +55,9 @@ type TasksConfig struct {
 	Catalog        Catalog
 	Providers      Providers
 	Certifications Certifications
+	// Inbound remembers the providers' webhook deliveries taken
+	// (ProviderEvent needs it; the tasks of the state machine do not).
+	Inbound InboundLog
 	// Wait spaces the checks of a blocked job.
 	Wait job.WaitSchedule
 	// Poll spaces the questions about an asynchronous attempt's work no

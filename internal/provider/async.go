@@ -68,11 +68,24 @@ type Async interface {
 	// stands (it may have ended otherwise first).
 	Cancel(ctx context.Context, id string) (Work, error)
 	// Event verifies an inbound webhook delivery (body: the exact bytes
-	// received) with the provider's signing scheme and returns the ID of
-	// the work it reports; a delivery it refuses (forged, stale,
-	// malformed, not about work) is an *EventError. The event only says
-	// which work to read: its outcome is read with Retrieve.
-	Event(header http.Header, body []byte, now time.Time) (id string, err error)
+	// received) with the provider's signing scheme and returns what it
+	// reports: the work (its outcome is read with Retrieve) and the
+	// delivery's own id and life. A delivery it refuses (forged, stale,
+	// malformed, not about work) is an *EventError.
+	Event(header http.Header, body []byte, now time.Time) (EventDelivery, error)
+}
+
+// EventDelivery is a verified webhook delivery.
+type EventDelivery struct {
+	// ID is the delivery's own id, the same on each retry of it (Standard
+	// Webhooks' webhook-id, its idempotency key).
+	ID string
+	// WorkID names the work the event reports.
+	WorkID string
+	// Expires is when its signature stops verifying: a copy of it sent
+	// later is refused as stale, so a receiver need remember ID only
+	// until then to know every copy.
+	Expires time.Time
 }
 
 // EventError refuses an inbound webhook delivery: Fault is a stable word

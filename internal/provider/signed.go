@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/onejob/onejob/clients/go/webhooks"
@@ -68,4 +69,12 @@ func VerifySigned(secret string, header http.Header, body []byte, now time.Time)
 		return &EventError{Fault: fault, Err: err}
 	}
 	return nil
+}
+
+// SignedDelivery is the delivery VerifySigned accepted, reporting work
+// workID: its webhook-id, and its expiry, EventTolerance after its
+// webhook-timestamp (past it, VerifySigned refuses every copy as stale).
+func SignedDelivery(header http.Header, workID string) EventDelivery {
+	ts, _ := strconv.ParseInt(header.Get(webhooks.HeaderTimestamp), 10, 64) // VerifySigned parsed it
+	return EventDelivery{ID: header.Get(webhooks.HeaderID), WorkID: workID, Expires: time.Unix(ts, 0).UTC().Add(EventTolerance)}
 }

@@ -41,6 +41,8 @@ type Store struct {
 	// endpoints by owner then ID; deliveries by job then key.
 	endpoints  map[string]map[string]job.Endpoint
 	deliveries map[string]map[string]job.Delivery
+	// inbound holds providers' webhook deliveries taken, with their expiry.
+	inbound map[inboundKey]inboundRecord
 	// now is the clock expiry is read against.
 	now func() time.Time
 }
@@ -81,7 +83,7 @@ func New() *Store { return NewAt(time.Now) }
 func NewAt(now func() time.Time) *Store {
 	return &Store{jobs: map[string]*record{}, ledger: map[string]map[int]ledgerEntry{}, certs: map[certKey]job.Certification{},
 		health: map[string]job.Health{}, owners: map[string]*ownerRecord{}, endpoints: map[string]map[string]job.Endpoint{},
-		deliveries: map[string]map[string]job.Delivery{}, now: now}
+		deliveries: map[string]map[string]job.Delivery{}, inbound: map[inboundKey]inboundRecord{}, now: now}
 }
 
 // Create stores j unless its (owner, key) names a job that has not expired,
@@ -898,6 +900,11 @@ func (s *Store) PurgeExpired(ctx context.Context, now time.Time) (jobs, attempts
 		}
 		if len(l) == 0 {
 			delete(s.ledger, id)
+		}
+	}
+	for k, r := range s.inbound {
+		if r.expires.Unix() < now.Unix() {
+			delete(s.inbound, k)
 		}
 	}
 	return jobs, attempts, nil

@@ -131,6 +131,8 @@ type ResponseRecord struct {
 	Executions int
 	// Cancels is how many cancel requests named it.
 	Cancels int
+	// Reads is how many retrieves named it.
+	Reads int
 	// AnswerLost: created, but the connection was closed without the
 	// answer (LoseAnswers).
 	AnswerLost bool
@@ -191,6 +193,7 @@ type simResponse struct {
 	incompleteReason string
 	executions       int
 	cancels          int
+	reads            int
 	lost             bool
 }
 
@@ -438,7 +441,7 @@ func (r *simResponse) record() ResponseRecord {
 	return ResponseRecord{
 		ID: r.id, Status: r.status, Background: r.req.background, Store: r.req.store, Model: r.req.model,
 		Metadata: maps.Clone(r.req.metadata), CompletionWindow: r.req.window, CreatedAt: r.createdAt,
-		Executions: r.executions, Cancels: r.cancels, AnswerLost: r.lost,
+		Executions: r.executions, Cancels: r.cancels, Reads: r.reads, AnswerLost: r.lost,
 		InputTokens: r.inTok, OutputTokens: r.outTok,
 	}
 }
@@ -656,6 +659,7 @@ func (s *Responses) retrieve(w http.ResponseWriter, id string) {
 		respondError(w, notFound(id))
 		return
 	}
+	resp.reads++
 	obj := resp.object()
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, obj)

@@ -95,6 +95,8 @@ type AsyncWorkRecord struct {
 	Executions int
 	// Cancels is how many cancel requests named it.
 	Cancels int
+	// Reads is how many GETs named it.
+	Reads int
 	// Repeats and Lookups are the submits and lookups of its key answered
 	// with its first answer, replayed.
 	Repeats, Lookups int
@@ -130,6 +132,7 @@ type asyncWork struct {
 	errCode, errMsg string
 	executions      int
 	cancels         int
+	reads           int
 	repeats         int
 	lookups         int
 	lost            bool
@@ -331,7 +334,7 @@ func asyncEnded(status string) bool {
 
 func (w *asyncWork) record() AsyncWorkRecord {
 	return AsyncWorkRecord{ID: w.id, Key: w.key, Status: w.status, CallbackURL: w.callbackURL, CompletionWindow: w.window,
-		CreatedAt: w.createdAt, Executions: w.executions, Cancels: w.cancels, Repeats: w.repeats, Lookups: w.lookups, AnswerLost: w.lost,
+		CreatedAt: w.createdAt, Executions: w.executions, Cancels: w.cancels, Reads: w.reads, Repeats: w.repeats, Lookups: w.lookups, AnswerLost: w.lost,
 		InputTokens: w.inTok, OutputTokens: w.outTok}
 }
 
@@ -595,6 +598,7 @@ func (s *WebhookAsync) retrieve(w http.ResponseWriter, id string) *apiError {
 		s.mu.Unlock()
 		return hookError(http.StatusNotFound, "no work "+id)
 	}
+	wk.reads++
 	v := wk.view()
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, v)

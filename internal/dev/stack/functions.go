@@ -203,7 +203,7 @@ func (s *Stack) composeRun(ctx context.Context, cfg Config, fc functionClients) 
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := s.tasks(cfg, engine, store, providers, breakers)
+	tasks, err := s.tasks(cfg, engine, store, providers, breakers, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +221,7 @@ func (s *Stack) composeEvents(ctx context.Context, cfg Config, fc functionClient
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := s.tasks(cfg, engine, store, providers, nil)
+	tasks, err := s.tasks(cfg, engine, store, providers, nil, store)
 	if err != nil {
 		return nil, err
 	}
@@ -238,18 +238,19 @@ func (s *Stack) composeHold(_ context.Context, cfg Config, fc functionClients) (
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := s.tasks(cfg, engine, store, none, nil)
+	tasks, err := s.tasks(cfg, engine, store, none, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	return func() lambda.Handler { return lambda.NewHandler(stepfn.Hold(tasks)) }, nil
 }
 
-// tasks are the task functions' use cases with the local timings.
+// tasks are the task functions' use cases with the local timings; inbound
+// only for the events function's.
 func (s *Stack) tasks(cfg Config, engine *lifecycle.Engine, store *dynamo.Store, providers *provider.Registry,
-	breakers *lifecycle.Breakers) (*lifecycle.Tasks, error) {
+	breakers *lifecycle.Breakers, inbound lifecycle.InboundLog) (*lifecycle.Tasks, error) {
 	return lifecycle.NewTasks(lifecycle.TasksConfig{Namespace: deploy.Namespace(s.Tables.Jobs), Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog},
-		Providers: providers, Certifications: store, Wait: cfg.Wait, Poll: cfg.Poll, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace,
+		Providers: providers, Certifications: store, Inbound: inbound, Wait: cfg.Wait, Poll: cfg.Poll, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace,
 		Breakers: breakers, MaxProviderWait: cfg.MaxProviderWait, Logger: cfg.Logger})
 }
 

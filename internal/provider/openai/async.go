@@ -76,19 +76,19 @@ func (a *Async) Cancel(ctx context.Context, id string) (provider.Work, error) {
 }
 
 // Event verifies a webhook delivery and names the response it reports.
-func (a *Async) Event(header http.Header, body []byte, now time.Time) (string, error) {
+func (a *Async) Event(header http.Header, body []byte, now time.Time) (provider.EventDelivery, error) {
 	e, err := VerifyWebhook(a.secret, header, body, now)
 	var we *WebhookError
 	if errors.As(err, &we) {
-		return "", &provider.EventError{Fault: string(we.Fault), Err: err}
+		return provider.EventDelivery{}, &provider.EventError{Fault: string(we.Fault), Err: err}
 	}
 	if err != nil {
-		return "", err
+		return provider.EventDelivery{}, err
 	}
 	if _, ok := e.ResponseStatus(); !ok {
-		return "", &provider.EventError{Fault: provider.FaultIgnored, Err: fmt.Errorf("event type %q is about no response's end", e.Type)}
+		return provider.EventDelivery{}, &provider.EventError{Fault: provider.FaultIgnored, Err: fmt.Errorf("event type %q is about no response's end", e.Type)}
 	}
-	return e.Data.ID, nil
+	return provider.SignedDelivery(header, e.Data.ID), nil
 }
 
 func (a *Async) work(r BackgroundResponse) provider.Work {

@@ -388,21 +388,21 @@ func (a *Async) result(o WorkObject) (provider.Response, error) {
 // Event verifies a callback (provider.VerifySigned, as every signed
 // provider's) and names the work it reports; its outcome is read back with
 // Retrieve, never taken from the body.
-func (a *Async) Event(header http.Header, body []byte, now time.Time) (string, error) {
+func (a *Async) Event(header http.Header, body []byte, now time.Time) (provider.EventDelivery, error) {
 	if err := provider.VerifySigned(a.cfg.WebhookSecret.Reveal(), header, body, now); err != nil {
-		return "", err
+		return provider.EventDelivery{}, err
 	}
 	var e CallbackEvent
 	if err := json.Unmarshal(body, &e); err != nil {
-		return "", &provider.EventError{Fault: provider.FaultMalformed, Err: err}
+		return provider.EventDelivery{}, &provider.EventError{Fault: provider.FaultMalformed, Err: err}
 	}
 	switch {
 	case e.Type == "" || e.Data.ID == "":
-		return "", &provider.EventError{Fault: provider.FaultMalformed, Err: errors.New(`event without "type" or "data.id"`)}
+		return provider.EventDelivery{}, &provider.EventError{Fault: provider.FaultMalformed, Err: errors.New(`event without "type" or "data.id"`)}
 	case e.Type != EventWorkEnded:
-		return "", &provider.EventError{Fault: provider.FaultIgnored, Err: fmt.Errorf("event type %q is about no work's end", e.Type)}
+		return provider.EventDelivery{}, &provider.EventError{Fault: provider.FaultIgnored, Err: fmt.Errorf("event type %q is about no work's end", e.Type)}
 	}
-	return e.Data.ID, nil
+	return provider.SignedDelivery(header, e.Data.ID), nil
 }
 
 // Settle implements provider.Settler for an attempt whose submit's answer

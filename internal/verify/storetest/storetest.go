@@ -37,6 +37,7 @@ type Interface interface {
 	lifecycle.HealthStore
 	lifecycle.OwnerStore
 	lifecycle.NotificationStore
+	lifecycle.InboundLog
 	lifecycle.Certifications
 	PutCertification(ctx context.Context, c job.Certification) error
 	ListCertifications(ctx context.Context) ([]job.Certification, error)
@@ -44,8 +45,9 @@ type Interface interface {
 
 // Counts are the items a store holds.
 type Counts struct {
-	Jobs   int // job items
-	Ledger int // attempt-ledger items
+	Jobs    int // job items
+	Ledger  int // attempt-ledger items
+	Inbound int // inbound deliveries' items (InboundLog)
 }
 
 // Store is one test's store under test.
@@ -131,6 +133,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T, now func() time.Time) St
 		{"Budgets", budgetTests},
 		{"Notifications", notificationTests},
 		{"Expiry", expiryTests},
+		{"Inbound", inboundTests},
 		{"Rules", ruleTests},
 	}
 	for _, g := range groups {
