@@ -223,6 +223,9 @@ type tally struct {
 	transitions float64
 	reads       float64
 	writes      float64
+	// smallWrites are writes of an item under 1 KB (1 WRU each, not the
+	// happy path's mean): a webhook delivery taken by its id.
+	smallWrites float64
 	api         float64
 }
 
@@ -265,7 +268,7 @@ func (t *tally) row(mode, kase string, latency time.Duration) longJobRow {
 	p := perJob{
 		Scenario:          mode + ", " + kase,
 		ReadUnits:         max(0, b.ReadUnits-b.ReadBacks) + t.reads*t.in.RRUPerRead,
-		WriteUnits:        b.WriteUnits + b.IndexWriteUnits + t.writes*t.in.WRUPerWrite,
+		WriteUnits:        b.WriteUnits + b.IndexWriteUnits + t.writes*t.in.WRUPerWrite + t.smallWrites,
 		StateTransitions:  t.transitions,
 		LambdaInvocations: t.inv,
 		LambdaBilledMS:    t.ms,
@@ -275,7 +278,7 @@ func (t *tally) row(mode, kase string, latency time.Duration) longJobRow {
 	c := roundCost(costOf(p, t.in.Prices))
 	return longJobRow{Mode: mode, Case: kase, LatencyS: latency.Seconds(),
 		LambdaInvocations: roundAll(t.inv), LambdaBilledMS: roundAll(t.ms), LambdaGBs: round4(p.lambdaGBSeconds(lambdaMemoryGB)),
-		StateTransitions: t.transitions, DynamoReads: round2(reads + t.reads), DynamoWrites: round2(writes + t.writes),
+		StateTransitions: t.transitions, DynamoReads: round2(reads + t.reads), DynamoWrites: round2(writes + t.writes + t.smallWrites),
 		APIRequests: t.api, CostPerMillion: c}
 }
 
@@ -379,9 +382,10 @@ func syncAttempt(in longJobInputs, latency time.Duration) longJobRow {
 // work's id). The execution then turns its wait loop once per poll: each
 // poll before the end reads the job, asks the provider and writes what it
 // heard (one write). With the webhook the job ends at latency through the
-// API (one request and invocation, one read; its outcome write is the happy
-// path's), and the next poll's run reads the job done and ends the
-// execution. Without it, the first poll at or after latency reads the work
+// API (one request and invocation; the delivery taken by its webhook-id,
+// one small write (lifecycle.InboundLog); one read; its outcome write is
+// the happy path's), and the next poll's run reads the job done and ends
+// the execution. Without it, the first poll at or after latency reads the work
 // ended and writes the outcome (the happy path's write).
 func asyncAttempt(in longJobInputs, latency time.Duration, webhook bool) longJobRow {
 	t := newTally(in)
@@ -395,6 +399,7 @@ func asyncAttempt(in longJobInputs, latency time.Duration, webhook bool) longJob
 		kase, ends = caseWebhook, latency
 		t.api++
 		t.invoke(deploy.FnAPI, 1, in.APIMS)
+		t.smallWrites++
 		t.reads++
 	}
 	r := t.row(modeAsync, kase, latency)

@@ -194,18 +194,19 @@ func TestLongJobRows(t *testing.T) {
 			costRow{DynamoDB: 2 + 8*2, StepFunctions: 3, LambdaReq: 8, LambdaGBs: 2.68, APIGateway: 6, Total: 37.67}}},
 		// Submit, a poll at 30 s finding the job done (the webhook ended
 		// it at 2 s): one turn (3 transitions, hold and run, 2 reads),
-		// the id's write; the webhook's request, invocation and read.
+		// the id's write; the webhook's request, invocation, read, and
+		// the delivery taken by its id (a write of 1 WRU).
 		// GB-s (80+200+10)/1000·0.25 = 0.0725.
 		{"async/2s/webhook arrives", want{1, 0, 2, map[string]float64{"api": 2, "run": 2, "hold": 1},
-			map[string]float64{"api": 80, "run": 200, "hold": 10}, 4, 5, 5, 2,
-			costRow{DynamoDB: 5 + 10*2, StepFunctions: 12, LambdaReq: 20, LambdaGBs: 0.36, APIGateway: 12, Total: 69.36}}},
+			map[string]float64{"api": 80, "run": 200, "hold": 10}, 4, 5, 6, 2,
+			costRow{DynamoDB: 5 + 10*2 + 1*2, StepFunctions: 12, LambdaReq: 20, LambdaGBs: 0.36, APIGateway: 12, Total: 71.36}}},
 		{"async/2s/webhook lost (polling only)", want{1, 0, 30, map[string]float64{"api": 1, "run": 2, "hold": 1},
 			map[string]float64{"api": 40, "run": 200, "hold": 10}, 4, 4, 5, 1,
 			costRow{DynamoDB: 4 + 10*2, StepFunctions: 12, LambdaReq: 16, LambdaGBs: 0.31, APIGateway: 6, Total: 58.31}}},
 		// The first poll, at 30 s, finds it ended: the same turn as at 2 s.
 		{"async/30s/webhook arrives", want{1, 0, 30, map[string]float64{"api": 2, "run": 2, "hold": 1},
-			map[string]float64{"api": 80, "run": 200, "hold": 10}, 4, 5, 5, 2,
-			costRow{DynamoDB: 5 + 10*2, StepFunctions: 12, LambdaReq: 20, LambdaGBs: 0.36, APIGateway: 12, Total: 69.36}}},
+			map[string]float64{"api": 80, "run": 200, "hold": 10}, 4, 5, 6, 2,
+			costRow{DynamoDB: 5 + 10*2 + 1*2, StepFunctions: 12, LambdaReq: 20, LambdaGBs: 0.36, APIGateway: 12, Total: 71.36}}},
 		{"async/30s/webhook lost (polling only)", want{1, 0, 30, map[string]float64{"api": 1, "run": 2, "hold": 1},
 			map[string]float64{"api": 40, "run": 200, "hold": 10}, 4, 4, 5, 1,
 			costRow{DynamoDB: 4 + 10*2, StepFunctions: 12, LambdaReq: 16, LambdaGBs: 0.31, APIGateway: 6, Total: 58.31}}},

@@ -60,7 +60,8 @@ func main() {
 		Certifications: store, Inbound: store, CallTimeout: deploy.CallTimeout, Logger: log,
 	})
 	deploy.Check(log, err)
-	h, err := apigw.NewEvents(apigw.EventsConfig{Events: tasks, Logger: log})
+	h, err := apigw.NewEvents(apigw.EventsConfig{Events: tasks, Logger: log,
+		Throttle: apigw.RouteThrottle{Rate: env.EventsThrottleRate, Burst: env.EventsThrottleBurst}})
 	deploy.Check(log, err)
 	lambda.Start(h.Handle)
 }

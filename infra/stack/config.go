@@ -33,20 +33,23 @@ func profileFor(env string) (profile, bool) {
 		// call it. Small guards: a developer's account may have little
 		// concurrency to reserve.
 		return profile{retainData: false, logDays: 7, fullExecutionLogs: true, loopbackOrigins: true,
-			throttle: Throttle{Rate: 20, Burst: 40}, reserved: map[string]int{deploy.FnAPI: 10, deploy.FnRun: 10, deploy.FnHold: 5},
-			quotas: job.Quotas{UnfinishedJobs: 8, HeldRequests: 5, Creates: job.CreateRate{PerMinute: 60, Burst: 20}}}, true
+			throttle: Throttle{Rate: 20, Burst: 40}, eventsThrottle: Throttle{Rate: 5, Burst: 10},
+			reserved: map[string]int{deploy.FnAPI: 10, deploy.FnRun: 10, deploy.FnHold: 5, deploy.FnEvents: 3},
+			quotas:   job.Quotas{UnfinishedJobs: 8, HeldRequests: 5, Creates: job.CreateRate{PerMinute: 60, Burst: 20}}}, true
 	case "staging":
 		// Mirrors prod's shape but its data is rebuildable; retaining it
 		// would leave tables whose fixed names block the next deploy.
 		return profile{retainData: false, logDays: 30, fullExecutionLogs: true,
-			throttle: Throttle{Rate: 50, Burst: 100}, reserved: map[string]int{deploy.FnAPI: 20, deploy.FnRun: 40, deploy.FnHold: 20},
-			quotas: job.Quotas{UnfinishedJobs: 30, HeldRequests: 10, Creates: job.CreateRate{PerMinute: 120, Burst: 30}}}, true
+			throttle: Throttle{Rate: 50, Burst: 100}, eventsThrottle: Throttle{Rate: 10, Burst: 20},
+			reserved: map[string]int{deploy.FnAPI: 20, deploy.FnRun: 40, deploy.FnHold: 20, deploy.FnEvents: 5},
+			quotas:   job.Quotas{UnfinishedJobs: 30, HeldRequests: 10, Creates: job.CreateRate{PerMinute: 120, Burst: 30}}}, true
 	case "prod":
 		// Keeps its data when the stack or a table goes away, and keeps
 		// job payloads out of the Step Functions logs.
 		return profile{retainData: true, logDays: 90, fullExecutionLogs: false,
-			throttle: Throttle{Rate: 200, Burst: 400}, reserved: map[string]int{deploy.FnAPI: 100, deploy.FnRun: 200, deploy.FnHold: 100},
-			quotas: job.Quotas{UnfinishedJobs: 150, HeldRequests: 50, Creates: job.CreateRate{PerMinute: 600, Burst: 100}}}, true
+			throttle: Throttle{Rate: 200, Burst: 400}, eventsThrottle: Throttle{Rate: 50, Burst: 100},
+			reserved: map[string]int{deploy.FnAPI: 100, deploy.FnRun: 200, deploy.FnHold: 100, deploy.FnEvents: 30},
+			quotas:   job.Quotas{UnfinishedJobs: 150, HeldRequests: 50, Creates: job.CreateRate{PerMinute: 600, Burst: 100}}}, true
 	}
 	return profile{}, false
 }
@@ -61,17 +64,19 @@ type profile struct {
 	// loopbackOrigins lets plain-http loopback origins (a page on a
 	// developer's machine) call the API.
 	loopbackOrigins bool
-	// throttle, reserved and quotas are the defaults of Config's guards,
-	// which cdk.json may change per environment; each quota stays below
-	// the reserved concurrency it shares (Validate).
-	throttle Throttle
-	reserved map[string]int
-	quotas   job.Quotas
+	// throttle, eventsThrottle, reserved and quotas are the defaults of
+	// Config's guards, which cdk.json may change per environment; each
+	// quota stays below the reserved concurrency it shares (Validate).
+	throttle       Throttle
+	eventsThrottle Throttle
+	reserved       map[string]int
+	quotas         job.Quotas
 }
 
-// Throttle is an HTTP API stage's default route throttling: a token
-// bucket of Burst requests refilled at Rate per second, shared by every
-// caller of every route; past it API Gateway answers 429 itself.
+// Throttle is an HTTP API route's throttling (the stage's default for
+// every route, or one route's own): a token bucket of Burst requests
+// refilled at Rate per second, shared by every caller of the route; past
+// it API Gateway answers 429 itself.
 type Throttle struct {
 	Rate  float64 `json:"rate"`
 	Burst int     `json:"burst"`
@@ -107,8 +112,14 @@ const (
 // guardedFunctions must each have reserved concurrency: the api function's
 // reservation caps it (every held GET keeps an instance for up to 20 s),
 // and run's and hold's keep instances for the jobs whatever the API's
-// load, so one owner's held GETs cannot starve every job.
-func guardedFunctions() []string { return []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold} }
+// load, so one owner's held GETs cannot starve every job. The events
+// function serves the one route without a token (providers' webhooks):
+// its reservation caps what an anonymous flood can take of the account's
+// unreserved concurrency, which notify and the sweeper share (review
+// N-L2).
+func guardedFunctions() []string {
+	return []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold, deploy.FnEvents}
+}
 
 // Config is everything the stack needs to know about one environment.
 // Build it with LoadConfig (or by hand in tests) and call Validate before
@@ -157,6 +168,12 @@ type Config struct {
 
 	// Throttle is the HTTP API stage's throttling (cdk.json "throttle").
 	Throttle Throttle
+	// EventsThrottle is the provider-events route's own (cdk.json
+	// "eventsThrottle"): the route anyone may call (its signature is
+	// checked by the events function) gets a bucket of its own, no larger
+	// than the stage's, so a flood of it is refused by the gateway before
+	// it reaches a function (review N-L2).
+	EventsThrottle Throttle
 	// ReservedConcurrency reserves, and so caps, concurrent instances per
 	// function (deploy.Functions names; cdk.json "reservedConcurrency"); a
 	// function not named is unreserved. api, run and hold must be named.
@@ -203,6 +220,7 @@ type envSettings struct {
 	// Throttle and ReservedConcurrency replace the profile's defaults
 	// when given (the whole object: a partial one would be a typo).
 	Throttle            *Throttle      `json:"throttle"`
+	EventsThrottle      *Throttle      `json:"eventsThrottle"`
 	ReservedConcurrency map[string]int `json:"reservedConcurrency"`
 }
 
@@ -220,6 +238,7 @@ func DefaultConfig(env string) (Config, error) {
 		FullExecutionLogs:   p.fullExecutionLogs,
 		LoopbackOrigins:     p.loopbackOrigins,
 		Throttle:            p.throttle,
+		EventsThrottle:      p.eventsThrottle,
 		ReservedConcurrency: maps.Clone(p.reserved),
 		Admin:               apigw.DefaultAdminRule(),
 		UnknownAttemptAlarm: 30 * time.Minute,
@@ -272,6 +291,9 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 	cfg.CORSOrigins = s.CORSOrigins
 	if s.Throttle != nil {
 		cfg.Throttle = *s.Throttle
+	}
+	if s.EventsThrottle != nil {
+		cfg.EventsThrottle = *s.EventsThrottle
 	}
 	if s.ReservedConcurrency != nil {
 		cfg.ReservedConcurrency = s.ReservedConcurrency
@@ -411,6 +433,15 @@ func (c Config) Validate() error {
 	if c.Throttle.Burst < 1 || c.Throttle.Burst > maxThrottleBurst {
 		bad("throttle burst %d must be in [1, %d] (%s.throttle.burst; %s)", c.Throttle.Burst, maxThrottleBurst, where, accountRaiseHint)
 	}
+	// The provider-events route's own bucket, within the stage's: an
+	// anonymous flood takes no more of the account's API rate than the
+	// stage would give one route.
+	if c.EventsThrottle.Rate <= 0 || c.EventsThrottle.Rate > c.Throttle.Rate {
+		bad("events throttle rate %v must be in (0, %v], the stage's rate (%s.eventsThrottle.rate)", c.EventsThrottle.Rate, c.Throttle.Rate, where)
+	}
+	if c.EventsThrottle.Burst < 1 || c.EventsThrottle.Burst > c.Throttle.Burst {
+		bad("events throttle burst %d must be in [1, %d], the stage's burst (%s.eventsThrottle.burst)", c.EventsThrottle.Burst, c.Throttle.Burst, where)
+	}
 	known := map[string]bool{}
 	for _, n := range deploy.Names() {
 		known[n] = true
@@ -428,7 +459,8 @@ func (c Config) Validate() error {
 	}
 	for _, name := range guardedFunctions() {
 		if _, ok := c.ReservedConcurrency[name]; !ok {
-			bad("function %s needs reserved concurrency (%s.reservedConcurrency.%s): without it the api function can starve run and hold", name, where, name)
+			bad("function %s needs reserved concurrency (%s.reservedConcurrency.%s): without it the api function can starve run and hold, "+
+				"and anonymous webhooks the functions without any", name, where, name)
 		}
 	}
 	if sum > maxReservedInAll {

@@ -436,6 +436,7 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api, events awslambda.Function, 
 		DefaultAuthorizer: auth,
 		CorsPreflight:     corsPreflight(cfg),
 	})
+	var eventsRoutes []awsapigatewayv2.HttpRoute
 	for _, r := range apigw.Routes() {
 		var authorizer awsapigatewayv2.IHttpRouteAuthorizer = auth
 		if r.Public {
@@ -454,6 +455,9 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api, events awslambda.Function, 
 			Integration: target,
 			Authorizer:  authorizer,
 		})
+		if r.Function == apigw.FnEvents {
+			eventsRoutes = append(eventsRoutes, *added...)
+		}
 		if r.Public {
 			reason := "The operator console's page and files (" + r.Key() + ") hold no data and a browser " +
 				"opening them sends no token; everything the page shows it reads from routes behind the JWT authorizer."
@@ -483,6 +487,23 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api, events awslambda.Function, 
 		ThrottlingRateLimit:  jsii.Number(cfg.Throttle.Rate),
 		ThrottlingBurstLimit: jsii.Number(cfg.Throttle.Burst),
 	})
+	// The providers' webhooks, the one route without a token, get a bucket
+	// of their own (review N-L2): a flood of it is refused by the gateway
+	// and leaves the other routes' buckets alone. A stage's route settings
+	// name routes that must exist first.
+	eventsSettings := map[string]any{}
+	for _, r := range eventsRoutes {
+		route := r.Node().DefaultChild().(awsapigatewayv2.CfnRoute)
+		// RouteSettings is untyped JSON to the L1: CloudFormation's names.
+		eventsSettings[*route.RouteKey()] = map[string]any{
+			"ThrottlingRateLimit":  cfg.EventsThrottle.Rate,
+			"ThrottlingBurstLimit": cfg.EventsThrottle.Burst,
+		}
+		stage.AddDependency(route)
+	}
+	stage.SetRouteSettings(eventsSettings)
+	events.AddEnvironment(jsii.String(deploy.EnvEventsThrottleRate), jsii.String(strconv.FormatFloat(cfg.EventsThrottle.Rate, 'f', -1, 64)), nil)
+	events.AddEnvironment(jsii.String(deploy.EnvEventsThrottleBurst), jsii.String(strconv.Itoa(cfg.EventsThrottle.Burst)), nil)
 	return httpAPI
 }
 

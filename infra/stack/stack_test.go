@@ -386,6 +386,11 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		case deploy.FnRun, deploy.FnEvents:
 			want[deploy.EnvProvidersSecretARN] = s.secret()
 		}
+		// The events function announces its route's own throttle.
+		if short == deploy.FnEvents {
+			want[deploy.EnvEventsThrottleRate] = strconv.FormatFloat(s.cfg.EventsThrottle.Rate, 'f', -1, 64)
+			want[deploy.EnvEventsThrottleBurst] = strconv.Itoa(s.cfg.EventsThrottle.Burst)
+		}
 		// The functions that record jobs' events hand them to the notifier.
 		if short == deploy.FnAPI || short == deploy.FnRun || short == deploy.FnHold || short == deploy.FnEvents {
 			want[deploy.EnvNotifyFunction] = "arn:fn:" + deploy.FnNotify
@@ -784,7 +789,10 @@ func checkIAM(t *testing.T, s *synthesized) {
 		// events handed off; no certifications, no provider health.
 		"fn:" + deploy.FnEvents: task(true, false).add([]string{"secretsmanager:GetSecretValue"}, s.secret()).
 			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners").
-			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify),
+			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify).
+			// Each verified delivery taken once by its webhook-id, given
+			// back when its taking failed (review N-L1).
+			add([]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"}, "arn:table:inbound"),
 		// An attempt the hold ends settles its budget reservation.
 		"fn:" + deploy.FnHold: task(true, false).add([]string{"dynamodb:UpdateItem"}, "arn:table:owners").
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify),
@@ -1554,6 +1562,24 @@ func checkGuards(t *testing.T, s *synthesized) {
 		if rs["ThrottlingRateLimit"] != s.cfg.Throttle.Rate || rs["ThrottlingBurstLimit"] != float64(s.cfg.Throttle.Burst) {
 			t.Errorf("stage throttling %v, want rate %v burst %d", rs, s.cfg.Throttle.Rate, s.cfg.Throttle.Burst)
 		}
+		// The providers' webhooks have a bucket of their own (review
+		// N-L2), and the stage is created after the route it names.
+		routes := asMap(p["RouteSettings"])
+		events := asMap(routes["POST /v1/provider-events/{provider}"])
+		if len(routes) != 1 || events["ThrottlingRateLimit"] != s.cfg.EventsThrottle.Rate ||
+			events["ThrottlingBurstLimit"] != float64(s.cfg.EventsThrottle.Burst) {
+			t.Errorf("route settings %v, want the provider-events route's own throttle, rate %v burst %d",
+				routes, s.cfg.EventsThrottle.Rate, s.cfg.EventsThrottle.Burst)
+		}
+		var routeID string
+		for id, route := range resources(s, "AWS::ApiGatewayV2::Route") {
+			if props(route)["RouteKey"] == "POST /v1/provider-events/{provider}" {
+				routeID = id
+			}
+		}
+		if deps, _ := r["DependsOn"].([]any); routeID == "" || !slices.Contains(deps, any(routeID)) {
+			t.Errorf("the stage depends on %v, not on the provider-events route %q its settings name", r["DependsOn"], routeID)
+		}
 		al := asMap(p["AccessLogSettings"])
 		if dest := s.sym(al["DestinationArn"]); !strings.HasPrefix(dest, "arn:") {
 			t.Errorf("access log destination %v", al["DestinationArn"])
@@ -1624,12 +1650,14 @@ func TestGuardsConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, env := range []string{"dev", "staging", "prod"} {
-			if envs[env].Throttle == nil || envs[env].ReservedConcurrency == nil {
-				t.Errorf("cdk.json: %s has no throttle or reservedConcurrency", env)
+			if envs[env].Throttle == nil || envs[env].EventsThrottle == nil || envs[env].ReservedConcurrency == nil {
+				t.Errorf("cdk.json: %s has no throttle, eventsThrottle or reservedConcurrency", env)
 			}
 		}
-		if c.Throttle != *envs["prod"].Throttle || !maps.Equal(c.ReservedConcurrency, envs["prod"].ReservedConcurrency) {
-			t.Errorf("prod: %+v %v, cdk.json says %+v %v", c.Throttle, c.ReservedConcurrency, *envs["prod"].Throttle, envs["prod"].ReservedConcurrency)
+		if c.Throttle != *envs["prod"].Throttle || c.EventsThrottle != *envs["prod"].EventsThrottle ||
+			!maps.Equal(c.ReservedConcurrency, envs["prod"].ReservedConcurrency) {
+			t.Errorf("prod: %+v %+v %v, cdk.json says %+v %+v %v", c.Throttle, c.EventsThrottle, c.ReservedConcurrency,
+				*envs["prod"].Throttle, *envs["prod"].EventsThrottle, envs["prod"].ReservedConcurrency)
 		}
 	})
 	t.Run("AsynchronousDiscountAndOverhead", func(t *testing.T) {
@@ -1651,10 +1679,14 @@ func TestGuardsConfig(t *testing.T) {
 	})
 	t.Run("DefaultedWhenAbsent", func(t *testing.T) {
 		t.Parallel()
-		c, err := load(t, func(m map[string]any) { delete(m, "throttle"); delete(m, "reservedConcurrency") })
+		c, err := load(t, func(m map[string]any) {
+			delete(m, "throttle")
+			delete(m, "eventsThrottle")
+			delete(m, "reservedConcurrency")
+		})
 		d, _ := DefaultConfig("prod")
-		if err != nil || c.Throttle != d.Throttle || !maps.Equal(c.ReservedConcurrency, d.ReservedConcurrency) {
-			t.Fatalf("%+v %v %v", c.Throttle, c.ReservedConcurrency, err)
+		if err != nil || c.Throttle != d.Throttle || c.EventsThrottle != d.EventsThrottle || !maps.Equal(c.ReservedConcurrency, d.ReservedConcurrency) {
+			t.Fatalf("%+v %+v %v %v", c.Throttle, c.EventsThrottle, c.ReservedConcurrency, err)
 		}
 	})
 	for _, tc := range []struct {
@@ -1723,6 +1755,23 @@ func TestGuardsConfig(t *testing.T) {
 		{"TooMuchReserved", func(m map[string]any) {
 			m["reservedConcurrency"] = map[string]any{"api": 500, "run": 300, "hold": 200}
 		}, "adds up to 1000"},
+		// Review N-L2: the providers' webhooks have their own bucket,
+		// within the stage's, and a reserved function of their own,
+		// which counts against the account's concurrency.
+		{"EventsUnreserved", func(m map[string]any) {
+			m["reservedConcurrency"] = map[string]any{"api": 100, "run": 200, "hold": 100}
+		}, "events needs reserved concurrency"},
+		{"EventsCountTowardTheAccount", func(m map[string]any) {
+			m["reservedConcurrency"] = map[string]any{"api": 200, "run": 400, "hold": 200, "events": 101}
+		}, "adds up to 901"},
+		{"EventsRateAboveTheStage", func(m map[string]any) {
+			m["eventsThrottle"] = map[string]any{"rate": 201, "burst": 10}
+		}, "events throttle rate 201 must be in (0, 200]"},
+		{"EventsBurstAboveTheStage", func(m map[string]any) {
+			m["eventsThrottle"] = map[string]any{"rate": 10, "burst": 401}
+		}, "events throttle burst 401 must be in [1, 400]"},
+		{"NoEventsBurst", func(m map[string]any) { m["eventsThrottle"] = map[string]any{"rate": 10} }, "events throttle burst 0"},
+		{"ZeroEventsRate", func(m map[string]any) { m["eventsThrottle"] = map[string]any{"rate": 0, "burst": 10} }, "events throttle rate 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -180,8 +180,9 @@ func failingStarter(c *apigw.Config, _ *dynamo.Config) { c.Starter.(*fakeStarter
 func smallResponses(c *apigw.Config, _ *dynamo.Config) { c.MaxResponseBytes = 3000 }
 
 // withProviderEvents takes provider events for sim-async alone: a body
-// with "forged" fails its signature, one with "down" finds the provider
-// unreachable, any other is applied.
+// with "forged" fails its signature, one with "malformed" is signed but
+// no event, one with "down" finds the provider unreachable, any other is
+// applied.
 func withProviderEvents(c *apigw.Config, _ *dynamo.Config) { c.ProviderEvents = fakeProviderEvents{} }
 
 type fakeProviderEvents struct{}
@@ -191,7 +192,9 @@ func (fakeProviderEvents) ProviderEvent(_ context.Context, provider string, _ ht
 	case provider != "sim-async":
 		return "", lifecycle.ErrNoSuchAsyncProvider
 	case bytes.Contains(body, []byte("forged")):
-		return "", fmt.Errorf("%w: signature mismatch", lifecycle.ErrEventRefused)
+		return "", fmt.Errorf("%w: %w: signature mismatch", lifecycle.ErrEventRefused, lifecycle.ErrEventUnverified)
+	case bytes.Contains(body, []byte("malformed")):
+		return "", fmt.Errorf("%w: no event", lifecycle.ErrEventRefused)
 	case bytes.Contains(body, []byte("down")):
 		return "", fmt.Errorf("%w: provider unreachable", lifecycle.ErrUnavailable)
 	}

@@ -49,10 +49,14 @@ const (
 	// CodeBudgetExceeded: the owner's budget has less left than the job's
 	// worst case; nothing was written, no provider called.
 	CodeBudgetExceeded Code = "budget-exceeded"
-	// CodeProviderEventRefused: an inbound provider webhook failed its
-	// provider's signature check (forged, stale or malformed); nothing
-	// changed.
+	// CodeProviderEventRefused: an inbound provider webhook was signed
+	// but is no event of its provider's (malformed); nothing changed.
 	CodeProviderEventRefused Code = "provider-event-refused"
+	// CodeProviderEventUnverified: an inbound provider webhook carries no
+	// valid signature of its provider (headers missing, no signature
+	// matching its body, or a timestamp out of tolerance: a replay), the
+	// route's authentication; nothing changed.
+	CodeProviderEventUnverified Code = "provider-event-unverified"
 )
 
 // Codes lists every problem code, for documentation and tests.
@@ -62,7 +66,7 @@ func Codes() []Code {
 		CodeUnsupportedMediaType, CodePayloadTooLarge, CodeValidationFailed, CodeUnknownJobType,
 		CodeInvalidCursor, CodeInvalidQuery, CodeNotFound, CodeForbidden, CodeUnauthenticated, CodeConflict,
 		CodeMethodNotAllowed, CodeUnavailable, CodeInternal, CodeResolutionConflict, CodeResultViolatesContract,
-		CodeQuotaExceeded, CodeBudgetExceeded, CodeProviderEventRefused,
+		CodeQuotaExceeded, CodeBudgetExceeded, CodeProviderEventRefused, CodeProviderEventUnverified,
 	}
 }
 
@@ -114,6 +118,8 @@ func (c Code) describe() (int, string) {
 		return http.StatusTooManyRequests, "Budget exceeded"
 	case CodeProviderEventRefused:
 		return http.StatusBadRequest, "Provider event refused"
+	case CodeProviderEventUnverified:
+		return http.StatusUnauthorized, "Provider event not verified"
 	default:
 		return http.StatusInternalServerError, "Internal error"
 	}
@@ -246,8 +252,10 @@ func problemOf(err error) problem {
 	case errors.As(err, &invalidJ):
 		code, p.Detail = CodeValidationFailed, "the request is not valid; see errors"
 		p.Errors = []FieldError{{Pointer: "/" + invalidJ.Field, Detail: invalidJ.Reason}}
+	case errors.Is(err, lifecycle.ErrEventUnverified):
+		code, p.Detail = CodeProviderEventUnverified, "the delivery carries no valid signature of its provider (missing, not matching its body, or more than 5 minutes from now); nothing changed"
 	case errors.Is(err, lifecycle.ErrEventRefused):
-		code, p.Detail = CodeProviderEventRefused, "the delivery failed its provider's signature check (forged, stale or malformed); nothing changed"
+		code, p.Detail = CodeProviderEventRefused, "the delivery is signed but is no event of its provider's; nothing changed"
 	case errors.Is(err, lifecycle.ErrNoSuchAsyncProvider):
 		code, p.Detail = CodeNotFound, "no asynchronous provider of that name takes events here"
 	case errors.Is(err, lifecycle.ErrInvalidCursor):

@@ -3,7 +3,9 @@ package apigw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"time"
 
@@ -13,9 +15,40 @@ import (
 // EventsConfig wires the events function's handler.
 type EventsConfig struct {
 	Events ProviderEvents
-	Clock  func() time.Time
-	Logger *slog.Logger
+	// Throttle is the provider-events route's own throttling at the
+	// gateway, which every answer announces as its RateLimit-Policy; zero:
+	// none announced (a local run, which has none).
+	Throttle RouteThrottle
+	Clock    func() time.Time
+	Logger   *slog.Logger
 }
+
+// RouteThrottle is an API Gateway route's throttling: a token bucket of
+// Burst requests refilled at Rate a second, shared by every caller of the
+// route; past it the gateway answers 429 itself.
+type RouteThrottle struct {
+	Rate  float64
+	Burst int
+}
+
+// EventsPolicy names the provider-events route's throttle in
+// RateLimit-Policy.
+const EventsPolicy = "provider-events"
+
+// policy announces the throttle as the create rate is announced: a token
+// bucket of q requests, full again within w seconds.
+func (t RouteThrottle) policy() string {
+	if t == (RouteThrottle{}) {
+		return ""
+	}
+	window := max(1, int(math.Ceil(float64(t.Burst)/t.Rate)))
+	return fmt.Sprintf("%q;q=%d;w=%d", EventsPolicy, t.Burst, window)
+}
+
+// WebhookSignatureChallenge is the WWW-Authenticate challenge of a
+// delivery refused as unverified: the route's authentication is its
+// provider's signature (Standard Webhooks' webhook-signature), not a token.
+const WebhookSignatureChallenge = "Webhook-Signature"
 
 // NewEvents is the events function's handler: it serves the routes whose
 // function is FnEvents, with the API's problem table and request log, and
@@ -24,12 +57,15 @@ func NewEvents(c EventsConfig) (*Handler, error) {
 	if c.Events == nil {
 		return nil, errors.New("apigw: the events handler needs provider events")
 	}
+	if t := c.Throttle; t != (RouteThrottle{}) && (t.Rate <= 0 || t.Burst < 1) {
+		return nil, fmt.Errorf("apigw: the events route's throttle needs a positive rate and burst, not %v and %d", t.Rate, t.Burst)
+	}
 	cfg := Config{Clock: c.Clock, Logger: c.Logger}
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
 	h := &Handler{now: cfg.Clock, log: cfg.Logger, providerEvents: c.Events, maxResponse: cfg.MaxResponseBytes, pacer: cfg.Pacer,
-		waitPoll: cfg.WaitPoll, admin: cfg.Admin}
+		waitPoll: cfg.WaitPoll, admin: cfg.Admin, ratePolicy: c.Throttle.policy()}
 	for _, rt := range routes() {
 		if rt.Function == FnEvents {
 			h.routes = append(h.routes, rt)

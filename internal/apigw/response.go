@@ -77,6 +77,11 @@ func (h *Handler) problemResponse(r *request, err error) events.APIGatewayV2HTTP
 	switch p.Status {
 	case http.StatusUnauthorized:
 		headers["WWW-Authenticate"] = `Bearer`
+		if p.Type == CodeProviderEventUnverified.Type() {
+			// The route is authenticated by its provider's signature
+			// (openapi.yaml's webhookSignature scheme), not a token.
+			headers["WWW-Authenticate"] = WebhookSignatureChallenge
+		}
 	case http.StatusMethodNotAllowed:
 		headers["Allow"] = p.allow
 	case http.StatusServiceUnavailable:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -44,6 +45,12 @@ const (
 	// sealed with: the api function may only generate data keys with it,
 	// the notify function only decrypt (review M4).
 	EnvSecretsKey = "ONEJOB_SECRETS_KEY"
+	// EnvEventsThrottleRate and EnvEventsThrottleBurst are the
+	// provider-events route's own throttling at the gateway (review
+	// N-L2), which the events function announces as its RateLimit-Policy;
+	// unset: none announced.
+	EnvEventsThrottleRate  = "ONEJOB_EVENTS_THROTTLE_RATE"
+	EnvEventsThrottleBurst = "ONEJOB_EVENTS_THROTTLE_BURST"
 )
 
 // TableEnv is the variable holding a table's physical name, by its logical
@@ -69,7 +76,12 @@ type Env struct {
 	// QuotaCreatesPerMinute and QuotaCreateBurst their create rate.
 	QuotaUnfinishedJobs, QuotaHeldRequests  int
 	QuotaCreatesPerMinute, QuotaCreateBurst int
-	// quotaErr is a quota variable that is not a count.
+	// EventsThrottleRate and EventsThrottleBurst are the provider-events
+	// route's throttling (0 and 0: unset).
+	EventsThrottleRate  float64
+	EventsThrottleBurst int
+	// quotaErr is a quota variable that is not a count, or an events
+	// throttle that is not one.
 	quotaErr error
 	// budget is EnvBudget's; budgetErr why it is not one.
 	budget    job.Budget
@@ -116,8 +128,23 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 	if err := (job.CreateRate{PerMinute: perMinute, Burst: burst}).Validate(); err != nil {
 		quotaErrs = append(quotaErrs, fmt.Errorf("%s and %s: %w", EnvQuotaCreatesPerMinute, EnvQuotaCreateBurst, err))
 	}
+	var eventsBurst int
+	count(EnvEventsThrottleBurst, &eventsBurst, &quotaErrs)
+	var eventsRate float64
+	if v := getenv(EnvEventsThrottleRate); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(r > 0) || math.IsInf(r, 0) {
+			quotaErrs = append(quotaErrs, fmt.Errorf("%s=%q is not a positive rate", EnvEventsThrottleRate, v))
+		}
+		eventsRate = r
+	}
+	if (eventsRate > 0) != (eventsBurst > 0) {
+		quotaErrs = append(quotaErrs, fmt.Errorf("%s and %s are set together, or neither", EnvEventsThrottleRate, EnvEventsThrottleBurst))
+	}
 	budget, budgetErr := ParseBudget(getenv(EnvBudget))
 	return Env{
+		EventsThrottleRate:    eventsRate,
+		EventsThrottleBurst:   eventsBurst,
 		budget:                budget,
 		budgetErr:             budgetErr,
 		QuotaUnfinishedJobs:   unfinished,

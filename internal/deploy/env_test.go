@@ -83,3 +83,41 @@ func TestLambdaAWSConfig(t *testing.T) {
 		t.Fatalf("unset endpoint = %v, want the fallback", ep)
 	}
 }
+
+// TestEnvEventsThrottle: the events route's throttle (review N-L2) is a
+// positive rate and burst, both or neither.
+func TestEnvEventsThrottle(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, rate, burst string
+		want              string // "" for accepted
+	}{
+		{"Neither", "", "", ""},
+		{"Both", "50", "100", ""},
+		{"Fractional", "0.5", "1", ""},
+		{"RateAlone", "50", "", "set together"},
+		{"BurstAlone", "", "100", "set together"},
+		{"RateNotANumber", "fast", "100", deploy.EnvEventsThrottleRate},
+		{"ZeroRate", "0", "100", deploy.EnvEventsThrottleRate},
+		{"NegativeBurst", "50", "-1", deploy.EnvEventsThrottleBurst},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			vars := map[string]string{deploy.EnvName: "dev", deploy.EnvEventsThrottleRate: tc.rate, deploy.EnvEventsThrottleBurst: tc.burst}
+			env := deploy.LoadEnv(func(k string) string { return vars[k] }, nil)
+			err := env.Validate(0)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.rate != "" && (env.EventsThrottleRate <= 0 || env.EventsThrottleBurst <= 0) {
+					t.Fatalf("rate %v burst %d", env.EventsThrottleRate, env.EventsThrottleBurst)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}

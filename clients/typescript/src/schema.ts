@@ -550,14 +550,30 @@ export interface paths {
          * An asynchronous provider's webhook (its signature, not a token, authenticates it).
          * @description Register this URL with the provider (for OpenAI, a webhook endpoint
          *     for the `response.*` events) and keep its signing secret with the
-         *     provider's configuration. The delivery is verified with the
-         *     provider's scheme (OpenAI: Standard Webhooks, within 5 minutes of
-         *     its timestamp); the work it names is then read from the provider by
-         *     its id (never taken from the body) and matched to its attempt by the
-         *     key the provider keeps with it. Its end is applied through the job's
-         *     compare-and-swap: a duplicate, late or out-of-order delivery changes
-         *     nothing (`outcome` says `duplicate` or `ignored`). Any 2xx tells the
-         *     provider not to send it again; 503 asks it to, later.
+         *     provider's configuration. The delivery's signature is its
+         *     authentication (`webhookSignature`): it is verified with the
+         *     provider's scheme (Standard Webhooks: `webhook-id`,
+         *     `webhook-timestamp` within 5 minutes of now, `webhook-signature`
+         *     over the exact body) before anything is read or written; without a
+         *     valid one the answer is 401 `provider-event-unverified`. A verified
+         *     delivery is then taken by its `webhook-id`, once: a copy of it while
+         *     its signature verifies (the provider's retry, or anyone replaying
+         *     it) is answered `duplicate` at once, without asking the provider.
+         *     Otherwise the work it names is read from the provider by its id
+         *     (never taken from the body) and matched to its attempt by the key
+         *     the provider keeps with it. Its end is applied through the job's
+         *     compare-and-swap: a late or out-of-order delivery changes nothing
+         *     (`outcome` says `duplicate` or `ignored`). Any 2xx tells the
+         *     provider not to send it again; 503 asks it to, later, and that
+         *     retry is taken anew.
+         *
+         *     The route has its own throttle at the gateway, smaller than the
+         *     stage's and shared by every sender (announced in
+         *     `RateLimit-Policy` as `provider-events`; past it the gateway
+         *     answers 429 itself), and a function of its own with a small
+         *     reserved concurrency, so a flood of it takes no more than that
+         *     bucket of the account's rate and those instances, and nothing of
+         *     the other routes' buckets.
          */
         post: operations["postProviderEvent"];
         delete?: never;
@@ -1277,14 +1293,14 @@ export interface components {
             };
         };
         /**
-         * @description provider-event-refused — the delivery failed its provider's signature
-         *     check: a signature that does not match the body, a timestamp more
-         *     than 5 minutes from now (a replay), or a body that is no event.
-         *     Nothing changed. Also malformed-json for a base64 body that does not
-         *     decode.
+         * @description provider-event-refused — the delivery is signed by its provider but
+         *     its body is no event of the provider's. Nothing changed. Also
+         *     malformed-json for a base64 body that does not decode.
          */
         ProviderEventRefused: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -1293,6 +1309,30 @@ export interface components {
                     status?: 400;
                     /** @enum {unknown} */
                     type?: "https://onejob.dev/problems/provider-event-refused" | "https://onejob.dev/problems/malformed-json";
+                };
+            };
+        };
+        /**
+         * @description provider-event-unverified — the delivery carries no valid signature
+         *     of its provider (`webhookSignature`): a header missing, no signature
+         *     matching the exact body under the provider's secret, or a
+         *     `webhook-timestamp` more than 5 minutes from now (a replay of an
+         *     old delivery). Nothing was read or written.
+         */
+        ProviderEventUnverified: {
+            headers: {
+                /** @description The route's scheme, the provider's signature (RFC 9110 §11.6.1). */
+                "WWW-Authenticate": "Webhook-Signature";
+                "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                RateLimit: components["headers"]["RateLimit"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 401;
+                    /** @constant */
+                    type?: "https://onejob.dev/problems/provider-event-unverified";
                 };
             };
         };
@@ -1391,8 +1431,9 @@ export interface components {
          *     `resets_at`); nothing was written and no provider called; retry
          *     after `Retry-After` seconds (sooner while the owner's running jobs
          *     may settle below their reservations). The gateway's own throttling (each stage's
-         *     rate and burst, shared by every caller) also answers 429, as
-         *     `{"message":"Too Many Requests"}` without these fields.
+         *     rate and burst, and the provider-events route's own, shared by every
+         *     caller) also answers 429, as `{"message":"Too Many Requests"}`
+         *     without these fields.
          */
         TooManyRequests: {
             headers: {
@@ -1484,6 +1525,9 @@ export interface components {
          *     token bucket of `q` creates, full again within `w` seconds):
          *     `"unfinished-jobs";q=100;qu="concurrent-requests", "held-requests";q=20;qu="concurrent-requests", "create-rate";q=20;w=20`.
          *     Present on answers to an owner when the deployment enforces quotas.
+         *     On the provider-events route it is the route's own throttle at the
+         *     gateway, shared by every sender (a token bucket, as the create
+         *     rate): `"provider-events";q=100;w=2`.
          */
         RateLimitPolicy: string;
         /**
@@ -2339,9 +2383,15 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Taken. `outcome` is applied, found (a lost submit's work, found by its key), duplicate or ignored. */
+            /**
+             * @description Taken. `outcome` is applied, found (a lost submit's work, found
+             *     by its key), duplicate (a copy of a delivery taken already, or
+             *     its attempt had ended) or ignored.
+             */
             200: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2352,6 +2402,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["ProviderEventRefused"];
+            401: components["responses"]["ProviderEventUnverified"];
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             429: components["responses"]["TooManyRequests"];

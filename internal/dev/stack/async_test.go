@@ -3,6 +3,8 @@ package stack_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -68,8 +70,12 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 	}
 
 	// A duplicate, a forged and a replayed delivery change nothing.
-	events := s.AsyncSim.Events()
-	ev := events[len(events)-1]
+	var ev sim.WebhookEventRecord
+	for _, e := range s.AsyncSim.Events() {
+		if e.ResponseID == rem.ID {
+			ev = e
+		}
+	}
 	before := storedJob(t, s, j.ID)
 	if _, err := s.AsyncSim.Redeliver(t.Context(), ev.EventID); err != nil {
 		t.Fatal(err)
@@ -93,10 +99,10 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 	forgedBody := []byte(strings.Replace(string(ev.Body), ev.ResponseID, "resp_forged", 1))
 	signed, _ := webhooks.Headers([]string{s.AsyncSim.WebhookSecret()}, ev.WebhookID, now, ev.Body)
 	stale, _ := webhooks.Headers([]string{s.AsyncSim.WebhookSecret()}, ev.WebhookID, now.Add(-10*time.Minute), ev.Body)
-	if code := post(signed, forgedBody); code != http.StatusBadRequest {
+	if code := post(signed, forgedBody); code != http.StatusUnauthorized {
 		t.Fatalf("forged delivery: %d", code)
 	}
-	if code := post(stale, ev.Body); code != http.StatusBadRequest {
+	if code := post(stale, ev.Body); code != http.StatusUnauthorized {
 		t.Fatalf("replayed delivery: %d", code)
 	}
 	if code := post(signed, ev.Body); code != http.StatusOK {
@@ -146,7 +152,10 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 	// callbacks reach the same events function, for two owners; then a
 	// submit whose answer was lost is found again (by its key: the
 	// receiver's lookup, or its callback) and executed once.
-	// All three at once: the provider's 2 minutes pass for them together.
+	// All three at once: the provider's 2 minutes pass for them together;
+	// beside them another owner's openai-background job, ended by its
+	// webhook too (for the replays below).
+	jb := bob.submit("demo-async", "async-webhook-b", nil)
 	s.HookAsyncSim.LoseAnswers(1)
 	hf := bob.submit("demo-hook-async", "hook-async-lost", nil)
 	type hookJob struct {
@@ -185,6 +194,117 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 	if r := got.Attempts[0].Remote; got.AttemptCount != 1 || r == nil || !r.Found || s.HookAsyncSim.Executions(got.Attempts[0].SentKey()) != 1 {
 		t.Fatalf("webhook-async lost submit: %d attempts, remote %+v, executed %d", got.AttemptCount, r, s.HookAsyncSim.Executions(got.Attempts[0].SentKey()))
 	}
+
+	// Review N-L1: a signed delivery captured as sent (its headers and
+	// bytes) and replayed to the route while its signature verifies is
+	// answered duplicate without asking the provider: two owners' jobs of
+	// each asynchronous kind.
+	t.Run("ReplayedDeliveriesAreDuplicates", func(t *testing.T) {
+		bob.await(jb.ID, bound, "succeeded", func(j apiclient.Job) bool { return j.Status == string(job.StatusSucceeded) })
+		bw := storedJob(t, s, jb.ID).Attempts[0].Remote.ID
+		ctx, cancel := context.WithTimeout(t.Context(), bound)
+		err := s.AsyncSim.WaitFor(ctx, func() bool {
+			for _, e := range s.AsyncSim.Events() {
+				for _, d := range e.Deliveries {
+					if e.ResponseID == bw && d.Status == http.StatusOK {
+						return true
+					}
+				}
+			}
+			return false
+		})
+		cancel()
+		if err != nil {
+			t.Fatalf("no webhook of work %s was taken by the events function", bw)
+		}
+		var replays []replay
+		for _, id := range []string{j.ID, jb.ID} {
+			work := storedJob(t, s, id).Attempts[0].Remote.ID
+			for _, e := range s.AsyncSim.Events() {
+				for _, d := range e.Deliveries {
+					if e.ResponseID == work && d.Status == http.StatusOK {
+						replays = append(replays, replay{id, work, d.Header, e.Body, func() int { r, _ := s.AsyncSim.Get(work); return r.Reads }})
+					}
+				}
+			}
+		}
+		for _, h := range hooked {
+			work := storedJob(t, s, h.id).Attempts[0].Remote.ID
+			for _, cb := range s.HookAsyncSim.Callbacks() {
+				for _, d := range cb.Deliveries {
+					if cb.WorkID == work && d.Status == http.StatusOK {
+						replays = append(replays, replay{h.id, work, d.Header, cb.Body, func() int { r, _ := s.HookAsyncSim.Get(work); return r.Reads }})
+					}
+				}
+			}
+		}
+		if len(replays) < 4 {
+			t.Fatalf("%d deliveries taken to replay, want at least one per job (4)", len(replays))
+		}
+		replayDeliveries(t, s, replays)
+	})
+}
+
+// replay is one delivery as its provider sent it, to send again.
+type replay struct {
+	jobID, work string
+	header      http.Header
+	body        []byte
+	reads       func() int // how often the provider was asked for the work
+}
+
+// replayDeliveries sends each captured delivery again, as captured, three
+// times at once: each copy is answered 200 duplicate, the provider is not
+// asked for the work again and the job is not written.
+func replayDeliveries(t *testing.T, s *stack.Stack, replays []replay) {
+	t.Helper()
+	const copies = 3
+	client := ownClient(t)
+	for _, r := range replays {
+		before, read := storedJob(t, s, r.jobID), r.reads()
+		if read == 0 {
+			t.Fatalf("work %s was never read: its delivery did not reach the provider", r.work)
+		}
+		provider := sim.DemoAsync
+		if strings.Contains(string(r.body), "work.ended") {
+			provider = sim.DemoHookAsync
+		}
+		answers := make(chan string, copies)
+		for range copies {
+			go func() {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.APIURL+"/v1/provider-events/"+provider, bytes.NewReader(r.body))
+				if err != nil {
+					answers <- err.Error()
+					return
+				}
+				req.Header = r.header.Clone()
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					answers <- err.Error()
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				answers <- fmt.Sprintf("%d %s", resp.StatusCode, body)
+			}()
+		}
+		for range copies {
+			if a := <-answers; a != `200 {"outcome":"duplicate"}` {
+				t.Fatalf("a copy of delivery %s: %s; want 200 duplicate", r.header.Get(webhooks.HeaderID), a)
+			}
+		}
+		if n := r.reads(); n != read {
+			t.Fatalf("%d copies of delivery %s read work %s %d more times", copies, r.header.Get(webhooks.HeaderID), r.work, n-read)
+		}
+		if after := storedJob(t, s, r.jobID); after.Revision != before.Revision {
+			t.Fatalf("copies wrote job %s (revision %d → %d)", r.jobID, before.Revision, after.Revision)
+		}
+		if !loggedLine(logsOf(s), `"msg":"provider_event"`, r.header.Get(webhooks.HeaderID), `"taken_before":true`) {
+			t.Fatalf("no copy of delivery %s was logged as taken before", r.header.Get(webhooks.HeaderID))
+		}
+	}
+	t.Logf("replays: %d deliveries (2 owners, both asynchronous kinds), %d copies each, all duplicate, 0 provider reads", len(replays), copies)
 }
 
 func storedJob(t *testing.T, s *stack.Stack, id string) job.Job {

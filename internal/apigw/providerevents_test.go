@@ -1,0 +1,65 @@
+package apigw_test
+
+import (
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/onejob/onejob/internal/apigw"
+)
+
+// TestEventsRouteAnnouncesItsThrottle: the events function's every answer
+// carries the route's own throttle (review N-L2) as its RateLimit-Policy,
+// and a delivery without a valid signature is 401 with the route's own
+// challenge, not Bearer; each answer as openapi.yaml documents it. Without
+// a throttle (a local run) none is announced; half a throttle is refused.
+func TestEventsRouteAnnouncesItsThrottle(t *testing.T) {
+	t.Parallel()
+	c := loadContract(t)
+	post := func(body string) events.APIGatewayV2HTTPRequest {
+		ev := events.APIGatewayV2HTTPRequest{RawPath: "/v1/provider-events/sim-async", Body: body,
+			Headers: map[string]string{"content-type": "application/json"}}
+		ev.RequestContext.HTTP.Method = "POST"
+		ev.RequestContext.RequestID = "r1"
+		return ev
+	}
+	h, err := apigw.NewEvents(apigw.EventsConfig{Events: fakeProviderEvents{}, Throttle: apigw.RouteThrottle{Rate: 50, Burst: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const policy = `"provider-events";q=100;w=2`
+	for _, tc := range []struct {
+		name, body, challenge string
+		status                int
+	}{
+		{"Taken", `{"ok":true}`, "", 200},
+		{"Unverified", `{"forged":true}`, apigw.WebhookSignatureChallenge, 401},
+		{"Malformed", `{"malformed":true}`, "", 400},
+		{"ProviderDown", `{"down":true}`, "", 503},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ev := post(tc.body)
+			resp, _ := h.Handle(t.Context(), ev)
+			if resp.StatusCode != tc.status || resp.Headers["RateLimit-Policy"] != policy || resp.Headers["WWW-Authenticate"] != tc.challenge {
+				t.Fatalf("%d, RateLimit-Policy %q, WWW-Authenticate %q; want %d, %q, %q", resp.StatusCode,
+					resp.Headers["RateLimit-Policy"], resp.Headers["WWW-Authenticate"], tc.status, policy, tc.challenge)
+			}
+			if err := c.checkEvent(ev, resp); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	local, err := apigw.NewEvents(apigw.EventsConfig{Events: fakeProviderEvents{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := local.Handle(t.Context(), post(`{"ok":true}`)); resp.StatusCode != 200 || resp.Headers["RateLimit-Policy"] != "" {
+		t.Fatalf("without a throttle: %d, RateLimit-Policy %q", resp.StatusCode, resp.Headers["RateLimit-Policy"])
+	}
+	for _, half := range []apigw.RouteThrottle{{Rate: 50}, {Burst: 100}, {Rate: -1, Burst: 100}} {
+		if _, err := apigw.NewEvents(apigw.EventsConfig{Events: fakeProviderEvents{}, Throttle: half}); err == nil {
+			t.Errorf("throttle %+v accepted", half)
+		}
+	}
+}
