@@ -315,6 +315,12 @@ func checkTables(t *testing.T, s *synthesized) {
 		if !slices.Equal(gsis, wantGSIs) {
 			t.Errorf("%s: indexes %v, want %v", name, gsis, wantGSIs)
 		}
+		// DynamoDB expires what the store already reads as gone (the
+		// inbound deliveries once their signatures are stale, review N-L1).
+		ttl, _ := p["TimeToLiveSpecification"].(map[string]any)
+		if def.TTL != "" && (ttl["AttributeName"] != def.TTL || ttl["Enabled"] != true) || def.TTL == "" && ttl != nil {
+			t.Errorf("%s: TTL %v, want on %q", name, ttl, def.TTL)
+		}
 		replicas := list(p["Replicas"])
 		if len(replicas) != 1 {
 			t.Fatalf("%s: %d replicas, want 1", name, len(replicas))

@@ -28,3 +28,13 @@ func TestTableDefinitionsAreFresh(t *testing.T) {
 		t.Errorf("Tables() = %v, want %v", logical, want)
 	}
 }
+
+// TestInboundDeliveriesExpire: the inbound table's items, kept only while
+// a delivery's signature verifies, are expired by TTL on the attribute
+// TakeInbound writes and PurgeExpired reads (review N-L1).
+func TestInboundDeliveriesExpire(t *testing.T) {
+	t.Parallel()
+	if d := InboundTable(); d.TTL != aExpiresAt || d.SortKey != nil || len(d.Indexes) != 0 {
+		t.Errorf("InboundTable() = %+v, want one key, no index, TTL on %s", d, aExpiresAt)
+	}
+}
