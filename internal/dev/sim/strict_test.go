@@ -544,7 +544,7 @@ func TestBedrockRefusesInvalidRequests(t *testing.T) {
 		}), 400, "ValidationException", "The JSON schema of toolConfig.tools.1.member.toolSpec.inputSchema is not supported for strict tool use: For 'string' type, property 'maxLength' is not supported (at /properties/text)"},
 		{"UnknownMember", sim.Options{}, "", "", edit(t, bedrockBase, func(m map[string]any) { m["temperature"] = 0 }), 400, "SerializationException", "Unknown member: temperature"},
 		{"UnknownModel", sim.Options{Model: "anthropic.claude-sonnet-4-20250514-v1:0"}, "", "", bedrockBase, 400, "ValidationException", "The provided model identifier is invalid."},
-		{"WrongOperation", sim.Options{}, "", "converse-stream", bedrockBase, 404, "UnknownOperationException", "Unknown operation"},
+		{"WrongOperation", sim.Options{}, "", "invoke", bedrockBase, 404, "UnknownOperationException", "Unknown operation"},
 		{"CountTokensUnsupportedModel", sim.Options{}, "amazon.nova-pro-v1:0", "count-tokens",
 			`{"input":{"converse":{"messages":[{"role":"user","content":[{"text":"hi"}]}]}}}`, 400, "ValidationException", "The provided model doesn't support counting tokens."},
 		{"CountTokensNoInput", sim.Options{}, "", "count-tokens", `{}`, 400, "ValidationException", "1 validation error detected: Value null at 'input' failed to satisfy constraint: Member must not be null"},

@@ -20,7 +20,8 @@ import (
 
 func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
 	t.Helper()
-	a, err := webhook.New(webhook.Config{Name: "hook", URL: env.BaseURL + "/hook", Token: env.APIKey, Logger: env.Logger, Now: env.Now})
+	a, err := webhook.New(webhook.Config{Name: "hook", URL: env.BaseURL + "/hook", Token: env.APIKey, Logger: env.Logger, Now: env.Now,
+		MaxResponseBytes: env.MaxResponseBytes})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
