@@ -3,7 +3,9 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -57,8 +59,22 @@ const (
 
 // StreamCut breaks a stream at its event At (0 is the first event).
 type StreamCut struct {
-	At   int
-	Kind CutKind
+	At   int     `json:"at"`
+	Kind CutKind `json:"kind"`
+}
+
+// CutKinds are the ways a stream can be broken.
+var CutKinds = []CutKind{CutDrop, CutMidEvent, CutEnd, CutMalformed, CutError}
+
+// Validate refuses a kind the simulators do not know and a negative event.
+func (c StreamCut) Validate() error {
+	if !slices.Contains(CutKinds, c.Kind) {
+		return fmt.Errorf("cut kind %q must be one of %v", c.Kind, CutKinds)
+	}
+	if c.At < 0 {
+		return fmt.Errorf("cut at %d must not be negative", c.At)
+	}
+	return nil
 }
 
 // streamEvent is one event of a streamed answer, encoded.

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -326,5 +328,73 @@ func TestLookupAgainstTheDemoSimulator(t *testing.T) {
 	}
 	if st := demo.Stats()[sim.DemoPrimary]; st.Executions != 1 || len(st.ExecutedMoreThanOnce) != 0 {
 		t.Fatalf("stats = %+v: want one execution, lookups executing nothing", st)
+	}
+}
+
+// TestContractStreamExample serves the streamed answer
+// docs/webhook-provider-contract.md shows to the adapter: it asks for a
+// stream as the page says, hands on the deltas, and answers the answer
+// event, as the page says.
+func TestContractStreamExample(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../../docs/webhook-provider-contract.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var example string
+	for _, block := range strings.Split(string(doc), "```")[1:] {
+		if strings.Contains(block, "event: answer") {
+			example = strings.TrimLeft(block, "\n")
+			break
+		}
+	}
+	if example == "" {
+		t.Fatal("the contract shows no streamed answer")
+	}
+	var accept string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accept = r.Header.Get("Accept")
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, example+"\n")
+	}))
+	t.Cleanup(srv.Close)
+	var pieces []string
+	resp, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).(provider.Streamer).Stream(t.Context(), providertest.Request(1),
+		func(s string) { pieces = append(pieces, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accept != "text/event-stream, application/json" {
+		t.Errorf("Accept: %q", accept)
+	}
+	want := `{"text":"The answer forms","provider":"me"}`
+	if string(resp.Output) != want || strings.Join(pieces, "") != want || len(pieces) != 2 ||
+		resp.Model != "my-model" || resp.Usage == nil || *resp.Usage != (provider.Usage{InputTokens: 12, OutputTokens: 5}) {
+		t.Errorf("answer %+v (%s, usage %+v) in pieces %q", resp, resp.Output, resp.Usage, pieces)
+	}
+}
+
+// TestStreamReadsAtMost4MiB: the contract's bound on a streamed answer
+// (its deltas and its answer, 4 MiB in all), with the adapter's defaults.
+func TestStreamReadsAtMost4MiB(t *testing.T) {
+	t.Parallel()
+	padding := ": " + strings.Repeat("p", 900<<10) + "\n"
+	for _, tc := range []struct {
+		name     string
+		lines    int
+		oversize bool
+	}{{"Under", 4, false}, {"Over", 5, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, strings.Repeat(padding, tc.lines)+"event: answer\ndata: {\"output\":{\"a\":1}}\n\n")
+			}))
+			t.Cleanup(srv.Close)
+			_, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).(provider.Streamer).Stream(t.Context(), providertest.Request(1), func(string) {})
+			if tooLarge := errors.Is(err, provider.ErrStreamTooLarge); tooLarge != tc.oversize || (!tc.oversize && err != nil) {
+				t.Errorf("%d lines of 900 KiB: %v", tc.lines, err)
+			}
+		})
 	}
 }
