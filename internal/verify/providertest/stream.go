@@ -298,6 +298,31 @@ func runStream(t *testing.T, h Harness) {
 		}
 	})
 
+	if h.Settles != SettleNone {
+		t.Run("StreamCutSettles", func(t *testing.T) {
+			t.Parallel()
+			// A stream cut in its middle: the provider finished the answer
+			// nobody read, and settling the attempt finds it.
+			r := h.start(t, sim.Options{})
+			whole, err := streamer(t, r.p).Stream(t.Context(), Request(1), func(string) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.sim.SetStream(sim.StreamOptions{Cut: &sim.StreamCut{At: r.sim.Calls()[0].Events / 2, Kind: sim.CutDrop}})
+			req := Request(2)
+			_, err = streamer(t, r.p).Stream(t.Context(), req, func(string) {})
+			callError(t, err, provider.ClassAmbiguous)
+			<-r.sim.Finished(req.IdempotencyKey)
+			s, err := r.p.(provider.Settler).Settle(t.Context(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Evidence != provider.EvidenceAnswered || !JSONEqual(t, s.Response.Output, whole.Output) {
+				t.Errorf("settled %+v (%s), want the answer the cut stream carried, %s", s, s.Response.Output, whole.Output)
+			}
+		})
+	}
+
 	t.Run("StreamRefusesWithoutAKey", func(t *testing.T) {
 		t.Parallel()
 		r := h.start(t, sim.Options{})
