@@ -324,7 +324,13 @@ func TestDemoStreams(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	body := `{"job_id":"j","attempt":1,"idempotency_key":"j/1","job_type":"demo","input":{"prompt":"a few words more"},"prompt":"a few words more"}`
 	accept := map[string]string{"Idempotency-Key": "j/1", "Accept": "text/event-stream, application/json"}
+	// onejob run's --demo-first-token: every provider's pace.
+	demo.SetStream(sim.StreamOptions{FirstToken: 40 * time.Millisecond})
+	began := time.Now()
 	events := sseEvents(t, streamPost(t, srv.URL()+"/sim-primary", accept, body))
+	if took := time.Since(began); took < 40*time.Millisecond {
+		t.Errorf("a stream paced to its first token after 40ms took %v", took)
+	}
 	var text strings.Builder
 	for _, ev := range events[:len(events)-1] {
 		text.WriteString(decodeData(t, ev)["text"].(string))
