@@ -142,9 +142,9 @@ func (c *JSONClient) Cut(at HTTPResponse, msg string, cause error) *CallError {
 	return c.fail(ClassAmbiguous, at.Status, at.RequestID, msg, err)
 }
 
-// Event is one server-sent event: its type ("" when the event named none:
-// "message") and its data lines, joined by "\n".
-type Event struct {
+// SSEEvent is one server-sent event: its type ("" when the event named
+// none: "message") and its data lines, joined by "\n".
+type SSEEvent struct {
 	Type string
 	Data string
 }
@@ -169,22 +169,22 @@ func NewSSEReader(r io.Reader, maxTotal, maxEvent int64) *SSEReader {
 // (an event not finished by a blank line is dropped, as the standard
 // says); a stream cut mid-transfer returns the transport's error;
 // ErrStreamTooLarge or ErrEventTooLarge past the bounds.
-func (s *SSEReader) Next() (Event, error) {
-	var ev Event
+func (s *SSEReader) Next() (SSEEvent, error) {
+	var ev SSEEvent
 	var data bytes.Buffer
 	hasData := false
 	size := int64(0)
 	for {
 		line, err := s.line(s.maxEvent - size)
 		if err != nil {
-			return Event{}, err
+			return SSEEvent{}, err
 		}
 		size += int64(len(line))
 		if len(line) == 0 {
 			if !hasData {
 				// No data: nothing to dispatch (the standard); the type
 				// resets with the event.
-				ev, size = Event{}, 0
+				ev, size = SSEEvent{}, 0
 				continue
 			}
 			ev.Data = data.String()

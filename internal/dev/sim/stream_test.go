@@ -37,14 +37,14 @@ func streamPost(t *testing.T, url string, header map[string]string, body string)
 }
 
 // sseEvents reads a whole server-sent event stream.
-func sseEvents(t *testing.T, resp *http.Response) []provider.Event {
+func sseEvents(t *testing.T, resp *http.Response) []provider.SSEEvent {
 	t.Helper()
 	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "text/event-stream") {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("answer %d %s: %s", resp.StatusCode, ct, b)
 	}
 	r := provider.NewSSEReader(resp.Body, 1<<20, 1<<20)
-	var out []provider.Event
+	var out []provider.SSEEvent
 	for {
 		ev, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -57,7 +57,7 @@ func sseEvents(t *testing.T, resp *http.Response) []provider.Event {
 	}
 }
 
-func decodeData(t *testing.T, ev provider.Event) map[string]any {
+func decodeData(t *testing.T, ev provider.SSEEvent) map[string]any {
 	t.Helper()
 	var v map[string]any
 	if err := json.Unmarshal([]byte(ev.Data), &v); err != nil {
