@@ -31,7 +31,7 @@ import (
 
 // streamModes are the scripted answers Stream and Call must agree on.
 var streamModes = []sim.Mode{sim.ModeGood, sim.ModeExtraKey, sim.ModeSemantic, sim.ModeProse, sim.ModeContentFilter,
-	sim.ModeRateLimited, sim.ModeServerError, sim.ModeBadRequest, sim.ModeQuotaExhausted, sim.ModeModelTimeout, sim.ModeMalformed}
+	sim.ModeTruncated, sim.ModeRefusal, sim.ModeRateLimited, sim.ModeServerError, sim.ModeBadRequest, sim.ModeQuotaExhausted, sim.ModeModelTimeout, sim.ModeMalformed}
 
 // sentinels are the errors a failure is compared by.
 var sentinels = []error{provider.ErrNoStructuredOutput, provider.ErrContentFiltered, provider.ErrMalformedResponse,
