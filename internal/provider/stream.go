@@ -239,10 +239,13 @@ func (s *SSEReader) line(room int64) ([]byte, error) {
 // StreamError is the error a provider sent inside a stream that had
 // started (an Anthropic error event, an OpenAI chunk carrying an error):
 // classified as the same error answered with status, the HTTP status the
-// API documents for it, which the CallError carries (so a rate limit
-// inside a stream counts as a 429).
+// API documents for it (the provider's failure is retryable, a spent
+// quota exhausted). It carries the stream's own status, a 2xx: the model
+// ran before it failed, so the attempt is paid for (the usage the stream
+// reported, else its reservation: job.SpendOf), never taken for a
+// refusal that cost nothing.
 func (c *JSONClient) StreamError(at HTTPResponse, status int, body []byte) *CallError {
-	ce := c.fail(ClassifyStatus(status), status, at.RequestID, ErrorMessage(body), ErrHTTPStatus)
+	ce := c.fail(ClassifyStatus(status), at.Status, at.RequestID, ErrorMessage(body), ErrHTTPStatus)
 	ce.Detail, _ = ParseAPIError(body)
 	if ce.Class == ClassExhausted {
 		ce.Exhausted()

@@ -148,7 +148,8 @@ func (a *Adapter) gather(stream *bedrockruntime.ConverseStreamEventStream, reque
 		var ae smithy.APIError
 		if errors.As(err, &ae) {
 			if status, ok := exceptionStatus[ae.ErrorCode()]; ok {
-				ce := a.fail(classifyCode(ae.ErrorCode(), status), status, requestID, ae.ErrorCode(), fmt.Errorf("%w: %w", provider.ErrHTTPStatus, err))
+				// The stream's own status: the model ran (StreamError).
+				ce := a.fail(classifyCode(ae.ErrorCode(), status), http.StatusOK, requestID, ae.ErrorCode(), fmt.Errorf("%w: %w", provider.ErrHTTPStatus, err))
 				ce.Detail = provider.APIError{Type: ae.ErrorCode(), Message: ae.ErrorMessage()}
 				return converseAnswer{}, ce.Billed(usageOf(ans.usage))
 			}

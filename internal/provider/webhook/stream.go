@@ -14,8 +14,9 @@ import (
 // one answer event whose data is the body the answer would have had
 // whole ({"output", "model"?, "usage"?}), read exactly as Call reads it
 // (parse). A failure after the stream started is an error event,
-// {"status": the status it would have had, "error": "…"}, classified as
-// that status. Any other answer (a receiver that does not stream, a
+// {"status": the status it would have had, "error": "…", "usage"?},
+// classified as that status, and paid for as an answer (the stream had
+// started: provider.JSONClient.StreamError). Any other answer (a receiver that does not stream, a
 // repeat of a key replayed whole, a refusal before the stream started)
 // is read as Call reads it, its output handed to the sink in one piece.
 // A stream that ends before its answer event is cut: ambiguous.
@@ -35,10 +36,13 @@ type Delta struct {
 	Text string `json:"text"`
 }
 
-// StreamFailure is an error event's data.
+// StreamFailure is an error event's data: the status the answer would
+// have had, why, and what the receiver's model was billed before it
+// failed.
 type StreamFailure struct {
-	Status int    `json:"status"`
-	Error  string `json:"error"`
+	Status int             `json:"status"`
+	Error  string          `json:"error"`
+	Usage  *provider.Usage `json:"usage,omitempty"`
 }
 
 // Stream implements provider.Streamer.
@@ -94,7 +98,7 @@ func (a *Adapter) Stream(ctx context.Context, req provider.Request, sink provide
 			if err := json.Unmarshal([]byte(ev.Data), &f); err != nil || f.Status < 400 || f.Status > 599 {
 				return provider.Response{}, a.Client().Cut(at, "malformed error event: "+provider.Excerpt(ev.Data), err)
 			}
-			return provider.Response{}, a.Client().StreamError(at, f.Status, []byte(ev.Data))
+			return provider.Response{}, a.Client().StreamError(at, f.Status, []byte(ev.Data)).Billed(f.Usage)
 		}
 	}
 }

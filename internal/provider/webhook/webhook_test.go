@@ -398,3 +398,32 @@ func TestStreamReadsAtMost4MiB(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamErrorEvent: a receiver's failure after its stream started is
+// classified as the status it names, and paid for as an answer (the
+// stream's own 200, the usage it reports).
+func TestStreamErrorEvent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, data string
+		class      provider.Class
+	}{
+		{"Unavailable", `{"status":503,"error":"the model failed","usage":{"input_tokens":7,"output_tokens":3}}`, provider.ClassRetryable},
+		{"PaymentRequired", `{"status":402,"error":"spent","usage":{"input_tokens":7,"output_tokens":3}}`, provider.ClassExhausted},
+		{"Refused", `{"status":422,"error":"no","usage":{"input_tokens":7,"output_tokens":3}}`, provider.ClassNonRetryable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, "event: delta\ndata: {\"text\":\"{\"}\n\nevent: error\ndata: "+tc.data+"\n\n")
+			}))
+			t.Cleanup(srv.Close)
+			_, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).(provider.Streamer).Stream(t.Context(), providertest.Request(1), func(string) {})
+			var ce *provider.CallError
+			if !errors.As(err, &ce) || ce.Class != tc.class || ce.Status != http.StatusOK || ce.Usage == nil || *ce.Usage != (provider.Usage{InputTokens: 7, OutputTokens: 3}) {
+				t.Fatalf("%v (%+v), want %s at the stream's 200 with its usage", err, ce, tc.class)
+			}
+		})
+	}
+}
