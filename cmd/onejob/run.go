@@ -33,7 +33,7 @@ import (
 //	onejob run [--data .local/dynalite] [--table-prefix onejob-local] [--duplicate-delivery] [--log FILE]
 //	           [--sweep-interval 10s] [--overdue-grace 0] [--idle-timeout 30s] [--keep-executions 1000]
 //	           [--breakers on|off] [--notify-interval 250ms] [--demo-rate 60/1m]
-//	           [--demo-budget 0.10]
+//	           [--demo-budget 0.10] [--demo-first-token 300ms] [--demo-token-rate 50]
 //
 // AWS_ENDPOINT_URL_DYNAMODB points it at a DynamoDB already running
 // (DynamoDB Local, LocalStack, moto) instead of the dynalite it starts;
@@ -58,8 +58,13 @@ func runCommand(ctx context.Context, args []string) error {
 	maxProcessing := fs.Duration("demo-max-processing", 0, "declare this max_processing_time on both demo providers (0: their own, 1m): a drill whose scripts all answer within seconds settles its unknown attempts sooner")
 	asyncProvider := fs.String("async-provider", "", "use this running Responses simulator as sim-async (its webhook secret in $"+sim.DemoAsyncSecretRef+"), one that outlives the stack: the kill -9 drill (default: start one)")
 	demoBudget := fs.String("demo-budget", "", "give every owner this budget a day in USD (0.10), the demo providers priced: the budget drill ("+deploy.EnvBudget+" sets any budget)")
+	firstToken := fs.Duration("demo-first-token", 0, "the demo providers' streamed answers: how long to their first delta (a job created with \"stream\": true)")
+	tokenRate := fs.Float64("demo-token-rate", 0, "the demo providers' streamed answers: deltas a second after the first (0: at once)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *firstToken < 0 || *firstToken > sim.MaxDemoLatency || *tokenRate < 0 {
+		return fmt.Errorf("--demo-first-token %s, --demo-token-rate %v: want a duration up to %s and a rate not negative", *firstToken, *tokenRate, sim.MaxDemoLatency)
 	}
 	var demoProviders func(provider.Config) provider.Config
 	switch *breakers {
@@ -151,6 +156,7 @@ func runCommand(ctx context.Context, args []string) error {
 		NotifyInterval: *notify, NotifySchedule: schedule, NotifyDisableAfter: disableAfter,
 		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders, AsyncURL: *asyncProvider,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
+		DemoStream: sim.StreamOptions{FirstToken: *firstToken, TokenRate: *tokenRate},
 	})
 	if err != nil {
 		return err

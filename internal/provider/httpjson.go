@@ -39,7 +39,11 @@ type JSONClient struct {
 	// RequestIDHeaders are checked in order for the provider's request id.
 	RequestIDHeaders []string
 	// MaxResponseBytes bounds the body read; 0 means DefaultMaxResponseBytes.
+	// It bounds a streamed answer's bytes in all, too.
 	MaxResponseBytes int64
+	// MaxEventBytes bounds one event of a streamed answer (at most
+	// MaxResponseBytes); 0 means a quarter of MaxResponseBytes.
+	MaxEventBytes int64
 }
 
 // HTTPResponse is a 2xx answer.
@@ -67,6 +71,22 @@ func (c *JSONClient) GetJSON(ctx context.Context, url string, header http.Header
 }
 
 func (c *JSONClient) do(ctx context.Context, method, url string, header http.Header, payload []byte) (HTTPResponse, error) {
+	resp, requestID, err := c.open(ctx, method, url, header, payload, "application/json")
+	if err != nil {
+		return HTTPResponse{}, err
+	}
+	defer resp.Body.Close()
+	data, err := c.read(resp, requestID)
+	if err != nil {
+		return HTTPResponse{}, err
+	}
+	return HTTPResponse{Status: resp.StatusCode, Header: resp.Header, Body: data, RequestID: requestID}, nil
+}
+
+// open sends the request and returns a 2xx answer with its body unread
+// (the caller closes it); any other outcome is a *CallError, the body of a
+// refusal read and classified.
+func (c *JSONClient) open(ctx context.Context, method, url string, header http.Header, payload []byte, accept string) (*http.Response, string, error) {
 	ctx, sent := TrackSent(ctx)
 	var body io.Reader
 	if payload != nil {
@@ -74,7 +94,7 @@ func (c *JSONClient) do(ctx context.Context, method, url string, header http.Hea
 	}
 	hreq, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
-		return HTTPResponse{}, c.fail(ClassNonRetryable, 0, "", "build request", fmt.Errorf("%w: %w", ErrInvalidRequest, err))
+		return nil, "", c.fail(ClassNonRetryable, 0, "", "build request", fmt.Errorf("%w: %w", ErrInvalidRequest, err))
 	}
 	// Never a resend behind the caller's back: Go's transport counts a
 	// POST with an Idempotency-Key header (which the adapters send) as
@@ -92,43 +112,55 @@ func (c *JSONClient) do(ctx context.Context, method, url string, header http.Hea
 	if payload != nil {
 		hreq.Header.Set("Content-Type", "application/json")
 	}
-	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set("Accept", accept)
 
 	resp, err := c.client().Do(hreq)
 	if err != nil {
-		return HTTPResponse{}, c.fail(ClassifyTransport(err, sent()), 0, "", "send request", fmt.Errorf("%w: %w", ErrTransport, err))
+		return nil, "", c.fail(ClassifyTransport(err, sent()), 0, "", "send request", fmt.Errorf("%w: %w", ErrTransport, err))
+	}
+	requestID := RequestIDFrom(resp.Header, c.RequestIDHeaders...)
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return resp, requestID, nil
 	}
 	defer resp.Body.Close()
-
-	requestID := RequestIDFrom(resp.Header, c.RequestIDHeaders...)
-	limit := c.MaxResponseBytes
-	if limit <= 0 {
-		limit = DefaultMaxResponseBytes
+	data, err := c.read(resp, requestID)
+	if err != nil {
+		return nil, "", err
 	}
+	if Redirected(resp.StatusCode) {
+		return nil, "", c.fail(ClassNonRetryable, resp.StatusCode, requestID, RedirectMessage, ErrHTTPStatus)
+	}
+	ce := c.fail(ClassifyStatus(resp.StatusCode), resp.StatusCode, requestID, ErrorMessage(data), ErrHTTPStatus)
+	ce.Detail, _ = ParseAPIError(data)
+	ce.RetryAfter = ParseRetryAfter(resp.Header, c.now())
+	ce.Replayed = resp.Header.Get(HeaderIdempotentReplayed) == "true"
+	ce.LookupUnknown = resp.Header.Get("Idempotency-Lookup") == "unknown"
+	if ce.Class == ClassExhausted {
+		ce.Exhausted()
+	}
+	return nil, "", ce
+}
+
+// read reads a whole answer's body, bounded by MaxResponseBytes.
+func (c *JSONClient) read(resp *http.Response, requestID string) ([]byte, error) {
+	limit := c.maxResponse()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		// The provider already answered with headers, so it processed the
 		// request: losing the body leaves the outcome unknown.
-		return HTTPResponse{}, c.fail(ClassAmbiguous, resp.StatusCode, requestID, "read response body", fmt.Errorf("%w: %w", ErrTransport, err))
+		return nil, c.fail(ClassAmbiguous, resp.StatusCode, requestID, "read response body", fmt.Errorf("%w: %w", ErrTransport, err))
 	}
 	if int64(len(data)) > limit {
-		return HTTPResponse{}, c.fail(ClassRetryable, resp.StatusCode, requestID, fmt.Sprintf("response body exceeds %d bytes", limit), ErrMalformedResponse)
+		return nil, c.fail(ClassRetryable, resp.StatusCode, requestID, fmt.Sprintf("response body exceeds %d bytes", limit), ErrMalformedResponse)
 	}
-	if Redirected(resp.StatusCode) {
-		return HTTPResponse{}, c.fail(ClassNonRetryable, resp.StatusCode, requestID, RedirectMessage, ErrHTTPStatus)
+	return data, nil
+}
+
+func (c *JSONClient) maxResponse() int64 {
+	if c.MaxResponseBytes > 0 {
+		return c.MaxResponseBytes
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		ce := c.fail(ClassifyStatus(resp.StatusCode), resp.StatusCode, requestID, ErrorMessage(data), ErrHTTPStatus)
-		ce.Detail, _ = ParseAPIError(data)
-		ce.RetryAfter = ParseRetryAfter(resp.Header, c.now())
-		ce.Replayed = resp.Header.Get(HeaderIdempotentReplayed) == "true"
-		ce.LookupUnknown = resp.Header.Get("Idempotency-Lookup") == "unknown"
-		if ce.Class == ClassExhausted {
-			ce.Exhausted()
-		}
-		return HTTPResponse{}, ce
-	}
-	return HTTPResponse{Status: resp.StatusCode, Header: resp.Header, Body: data, RequestID: requestID}, nil
+	return DefaultMaxResponseBytes
 }
 
 // Malformed builds the error for a 2xx body that could not be used. It is

@@ -39,6 +39,7 @@ type anthropicRequest struct {
 	temperature           *float64
 	maxTokens             int
 	inputTokens           int
+	stream                bool
 }
 
 // validateAnthropic checks a Messages (count=false) or count_tokens
@@ -101,6 +102,12 @@ func validateAnthropic(r *http.Request, body []byte, opts Options, count bool) (
 				return req, antInvalid("temperature: Input should be less than or equal to 1")
 			}
 			req.temperature = &t
+		}
+		if o.has("stream") {
+			if jsonKind(o["stream"]) != "boolean" {
+				return req, antInvalid("stream: Input should be a valid boolean")
+			}
+			_ = json.Unmarshal(o["stream"], &req.stream)
 		}
 	}
 	if o.has("system") {
@@ -286,6 +293,7 @@ func (s *Simulator) Anthropic() http.Handler {
 		// The safety classifier's refusal is the API's one stop reason for
 		// both.
 		refused: func(c Call, model string) any { return anthropicMessage(c, model, "refusal", []any{}) },
+		stream:  anthropicStream,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		count := r.URL.Path == "/v1/messages/count_tokens"
@@ -305,6 +313,7 @@ func (s *Simulator) Anthropic() http.Handler {
 			return e, func(c *Call) {
 				c.Model, c.System, c.Prompt, c.ToolName, c.Schema, c.Strict = req.model, req.system, req.prompt, req.toolName, req.schema, req.strict
 				c.Temperature, c.MaxTokens, c.InputTokens = req.temperature, req.maxTokens, req.inputTokens
+				c.Stream = req.stream
 			}
 		}
 		if count {

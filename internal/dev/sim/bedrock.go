@@ -294,7 +294,9 @@ func (req *bedrockRequest) validateToolConfig(o object, model string) *apiError 
 }
 
 // Bedrock serves POST /model/{modelId}/converse in the Bedrock Converse REST
-// JSON format with a forced tool, and POST /model/{modelId}/count-tokens.
+// JSON format with a forced tool, POST /model/{modelId}/converse-stream
+// (the same, as ConverseStream's event stream: stream_bedrock.go), and
+// POST /model/{modelId}/count-tokens.
 // The idempotency key is read from requestMetadata["idempotency_key"],
 // where the adapter puts it.
 func (s *Simulator) Bedrock() http.Handler {
@@ -344,6 +346,7 @@ func (s *Simulator) Bedrock() http.Handler {
 		refused: func(c Call, model string) any {
 			return bedrockConverse(c, "guardrail_intervened", []any{map[string]any{"text": RefusalText}})
 		},
+		stream: bedrockStream,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		modelID, op, found := bedrockOperation(r.URL)
@@ -364,6 +367,7 @@ func (s *Simulator) Bedrock() http.Handler {
 				c.IdempotencyKey, c.JobID = req.metadata["idempotency_key"], req.metadata["job_id"]
 				c.System, c.Prompt, c.ToolName, c.Schema, c.Strict = req.system, req.prompt, req.toolName, req.schema, req.strict
 				c.Temperature, c.MaxTokens, c.InputTokens = req.temperature, req.maxTokens, req.inputTokens
+				c.Stream = op == "converse-stream"
 			}
 		}
 		if op == "count-tokens" {
@@ -385,7 +389,7 @@ func validateBedrock(body []byte, modelID, op string, opts Options) (bedrockRequ
 	if opts.Model != "" && modelID != opts.Model {
 		return bedrockRequest{}, validation("The provided model identifier is invalid.")
 	}
-	if op == "converse" {
+	if op == "converse" || op == "converse-stream" {
 		return validateConverse(o, modelID, opts, false)
 	}
 	if extra := o.unknown("input"); len(extra) > 0 {
@@ -405,7 +409,7 @@ func validateBedrock(body []byte, modelID, op string, opts Options) (bedrockRequ
 	return validateConverse(conv, modelID, opts, true)
 }
 
-// bedrockOperation splits /model/{modelId}/{converse|count-tokens}.
+// bedrockOperation splits /model/{modelId}/{converse|converse-stream|count-tokens}.
 func bedrockOperation(u *url.URL) (modelID, op string, ok bool) {
 	rest, ok := strings.CutPrefix(u.EscapedPath(), "/model/")
 	if !ok {
@@ -416,7 +420,7 @@ func bedrockOperation(u *url.URL) (modelID, op string, ok bool) {
 		return "", "", false
 	}
 	id, op := rest[:i], rest[i+1:]
-	if op != "converse" && op != "count-tokens" {
+	if op != "converse" && op != "converse-stream" && op != "count-tokens" {
 		return "", "", false
 	}
 	unescaped, err := url.PathUnescape(id)

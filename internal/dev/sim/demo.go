@@ -54,6 +54,15 @@ type DemoScript struct {
 	// type's input schema has no place for them.
 	InputTokens  int `json:"input_tokens,omitempty"`
 	OutputTokens int `json:"output_tokens,omitempty"`
+	// FirstTokenMS and TokensPerSecond pace a streamed answer (a request
+	// asking for text/event-stream: the webhook contract's "Streaming the
+	// answer"): the first delta after FirstTokenMS, then TokensPerSecond
+	// deltas a second (0: the simulator's defaults, SetStream). Cut
+	// breaks every stream at one event (the drills'). Provider-wide
+	// scripts only.
+	FirstTokenMS    int        `json:"first_token_ms,omitempty"`
+	TokensPerSecond float64    `json:"tokens_per_second,omitempty"`
+	Cut             *StreamCut `json:"cut,omitempty"`
 }
 
 // DemoOutcomes are the outcomes a script may name ("" is ok).
@@ -67,6 +76,15 @@ func (s DemoScript) Validate() error {
 	}
 	if s.LatencyMS < 0 || time.Duration(s.LatencyMS)*time.Millisecond > MaxDemoLatency {
 		return fmt.Errorf("latency_ms %d must be between 0 and %d", s.LatencyMS, MaxDemoLatency.Milliseconds())
+	}
+	if s.FirstTokenMS < 0 || time.Duration(s.FirstTokenMS)*time.Millisecond > MaxDemoLatency {
+		return fmt.Errorf("first_token_ms %d must be between 0 and %d", s.FirstTokenMS, MaxDemoLatency.Milliseconds())
+	}
+	if s.TokensPerSecond < 0 {
+		return fmt.Errorf("tokens_per_second %v must not be negative", s.TokensPerSecond)
+	}
+	if s.Cut != nil {
+		return s.Cut.Validate()
 	}
 	return nil
 }
@@ -91,14 +109,18 @@ type DemoStats struct {
 	// those answered 409 because the first request still ran.
 	Replays    int `json:"replays"`
 	InProgress int `json:"in_progress"`
+	// Streamed counts the answers sent as a stream.
+	Streamed int `json:"streamed"`
 }
 
 // DemoSimulator serves any number of webhook providers on /{provider} (e.g.
 // /sim-primary, /sim-fallback), each honouring onejob's webhook provider
 // contract (docs/webhook-provider-contract.md): a request's work runs to
-// completion even if its client gives up, and a repeat of an
-// Idempotency-Key is never executed again (409 while the first runs, then
-// the first answer). Each call's behaviour is scripted by the job input it
+// completion even if its client gives up, a repeat of an Idempotency-Key
+// is never executed again (409 while the first runs, then the first
+// answer, whole), and a request that asks for a stream gets its answer
+// as the contract's delta and answer events, paced (SetStream, a
+// provider-wide script's first_token_ms and tokens_per_second). Each call's behaviour is scripted by the job input it
 // carries, else by the provider-wide script (PUT /control/{provider} with a
 // DemoScript; DELETE clears it); unscripted calls answer ok at once. GET
 // /calls returns the per-provider stats as JSON for out-of-process
@@ -111,6 +133,9 @@ type DemoSimulator struct {
 	// gates hold a provider's answers to one prompt until released (Gate,
 	// Hold).
 	gates map[string]gate
+	// pace paces every provider's streamed answers (SetStream), unless its
+	// script says otherwise.
+	pace StreamOptions
 }
 
 type gate struct {
@@ -165,6 +190,7 @@ func (d *DemoSimulator) awaitGate(r *http.Request, providerName, prompt string) 
 }
 
 type demoProvider struct {
+	streamed   int
 	calls      int
 	arrivals   []Arrival
 	limited    int
@@ -283,7 +309,7 @@ func (d *DemoSimulator) Stats() map[string]DemoStats {
 			twice = []string{}
 		}
 		out[name] = DemoStats{Calls: st.calls, IdempotencyKeys: slices.Clone(latest(st.keys)),
-			Executions: total, ExecutedMoreThanOnce: twice, Replays: st.replays, InProgress: st.inProgress}
+			Executions: total, ExecutedMoreThanOnce: twice, Replays: st.replays, InProgress: st.inProgress, Streamed: st.streamed}
 	}
 	return out
 }
@@ -306,6 +332,32 @@ func (d *DemoSimulator) SetScript(providerName string, s DemoScript) error {
 	defer d.mu.Unlock()
 	d.scripts[providerName] = s
 	return nil
+}
+
+// SetStream paces (and breaks) every provider's streamed answers, unless
+// its provider-wide script says otherwise: onejob run's
+// --demo-first-token and --demo-token-rate.
+func (d *DemoSimulator) SetStream(o StreamOptions) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pace = o
+}
+
+// paceOf is how a provider's streamed answer under script goes.
+func (d *DemoSimulator) paceOf(script DemoScript) StreamOptions {
+	d.mu.Lock()
+	p := d.pace
+	d.mu.Unlock()
+	if script.FirstTokenMS > 0 {
+		p.FirstToken = time.Duration(script.FirstTokenMS) * time.Millisecond
+	}
+	if script.TokensPerSecond > 0 {
+		p.TokenRate = script.TokensPerSecond
+	}
+	if script.Cut != nil {
+		p.Cut = script.Cut
+	}
+	return p
 }
 
 // ClearScript removes providerName's provider-wide script.
@@ -417,11 +469,20 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hang(r)
 		return
 	}
-	st.runs.run(w, r, e, func(w http.ResponseWriter) {
+	work := func(w http.ResponseWriter) {
 		d.awaitGate(r, name, in.Prompt)
 		w.Header().Set("X-Request-Id", requestID)
 		demoWork(w, name, in.Prompt, script)
-	})
+	}
+	if wantsStream(r) {
+		// The pace is the provider-wide script's (a job's own script
+		// cannot name one), else the simulator's.
+		st.runs.streamAnswer(w, r, e, d.paceOf(wide), true, work,
+			func(a answer) *streamed { return webhookStream(Call{}, a) },
+			func(int) { d.count(func() { st.streamed++ }) })
+		return
+	}
+	st.runs.run(w, r, e, work)
 }
 
 func (d *DemoSimulator) count(f func()) {

@@ -36,6 +36,9 @@ type format struct {
 	// truncated is obj cut at the token limit; refused the model declining.
 	truncated func(c Call, model string, obj map[string]any) any
 	refused   func(c Call, model string) any
+	// stream, when set, cuts an answer of the work into the API's events
+	// for a request that asked for a stream (nil: written whole).
+	stream func(c Call, a answer) *streamed
 	// idempotent: the API honours Idempotency-Key (onejob's webhook
 	// contract): a repeat of a key is never executed again.
 	idempotent bool
@@ -110,7 +113,14 @@ func (s *Simulator) serve(w http.ResponseWriter, r *http.Request, body []byte, c
 		hang(r)
 		return
 	}
-	s.keys.run(w, r, e, func(w http.ResponseWriter) { s.play(w, c, f, opts) })
+	work := func(w http.ResponseWriter) { s.play(w, c, f, opts) }
+	if c.Stream && f.stream != nil {
+		s.keys.streamAnswer(w, r, e, opts.Stream, f.idempotent, work,
+			func(a answer) *streamed { return f.stream(*c, a) },
+			func(n int) { s.noteStream(c.RequestID, n) })
+		return
+	}
+	s.keys.run(w, r, e, work)
 }
 
 // Replay says how a simulator answered a repeat of an idempotency key.

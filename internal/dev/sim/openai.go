@@ -99,6 +99,8 @@ type openAIRequest struct {
 	promptTokens int
 	store        bool
 	metadata     map[string]string
+	stream       bool
+	streamUsage  bool
 }
 
 // validateOpenAI checks a chat completion request body against the API's
@@ -237,6 +239,10 @@ func validateOpenAI(body []byte, opts Options) (openAIRequest, *apiError) {
 			return req, e
 		}
 		req.metadata = md
+	}
+	var e *apiError
+	if req.stream, req.streamUsage, e = validateOpenAIStream(o); e != nil {
+		return req, e
 	}
 	return req, nil
 }
@@ -401,6 +407,7 @@ func (s *Simulator) OpenAI() http.Handler {
 			msg["content"], msg["refusal"] = nil, RefusalText
 			return v
 		},
+		stream: openAIStream,
 		keep: func(c Call, v any) {
 			if c.Store {
 				s.storeCompletion(c, v)
@@ -432,6 +439,7 @@ func (s *Simulator) OpenAI() http.Handler {
 				c.Strict = req.strict
 				c.InputTokens = req.promptTokens
 				c.Store, c.Metadata = req.store, req.metadata
+				c.Stream, c.StreamUsage = req.stream, req.streamUsage
 			}
 		})
 		if ok {

@@ -6,6 +6,7 @@
 package sim
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -135,6 +136,12 @@ type Call struct {
 	// Store and Metadata are the OpenAI request's store and metadata.
 	Store    bool
 	Metadata map[string]string
+	// Stream: the request asked for a streamed answer; StreamUsage: with
+	// its usage (OpenAI's stream_options.include_usage). Events is how
+	// many events the stream had (0 when the answer was written whole).
+	Stream      bool
+	StreamUsage bool
+	Events      int
 }
 
 // Oracle produces the outputs a simulated model returns.
@@ -166,6 +173,8 @@ type Options struct {
 	// MaxOutputTokens is the served model's output cap: a request asking
 	// for more is refused as the API refuses it. 0: no cap.
 	MaxOutputTokens int
+	// Stream paces streamed answers and breaks them (SetStream).
+	Stream StreamOptions
 }
 
 // Simulator is a scripted fake provider. Safe for concurrent use.
@@ -233,6 +242,19 @@ func (s *Simulator) record(c *Call) Options {
 	s.seq++
 	s.keep(c, fmt.Sprintf("sim-req-%d", s.seq))
 	return s.opts
+}
+
+// noteStream records how many events the stream of the call answered
+// with requestID had.
+func (s *Simulator) noteStream(requestID string, events int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.calls) - 1; i >= 0; i-- {
+		if s.calls[i].RequestID == requestID {
+			s.calls[i].Events = events
+			return
+		}
+	}
 }
 
 // recordAs stores a call answered with an earlier request id (a replay).
@@ -351,8 +373,23 @@ func hang(r *http.Request) { <-r.Context().Done() }
 
 // Server is a simulator served on a loopback port.
 type Server struct {
-	url string
-	srv *http.Server
+	url  string
+	srv  *http.Server
+	stop context.CancelFunc
+}
+
+// serverLife is the context key of a served request's server lifetime:
+// work that outlives its request (a receiver finishing a streamed answer
+// whose client left) ends with the server.
+type serverLife struct{}
+
+// lifeOf is the lifetime of the server that serves r (r's own context
+// when it was served otherwise, as by httptest).
+func lifeOf(r *http.Request) context.Context {
+	if life, ok := r.Context().Value(serverLife{}).(context.Context); ok {
+		return life
+	}
+	return r.Context()
 }
 
 // URL is the base URL, e.g. http://127.0.0.1:41234.
@@ -367,10 +404,16 @@ func Start(h http.Handler) (*Server, error) {
 	}
 	// Idle connections close after 30 s: the local stack's provider client
 	// lets them go sooner, a client that never does cannot pile them up.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}
+	life, stop := context.WithCancel(context.Background())
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return context.WithValue(life, serverLife{}, life) }}
 	go func() { _ = srv.Serve(ln) }()
-	return &Server{url: "http://" + ln.Addr().String(), srv: srv}, nil
+	return &Server{url: "http://" + ln.Addr().String(), srv: srv, stop: stop}, nil
 }
 
-// Close stops the server and cancels in-flight requests (releasing hangs).
-func (s *Server) Close() error { return s.srv.Close() }
+// Close stops the server and cancels in-flight requests (releasing hangs)
+// and the work that outlives them.
+func (s *Server) Close() error {
+	s.stop()
+	return s.srv.Close()
+}

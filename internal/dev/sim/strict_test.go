@@ -186,6 +186,19 @@ func TestOpenAIRefusesInvalidRequests(t *testing.T) {
 			400, "string_above_max_length", "metadata.k", "Invalid 'metadata.k': string too long. Expected a string with maximum length 512, but got a string with length 513 instead."},
 		{"MetadataValueNumber", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["metadata"] = map[string]any{"k": 1} }),
 			400, "invalid_type", "metadata.k", "Invalid type for 'metadata.k': expected a string, but got a number instead."},
+		{"StreamString", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["stream"] = "yes" }),
+			400, "invalid_type", "stream", "Invalid type for 'stream': expected a boolean, but got a string instead."},
+		{"StreamOptionsWithoutStream", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) { m["stream_options"] = map[string]any{"include_usage": true} }),
+			400, nil, "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."},
+		{"StreamOptionsWithStreamFalse", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			m["stream"], m["stream_options"] = false, map[string]any{"include_usage": true}
+		}), 400, nil, "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."},
+		{"StreamOptionsUnknownMember", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			m["stream"], m["stream_options"] = true, map[string]any{"usage": true}
+		}), 400, "unknown_parameter", "stream_options.usage", "Unknown parameter: 'stream_options.usage'."},
+		{"IncludeUsageString", sim.Options{}, "", edit(t, openAIBase, func(m map[string]any) {
+			m["stream"], m["stream_options"] = true, map[string]any{"include_usage": "yes"}
+		}), 400, "invalid_type", "stream_options.include_usage", "Invalid type for 'stream_options.include_usage': expected a boolean, but got a string instead."},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -398,6 +411,7 @@ func TestAnthropicRefusesInvalidRequests(t *testing.T) {
 	}{
 		{"NoVersionHeader", sim.Options{}, "", noVersion, anthropicBase, 400, "invalid_request_error", "anthropic-version: header is required"},
 		{"NoModel", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) { delete(m, "model") }), 400, "invalid_request_error", "model: Field required"},
+		{"StreamString", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) { m["stream"] = "yes" }), 400, "invalid_request_error", "stream: Input should be a valid boolean"},
 		{"NoMaxTokens", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) { delete(m, "max_tokens") }), 400, "invalid_request_error", "max_tokens: Field required"},
 		{"MaxTokensZero", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) { m["max_tokens"] = 0 }), 400, "invalid_request_error", "max_tokens: Input should be greater than or equal to 1"},
 		{"EmptyMessages", sim.Options{}, "", nil, edit(t, anthropicBase, func(m map[string]any) { m["messages"] = []any{} }), 400, "invalid_request_error", "messages: at least one message is required"},
@@ -544,7 +558,7 @@ func TestBedrockRefusesInvalidRequests(t *testing.T) {
 		}), 400, "ValidationException", "The JSON schema of toolConfig.tools.1.member.toolSpec.inputSchema is not supported for strict tool use: For 'string' type, property 'maxLength' is not supported (at /properties/text)"},
 		{"UnknownMember", sim.Options{}, "", "", edit(t, bedrockBase, func(m map[string]any) { m["temperature"] = 0 }), 400, "SerializationException", "Unknown member: temperature"},
 		{"UnknownModel", sim.Options{Model: "anthropic.claude-sonnet-4-20250514-v1:0"}, "", "", bedrockBase, 400, "ValidationException", "The provided model identifier is invalid."},
-		{"WrongOperation", sim.Options{}, "", "converse-stream", bedrockBase, 404, "UnknownOperationException", "Unknown operation"},
+		{"WrongOperation", sim.Options{}, "", "invoke", bedrockBase, 404, "UnknownOperationException", "Unknown operation"},
 		{"CountTokensUnsupportedModel", sim.Options{}, "amazon.nova-pro-v1:0", "count-tokens",
 			`{"input":{"converse":{"messages":[{"role":"user","content":[{"text":"hi"}]}]}}}`, 400, "ValidationException", "The provided model doesn't support counting tokens."},
 		{"CountTokensNoInput", sim.Options{}, "", "count-tokens", `{}`, 400, "ValidationException", "1 validation error detected: Value null at 'input' failed to satisfy constraint: Member must not be null"},

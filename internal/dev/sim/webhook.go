@@ -110,6 +110,7 @@ func (s *Simulator) Webhook() http.Handler {
 			return map[string]any{"error": RefusalText, "model": model, "usage": hookUsage(c)}
 		},
 		idempotent: true,
+		stream:     webhookStream,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -121,7 +122,7 @@ func (s *Simulator) Webhook() http.Handler {
 		if !ok {
 			return
 		}
-		c := Call{IdempotencyKey: r.Header.Get("Idempotency-Key")}
+		c := Call{IdempotencyKey: r.Header.Get("Idempotency-Key"), Stream: wantsStream(r)}
 		if s.admit(w, r, body, &c, f, func(opts Options) (*apiError, func(*Call)) {
 			req, e := validateWebhook(r, body)
 			return e, func(c *Call) {

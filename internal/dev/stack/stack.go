@@ -119,6 +119,10 @@ type Config struct {
 	// (their health limits, say) before the stack uses it;
 	// BreakersNeverAct is the one drills use.
 	DemoProviders func(provider.Config) provider.Config
+	// DemoStream paces the demo providers' streamed answers (first token,
+	// deltas a second; zero: at once); a provider-wide script
+	// (sim.DemoScript) may say otherwise.
+	DemoStream sim.StreamOptions
 	// Quotas bound each owner's unfinished jobs and held requests; nil is
 	// make run's defaults (DefaultQuotas), &job.Quotas{} none.
 	Quotas *job.Quotas
@@ -375,6 +379,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.Sim.SetStream(cfg.DemoStream)
 	s.closers = append(s.closers, simServer.Close)
 	s.SimURL = simServer.URL()
 	// One client for every provider call, its idle connections kept for

@@ -28,7 +28,8 @@ const (
 // and the prompt to another host, or from https to http. The 3xx is the
 // answer: non-retryable, "provider redirected". Every kind, with each
 // adapter's default client (its own transport) and with one the caller
-// builds (as the local stack does).
+// builds (as the local stack does); a streamed call (provider.Streamer)
+// as Call.
 func TestRedirectsAreRefused(t *testing.T) {
 	t.Parallel()
 	var elsewhere atomic.Int64
@@ -65,49 +66,62 @@ func TestRedirectsAreRefused(t *testing.T) {
 		http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
 		for _, kind := range kinds {
 			for _, c := range clients {
-				t.Run(fmt.Sprintf("%s/%s/%d", kind.name, c.name, status), func(t *testing.T) {
-					t.Parallel()
-					var redirected atomic.Int64
-					srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-						redirected.Add(1)
-						http.Redirect(w, r, target, status)
-					}))
-					defer srv.Close()
-					cfg, err := provider.ParseConfig([]byte(`{"providers":[` + fmt.Sprintf(kind.config, srv.URL) + `]}`))
-					if err != nil {
-						t.Fatal(err)
+				for _, stream := range []bool{false, true} {
+					if stream && kind.name == "webhook-async" {
+						continue
 					}
-					reg, err := adapters.NewRegistry(t.Context(), cfg,
-						provider.EnvSecrets{Lookup: func(ref string) (string, bool) {
-							if ref == whsecRef {
-								return whsecValue, true
-							}
-							return secretValue, true
-						}},
-						adapters.Options{HTTPClient: c.client(), AWSCredentials: credentials.NewStaticCredentialsProvider("AKID", secretValue, "")})
-					if err != nil {
-						t.Fatal(err)
+					name := fmt.Sprintf("%s/%s/%d", kind.name, c.name, status)
+					if stream {
+						name += "/Stream"
 					}
-					p, _ := reg.Get("p")
-					if ap, ok := p.(provider.Async); ok {
-						_, err = ap.Submit(t.Context(), callRequest(), "now")
-					} else {
-						_, err = p.Call(t.Context(), callRequest())
-					}
-					var ce *provider.CallError
-					if !errors.As(err, &ce) || ce.Class != provider.ClassNonRetryable || !strings.Contains(ce.Error(), "provider redirected") {
-						t.Fatalf("call answered %d: %v, want a non-retryable CallError saying provider redirected", status, err)
-					}
-					if ce.Status != status {
-						t.Errorf("status %d, want %d", ce.Status, status)
-					}
-					if n := redirected.Load(); n != 1 {
-						t.Errorf("the provider was asked %d times, want once", n)
-					}
-					if n := elsewhere.Load(); n != 0 {
-						t.Fatalf("the redirect was followed: the other host received %d requests", n)
-					}
-				})
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						var redirected atomic.Int64
+						srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+							redirected.Add(1)
+							http.Redirect(w, r, target, status)
+						}))
+						defer srv.Close()
+						cfg, err := provider.ParseConfig([]byte(`{"providers":[` + fmt.Sprintf(kind.config, srv.URL) + `]}`))
+						if err != nil {
+							t.Fatal(err)
+						}
+						reg, err := adapters.NewRegistry(t.Context(), cfg,
+							provider.EnvSecrets{Lookup: func(ref string) (string, bool) {
+								if ref == whsecRef {
+									return whsecValue, true
+								}
+								return secretValue, true
+							}},
+							adapters.Options{HTTPClient: c.client(), AWSCredentials: credentials.NewStaticCredentialsProvider("AKID", secretValue, "")})
+						if err != nil {
+							t.Fatal(err)
+						}
+						p, _ := reg.Get("p")
+						if ap, ok := p.(provider.Async); ok {
+							_, err = ap.Submit(t.Context(), callRequest(), "now")
+						} else if sp, ok := p.(provider.Streamer); ok && stream {
+							_, err = sp.Stream(t.Context(), callRequest(), func(string) {})
+						} else if stream {
+							t.Fatalf("%T is no provider.Streamer", p)
+						} else {
+							_, err = p.Call(t.Context(), callRequest())
+						}
+						var ce *provider.CallError
+						if !errors.As(err, &ce) || ce.Class != provider.ClassNonRetryable || !strings.Contains(ce.Error(), "provider redirected") {
+							t.Fatalf("call answered %d: %v, want a non-retryable CallError saying provider redirected", status, err)
+						}
+						if ce.Status != status {
+							t.Errorf("status %d, want %d", ce.Status, status)
+						}
+						if n := redirected.Load(); n != 1 {
+							t.Errorf("the provider was asked %d times, want once", n)
+						}
+						if n := elsewhere.Load(); n != 0 {
+							t.Fatalf("the redirect was followed: the other host received %d requests", n)
+						}
+					})
+				}
 			}
 		}
 	}

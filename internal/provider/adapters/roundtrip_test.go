@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -33,7 +34,9 @@ func (o byType) Semantic(c sim.Call) (json.RawMessage, error) { return o.oracle(
 // builds it, to its simulator: the simulator accepts the request (a strict
 // schema inside its provider's documented subset, else its 400), strict
 // mode is used where the provider enforces schemas, and the answer passes
-// the type's whole contract (jobtype.CheckOutput).
+// the type's whole contract (jobtype.CheckOutput). Each case is streamed
+// too (provider.Streamer): the same answer, its pieces the answer's text
+// (before OpenAI's strict-mode nulls are taken out of it).
 func TestEveryJobTypeRoundTrips(t *testing.T) {
 	t.Parallel()
 	cat, err := jobtype.Load()
@@ -94,8 +97,16 @@ func TestEveryJobTypeRoundTrips(t *testing.T) {
 					if err := jt.CheckOutput(resp.Output); err != nil {
 						t.Errorf("%s/%s: the answer %s breaks the contract: %v", name, c.Name, resp.Output, err)
 					}
+					var pieces strings.Builder
+					streamed, err := p.(provider.Streamer).Stream(t.Context(), req, func(s string) { pieces.WriteString(s) })
+					if err != nil {
+						t.Fatalf("%s/%s: Stream: %v", name, c.Name, err)
+					}
+					if string(streamed.Output) != string(resp.Output) || !json.Valid([]byte(pieces.String())) {
+						t.Errorf("%s/%s: streamed %s in pieces %q, called %s", name, c.Name, streamed.Output, pieces.String(), resp.Output)
+					}
 					calls := s.Calls()
-					if got := calls[len(calls)-1]; got.Refused != "" || got.Strict != k.strict {
+					if got := calls[len(calls)-1]; got.Refused != "" || got.Strict != k.strict || !got.Stream {
 						t.Errorf("%s/%s: simulator saw strict %v (want %v), refused %q", name, c.Name, got.Strict, k.strict, got.Refused)
 					}
 				}

@@ -38,13 +38,16 @@ var ErrInvalidConfig = errors.New("invalid anthropic config")
 
 // Config configures one Anthropic provider.
 type Config struct {
-	Name       string
-	BaseURL    string // default DefaultBaseURL
-	Model      string
-	APIKey     provider.Secret
-	HTTPClient *http.Client
-	Logger     *slog.Logger
-	Now        func() time.Time
+	Name    string
+	BaseURL string // default DefaultBaseURL
+	Model   string
+	APIKey  provider.Secret
+	// MaxResponseBytes bounds what is read of an answer, whole or
+	// streamed (0: provider.DefaultMaxResponseBytes).
+	MaxResponseBytes int64
+	HTTPClient       *http.Client
+	Logger           *slog.Logger
+	Now              func() time.Time
 }
 
 func (c *Config) validate() error {
@@ -81,7 +84,9 @@ func New(cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "request-id"), cfg: cfg}, nil
+	a := &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "request-id"), cfg: cfg}
+	a.Client().MaxResponseBytes = cfg.MaxResponseBytes
+	return a, nil
 }
 
 // Name implements provider.Provider.
@@ -134,21 +139,43 @@ type countRequest struct {
 }
 
 type messagesResponse struct {
-	ID         string `json:"id"`
-	Model      string `json:"model"`
-	StopReason string `json:"stop_reason"`
-	Content    []struct {
-		Type  string          `json:"type"`
-		Name  string          `json:"name"`
-		Input json.RawMessage `json:"input"`
-		Text  string          `json:"text"`
-	} `json:"content"`
-	Usage *struct {
-		InputTokens              int `json:"input_tokens"`
-		OutputTokens             int `json:"output_tokens"`
-		CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-		CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-	} `json:"usage"`
+	ID         string         `json:"id"`
+	Model      string         `json:"model"`
+	StopReason string         `json:"stop_reason"`
+	Content    []contentBlock `json:"content"`
+	Usage      *messageUsage  `json:"usage"`
+}
+
+type contentBlock struct {
+	Type  string          `json:"type"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+	Text  string          `json:"text"`
+}
+
+type messageUsage struct {
+	InputTokens              int `json:"input_tokens"`
+	OutputTokens             int `json:"output_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+}
+
+// usage is what the message was billed; nil when it reports none.
+func (u *messageUsage) usage() *provider.Usage {
+	if u == nil {
+		return nil
+	}
+	// Cached input is input too: the three fields add up to it.
+	return &provider.Usage{InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens}
+}
+
+// billing marks a billing_error as the account's state: exhausted.
+func billing(err error) error {
+	var ce *provider.CallError
+	if errors.As(err, &ce) && ce.Detail.Type == "billing_error" {
+		ce.Exhausted()
+	}
+	return err
 }
 
 // Prepare implements provider.Preparer: the body Call sends.
@@ -245,25 +272,32 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 
 	hresp, err := a.Client().PostJSON(ctx, strings.TrimRight(a.cfg.BaseURL, "/")+"/v1/messages", header, body)
 	if err != nil {
-		var ce *provider.CallError
-		if errors.As(err, &ce) && ce.Detail.Type == "billing_error" {
-			ce.Exhausted()
-		}
+		return provider.Response{}, billing(err)
+	}
+	m, err := a.decode(hresp)
+	if err != nil {
 		return provider.Response{}, err
 	}
+	return a.answer(hresp, m, toolName)
+}
+
+// decode reads a whole message.
+func (a *Adapter) decode(hresp provider.HTTPResponse) (messagesResponse, error) {
 	var m messagesResponse
 	if err := json.Unmarshal(hresp.Body, &m); err != nil {
-		return provider.Response{}, a.Client().Malformed(hresp, "decode message", err)
+		return messagesResponse{}, a.Client().Malformed(hresp, "decode message", err)
 	}
+	return m, nil
+}
+
+// answer is the answer a message gives, read whole (Call) or gathered
+// from its events (Stream): the forced tool's input.
+func (a *Adapter) answer(hresp provider.HTTPResponse, m messagesResponse, toolName string) (resp provider.Response, err error) {
 	if hresp.RequestID == "" {
 		hresp.RequestID = m.ID
 	}
-	var usage *provider.Usage
-	if u := m.Usage; u != nil {
-		// Cached input is input too: the three fields add up to it.
-		usage = &provider.Usage{InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens}
-	}
 	// An answer onejob cannot use keeps its usage: it is billed all the same.
+	usage := m.Usage.usage()
 	switch m.StopReason {
 	case "refusal":
 		return provider.Response{}, a.Client().Filtered(hresp, "the model's safety classifier stopped the answer (stop_reason refusal)").Billed(usage)

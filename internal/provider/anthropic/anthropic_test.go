@@ -17,7 +17,7 @@ func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
 	t.Helper()
 	a, err := anthropic.New(anthropic.Config{
 		Name: "anthropic-fallback", BaseURL: env.BaseURL, Model: "claude-test",
-		APIKey: env.APIKey, Logger: env.Logger, Now: env.Now,
+		APIKey: env.APIKey, Logger: env.Logger, Now: env.Now, MaxResponseBytes: env.MaxResponseBytes,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -35,6 +35,7 @@ func TestConformance(t *testing.T) {
 		ErrorStatus: 529, // overloaded_error
 		// Claude's tool-use system prompt is billed as input.
 		OverheadInputTokens: providertest.ToolUseOverhead,
+		StartUsage:          true,
 	})
 }
 

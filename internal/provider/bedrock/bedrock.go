@@ -101,8 +101,11 @@ type Config struct {
 	Name    string
 	ModelID string
 	Client  ConverseAPI
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// MaxStreamBytes bounds what Stream reads of an answer, a quarter of
+	// it an event (0: provider.DefaultMaxResponseBytes).
+	MaxStreamBytes int64
+	Logger         *slog.Logger
+	Now            func() time.Time
 }
 
 // Adapter calls Converse.
@@ -270,43 +273,88 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		return provider.Response{}, a.classify(err, sent())
 	}
 	requestID, _ := awsmiddleware.GetRequestIDMetadata(out.ResultMetadata)
-	var usage *provider.Usage
-	if u := out.Usage; u != nil {
-		usage = &provider.Usage{InputTokens: int(aws.ToInt32(u.InputTokens)), OutputTokens: int(aws.ToInt32(u.OutputTokens))}
+	return a.answer(answerOf(out, requestID), toolName)
+}
+
+// converseAnswer is a Converse answer, the members onejob reads: read
+// whole (Call) or gathered from ConverseStream's events (Stream).
+type converseAnswer struct {
+	requestID  string
+	stopReason types.StopReason
+	usage      *types.TokenUsage
+	// message: the output is a message, whose content is blocks.
+	message bool
+	blocks  []answerBlock
+}
+
+// answerBlock is one content block: a tool use (name, its input as JSON
+// text, nil when it has none, inputErr when it cannot be read) or text.
+type answerBlock struct {
+	tool     bool
+	name     string
+	input    []byte
+	inputErr error
+	text     string
+}
+
+// answerOf reads Converse's output.
+func answerOf(out *bedrockruntime.ConverseOutput, requestID string) converseAnswer {
+	ans := converseAnswer{requestID: requestID, stopReason: out.StopReason, usage: out.Usage}
+	msg, ok := out.Output.(*types.ConverseOutputMemberMessage)
+	if !ok {
+		return ans
 	}
+	ans.message = true
+	for _, block := range msg.Value.Content {
+		switch b := block.(type) {
+		case *types.ContentBlockMemberToolUse:
+			ab := answerBlock{tool: true, name: aws.ToString(b.Value.Name)}
+			if b.Value.Input != nil {
+				ab.input, ab.inputErr = b.Value.Input.MarshalSmithyDocument()
+			}
+			ans.blocks = append(ans.blocks, ab)
+		case *types.ContentBlockMemberText:
+			ans.blocks = append(ans.blocks, answerBlock{text: b.Value})
+		}
+	}
+	return ans
+}
+
+// answer is the answer a Converse answer gives: the forced tool's input.
+func (a *Adapter) answer(out converseAnswer, toolName string) (resp provider.Response, err error) {
+	requestID := out.requestID
 	// An answer onejob cannot use keeps its usage: it is billed all the same.
-	switch out.StopReason {
+	usage := usageOf(out.usage)
+	switch out.stopReason {
 	case types.StopReasonContentFiltered, types.StopReasonGuardrailIntervened:
 		return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID,
-			"the content filter stopped the answer (stopReason "+string(out.StopReason)+")",
+			"the content filter stopped the answer (stopReason "+string(out.stopReason)+")",
 			fmt.Errorf("%w: %w", provider.ErrNoStructuredOutput, provider.ErrContentFiltered)).Billed(usage)
 	case types.StopReasonMaxTokens, types.StopReasonModelContextWindowExceeded:
 		// A tool use cut at the limit may still parse as an object, with
 		// members missing: never an answer.
 		return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID,
-			"output truncated at the token limit (stopReason "+string(out.StopReason)+")", provider.ErrNoStructuredOutput).Billed(usage)
+			"output truncated at the token limit (stopReason "+string(out.stopReason)+")", provider.ErrNoStructuredOutput).Billed(usage)
 	}
-	msg, ok := out.Output.(*types.ConverseOutputMemberMessage)
-	if !ok {
+	if !out.message {
 		return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, "no message in converse output", provider.ErrMalformedResponse).Billed(usage)
 	}
 	var text strings.Builder
-	for _, block := range msg.Value.Content {
-		switch b := block.(type) {
-		case *types.ContentBlockMemberToolUse:
-			if aws.ToString(b.Value.Name) != toolName || b.Value.Input == nil {
+	for _, b := range out.blocks {
+		switch {
+		case b.tool:
+			if b.name != toolName || (b.input == nil && b.inputErr == nil) {
 				continue
 			}
-			raw, err := b.Value.Input.MarshalSmithyDocument()
-			if err != nil || !provider.IsJSONObject(raw) {
+			if b.inputErr != nil || !provider.IsJSONObject(b.input) {
 				return provider.Response{}, a.fail(provider.ClassRetryable, http.StatusOK, requestID, "tool input is not a JSON object", provider.ErrNoStructuredOutput).Billed(usage)
 			}
-			return provider.Response{Output: raw, ProviderRequestID: requestID, Model: a.cfg.ModelID, Usage: usage}, nil
-		case *types.ContentBlockMemberText:
-			text.WriteString(b.Value)
+			return provider.Response{Output: b.input, ProviderRequestID: requestID, Model: a.cfg.ModelID, Usage: usage}, nil
+		default:
+			text.WriteString(b.text)
 		}
 	}
-	m := "no " + toolName + " tool use (stopReason " + string(out.StopReason) + ")"
+	m := "no " + toolName + " tool use (stopReason " + string(out.stopReason) + ")"
 	if text.Len() > 0 {
 		m += ": " + provider.Excerpt(text.String())
 	}
@@ -360,7 +408,9 @@ func (a *Adapter) classify(err error, sent bool) *provider.CallError {
 func classifyCode(code string, status int) provider.Class {
 	switch code {
 	case "ThrottlingException", "ServiceUnavailableException", "InternalServerException",
-		"ModelNotReadyException", "ServiceQuotaExceededException", "ModelErrorException":
+		"ModelNotReadyException", "ServiceQuotaExceededException", "ModelErrorException",
+		// Inside a ConverseStream: "A streaming error occurred. Retry your request."
+		"ModelStreamErrorException":
 		return provider.ClassRetryable
 	case "ModelTimeoutException":
 		// The model may have run to completion server-side; we cannot tell.

@@ -32,7 +32,8 @@ func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
 	}
-	a, err := bedrock.New(bedrock.Config{Name: "bedrock-claude", ModelID: modelID, Client: client, Logger: env.Logger, Now: env.Now})
+	a, err := bedrock.New(bedrock.Config{Name: "bedrock-claude", ModelID: modelID, Client: client, Logger: env.Logger, Now: env.Now,
+		MaxStreamBytes: env.MaxResponseBytes})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

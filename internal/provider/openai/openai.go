@@ -56,10 +56,13 @@ type Config struct {
 	// Lookup sends store: true and metadata {MetadataKey: the attempt's
 	// idempotency key} with every call, so that NewProvider's Lookup can
 	// find the completion again.
-	Lookup     bool
-	HTTPClient *http.Client
-	Logger     *slog.Logger
-	Now        func() time.Time
+	Lookup bool
+	// MaxResponseBytes bounds what is read of an answer, whole or
+	// streamed (0: provider.DefaultMaxResponseBytes).
+	MaxResponseBytes int64
+	HTTPClient       *http.Client
+	Logger           *slog.Logger
+	Now              func() time.Time
 }
 
 func (c *Config) validate() error {
@@ -146,7 +149,9 @@ func New(cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "x-request-id"), cfg: cfg, reasoning: cfg.reasoning()}, nil
+	a := &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "x-request-id"), cfg: cfg, reasoning: cfg.reasoning()}
+	a.Client().MaxResponseBytes = cfg.MaxResponseBytes
+	return a, nil
 }
 
 // Name implements provider.Provider.
@@ -198,19 +203,24 @@ const MetadataKey = "onejob_attempt"
 const maxMetadataValue = 512
 
 type completion struct {
-	ID      string `json:"id"`
-	Model   string `json:"model"`
-	Choices []struct {
-		Message struct {
-			Content *string `json:"content"`
-			Refusal *string `json:"refusal"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+	ID      string   `json:"id"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   *counts  `json:"usage"`
+}
+
+type choice struct {
+	Message struct {
+		Content *string `json:"content"`
+		Refusal *string `json:"refusal"`
+	} `json:"message"`
+	FinishReason string `json:"finish_reason"`
+}
+
+// counts is a completion's usage (and a stream's last chunk's).
+type counts struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
 }
 
 // Prepare implements provider.Preparer: the body Call sends, fitted to the
@@ -296,16 +306,31 @@ func (a *Adapter) Call(ctx context.Context, req provider.Request) (resp provider
 		}
 		return provider.Response{}, err
 	}
+	c, err := a.decode(hresp)
+	if err != nil {
+		return provider.Response{}, err
+	}
+	return a.complete(req, hresp, c)
+}
+
+// decode reads a whole chat completion.
+func (a *Adapter) decode(hresp provider.HTTPResponse) (completion, error) {
 	var c completion
 	if err := json.Unmarshal(hresp.Body, &c); err != nil {
-		return provider.Response{}, a.Client().Malformed(hresp, "decode chat completion", err)
+		return completion{}, a.Client().Malformed(hresp, "decode chat completion", err)
 	}
+	return c, nil
+}
+
+// complete is the answer a completion gives, read whole (Call) or
+// gathered from its chunks (Stream).
+func (a *Adapter) complete(req provider.Request, hresp provider.HTTPResponse, c completion) (provider.Response, error) {
 	if hresp.RequestID == "" {
 		// vLLM and Ollama may omit x-request-id; the completion id still
 		// identifies the call in their logs.
 		hresp.RequestID = c.ID
 	}
-	resp, err = a.answer(hresp, c)
+	resp, err := a.answer(hresp, c)
 	if err != nil {
 		return provider.Response{}, err
 	}

@@ -23,7 +23,7 @@ func newProvider(t *testing.T, env providertest.Env, lookup bool) provider.Provi
 	t.Helper()
 	p, err := openai.NewProvider(openai.Config{
 		Name: "openai-primary", BaseURL: env.BaseURL + "/v1", Model: "gpt-test",
-		APIKey: env.APIKey, Logger: env.Logger, Now: env.Now, Lookup: lookup,
+		APIKey: env.APIKey, Logger: env.Logger, Now: env.Now, Lookup: lookup, MaxResponseBytes: env.MaxResponseBytes,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -61,6 +61,9 @@ type Config struct {
 	// KeyRetention is how long the receiver remembers a key after its first
 	// answer (zero: the contract's minimum, provider.DefaultMaxProcessingTime).
 	KeyRetention time.Duration
+	// MaxResponseBytes bounds what is read of an answer, whole or
+	// streamed (0: provider.DefaultMaxResponseBytes).
+	MaxResponseBytes int64
 }
 
 // HeaderLookup on a request asks a receiver what became of its
@@ -102,7 +105,11 @@ func New(cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "X-Request-Id"), cfg: cfg}, nil
+	a := &Adapter{HTTPBase: provider.NewHTTPBase(cfg.Name, cfg.HTTPClient, cfg.Logger, cfg.Now, "X-Request-Id"), cfg: cfg}
+	// A streamed answer's answer event is the whole answer: bounded as a
+	// whole body is.
+	a.Client().MaxResponseBytes, a.Client().MaxEventBytes = cfg.MaxResponseBytes, provider.DefaultMaxResponseBytes
+	return a, nil
 }
 
 // Name implements provider.Provider.

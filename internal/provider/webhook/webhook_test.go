@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -20,7 +22,8 @@ import (
 
 func newAdapter(t *testing.T, env providertest.Env) provider.Provider {
 	t.Helper()
-	a, err := webhook.New(webhook.Config{Name: "hook", URL: env.BaseURL + "/hook", Token: env.APIKey, Logger: env.Logger, Now: env.Now})
+	a, err := webhook.New(webhook.Config{Name: "hook", URL: env.BaseURL + "/hook", Token: env.APIKey, Logger: env.Logger, Now: env.Now,
+		MaxResponseBytes: env.MaxResponseBytes})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -325,5 +328,102 @@ func TestLookupAgainstTheDemoSimulator(t *testing.T) {
 	}
 	if st := demo.Stats()[sim.DemoPrimary]; st.Executions != 1 || len(st.ExecutedMoreThanOnce) != 0 {
 		t.Fatalf("stats = %+v: want one execution, lookups executing nothing", st)
+	}
+}
+
+// TestContractStreamExample serves the streamed answer
+// docs/webhook-provider-contract.md shows to the adapter: it asks for a
+// stream as the page says, hands on the deltas, and answers the answer
+// event, as the page says.
+func TestContractStreamExample(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../../docs/webhook-provider-contract.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var example string
+	for _, block := range strings.Split(string(doc), "```")[1:] {
+		if strings.Contains(block, "event: answer") {
+			example = strings.TrimLeft(block, "\n")
+			break
+		}
+	}
+	if example == "" {
+		t.Fatal("the contract shows no streamed answer")
+	}
+	var accept string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accept = r.Header.Get("Accept")
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, example+"\n")
+	}))
+	t.Cleanup(srv.Close)
+	var pieces []string
+	resp, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).(provider.Streamer).Stream(t.Context(), providertest.Request(1),
+		func(s string) { pieces = append(pieces, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accept != "text/event-stream, application/json" {
+		t.Errorf("Accept: %q", accept)
+	}
+	want := `{"text":"The answer forms","provider":"me"}`
+	if string(resp.Output) != want || strings.Join(pieces, "") != want || len(pieces) != 2 ||
+		resp.Model != "my-model" || resp.Usage == nil || *resp.Usage != (provider.Usage{InputTokens: 12, OutputTokens: 5}) {
+		t.Errorf("answer %+v (%s, usage %+v) in pieces %q", resp, resp.Output, resp.Usage, pieces)
+	}
+}
+
+// TestStreamReadsAtMost4MiB: the contract's bound on a streamed answer
+// (its deltas and its answer, 4 MiB in all), with the adapter's defaults.
+func TestStreamReadsAtMost4MiB(t *testing.T) {
+	t.Parallel()
+	padding := ": " + strings.Repeat("p", 900<<10) + "\n"
+	for _, tc := range []struct {
+		name     string
+		lines    int
+		oversize bool
+	}{{"Under", 4, false}, {"Over", 5, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, strings.Repeat(padding, tc.lines)+"event: answer\ndata: {\"output\":{\"a\":1}}\n\n")
+			}))
+			t.Cleanup(srv.Close)
+			_, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).(provider.Streamer).Stream(t.Context(), providertest.Request(1), func(string) {})
+			if tooLarge := errors.Is(err, provider.ErrStreamTooLarge); tooLarge != tc.oversize || (!tc.oversize && err != nil) {
+				t.Errorf("%d lines of 900 KiB: %v", tc.lines, err)
+			}
+		})
+	}
+}
+
+// TestStreamErrorEvent: a receiver's failure after its stream started is
+// classified as the status it names, and paid for as an answer (the
+// stream's own 200, the usage it reports).
+func TestStreamErrorEvent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, data string
+		class      provider.Class
+	}{
+		{"Unavailable", `{"status":503,"error":"the model failed","usage":{"input_tokens":7,"output_tokens":3}}`, provider.ClassRetryable},
+		{"PaymentRequired", `{"status":402,"error":"spent","usage":{"input_tokens":7,"output_tokens":3}}`, provider.ClassExhausted},
+		{"Refused", `{"status":422,"error":"no","usage":{"input_tokens":7,"output_tokens":3}}`, provider.ClassNonRetryable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, "event: delta\ndata: {\"text\":\"{\"}\n\nevent: error\ndata: "+tc.data+"\n\n")
+			}))
+			t.Cleanup(srv.Close)
+			_, err := newAdapter(t, providertest.Env{BaseURL: srv.URL}).(provider.Streamer).Stream(t.Context(), providertest.Request(1), func(string) {})
+			var ce *provider.CallError
+			if !errors.As(err, &ce) || ce.Class != tc.class || ce.Status != http.StatusOK || ce.Usage == nil || *ce.Usage != (provider.Usage{InputTokens: 7, OutputTokens: 3}) {
+				t.Fatalf("%v (%+v), want %s at the stream's 200 with its usage", err, ce, tc.class)
+			}
+		})
 	}
 }

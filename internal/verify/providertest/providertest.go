@@ -3,9 +3,10 @@
 // charged, rate limits with Retry-After, a spent quota, 5xx, malformed
 // bodies, prose, content filtering, client errors, timeouts, connection
 // refusal, idempotency keys, credential hygiene, Prepare building without
-// sending, and settling an attempt whose answer was lost (settle.go): an
+// sending, settling an attempt whose answer was lost (settle.go): an
 // adapter whose provider offers a way implements provider.Settler, the
-// others must not.
+// others must not; and, for an adapter that implements provider.Streamer,
+// streaming (stream.go): Stream is Call, whose answer arrives in pieces.
 package providertest
 
 import (
@@ -37,6 +38,10 @@ type Env struct {
 	APIKey  provider.Secret
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// MaxResponseBytes, when set, bounds what the adapter reads of an
+	// answer (its config's MaxResponseBytes, or Bedrock's
+	// MaxStreamBytes): the suite's oversize cases stay small.
+	MaxResponseBytes int64
 }
 
 // Harness describes an adapter to the suite.
@@ -63,6 +68,10 @@ type Harness struct {
 	// declare it: WorstCaseBoundsTheBill holds the simulator's billed
 	// usage to the worst case with it, and to exceeding it without.
 	OverheadInputTokens int
+	// StartUsage says a streamed answer reports its input tokens when it
+	// starts (Anthropic's message_start), so a stream cut after that
+	// carries them.
+	StartUsage bool
 }
 
 // ToolUseOverhead is what a price entry of a provider serving Claude
@@ -106,6 +115,13 @@ type rig struct {
 // start serves a simulator with opts and builds the adapter against it.
 func (h Harness) start(t *testing.T, opts sim.Options) rig {
 	t.Helper()
+	return h.startWith(t, opts, 0)
+}
+
+// startWith is start with the adapter reading at most maxResponse bytes
+// of an answer (0: its default).
+func (h Harness) startWith(t *testing.T, opts sim.Options, maxResponse int64) rig {
+	t.Helper()
 	if opts.Oracle == nil {
 		opts.Oracle = sim.Fixed{GoodOutput: goodOutput, SemanticOutput: goodOutput}
 	}
@@ -124,6 +140,8 @@ func (h Harness) start(t *testing.T, opts sim.Options) rig {
 		APIKey:  provider.Secret(APIKey),
 		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:     func() time.Time { return fixedNow },
+
+		MaxResponseBytes: maxResponse,
 	})
 	t.Cleanup(func() {
 		if strings.Contains(logs.String(), APIKey) {
@@ -471,6 +489,9 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	runSettle(t, h)
+	if _, ok := h.New(t, Env{BaseURL: "http://127.0.0.1:9", APIKey: APIKey, Logger: provider.DiscardLogger(), Now: time.Now}).(provider.Streamer); ok {
+		runStream(t, h)
+	}
 }
 
 // refusingURL returns a loopback URL whose port is bound but not listening,
