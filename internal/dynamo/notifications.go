@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -383,40 +384,95 @@ func (s *Store) AddDelivery(ctx context.Context, d job.Delivery) (bool, error) {
 	return true, nil
 }
 
-// DueDeliveries reads every shard of by_due for entries due at now, at most
-// limit each (the oldest first), then each delivery consistently. Every
-// shard is read every time (review H3: one owner who filled a shard must
-// not hide the others'); the caller orders them fairly and takes limit.
+// Reading the due deliveries (reviews H3, N-L6). Every shard of by_due is
+// read, oldest due first, and the index carries each delivery's owner and
+// endpoint, so the fair order (job.FairOrder) is taken from the index
+// alone and only the deliveries a pass takes are read whole. A shard is
+// read on past one owner's backlog of older due deliveries until it ends,
+// until it has shown limit owners (any owner after them there is due later
+// than each of theirs, so it would not be among a pass's limit), or at
+// dueScanBudget entries: only an owner with more than that many due in one
+// shard still hides those due after them, until its backlog drains.
+const (
+	// dueScanBudget bounds the entries read from one shard in one call:
+	// about 1 MB of index (some 128 read units), read only when one or a
+	// few owners have that many due at once. An endpoint's whole backlog
+	// (job.MaxEndpointBacklog) spreads over the shards below it.
+	dueScanBudget = 4000
+	// duePage is how many entries a query past a shard's first reads (the
+	// first reads limit, as many as a pass takes).
+	duePage = 500
+)
+
+// DueDeliveries returns the deliveries due at now that a pass takes: the
+// first limit of all of them in job.FairOrder, each read consistently.
 func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]job.Delivery, error) {
-	var out []job.Delivery
+	limit = max(limit, 1)
+	var entries []job.Delivery
 	for i := range dueShards {
-		res, err := s.db.query(ctx, &dynamodb.QueryInput{
-			TableName:                aws.String(s.deliveries),
-			IndexName:                aws.String(IndexByDue),
-			KeyConditionExpression:   aws.String("#shard = :shard AND #next <= :now"),
-			ExpressionAttributeNames: map[string]string{"#shard": AttrDueShard, "#next": AttrNextAt},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":shard": avS("due#" + strconv.Itoa(i)),
-				":now": avS(now.UTC().Format(nextAtOrdering))},
-			Limit: aws.Int32(int32(max(limit, 1))),
-		})
-		if err != nil {
-			return nil, storeError("list due deliveries", err)
-		}
-		for _, item := range res.Items {
-			k := decoder{m: item}
-			d, err := s.Delivery(ctx, k.str(AttrJobID, true), k.str(AttrDelivery, true))
-			if errors.Is(err, job.ErrNotFound) {
-				continue
-			}
+		owners := map[string]bool{}
+		var start map[string]types.AttributeValue
+		for read, page := 0, limit; read < dueScanBudget && len(owners) < limit; page = duePage {
+			res, err := s.db.query(ctx, &dynamodb.QueryInput{
+				TableName:                aws.String(s.deliveries),
+				IndexName:                aws.String(IndexByDue),
+				KeyConditionExpression:   aws.String("#shard = :shard AND #next <= :now"),
+				ExpressionAttributeNames: map[string]string{"#shard": AttrDueShard, "#next": AttrNextAt},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":shard": avS("due#" + strconv.Itoa(i)),
+					":now": avS(now.UTC().Format(nextAtOrdering))},
+				Limit:             aws.Int32(int32(min(page, dueScanBudget-read))),
+				ExclusiveStartKey: start,
+			})
 			if err != nil {
-				return nil, errors.Join(err, k.err)
+				return nil, storeError("list due deliveries", err)
 			}
-			if d.State == job.DeliveryPending && !d.NextAt.After(now) {
-				out = append(out, d)
+			read += len(res.Items)
+			for _, item := range res.Items {
+				d, err := dueEntry(item)
+				if err != nil {
+					return nil, err
+				}
+				owners[d.Owner] = true
+				entries = append(entries, d)
+			}
+			if start = res.LastEvaluatedKey; len(start) == 0 {
+				break
 			}
 		}
 	}
+	entries = job.FairOrder(entries)
+	var out []job.Delivery
+	for _, e := range entries[:min(limit, len(entries))] {
+		d, err := s.Delivery(ctx, e.JobID, e.Key())
+		if errors.Is(err, job.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if d.State == job.DeliveryPending && !d.NextAt.After(now) {
+			out = append(out, d)
+		}
+	}
 	return out, nil
+}
+
+// dueEntry is what a by_due entry says of its delivery: enough to order
+// it (job.FairOrder) and to read it.
+func dueEntry(item map[string]types.AttributeValue) (job.Delivery, error) {
+	k := decoder{m: item}
+	d := job.Delivery{JobID: k.str(AttrJobID, true), Owner: k.str(AttrOwner, true), EndpointID: k.str(AttrEndpointID, true)}
+	key := k.str(AttrDelivery, true)
+	next, err := time.Parse(nextAtOrdering, k.str(AttrNextAt, true))
+	if k.err != nil || err != nil {
+		return job.Delivery{}, errors.Join(k.err, err)
+	}
+	d.NextAt = next
+	d.MessageID, _ = strings.CutSuffix(key, "-"+d.EndpointID)
+	if d.Key() != key {
+		return job.Delivery{}, fmt.Errorf("store: by_due entry %q does not end with its endpoint %q", key, d.EndpointID)
+	}
+	return d, nil
 }
 
 // SaveDelivery replaces a delivery unless its revision moved; a settled
