@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,9 +229,85 @@ func (s *Store) Endpoints(ctx context.Context, owner string) ([]job.Endpoint, er
 	return out, nil
 }
 
-// SaveEndpoint replaces an endpoint unless its revision moved.
+// SaveEndpoint writes what after changes of before unless the endpoint's
+// revision moved: one conditional UpdateItem naming only the attributes
+// that differ, so the notifier's writes of an endpoint's health name none
+// of its URL, secrets or events (review L5: EndpointHealthAttributes).
 func (s *Store) SaveEndpoint(ctx context.Context, before, after job.Endpoint) (bool, error) {
-	return s.save(ctx, s.endpoints, encodeEndpoint(after), before.Revision, "save endpoint")
+	if before.Owner != after.Owner || before.ID != after.ID {
+		return false, fmt.Errorf("store: save endpoint %s/%s as %s/%s", before.Owner, before.ID, after.Owner, after.ID)
+	}
+	old, item := encodeEndpoint(before), encodeEndpoint(after)
+	names := map[string]string{"#rev": aRevision}
+	values := map[string]types.AttributeValue{":rev": avN(before.Revision), ":next": avN(after.Revision)}
+	set, remove := []string{"#rev = :next"}, []string{}
+	changed := func(k string) {
+		n := "#a" + strconv.Itoa(len(names))
+		names[n] = k
+		if v, ok := item[k]; ok {
+			values[":v"+n[2:]] = v
+			set = append(set, n+" = :v"+n[2:])
+		} else {
+			remove = append(remove, n)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(item)) {
+		if k != AttrOwner && k != AttrEndpointID && k != aRevision && !reflect.DeepEqual(old[k], item[k]) {
+			changed(k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(old)) {
+		if _, kept := item[k]; !kept {
+			changed(k)
+		}
+	}
+	if slices.Contains(slices.Collect(maps.Values(names)), ePrevSecrets) {
+		// The list replaces an item's one previous secret of old.
+		for _, k := range []string{eLegacyPrevSecret, eLegacyPrevUntil} {
+			n := "#a" + strconv.Itoa(len(names))
+			names[n] = k
+			remove = append(remove, n)
+		}
+	}
+	update := "SET " + strings.Join(set, ", ")
+	if len(remove) > 0 {
+		update += " REMOVE " + strings.Join(remove, ", ")
+	}
+	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.endpoints),
+		Key:                       map[string]types.AttributeValue{AttrOwner: avS(after.Owner), AttrEndpointID: avS(after.ID)},
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String("#rev = :rev"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return false, nil
+	case err != nil:
+		return false, storeError("save endpoint", err)
+	}
+	return true, nil
+}
+
+// DispatchAttributes are the job item's attributes the notifier's one
+// write of a job (its dispatch record, KindDispatched) names, key and
+// condition included: infra/permissions narrows the notify role's
+// UpdateItem on jobs to them (review L5), and the IAM check holds every
+// such call recorded to them.
+func DispatchAttributes() []string {
+	return []string{AttrID, aIncarnation, aRevision, aUpdatedAt, aWriteToken, aDispatched, AttrNotifyShard}
+}
+
+// EndpointHealthAttributes are an endpoint's attributes the notifier
+// writes (SaveEndpoint of job.DecideQueue and job.DecideEndpointAfter:
+// its failures, slowness, backlog and disabling), key and revision
+// included: the notify role's UpdateItem on endpoints is narrowed to them
+// (review L5).
+func EndpointHealthAttributes() []string {
+	return []string{AttrOwner, AttrEndpointID, aRevision, aUpdatedAt, eFailingSince, eLastFailure, eSlowSince, eBacklog,
+		eDisabledAt, eDisabledWhy}
 }
 
 // save puts item while the stored one is at revision rev.
