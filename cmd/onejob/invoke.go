@@ -90,7 +90,7 @@ func invokeMain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var denied []rie.Call
 	for _, c := range res.Calls {
 		mark := ""
-		if !permissions.Allows(res.Function, c.Action, c.Resource) {
+		if !permissions.Allows(res.Function, c.Action, c.Resource, c.AttributeList()...) {
 			mark = "   <- NOT GRANTED by infra/permissions"
 			denied = append(denied, c)
 		}

@@ -64,6 +64,10 @@ func (r Resource) String() string {
 type Grant struct {
 	Actions  []string
 	Resource Resource
+	// Attributes, when set, are the only item attributes the actions may
+	// name (IAM's dynamodb:Attributes, ForAllValues:StringEquals): a
+	// write of any other is refused (review L5).
+	Attributes []string
 }
 
 func table(def dynamo.TableDef) Resource { return Resource{Kind: KindTable, Name: def.Logical} }
@@ -88,102 +92,111 @@ var (
 //
 // hold only moves attempts to unknown (no certifications).
 var (
-	jobRW  = Grant{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())}
-	ledger = Grant{[]string{"dynamodb:PutItem"}, table(dynamo.AttemptsTable())}
-	certs  = Grant{[]string{"dynamodb:GetItem"}, table(dynamo.CertificationsTable())}
+	jobRW  = Grant{Actions: []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, Resource: table(dynamo.JobsTable())}
+	ledger = Grant{Actions: []string{"dynamodb:PutItem"}, Resource: table(dynamo.AttemptsTable())}
+	certs  = Grant{Actions: []string{"dynamodb:GetItem"}, Resource: table(dynamo.CertificationsTable())}
 	// A provider's health: read (consistently, about once a second per
 	// container) and replaced by a conditional PutItem when it changes.
-	health = Grant{[]string{"dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())}
+	health = Grant{Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem"}, Resource: table(dynamo.ProvidersTable())}
 	// An owner's counters: a finished job's slot given back (conditional
 	// UpdateItem).
-	uncount = Grant{[]string{"dynamodb:UpdateItem"}, table(dynamo.OwnersTable())}
+	uncount = Grant{Actions: []string{"dynamodb:UpdateItem"}, Resource: table(dynamo.OwnersTable())}
 	// A write that records a job's events hands the job to the notify
 	// function at once (an asynchronous invoke, lambdainvoke).
-	handoff = Grant{[]string{"lambda:InvokeFunction"}, Resource{Kind: KindFunction, Name: deploy.FnNotify}}
+	handoff = Grant{Actions: []string{"lambda:InvokeFunction"}, Resource: Resource{Kind: KindFunction, Name: deploy.FnNotify}}
 	// An owner's budget: a fallback's or a hedge's reservation
 	// (conditional UpdateItem; GetItem after a refusal) and the settling
 	// of an ended attempt's (conditional UpdateItem).
-	budget = Grant{[]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, table(dynamo.OwnersTable())}
+	budget = Grant{Actions: []string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, Resource: table(dynamo.OwnersTable())}
 )
 
 // All returns every function's grants, by function name.
 func All() map[string][]Grant {
 	return map[string][]Grant{
-		// The API: create (conditional PutItem, GetItem on a replay), get
-		// (GetItem), list (Query on by_owner only, never the base table),
+		// The API: create (conditional UpdateItem: never a PutItem, which
+		// could replace a live job; GetItem on a replay), get (GetItem),
+		// list (Query on by_owner only, never the base table),
 		// the operators' listing of open jobs (Query on the sparse by_open,
 		// then BatchGetItem of those jobs, dynamo.ListOpen), list attempts
 		// (Query on the ledger), cancel and resolve (conditional UpdateItem
 		// on the job; resolve then PutItem into the ledger), and start the
 		// job's execution.
 		deploy.FnAPI: {
-			{[]string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())},
-			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOwner)},
-			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOpen)},
-			{[]string{"dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.AttemptsTable())},
-			{[]string{"states:StartExecution"}, stateMachine},
+			{Actions: []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem"}, Resource: table(dynamo.JobsTable())},
+			{Actions: []string{"dynamodb:Query"}, Resource: index(dynamo.JobsTable(), dynamo.IndexByOwner)},
+			{Actions: []string{"dynamodb:Query"}, Resource: index(dynamo.JobsTable(), dynamo.IndexByOpen)},
+			{Actions: []string{"dynamodb:Query", "dynamodb:PutItem"}, Resource: table(dynamo.AttemptsTable())},
+			{Actions: []string{"states:StartExecution"}, Resource: stateMachine},
 			// Operators list every provider's health (a Scan of a handful
 			// of items) and override one.
-			{[]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())},
+			{Actions: []string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, Resource: table(dynamo.ProvidersTable())},
 			// Owners' quotas and budgets: count and uncount, reserve and
 			// settle (conditional UpdateItem; GetItem after a refusal
 			// where the store does not hand the item back), and the
 			// operators' listing of every owner (a paged Scan).
-			{[]string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Scan"}, table(dynamo.OwnersTable())},
-			// Webhook endpoints (put, read, list an owner's, rotate,
-			// delete; the owner's endpoint count above) and a job's
-			// deliveries (listed; an operator's redelivery reads one and
-			// saves it on its revision).
-			{[]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"}, table(dynamo.EndpointsTable())},
-			{[]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.DeliveriesTable())},
+			{Actions: []string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Scan"}, Resource: table(dynamo.OwnersTable())},
+			// Webhook endpoints (put, read, list an owner's, rotate or
+			// renew: UpdateItem of what changes, delete; the owner's
+			// endpoint count above) and a job's deliveries (listed; an
+			// operator's redelivery reads one and saves it on its
+			// revision).
+			{Actions: []string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:DeleteItem"},
+				Resource: table(dynamo.EndpointsTable())},
+			{Actions: []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, Resource: table(dynamo.DeliveriesTable())},
 			// A cancel records the job's event: handed off (above).
 			handoff,
 			// A new or rotated signing secret is sealed under a fresh
 			// data key; never Decrypt: the API cannot read a secret back.
-			{[]string{"kms:GenerateDataKey"}, secretsKey},
+			{Actions: []string{"kms:GenerateDataKey"}, Resource: secretsKey},
 		},
 		// The notifier finds jobs with events to fan out in the sparse
 		// by_notify index, reads each, puts one delivery per endpoint
 		// (conditional PutItem), records them dispatched (conditional
-		// UpdateItem), finds due deliveries in the sparse by_due index,
-		// claims and records each try (conditional PutItem on the
-		// revision), and updates the endpoint's health.
+		// UpdateItem of the dispatch record only), finds due deliveries in
+		// the sparse by_due index, claims and records each try
+		// (conditional PutItem on the revision), and updates the
+		// endpoint's health (UpdateItem of its health only). Review L5:
+		// its writes of jobs and endpoints may name no other attribute,
+		// so it can neither change a job's state or result nor an
+		// endpoint's URL, secrets or events.
 		deploy.FnNotify: {
-			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByNotify)},
-			{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.JobsTable())},
-			{[]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}, table(dynamo.EndpointsTable())},
+			{Actions: []string{"dynamodb:Query"}, Resource: index(dynamo.JobsTable(), dynamo.IndexByNotify)},
+			{Actions: []string{"dynamodb:GetItem"}, Resource: table(dynamo.JobsTable())},
+			{Actions: []string{"dynamodb:UpdateItem"}, Resource: table(dynamo.JobsTable()), Attributes: dynamo.DispatchAttributes()},
+			{Actions: []string{"dynamodb:GetItem", "dynamodb:Query"}, Resource: table(dynamo.EndpointsTable())},
+			{Actions: []string{"dynamodb:UpdateItem"}, Resource: table(dynamo.EndpointsTable()), Attributes: dynamo.EndpointHealthAttributes()},
 			// A hand-off lists its job's deliveries (Query by the job).
-			{[]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"}, table(dynamo.DeliveriesTable())},
-			{[]string{"dynamodb:Query"}, index(dynamo.DeliveriesTable(), dynamo.IndexByDue)},
+			{Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"}, Resource: table(dynamo.DeliveriesTable())},
+			{Actions: []string{"dynamodb:Query"}, Resource: index(dynamo.DeliveriesTable(), dynamo.IndexByDue)},
 			// It alone opens the endpoints' sealed secrets.
-			{[]string{"kms:Decrypt"}, secretsKey},
+			{Actions: []string{"kms:Decrypt"}, Resource: secretsKey},
 		},
 		// The sweeper finds open jobs in the sparse by_open index (keys
 		// only: dynamo.ListOpen, no Scan), reads them by key in batches and
 		// starts the pending ones' executions.
 		deploy.FnSweeper: {
-			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOpen)},
-			{[]string{"dynamodb:BatchGetItem", "dynamodb:GetItem"}, table(dynamo.JobsTable())},
+			{Actions: []string{"dynamodb:Query"}, Resource: index(dynamo.JobsTable(), dynamo.IndexByOpen)},
+			{Actions: []string{"dynamodb:BatchGetItem", "dynamodb:GetItem"}, Resource: table(dynamo.JobsTable())},
 			// A busy owner's minute whose count looks wrong: its jobs
 			// (dynamo.JobsOfMinute, by_owner between two creation times).
-			{[]string{"dynamodb:Query"}, index(dynamo.JobsTable(), dynamo.IndexByOwner)},
-			{[]string{"states:StartExecution"}, stateMachine},
+			{Actions: []string{"dynamodb:Query"}, Resource: index(dynamo.JobsTable(), dynamo.IndexByOwner)},
+			{Actions: []string{"states:StartExecution"}, Resource: stateMachine},
 			// Releases closed attempts a provider's health still holds.
-			{[]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, table(dynamo.ProvidersTable())},
+			{Actions: []string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, Resource: table(dynamo.ProvidersTable())},
 			// Recounts the owners' counters: the busy owners, their
 			// counters, and a conditional update to repair them.
-			{[]string{"dynamodb:Query"}, index(dynamo.OwnersTable(), dynamo.IndexByBusy)},
-			{[]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, table(dynamo.OwnersTable())},
+			{Actions: []string{"dynamodb:Query"}, Resource: index(dynamo.OwnersTable(), dynamo.IndexByBusy)},
+			{Actions: []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, Resource: table(dynamo.OwnersTable())},
 			// ...their webhook endpoints, counted (Query by owner), and the
 			// jobs of budget reservations left behind (GetItem, above).
-			{[]string{"dynamodb:Query"}, table(dynamo.EndpointsTable())},
+			{Actions: []string{"dynamodb:Query"}, Resource: table(dynamo.EndpointsTable())},
 		},
 		// Runs a job's attempts: reads the job and the fallbacks'
 		// certifications, starts, claims, completes or fails attempts
 		// (conditional UpdateItem) and records them in the ledger. Only it
 		// calls providers, so only it reads their configuration.
 		deploy.FnRun: {jobRW, ledger, certs, health, budget, handoff,
-			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}}},
+			{Actions: []string{"secretsmanager:GetSecretValue"}, Resource: Resource{Kind: KindProvidersSecret}}},
 		// Marks a silent run's attempts unknown and decides the wait: no
 		// certifications, no providers; an attempt it ends (one never
 		// claimed) settles its budget reservation.
@@ -194,21 +207,59 @@ func All() map[string][]Grant {
 		// the ledger), settling what the attempt's budget and the owner's
 		// slot held, handing the job's events off.
 		deploy.FnEvents: {jobRW, ledger, uncount, budget, handoff,
-			{[]string{"secretsmanager:GetSecretValue"}, Resource{Kind: KindProvidersSecret}},
+			{Actions: []string{"secretsmanager:GetSecretValue"}, Resource: Resource{Kind: KindProvidersSecret}},
 			// Takes each verified delivery by its webhook-id (conditional
 			// PutItem; GetItem after a refusal where the store does not
 			// hand the item back) and gives back one whose taking failed
 			// (conditional DeleteItem), review N-L1.
-			{[]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"}, table(dynamo.InboundTable())}},
+			{Actions: []string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"}, Resource: table(dynamo.InboundTable())}},
 	}
 }
 
-// Allows reports whether fn may do action on r.
-func Allows(fn, action string, r Resource) bool {
+// Forbid is a grant no function may hold, whatever All says.
+type Forbid struct {
+	Function, Action string
+	Resource         Resource
+	Why              string
+}
+
+// Forbidden lists grants that least privilege keeps out (review L5): the
+// permissions test refuses them in All, the IAM check in every
+// synthesized template (any statement of the function's role that allows
+// them, wildcards and conditions included), and infra/stack's tests.
+func Forbidden() []Forbid {
+	jobs, endpoints := table(dynamo.JobsTable()), table(dynamo.EndpointsTable())
+	return []Forbid{
+		{deploy.FnAPI, "dynamodb:PutItem", jobs, "no code of the API puts a job item: a create is a conditional UpdateItem, " +
+			"and a PutItem could replace a live job whole"},
+		{deploy.FnNotify, "dynamodb:PutItem", jobs, "the notifier writes a job's dispatch record only (UpdateItem, narrowed)"},
+		{deploy.FnNotify, "dynamodb:PutItem", endpoints, "the notifier writes an endpoint's health only (UpdateItem, narrowed): " +
+			"a PutItem could replace its URL and secrets"},
+	}
+}
+
+// Allows reports whether fn may do action on r naming attributes (a
+// DynamoDB item write's, as IAM's dynamodb:Attributes holds them; none
+// given, a grant narrowed to some is not held against the call).
+func Allows(fn, action string, r Resource, attributes ...string) bool {
 	for _, g := range All()[fn] {
-		if g.Resource == r && slices.Contains(g.Actions, action) {
+		if g.Resource == r && slices.Contains(g.Actions, action) && g.AllowsNaming(attributes) {
 			return true
 		}
 	}
 	return false
+}
+
+// AllowsNaming reports whether g lets a call name attributes: every one
+// of them among g.Attributes, when g has them (ForAllValues).
+func (g Grant) AllowsNaming(attributes []string) bool {
+	if g.Attributes == nil {
+		return true
+	}
+	for _, a := range attributes {
+		if !slices.Contains(g.Attributes, a) {
+			return false
+		}
+	}
+	return true
 }

@@ -60,7 +60,9 @@ func TestAllows(t *testing.T) {
 		r          Resource
 		want       bool
 	}{
-		{deploy.FnAPI, "dynamodb:PutItem", jobs, true},
+		// A create is a conditional UpdateItem (review L5).
+		{deploy.FnAPI, "dynamodb:PutItem", jobs, false},
+		{deploy.FnAPI, "dynamodb:UpdateItem", jobs, true},
 		{deploy.FnAPI, "dynamodb:Query", byOwner, true},
 		// The sweeper reads a busy owner's jobs of one minute (review L2).
 		{deploy.FnSweeper, "dynamodb:Query", byOwner, true},
@@ -82,6 +84,51 @@ func TestAllows(t *testing.T) {
 	} {
 		if got := Allows(tc.fn, tc.action, tc.r); got != tc.want {
 			t.Errorf("Allows(%s, %s, %s) = %v, want %v", tc.fn, tc.action, tc.r, got, tc.want)
+		}
+	}
+}
+
+// TestNothingForbiddenIsGranted: no function holds a grant Forbidden
+// lists (review L5), and each entry says why.
+func TestNothingForbiddenIsGranted(t *testing.T) {
+	t.Parallel()
+	for _, f := range Forbidden() {
+		if f.Why == "" || !slices.Contains(deploy.Names(), f.Function) {
+			t.Errorf("forbidden %s %s on %s: no reason, or no such function", f.Function, f.Action, f.Resource)
+		}
+		if Allows(f.Function, f.Action, f.Resource) {
+			t.Errorf("%s may %s on %s, which is forbidden: %s", f.Function, f.Action, f.Resource, f.Why)
+		}
+	}
+}
+
+// TestTheNotifiersWritesAreNarrowed (review L5): the notify role may
+// update a job's dispatch record and an endpoint's health, naming no
+// other attribute: not a job's status or result, not an endpoint's URL or
+// secret.
+func TestTheNotifiersWritesAreNarrowed(t *testing.T) {
+	t.Parallel()
+	jobs := Resource{Kind: KindTable, Name: dynamo.JobsTable().Logical}
+	endpoints := Resource{Kind: KindTable, Name: dynamo.EndpointsTable().Logical}
+	for _, tc := range []struct {
+		r     Resource
+		names []string
+		want  bool
+	}{
+		{jobs, dynamo.DispatchAttributes(), true},
+		{jobs, []string{"id", "revision", "status"}, false},
+		{jobs, []string{"id", "result"}, false},
+		{endpoints, dynamo.EndpointHealthAttributes(), true},
+		{endpoints, []string{"owner", "endpoint_id", "revision", "url"}, false},
+		{endpoints, []string{"owner", "endpoint_id", "revision", "secret"}, false},
+	} {
+		if got := Allows(deploy.FnNotify, "dynamodb:UpdateItem", tc.r, tc.names...); got != tc.want {
+			t.Errorf("notify may UpdateItem on %s naming %v: %v, want %v", tc.r, tc.names, got, tc.want)
+		}
+	}
+	for _, g := range All()[deploy.FnNotify] {
+		if (g.Resource == jobs || g.Resource == endpoints) && slices.Contains(g.Actions, "dynamodb:UpdateItem") && g.Attributes == nil {
+			t.Errorf("notify's UpdateItem on %s is not narrowed to attributes", g.Resource)
 		}
 	}
 }

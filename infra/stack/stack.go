@@ -243,7 +243,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 			if err != nil {
 				return nil, fmt.Errorf("function %s: %w", name, err)
 			}
-			allow(fns[name], g.Actions, arn)
+			allow(fns[name], g, arn)
 		}
 	}
 
@@ -391,12 +391,21 @@ func newFunction(stack awscdk.Stack, cfg Config, spec deploy.Function, vars map[
 	return fn
 }
 
-// allow adds one least-privilege statement to fn's role.
-func allow(fn awslambda.Function, actions []string, resources ...*string) {
-	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Actions:   jsii.Strings(actions...),
-		Resources: &resources,
-	}))
+// allow adds one least-privilege statement to fn's role: g's actions on
+// resource, narrowed to g's item attributes when it names them (review
+// L5; IAM's ForAllValues condition on dynamodb:Attributes, which a call
+// naming any other attribute fails).
+func allow(fn awslambda.Function, g permissions.Grant, resource *string) {
+	props := &awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings(g.Actions...),
+		Resources: &[]*string{resource},
+	}
+	if g.Attributes != nil {
+		props.Conditions = &map[string]any{
+			"ForAllValues:StringEquals": map[string]any{"dynamodb:Attributes": g.Attributes},
+		}
+	}
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(props))
 }
 
 func indexArn(t awsdynamodb.TableV2, index string) *string {

@@ -21,6 +21,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
+	"github.com/onejob/onejob/infra/permissions"
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/testenv"
@@ -756,8 +757,10 @@ func checkIAM(t *testing.T, s *synthesized) {
 		return g
 	}
 	want := map[string]grants{
+		// No PutItem on jobs: a create is a conditional UpdateItem (review
+		// L5).
 		"fn:api": grants{}.
-			add([]string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
+			add([]string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
 			// Owners list through by_owner; operators through by_open,
 			// then read those jobs in batches (dynamo.ListOpen).
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByOwner, "arn:table:jobs/index/"+dynamo.IndexByOpen).
@@ -767,7 +770,7 @@ func checkIAM(t *testing.T, s *synthesized) {
 			// Owners' quotas and budgets; operators list every owner.
 			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Scan"}, "arn:table:owners").
 			// Webhook endpoints and a job's deliveries.
-			add([]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"}, "arn:table:endpoints").
+			add([]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, "arn:table:endpoints").
 			add([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:deliveries").
 			// A cancel's event, handed to the notifier at once.
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify).
@@ -775,11 +778,12 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"kms:GenerateDataKey"}, "arn:secretskey").
 			add(xrayLambda, "*"),
 		// The notifier: pending events from by_notify, the owner's
-		// endpoints, deliveries (put, due in by_due, claimed and tried).
+		// endpoints, deliveries (put, due in by_due, claimed and tried);
+		// its updates of jobs and endpoints are narrowed (narrowed below).
 		"fn:" + deploy.FnNotify: grants{}.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByNotify).
 			add([]string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, "arn:table:jobs").
-			add([]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}, "arn:table:endpoints").
+			add([]string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"}, "arn:table:endpoints").
 			add([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"}, "arn:table:deliveries").
 			add([]string{"dynamodb:Query"}, "arn:table:deliveries/index/"+dynamo.IndexByDue).
 			// Only it opens the sealed signing secrets.
@@ -828,6 +832,13 @@ func checkIAM(t *testing.T, s *synthesized) {
 			g.add([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "arn:logs:"+name)
 		}
 	}
+	// Review L5: the notifier's updates of jobs and endpoints may name
+	// only the attributes it writes; no other statement has a condition.
+	narrowed := map[string][]string{
+		"fn:" + deploy.FnNotify + " dynamodb:UpdateItem arn:table:jobs":      dynamo.DispatchAttributes(),
+		"fn:" + deploy.FnNotify + " dynamodb:UpdateItem arn:table:endpoints": dynamo.EndpointHealthAttributes(),
+	}
+	conditions := map[string]any{}
 	owners := roleOwners(t, s)
 	got := map[string]grants{}
 	addDoc := func(role string, doc any) {
@@ -859,6 +870,9 @@ func checkIAM(t *testing.T, s *synthesized) {
 						t.Errorf("%s: %s on %s, not a table or index ARN", owner, a, sym)
 					}
 					got[owner].add([]string{a}, sym)
+					if c, ok := stm["Condition"]; ok {
+						conditions[owner+" "+a+" "+sym] = c
+					}
 				}
 			}
 		}
@@ -892,6 +906,27 @@ func checkIAM(t *testing.T, s *synthesized) {
 	for owner := range got {
 		if _, ok := want[owner]; !ok {
 			t.Errorf("unexpected grants for %s: %v", owner, got[owner])
+		}
+	}
+	for k, attrs := range narrowed {
+		want := map[string]any{"ForAllValues:StringEquals": map[string]any{"dynamodb:Attributes": toAny(attrs)}}
+		if !reflect.DeepEqual(conditions[k], want) {
+			t.Errorf("%s: condition %v, want %v", k, conditions[k], want)
+		}
+	}
+	for k, c := range conditions {
+		if _, ok := narrowed[k]; !ok {
+			t.Errorf("%s: an unexpected condition %v", k, c)
+		}
+	}
+	// Grants least privilege keeps out (review L5), whatever else changes.
+	for _, f := range permissions.Forbidden() {
+		res := "arn:table:" + f.Resource.Name
+		if f.Resource.Index != "" {
+			res += "/index/" + f.Resource.Index
+		}
+		if got["fn:"+f.Function][f.Action][res] {
+			t.Errorf("%s may %s on %s: %s", f.Function, f.Action, res, f.Why)
 		}
 	}
 	// The webhook secrets at rest (review M4): only the notify function

@@ -190,6 +190,20 @@ func stamp(after job.Job, token string) part {
 	}
 }
 
+// touch is stamp without the status, for a bookkeeping write that never
+// changes it (the notifier's dispatch record): such a write names nothing
+// of the job's state, and the notify role may write no more (review L5,
+// DispatchAttributes).
+func touch(after job.Job, token string) part {
+	return part{
+		set: []string{"#updated = :updated", "#revision = #revision + :one", "#token = :token"},
+		uses: []refs{{
+			names:  nameMap("#updated", aUpdatedAt, "#revision", aRevision, "#token", aWriteToken),
+			values: map[string]types.AttributeValue{":updated": avT(after.UpdatedAt), ":one": avN(1), ":token": avS(token)},
+		}},
+	}
+}
+
 // putAttempt writes attempt a whole into the job item's map of attempts.
 func putAttempt(a job.Attempt) part {
 	return part{set: []string{"#attempts.#n = :attempt"}, uses: []refs{{

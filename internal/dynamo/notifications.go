@@ -3,7 +3,10 @@ package dynamo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
+	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -226,9 +229,85 @@ func (s *Store) Endpoints(ctx context.Context, owner string) ([]job.Endpoint, er
 	return out, nil
 }
 
-// SaveEndpoint replaces an endpoint unless its revision moved.
+// SaveEndpoint writes what after changes of before unless the endpoint's
+// revision moved: one conditional UpdateItem naming only the attributes
+// that differ, so the notifier's writes of an endpoint's health name none
+// of its URL, secrets or events (review L5: EndpointHealthAttributes).
 func (s *Store) SaveEndpoint(ctx context.Context, before, after job.Endpoint) (bool, error) {
-	return s.save(ctx, s.endpoints, encodeEndpoint(after), before.Revision, "save endpoint")
+	if before.Owner != after.Owner || before.ID != after.ID {
+		return false, fmt.Errorf("store: save endpoint %s/%s as %s/%s", before.Owner, before.ID, after.Owner, after.ID)
+	}
+	old, item := encodeEndpoint(before), encodeEndpoint(after)
+	names := map[string]string{"#rev": aRevision}
+	values := map[string]types.AttributeValue{":rev": avN(before.Revision), ":next": avN(after.Revision)}
+	set, remove := []string{"#rev = :next"}, []string{}
+	changed := func(k string) {
+		n := "#a" + strconv.Itoa(len(names))
+		names[n] = k
+		if v, ok := item[k]; ok {
+			values[":v"+n[2:]] = v
+			set = append(set, n+" = :v"+n[2:])
+		} else {
+			remove = append(remove, n)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(item)) {
+		if k != AttrOwner && k != AttrEndpointID && k != aRevision && !reflect.DeepEqual(old[k], item[k]) {
+			changed(k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(old)) {
+		if _, kept := item[k]; !kept {
+			changed(k)
+		}
+	}
+	if slices.Contains(slices.Collect(maps.Values(names)), ePrevSecrets) {
+		// The list replaces an item's one previous secret of old.
+		for _, k := range []string{eLegacyPrevSecret, eLegacyPrevUntil} {
+			n := "#a" + strconv.Itoa(len(names))
+			names[n] = k
+			remove = append(remove, n)
+		}
+	}
+	update := "SET " + strings.Join(set, ", ")
+	if len(remove) > 0 {
+		update += " REMOVE " + strings.Join(remove, ", ")
+	}
+	_, err := s.db.updateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.endpoints),
+		Key:                       map[string]types.AttributeValue{AttrOwner: avS(after.Owner), AttrEndpointID: avS(after.ID)},
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String("#rev = :rev"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return false, nil
+	case err != nil:
+		return false, storeError("save endpoint", err)
+	}
+	return true, nil
+}
+
+// DispatchAttributes are the job item's attributes the notifier's one
+// write of a job (its dispatch record, KindDispatched) names, key and
+// condition included: infra/permissions narrows the notify role's
+// UpdateItem on jobs to them (review L5), and the IAM check holds every
+// such call recorded to them.
+func DispatchAttributes() []string {
+	return []string{AttrID, aIncarnation, aRevision, aUpdatedAt, aWriteToken, aDispatched, AttrNotifyShard}
+}
+
+// EndpointHealthAttributes are an endpoint's attributes the notifier
+// writes (SaveEndpoint of job.DecideQueue and job.DecideEndpointAfter:
+// its failures, slowness, backlog and disabling), key and revision
+// included: the notify role's UpdateItem on endpoints is narrowed to them
+// (review L5).
+func EndpointHealthAttributes() []string {
+	return []string{AttrOwner, AttrEndpointID, aRevision, aUpdatedAt, eFailingSince, eLastFailure, eSlowSince, eBacklog,
+		eDisabledAt, eDisabledWhy}
 }
 
 // save puts item while the stored one is at revision rev.
@@ -383,40 +462,95 @@ func (s *Store) AddDelivery(ctx context.Context, d job.Delivery) (bool, error) {
 	return true, nil
 }
 
-// DueDeliveries reads every shard of by_due for entries due at now, at most
-// limit each (the oldest first), then each delivery consistently. Every
-// shard is read every time (review H3: one owner who filled a shard must
-// not hide the others'); the caller orders them fairly and takes limit.
+// Reading the due deliveries (reviews H3, N-L6). Every shard of by_due is
+// read, oldest due first, and the index carries each delivery's owner and
+// endpoint, so the fair order (job.FairOrder) is taken from the index
+// alone and only the deliveries a pass takes are read whole. A shard is
+// read on past one owner's backlog of older due deliveries until it ends,
+// until it has shown limit owners (any owner after them there is due later
+// than each of theirs, so it would not be among a pass's limit), or at
+// dueScanBudget entries: only an owner with more than that many due in one
+// shard still hides those due after them, until its backlog drains.
+const (
+	// dueScanBudget bounds the entries read from one shard in one call:
+	// about 1 MB of index (some 128 read units), read only when one or a
+	// few owners have that many due at once. An endpoint's whole backlog
+	// (job.MaxEndpointBacklog) spreads over the shards below it.
+	dueScanBudget = 4000
+	// duePage is how many entries a query past a shard's first reads (the
+	// first reads limit, as many as a pass takes).
+	duePage = 500
+)
+
+// DueDeliveries returns the deliveries due at now that a pass takes: the
+// first limit of all of them in job.FairOrder, each read consistently.
 func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]job.Delivery, error) {
-	var out []job.Delivery
+	limit = max(limit, 1)
+	var entries []job.Delivery
 	for i := range dueShards {
-		res, err := s.db.query(ctx, &dynamodb.QueryInput{
-			TableName:                aws.String(s.deliveries),
-			IndexName:                aws.String(IndexByDue),
-			KeyConditionExpression:   aws.String("#shard = :shard AND #next <= :now"),
-			ExpressionAttributeNames: map[string]string{"#shard": AttrDueShard, "#next": AttrNextAt},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":shard": avS("due#" + strconv.Itoa(i)),
-				":now": avS(now.UTC().Format(nextAtOrdering))},
-			Limit: aws.Int32(int32(max(limit, 1))),
-		})
-		if err != nil {
-			return nil, storeError("list due deliveries", err)
-		}
-		for _, item := range res.Items {
-			k := decoder{m: item}
-			d, err := s.Delivery(ctx, k.str(AttrJobID, true), k.str(AttrDelivery, true))
-			if errors.Is(err, job.ErrNotFound) {
-				continue
-			}
+		owners := map[string]bool{}
+		var start map[string]types.AttributeValue
+		for read, page := 0, limit; read < dueScanBudget && len(owners) < limit; page = duePage {
+			res, err := s.db.query(ctx, &dynamodb.QueryInput{
+				TableName:                aws.String(s.deliveries),
+				IndexName:                aws.String(IndexByDue),
+				KeyConditionExpression:   aws.String("#shard = :shard AND #next <= :now"),
+				ExpressionAttributeNames: map[string]string{"#shard": AttrDueShard, "#next": AttrNextAt},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":shard": avS("due#" + strconv.Itoa(i)),
+					":now": avS(now.UTC().Format(nextAtOrdering))},
+				Limit:             aws.Int32(int32(min(page, dueScanBudget-read))),
+				ExclusiveStartKey: start,
+			})
 			if err != nil {
-				return nil, errors.Join(err, k.err)
+				return nil, storeError("list due deliveries", err)
 			}
-			if d.State == job.DeliveryPending && !d.NextAt.After(now) {
-				out = append(out, d)
+			read += len(res.Items)
+			for _, item := range res.Items {
+				d, err := dueEntry(item)
+				if err != nil {
+					return nil, err
+				}
+				owners[d.Owner] = true
+				entries = append(entries, d)
+			}
+			if start = res.LastEvaluatedKey; len(start) == 0 {
+				break
 			}
 		}
 	}
+	entries = job.FairOrder(entries)
+	var out []job.Delivery
+	for _, e := range entries[:min(limit, len(entries))] {
+		d, err := s.Delivery(ctx, e.JobID, e.Key())
+		if errors.Is(err, job.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if d.State == job.DeliveryPending && !d.NextAt.After(now) {
+			out = append(out, d)
+		}
+	}
 	return out, nil
+}
+
+// dueEntry is what a by_due entry says of its delivery: enough to order
+// it (job.FairOrder) and to read it.
+func dueEntry(item map[string]types.AttributeValue) (job.Delivery, error) {
+	k := decoder{m: item}
+	d := job.Delivery{JobID: k.str(AttrJobID, true), Owner: k.str(AttrOwner, true), EndpointID: k.str(AttrEndpointID, true)}
+	key := k.str(AttrDelivery, true)
+	next, err := time.Parse(nextAtOrdering, k.str(AttrNextAt, true))
+	if k.err != nil || err != nil {
+		return job.Delivery{}, errors.Join(k.err, err)
+	}
+	d.NextAt = next
+	d.MessageID, _ = strings.CutSuffix(key, "-"+d.EndpointID)
+	if d.Key() != key {
+		return job.Delivery{}, fmt.Errorf("store: by_due entry %q does not end with its endpoint %q", key, d.EndpointID)
+	}
+	return d, nil
 }
 
 // SaveDelivery replaces a delivery unless its revision moved; a settled

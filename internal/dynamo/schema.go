@@ -194,11 +194,15 @@ func DeliveriesTable() TableDef {
 		TTL:          aExpiresAt,
 		Indexes: []IndexDef{{
 			// Sparse: only a pending delivery carries due_shard, sorted by
-			// when its next try is due.
+			// when its next try is due. With its owner and endpoint (which
+			// never change, so they cost no index write), a pass orders the
+			// due deliveries fairly from the index alone and reads past one
+			// owner's backlog (review N-L6).
 			Name:         IndexByDue,
 			PartitionKey: KeyAttr{Name: AttrDueShard, Type: AttrString},
 			SortKey:      &KeyAttr{Name: AttrNextAt, Type: AttrString},
-			Projection:   ProjectKeysOnly,
+			Projection:   ProjectInclude,
+			Include:      []string{AttrOwner, AttrEndpointID},
 		}},
 	}
 }

@@ -49,11 +49,12 @@ func attemptWrite(t job.Transition, a job.Attempt, token string) jobWrite {
 	}
 }
 
-// dispatchedWrite records how many notices the notifier fanned out.
+// dispatchedWrite records how many notices the notifier fanned out; the
+// status is not its to write (touch).
 func dispatchedWrite(t job.Transition, token string) jobWrite {
 	return jobWrite{
 		condition: revisionIs(t.Before().Revision),
-		update:    []part{stamp(t.After(), token), setDispatched(t.After())},
+		update:    []part{touch(t.After(), token), setDispatched(t.After())},
 	}
 }
 

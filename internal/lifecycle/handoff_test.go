@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,4 +194,72 @@ func TestAHandoffTriesItsJobAtOnce(t *testing.T) {
 	if rep, err := n.Prompt(ctx, "job_gone"); err != nil || rep.Tried != 0 {
 		t.Fatalf("a hand-off of a job that is gone: %+v %v", rep, err)
 	}
+}
+
+// TestABacklogDelaysNoOtherOwnersRetry (review N-L6): a pass takes 4 due
+// deliveries; one owner has 12 due, each older than another owner's
+// retry, which is still tried, and delivered, in the very next pass. It
+// was: the store handed the pass the oldest due deliveries (each shard's
+// oldest, deployed) and the fair order came after, so the retry waited
+// for the backlog to drain, a pass's worth at a time.
+func TestABacklogDelaysNoOtherOwnersRetry(t *testing.T) {
+	t.Parallel()
+	r := newFairRig(t)
+	ctx := context.Background()
+	const hogURL, otherURL = "http://127.0.0.1:9/hog", "http://127.0.0.1:9/other"
+	for owner, url := range map[string]string{"hog": hogURL, "other": otherURL} {
+		if _, _, err := r.endpoints.Create(ctx, owner, url, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sender := &scriptedSender{script: map[string][]int{hogURL: slices.Repeat([]int{500}, 100), otherURL: {500}}}
+	n, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: r.store, Notices: r.store, Sender: sender, NowFunc: r.clock.Now,
+		Opener: r.opener, Limit: 4, Parallel: 4, OwnerParallel: 1,
+		BodyFunc: func(j job.Job, n job.Notice) ([]byte, error) { return json.Marshal(map[string]any{"type": n.Type}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pass runs passes at a standing clock until nothing is left to fan
+	// out or try: every delivery made is tried once.
+	pass := func() {
+		t.Helper()
+		for {
+			rep, err := n.Pass(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Dispatched+rep.Tried == 0 {
+				return
+			}
+		}
+	}
+	for i := range 12 {
+		r.endedJob(t, "hog", fmt.Sprintf("h%d", i))
+	}
+	pass()
+	r.clock.Advance(time.Second)
+	r.endedJob(t, "other", "o")
+	pass()
+	tries := func(url string) int {
+		k := 0
+		for _, m := range sender.messages() {
+			if m.URL == url {
+				k++
+			}
+		}
+		return k
+	}
+	if h, o := tries(hogURL), tries(otherURL); h != 12 || o != 1 {
+		t.Fatalf("first tries: hog %d, other %d; want 12 and 1, all failed", h, o)
+	}
+	// Every retry is due now, the hog's 12 before the other owner's.
+	r.clock.Advance(time.Minute)
+	rep, err := n.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := tries(otherURL); o != 2 || rep.Tried != 4 || rep.Delivered != 1 {
+		t.Fatalf("the next pass (%+v) tried the other owner's retry %d times of 2; the hog has 12 due before it", rep, o)
+	}
+	t.Logf("the next pass tried %d deliveries: the other owner's retry (delivered) and %d of the hog's 12 older ones", rep.Tried, rep.Tried-1)
 }

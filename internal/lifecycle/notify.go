@@ -44,10 +44,11 @@ type NotificationStore interface {
 	PendingJobs(ctx context.Context, limit int) ([]job.Job, error)
 	// AddDelivery writes a new delivery unless it exists (created false).
 	AddDelivery(ctx context.Context, d job.Delivery) (created bool, err error)
-	// DueDeliveries lists pending deliveries due at now, each read
-	// consistently: at most limit from each partition of the store's due
-	// list, the oldest due first, so that no partition hides another's
-	// (the caller orders them: job.FairOrder).
+	// DueDeliveries lists the pending deliveries due at now that a pass
+	// takes, each read consistently: the first limit of all of them in
+	// job.FairOrder, so that no owner's backlog of older due deliveries,
+	// however the store partitions them, hides another owner's (reviews
+	// H3, N-L6).
 	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]job.Delivery, error)
 	SaveDelivery(ctx context.Context, before, after job.Delivery) (ok bool, err error)
 	// Deliveries lists a job's deliveries; Delivery reads one (by Key).

@@ -156,6 +156,31 @@ func TestSweeper(t *testing.T) {
 			{Open: 2, Pending: 1, OldestUnknownSeconds: age}})
 	})
 
+	// The M5 residual, kept by choice: the cursor lives in the sweeper's
+	// instance, so a cold start (a new Sweeper on the same store, mid
+	// cycle) begins again with the oldest page, the jobs stranded longest,
+	// and goes on from there. A cycle of P pages then needs P runs of one
+	// instance; the scheduled function reuses its instance from minute to
+	// minute, so only an instance recycled more often than every P minutes
+	// (P = open jobs / 1000) would leave the newest pages for later.
+	t.Run("AColdStartBeginsAtTheOldest", func(t *testing.T) {
+		t.Parallel()
+		s := newSweepRig(t)
+		st := &starter{}
+		if _, err := s.sweeper(t, st, 2, &events{}, &testenv.SyncBuffer{}).Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cold := s.sweeper(t, st, 2, &events{}, &testenv.SyncBuffer{})
+		for range 2 {
+			if _, err := cold.Sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if want := []string{s.pending.ID, s.running.ID, s.pending.ID, s.running.ID, s.unknown.ID}; !slices.Equal(st.asked, want) {
+			t.Fatalf("asked to start %v, want the first page, then (cold) the first page again and the next", st.asked)
+		}
+	})
+
 	t.Run("NothingOpen", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)

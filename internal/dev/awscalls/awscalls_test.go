@@ -145,16 +145,16 @@ func TestMiddlewareRecordsEveryCall(t *testing.T) {
 		t.Fatalf("%d requests, want each call tried twice", n)
 	}
 	want := []awscalls.Call{
-		{"api", "dynamodb:GetItem", table("jobs", "")},
-		{"api", "dynamodb:Query", table("jobs", "by_open")},
-		{"api", "dynamodb:BatchGetItem", table("attempts", "")},
-		{"api", "dynamodb:BatchGetItem", table("jobs", "")},
-		{"api", "dynamodb:PutItem", table("attempts", "")},
-		{"api", "dynamodb:ConditionCheckItem", table("jobs", "")},
-		{"api", "dynamodb:PutItem", unknown("onejob-prod-jobs")},
-		{"api", "states:StartExecution", permissions.Resource{Kind: permissions.KindStateMachine}},
-		{"run", "secretsmanager:GetSecretValue", permissions.Resource{Kind: permissions.KindProvidersSecret}},
-		{"notify", "lambda:InvokeFunction", permissions.Resource{Kind: permissions.KindFunction, Name: "run"}},
+		{Function: "api", Action: "dynamodb:GetItem", Resource: table("jobs", "")},
+		{Function: "api", Action: "dynamodb:Query", Resource: table("jobs", "by_open")},
+		{Function: "api", Action: "dynamodb:BatchGetItem", Resource: table("attempts", "")},
+		{Function: "api", Action: "dynamodb:BatchGetItem", Resource: table("jobs", "")},
+		{Function: "api", Action: "dynamodb:PutItem", Resource: table("attempts", ""), Attributes: "id"},
+		{Function: "api", Action: "dynamodb:ConditionCheckItem", Resource: table("jobs", "")},
+		{Function: "api", Action: "dynamodb:PutItem", Resource: unknown("onejob-prod-jobs"), Attributes: "id"},
+		{Function: "api", Action: "states:StartExecution", Resource: permissions.Resource{Kind: permissions.KindStateMachine}},
+		{Function: "run", Action: "secretsmanager:GetSecretValue", Resource: permissions.Resource{Kind: permissions.KindProvidersSecret}},
+		{Function: "notify", Action: "lambda:InvokeFunction", Resource: permissions.Resource{Kind: permissions.KindFunction, Name: "run"}},
 	}
 	if got := rec.Calls(); !reflect.DeepEqual(got, want) {
 		t.Errorf("recorded\n%v\nwant\n%v", got, want)
@@ -175,27 +175,40 @@ func TestOneNaming(t *testing.T) {
 		{"Index", "DynamoDB", "DynamoDB_20120810.Query", "Query",
 			&dynamodb.QueryInput{TableName: aws.String("onejob-local-jobs"), IndexName: aws.String("by_owner")},
 			`{"TableName":"onejob-local-jobs","IndexName":"by_owner"}`,
-			[]awscalls.Call{{"api", "dynamodb:Query", table("jobs", "by_owner")}}},
+			[]awscalls.Call{{Function: "api", Action: "dynamodb:Query", Resource: table("jobs", "by_owner")}}},
 		{"Batch", "DynamoDB", "DynamoDB_20120810.BatchGetItem", "BatchGetItem",
 			&dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{"onejob-local-jobs": {Keys: []map[string]types.AttributeValue{key}}}},
 			`{"RequestItems":{"onejob-local-jobs":{"Keys":[{"id":{"S":"job_1"}}]}}}`,
-			[]awscalls.Call{{"api", "dynamodb:BatchGetItem", table("jobs", "")}}},
+			[]awscalls.Call{{Function: "api", Action: "dynamodb:BatchGetItem", Resource: table("jobs", "")}}},
 		{"Transaction", "DynamoDB", "DynamoDB_20120810.TransactWriteItems", "TransactWriteItems",
 			&dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{Update: &types.Update{TableName: aws.String("onejob-local-certifications")}}}},
 			`{"TransactItems":[{"Update":{"TableName":"onejob-local-certifications"}}]}`,
-			[]awscalls.Call{{"api", "dynamodb:UpdateItem", table("certifications", "")}}},
+			[]awscalls.Call{{Function: "api", Action: "dynamodb:UpdateItem", Resource: table("certifications", "")}}},
+		// An item write names the attributes IAM's dynamodb:Attributes
+		// holds: the key's and the top-level ones of its expressions.
+		{"ItemWrite", "DynamoDB", "DynamoDB_20120810.UpdateItem", "UpdateItem",
+			&dynamodb.UpdateItemInput{TableName: aws.String("onejob-local-jobs"), Key: key,
+				UpdateExpression:         aws.String("SET #a.#n = :v, #b = if_not_exists(#b, :z) + :one, updated_at = :u REMOVE #c"),
+				ConditionExpression:      aws.String("attribute_not_exists(#d) AND #e[0].#f = :q AND size(#g) < :max"),
+				ExpressionAttributeNames: map[string]string{"#a": "attempts", "#n": "3", "#b": "revision", "#c": "notify_shard", "#d": "id", "#e": "tries", "#f": "at", "#g": "outbox"}},
+			`{"TableName":"onejob-local-jobs","Key":{"id":{"S":"job_1"}},` +
+				`"UpdateExpression":"SET #a.#n = :v, #b = if_not_exists(#b, :z) + :one, updated_at = :u REMOVE #c",` +
+				`"ConditionExpression":"attribute_not_exists(#d) AND #e[0].#f = :q AND size(#g) < :max",` +
+				`"ExpressionAttributeNames":{"#a":"attempts","#n":"3","#b":"revision","#c":"notify_shard","#d":"id","#e":"tries","#f":"at","#g":"outbox"}}`,
+			[]awscalls.Call{{Function: "api", Action: "dynamodb:UpdateItem", Resource: table("jobs", ""),
+				Attributes: "attempts,id,notify_shard,outbox,revision,tries,updated_at"}}},
 		{"UnknownTable", "DynamoDB", "DynamoDB_20120810.GetItem", "GetItem",
 			&dynamodb.GetItemInput{TableName: aws.String("onejob-local-quotas")},
 			`{"TableName":"onejob-local-quotas"}`,
-			[]awscalls.Call{{"api", "dynamodb:GetItem", unknown("onejob-local-quotas")}}},
+			[]awscalls.Call{{Function: "api", Action: "dynamodb:GetItem", Resource: unknown("onejob-local-quotas")}}},
 		{"StateMachine", "SFN", "AWSStepFunctions.StartExecution", "StartExecution",
 			&sfn.StartExecutionInput{StateMachineArn: aws.String(names.StateMachineARN)},
 			`{"stateMachineArn":"` + names.StateMachineARN + `","name":"job_1"}`,
-			[]awscalls.Call{{"api", "states:StartExecution", permissions.Resource{Kind: permissions.KindStateMachine}}}},
+			[]awscalls.Call{{Function: "api", Action: "states:StartExecution", Resource: permissions.Resource{Kind: permissions.KindStateMachine}}}},
 		{"Secret", "Secrets Manager", "secretsmanager.GetSecretValue", "GetSecretValue",
 			&secretsmanager.GetSecretValueInput{SecretId: aws.String(names.SecretARN)},
 			`{"SecretId":"` + names.SecretARN + `"}`,
-			[]awscalls.Call{{"api", "secretsmanager:GetSecretValue", permissions.Resource{Kind: permissions.KindProvidersSecret}}}},
+			[]awscalls.Call{{Function: "api", Action: "secretsmanager:GetSecretValue", Resource: permissions.Resource{Kind: permissions.KindProvidersSecret}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -254,7 +267,8 @@ func TestRecordings(t *testing.T) {
 		}
 	}
 	killed := filepath.Join(dir, "killed-1.calls.jsonl")
-	line, _ := json.Marshal(map[string]string{"function": "hold", "action": "dynamodb:PutItem", "kind": "table", "name": "attempts", "source": "crash"})
+	line, _ := json.Marshal(map[string]string{"function": "hold", "action": "dynamodb:PutItem", "kind": "table", "name": "attempts",
+		"attributes": "job_id,number", "source": "crash"})
 	if err := os.WriteFile(killed, append(append(line, '\n'), `{"function":"hold","act`...), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +278,8 @@ func TestRecordings(t *testing.T) {
 	}
 	want := []awscalls.Recorded{
 		{Call: get, Sources: []string{"onejob run", "stack.test"}},
-		{Call: awscalls.Call{Function: "hold", Action: "dynamodb:PutItem", Resource: table("attempts", "")}, Sources: []string{"crash"}},
+		{Call: awscalls.Call{Function: "hold", Action: "dynamodb:PutItem", Resource: table("attempts", ""), Attributes: "job_id,number"},
+			Sources: []string{"crash"}},
 		{Call: start, Sources: []string{"onejob run"}},
 	}
 	if files != 3 || !reflect.DeepEqual(got, want) {

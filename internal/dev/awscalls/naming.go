@@ -23,6 +23,11 @@ type Call struct {
 	Function string
 	Action   string
 	Resource permissions.Resource
+	// Attributes are the top-level item attributes a DynamoDB item write
+	// (PutItem, UpdateItem) names, sorted and comma-separated: what IAM's
+	// dynamodb:Attributes condition key holds for it. Empty for other
+	// calls.
+	Attributes string
 }
 
 func (c Call) String() string {
@@ -30,7 +35,18 @@ func (c Call) String() string {
 	if c.Function != "" {
 		s = c.Function + ": " + s
 	}
+	if c.Attributes != "" {
+		s += " naming " + c.Attributes
+	}
 	return s
+}
+
+// AttributeList is Attributes as a list.
+func (c Call) AttributeList() []string {
+	if c.Attributes == "" {
+		return nil
+	}
+	return strings.Split(c.Attributes, ",")
 }
 
 // Names says which physical resources of one local deployment are which of
@@ -158,9 +174,9 @@ var transactActions = []struct{ member, action string }{
 	{"Update", "dynamodb:UpdateItem"}, {"Delete", "dynamodb:DeleteItem"}, {"Get", "dynamodb:GetItem"},
 }
 
-func dynamoResources(n Names, _ string, in Input) []Call {
+func dynamoResources(n Names, op string, in Input) []Call {
 	if t := in.Str("TableName"); t != "" {
-		return []Call{{Resource: n.table(t, in.Str("IndexName"))}}
+		return []Call{{Resource: n.table(t, in.Str("IndexName")), Attributes: itemAttributes(op, in)}}
 	}
 	var out []Call
 	// BatchGetItem, BatchWriteItem: the tables are the keys.
@@ -171,12 +187,97 @@ func dynamoResources(n Names, _ string, in Input) []Call {
 	for _, item := range in.List("TransactItems") {
 		for _, ta := range transactActions {
 			if m := item.Member(ta.member); m != nil {
-				out = append(out, Call{Action: ta.action, Resource: n.table(m.Str("TableName"), "")})
+				out = append(out, Call{Action: ta.action, Resource: n.table(m.Str("TableName"), ""),
+					Attributes: itemAttributes(strings.TrimPrefix(ta.action, "dynamodb:"), m)})
 			}
 		}
 	}
 	if len(out) == 0 {
 		out = append(out, Call{Resource: permissions.Resource{Kind: permissions.KindUnknown}})
+	}
+	return out
+}
+
+// itemAttributes are the top-level attributes an item write names, as IAM's
+// dynamodb:Attributes reads them: a PutItem's item's; an UpdateItem's
+// key's and those its update and condition expressions name (the latter
+// counted too, so the check is never more lenient than IAM).
+func itemAttributes(op string, in Input) string {
+	var names []string
+	switch op {
+	case "PutItem":
+		names = in.Keys("Item")
+	case "UpdateItem":
+		names = in.Keys("Key")
+		placeholders := in.StrMap("ExpressionAttributeNames")
+		for _, expr := range []string{in.Str("UpdateExpression"), in.Str("ConditionExpression")} {
+			names = append(names, TopLevelNames(expr, placeholders)...)
+		}
+	default:
+		return ""
+	}
+	slices.Sort(names)
+	return strings.Join(slices.Compact(names), ",")
+}
+
+// expressionWords are an expression's keywords and functions: no
+// attribute is named so.
+var expressionWords = map[string]bool{"SET": true, "REMOVE": true, "ADD": true, "DELETE": true, "AND": true, "OR": true,
+	"NOT": true, "BETWEEN": true, "IN": true}
+
+// TopLevelNames are the attributes an expression names at the top level
+// of a document path: each path's first name (a #placeholder resolved
+// through placeholders, or a bare name), never what follows a '.' or a
+// '[' nor a function's name or a :value.
+func TopLevelNames(expr string, placeholders map[string]string) []string {
+	var out []string
+	word := func(i int) int {
+		j := i
+		for j < len(expr) && (expr[j] == '_' || expr[j] >= 'a' && expr[j] <= 'z' || expr[j] >= 'A' && expr[j] <= 'Z' ||
+			expr[j] >= '0' && expr[j] <= '9') {
+			j++
+		}
+		return j
+	}
+	prev := byte(' ') // the last character that is not a space
+	for i := 0; i < len(expr); {
+		c := expr[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n':
+			i++
+			continue
+		case c == '#' || c == ':' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			start := i
+			if c == '#' || c == ':' {
+				i++
+			}
+			j := word(i)
+			tok := expr[start:j]
+			rest := strings.TrimLeft(expr[j:], " ")
+			nested := prev == '.'
+			switch {
+			case c == ':' || nested:
+			case c == '#':
+				if name, ok := placeholders[tok]; ok {
+					out = append(out, name)
+				} else {
+					out = append(out, tok)
+				}
+			case !expressionWords[strings.ToUpper(tok)] && !strings.HasPrefix(rest, "("):
+				out = append(out, tok)
+			}
+			i, prev = j, expr[j-1]
+			continue
+		case c == '[':
+			// A list index: skip to its end.
+			if k := strings.IndexByte(expr[i:], ']'); k > 0 {
+				i += k + 1
+				prev = ']'
+				continue
+			}
+		}
+		prev = c
+		i++
 	}
 	return out
 }
@@ -233,6 +334,8 @@ type Input interface {
 	List(member string) []Input
 	// Member is a structure member, or nil.
 	Member(member string) Input
+	// StrMap is a map member of strings.
+	StrMap(member string) map[string]string
 }
 
 // GoInput reads an SDK input struct (or a pointer to one).
@@ -304,6 +407,18 @@ func (g goInput) List(member string) []Input {
 	return out
 }
 
+func (g goInput) StrMap(member string) map[string]string {
+	f := g.field(member)
+	if !f.IsValid() || f.Kind() != reflect.Map || f.Type().Key().Kind() != reflect.String || f.Type().Elem().Kind() != reflect.String {
+		return nil
+	}
+	out := map[string]string{}
+	for _, k := range f.MapKeys() {
+		out[k.String()] = f.MapIndex(k).String()
+	}
+	return out
+}
+
 func (g goInput) Member(member string) Input {
 	if m, ok := goValue(g.field(member)); ok {
 		return m
@@ -351,6 +466,17 @@ func (j jsonInput) List(member string) []Input {
 	for _, e := range l {
 		if m, ok := e.(map[string]any); ok {
 			out = append(out, jsonInput(m))
+		}
+	}
+	return out
+}
+
+func (j jsonInput) StrMap(member string) map[string]string {
+	m, _ := j.get(member).(map[string]any)
+	out := map[string]string{}
+	for k, v := range m {
+		if s, ok := v.(string); ok {
+			out[k] = s
 		}
 	}
 	return out

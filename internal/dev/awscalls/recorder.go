@@ -152,12 +152,14 @@ type record struct {
 	Kind     string `json:"kind"`
 	Name     string `json:"name,omitempty"`
 	Index    string `json:"index,omitempty"`
-	Source   string `json:"source"`
+	// Attributes: Call.Attributes.
+	Attributes string `json:"attributes,omitempty"`
+	Source     string `json:"source"`
 }
 
 func toRecord(c Call, source string) record {
 	return record{Function: c.Function, Action: c.Action, Kind: string(c.Resource.Kind), Name: c.Resource.Name,
-		Index: c.Resource.Index, Source: source}
+		Index: c.Resource.Index, Attributes: c.Attributes, Source: source}
 }
 
 // Recorded is one distinct call and the recordings that hold it.
@@ -211,7 +213,7 @@ func readFile(path string, into map[Call]map[string]bool) error {
 			return fmt.Errorf("%s:%d: not a recorded call: %.200s", path, i+1, line)
 		}
 		c := Call{Function: rec.Function, Action: rec.Action,
-			Resource: permissions.Resource{Kind: permissions.Kind(rec.Kind), Name: rec.Name, Index: rec.Index}}
+			Resource: permissions.Resource{Kind: permissions.Kind(rec.Kind), Name: rec.Name, Index: rec.Index}, Attributes: rec.Attributes}
 		if into[c] == nil {
 			into[c] = map[string]bool{}
 		}

@@ -2,7 +2,9 @@
 // implementation of the DynamoDB HTTP API) from the project's pinned
 // node_modules, on a free loopback port. It runs through server.cjs (next to
 // this file), which fixes dynalite's leak of every iterator a Query or Scan
-// stops early.
+// stops early, and writes an item with its index entries in one LevelDB
+// batch, so that a kill -9 never leaves an index out of step with its
+// table.
 package dynalite
 
 import (

@@ -1,5 +1,5 @@
 // Starts dynalite (node_modules/dynalite/cli.js, with the same arguments)
-// with one fix and one addition, and optionally on a socket it is given.
+// with two fixes and one addition, and optionally on a socket it is given.
 //
 // The fix: dynalite 4.0.0 stops a LevelDB iterator early — every Query or
 // Scan that ends at its Limit or at 1 MB, such as each page of a listing —
@@ -9,6 +9,8 @@
 // alike). The fix gives abstract-level's iterators a return() that closes
 // them. If a dynalite or abstract-level upgrade changes the classes, start
 // fails here instead of leaking again.
+//
+// The second fix, crash atomicity, is below (makeAtomic).
 //
 // The addition: POST /control/gc compacts LevelDB (on disk), then runs a
 // full collection (../nodegc/gc.cjs); it never reaches dynalite's handler.
@@ -70,9 +72,109 @@ const stores = require('dynalite/db');
 let store;
 const createStore = stores.create;
 stores.create = function createKept(...args) {
-  store = createStore.apply(this, args);
+  store = makeAtomic(createStore.apply(this, args));
+  const recreate = store.recreate;
+  store.recreate = function recreateAtomic() {
+    recreate.call(this);
+    makeAtomic(this);
+  };
   return store;
 };
+
+// Crash atomicity. dynalite writes an item's index entries and then the
+// item as separate LevelDB writes (actions/putItem.js, updateItem.js,
+// deleteItem.js: db.updateIndexes, then itemDb.put or del), so a kill -9
+// between them left an index out of step with its table for good: an entry
+// whose item was never written (a job listed twice by GET /v1/jobs once its
+// unacknowledged create was retried at another time) or an item missing
+// from a sparse index (an open job the sweeper never reads). DynamoDB
+// never loses an index update. Here updateIndexes only gathers its writes,
+// and the item's write that always follows (under the item's lock) goes
+// with them in one LevelDB batch, which LevelDB applies whole or not at all.
+const updateIndexes = stores.updateIndexes;
+if (typeof updateIndexes !== 'function' || typeof stores.createKey !== 'function') {
+  throw new Error('dynalite changed: db.updateIndexes or db.createKey is missing');
+}
+// The operations of the write being gathered: set only around a
+// synchronous call, so no other request's write can land in it.
+let gathering = null;
+function gather(write) {
+  const ops = [];
+  gathering = ops;
+  try {
+    write();
+  } finally {
+    gathering = null;
+  }
+  // A write that did not reach the store's put or del at once would be
+  // lost here: refuse to serve rather than drop index entries.
+  if (ops.length !== 1) throw new Error(`dynalite changed: a write gathered ${ops.length} operations, not 1`);
+  return ops;
+}
+// Index operations waiting for their item's write, by table and item key.
+const waiting = new Map();
+const waitingKey = (table, key) => `${table}\u0000${key}`;
+stores.updateIndexes = function gatherIndexes(st, table, existing, item, cb) {
+  const ops = [];
+  const gatherer = Object.create(st);
+  gatherer.getIndexDb = (...args) => {
+    const index = st.getIndexDb(...args);
+    return {
+      put: (key, value, done) => {
+        ops.push(...gather(() => index.put(key, value)));
+        setImmediate(done);
+      },
+      del: (key, done) => {
+        ops.push(...gather(() => index.del(key)));
+        setImmediate(done);
+      },
+    };
+  };
+  updateIndexes.call(this, gatherer, table, existing, item, (err) => {
+    if (err) return cb(err);
+    if (ops.length > 0) waiting.set(waitingKey(table.TableName, stores.createKey(item || existing, table)), ops);
+    cb();
+  });
+};
+
+function makeAtomic(st) {
+  const db = st.db;
+  if (typeof db?.put !== 'function' || typeof db.del !== 'function' || typeof db.batch !== 'function' ||
+    typeof st.getItemDb !== 'function' || typeof st.getIndexDb !== 'function') {
+    throw new Error('dynalite changed: its store has no put, del, batch, getItemDb or getIndexDb');
+  }
+  const put = db.put;
+  const del = db.del;
+  db.put = function gatheredPut(key, value, cb) {
+    if (gathering) return void gathering.push({ type: 'put', key, value });
+    return put.call(this, key, value, cb);
+  };
+  db.del = function gatheredDel(key, cb) {
+    if (gathering) return void gathering.push({ type: 'del', key });
+    return del.call(this, key, cb);
+  };
+  const atomic = new WeakSet();
+  const getItemDb = st.getItemDb;
+  st.getItemDb = function atomicItemDb(name) {
+    const items = getItemDb.call(this, name);
+    if (atomic.has(items)) return items;
+    atomic.add(items);
+    const itemPut = items.put;
+    const itemDel = items.del;
+    const withIndexes = (key, write, cb) => {
+      const k = waitingKey(name, key);
+      const ops = waiting.get(k);
+      if (!ops) return write(cb);
+      waiting.delete(k);
+      db.batch([...ops, ...gather(() => write())], cb);
+    };
+    items.put = (key, value, cb) => withIndexes(key, (done) => itemPut.call(items, key, value, done), cb);
+    items.del = (key, cb) => withIndexes(key, (done) => itemDel.call(items, key, done), cb);
+    return items;
+  };
+  return st;
+}
+
 async function settle() {
   if (!store?.options) throw new Error('dynalite changed: its store was not seen');
   if (!store.options.path) return; // in memory: nothing to compact

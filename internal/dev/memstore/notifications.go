@@ -175,7 +175,8 @@ func (s *Store) AddDelivery(ctx context.Context, d job.Delivery) (bool, error) {
 	return true, nil
 }
 
-// DueDeliveries lists pending deliveries due at now, soonest first.
+// DueDeliveries lists the pending deliveries due at now that a pass takes:
+// the first limit of all of them in job.FairOrder.
 func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]job.Delivery, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -190,11 +191,8 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]
 			}
 		}
 	}
-	sort.Slice(out, func(i, k int) bool { return out[i].NextAt.Before(out[k].NextAt) })
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+	out = job.FairOrder(out)
+	return out[:min(max(limit, 1), len(out))], nil
 }
 
 // SaveDelivery replaces a delivery unless its revision moved.

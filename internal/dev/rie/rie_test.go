@@ -156,7 +156,7 @@ func TestEveryEvent(t *testing.T) {
 			}
 			starts := 0
 			for _, c := range res.Calls {
-				if !permissions.Allows(fn, c.Action, c.Resource) {
+				if !permissions.Allows(fn, c.Action, c.Resource, c.AttributeList()...) {
 					t.Errorf("%s made a call infra/permissions does not grant: %s", fn, c)
 				}
 				if c.Action == "states:StartExecution" {

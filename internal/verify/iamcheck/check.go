@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/onejob/onejob/infra/permissions"
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/awscalls"
 )
@@ -19,9 +20,53 @@ type Statement struct {
 	// Action and Resource as deployed; either may hold IAM wildcards.
 	Action   string
 	Resource string
-	// Conditional statements count as allowing: the check does not
-	// evaluate conditions, and says so.
+	// Attributes, when the statement holds dynamodb:Attributes to a list
+	// (ForAllValues:StringEquals), is that list: the check holds each
+	// recorded item write's attributes to it (review L5).
+	Attributes []string
+	// Conditional statements with any other condition count as allowing:
+	// the check does not evaluate those, and says so.
 	Conditional bool
+}
+
+// attributesKey is the one condition the check evaluates.
+const (
+	attributesOp  = "ForAllValues:StringEquals"
+	attributesKey = "dynamodb:Attributes"
+)
+
+// conditionOf reads a statement's Condition: the attributes it holds
+// calls to, and whether it has any condition the check cannot evaluate.
+func conditionOf(c any) (attributes []string, other bool) {
+	for op, keys := range asMap(c) {
+		for key, v := range asMap(keys) {
+			if op != attributesOp || key != attributesKey {
+				other = true
+				continue
+			}
+			attributes = []string{}
+			for _, a := range list(v) {
+				s, _ := a.(string)
+				attributes = append(attributes, s)
+			}
+		}
+	}
+	return attributes, other
+}
+
+// admits is IAM's reading of st's evaluated condition for call c: every
+// attribute the call names is in the list (ForAllValues: a call naming
+// none passes).
+func (st Statement) admits(c awscalls.Call) bool {
+	if st.Attributes == nil {
+		return true
+	}
+	for _, a := range c.AttributeList() {
+		if !slices.Contains(st.Attributes, a) {
+			return false
+		}
+	}
+	return true
 }
 
 // Statements are every function's statements in t: the inline policies of
@@ -41,12 +86,12 @@ func (t *Template) Statements() ([]Statement, error) {
 					return fmt.Errorf("function %s: a statement uses %s, which this check does not evaluate", fn, k)
 				}
 			}
-			_, cond := stm["Condition"]
+			attributes, cond := conditionOf(stm["Condition"])
 			for _, a := range list(stm["Action"]) {
 				action, _ := a.(string)
 				for _, r := range list(stm["Resource"]) {
 					out = append(out, Statement{Function: fn, Deny: stm["Effect"] == "Deny", Action: action,
-						Resource: t.render(r), Conditional: cond})
+						Resource: t.render(r), Attributes: attributes, Conditional: cond})
 				}
 			}
 		}
@@ -153,12 +198,15 @@ type Report struct {
 	Conditional []string
 	// Unreadable lists statement resources the check could not resolve.
 	Unreadable []string
+	// Forbidden lists statements that allow what permissions.Forbidden
+	// keeps out, whether any call used them or not.
+	Forbidden []string
 }
 
-// Failed says whether the check fails: a call not allowed, a function with
-// no recorded call, nothing recorded or no template.
+// Failed says whether the check fails: a call not allowed, a forbidden
+// grant, a function with no recorded call, nothing recorded or no template.
 func (r Report) Failed() bool {
-	return len(r.Denied) > 0 || len(r.Silent) > 0 || len(r.Calls) == 0 || len(r.Templates) == 0
+	return len(r.Denied) > 0 || len(r.Forbidden) > 0 || len(r.Silent) > 0 || len(r.Calls) == 0 || len(r.Templates) == 0
 }
 
 // Check checks calls against every template.
@@ -172,17 +220,21 @@ func Check(templates []*Template, calls []awscalls.Recorded, files int) (Report,
 		if err != nil {
 			return Report{}, fmt.Errorf("%s: %w", t.Name, err)
 		}
+		rep.Forbidden = append(rep.Forbidden, forbidden(t, stmts)...)
 		used := make([]bool, len(stmts))
 		for _, c := range calls {
 			arn, _ := t.ARN(c.Resource)
-			allowed, denied := -1, -1
+			allowed, denied, narrowed := -1, -1, -1
 			for i, st := range stmts {
 				if st.Function != c.Function || !st.matches(c.Action, arn) {
 					continue
 				}
-				if st.Deny {
+				switch {
+				case st.Deny:
 					denied = i
-				} else if allowed < 0 || stmts[allowed].Conditional {
+				case !st.admits(c.Call):
+					narrowed = i
+				case allowed < 0 || stmts[allowed].Conditional:
 					allowed = i
 				}
 			}
@@ -190,6 +242,17 @@ func Check(templates []*Template, calls []awscalls.Recorded, files int) (Report,
 			case denied >= 0:
 				rep.Denied = append(rep.Denied, Denied{Template: t.Name, Recorded: c,
 					Why: fmt.Sprintf("denied by %s on %s", stmts[denied].Action, t.symbolic(stmts[denied].Resource))})
+			case allowed < 0 && narrowed >= 0:
+				st := stmts[narrowed]
+				var outside []string
+				for _, a := range c.AttributeList() {
+					if !slices.Contains(st.Attributes, a) {
+						outside = append(outside, a)
+					}
+				}
+				rep.Denied = append(rep.Denied, Denied{Template: t.Name, Recorded: c,
+					Why: fmt.Sprintf("its role's %s on %s may name only %s, not %s", st.Action, t.symbolic(st.Resource),
+						strings.Join(st.Attributes, ","), strings.Join(outside, ","))})
 			case allowed < 0:
 				why := "no statement of its role allows it"
 				if arn == "" {
@@ -238,6 +301,26 @@ func Check(templates []*Template, calls []awscalls.Recorded, files int) (Report,
 	return rep, nil
 }
 
+// forbidden names t's statements that allow what permissions.Forbidden
+// keeps out: by action and resource, wildcards included, whatever their
+// condition (a narrowed put is still a put).
+func forbidden(t *Template, stmts []Statement) []string {
+	var out []string
+	for _, f := range permissions.Forbidden() {
+		arn, ok := t.ARN(f.Resource)
+		if !ok {
+			continue
+		}
+		for _, st := range stmts {
+			if st.Function == f.Function && !st.Deny && st.matches(f.Action, arn) {
+				out = append(out, fmt.Sprintf("%s: %s may %s on %s (its %s on %s): %s", t.Name, f.Function, f.Action, f.Resource,
+					st.Action, t.symbolic(st.Resource), f.Why))
+			}
+		}
+	}
+	return out
+}
+
 // Write prints the report: failures first, then what was not exercised.
 func (r Report) Write(w io.Writer) {
 	byFn := map[string]int{}
@@ -259,6 +342,9 @@ func (r Report) Write(w io.Writer) {
 	for _, d := range r.Denied {
 		fmt.Fprintf(w, "FAIL: %s: %s: %s on %s is not granted (%s); recorded by %s\n", d.Template, d.Function, d.Action,
 			d.Resource, d.Why, strings.Join(d.Sources, ", "))
+	}
+	for _, f := range r.Forbidden {
+		fmt.Fprintf(w, "FAIL: forbidden grant: %s\n", f)
 	}
 	for _, f := range r.Silent {
 		fmt.Fprintf(w, "FAIL: no AWS call recorded for function %s: no suite ran its code, or its SDK clients are not tagged (internal/dev/stack/functions.go)\n", f)

@@ -185,3 +185,89 @@ func TestWildcard(t *testing.T) {
 		}
 	}
 }
+
+// TestForbiddenGrants (review L5): a template whose API role may put a
+// job item fails the check, whether its statement names the action or a
+// wildcard covers it, conditioned or not, and whether or not any call used
+// it; the same template without it passes.
+func TestForbiddenGrants(t *testing.T) {
+	t.Parallel()
+	var calls []awscalls.Recorded
+	for _, fn := range deploy.Names() {
+		calls = append(calls, call(fn, "dynamodb:GetItem", table("jobs", "")))
+	}
+	with := func(api ...any) map[string][]any {
+		g := map[string][]any{}
+		for _, fn := range deploy.Names() {
+			g[fn] = []any{allow("dynamodb:GetItem", jobsArn)}
+		}
+		g[deploy.FnAPI] = append(g[deploy.FnAPI], api...)
+		return g
+	}
+	narrowed := allow("dynamodb:PutItem", jobsArn)
+	narrowed["Condition"] = map[string]any{"ForAllValues:StringEquals": map[string]any{"dynamodb:Attributes": []any{"id"}}}
+	for _, tc := range []struct {
+		name      string
+		api       []any
+		forbidden bool
+	}{
+		{"None", nil, false},
+		{"UpdateOnly", []any{allow("dynamodb:UpdateItem", jobsArn)}, false},
+		{"PutItem", []any{allow("dynamodb:PutItem", jobsArn)}, true},
+		{"Wildcard", []any{allow("dynamodb:*", map[string]any{"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/onejob-test-*"})}, true},
+		{"Narrowed", []any{narrowed}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rep, err := Check([]*Template{fixture(t, with(tc.api...))}, calls, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(rep.Forbidden) > 0; got != tc.forbidden || rep.Failed() != tc.forbidden {
+				t.Fatalf("forbidden %v, failed %v; want %v", rep.Forbidden, rep.Failed(), tc.forbidden)
+			}
+			var out strings.Builder
+			rep.Write(&out)
+			if tc.forbidden && !strings.Contains(out.String(), "FAIL: forbidden grant: onejob-test: api may dynamodb:PutItem on table:jobs") {
+				t.Errorf("the report does not name the forbidden grant:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestNarrowedWrites (review L5): a statement that holds
+// dynamodb:Attributes to a list allows an item write naming only those;
+// one naming another is denied, and the report names it.
+func TestNarrowedWrites(t *testing.T) {
+	t.Parallel()
+	grants := map[string][]any{}
+	var calls []awscalls.Recorded
+	for _, fn := range deploy.Names() {
+		grants[fn] = []any{allow("dynamodb:GetItem", jobsArn)}
+		calls = append(calls, call(fn, "dynamodb:GetItem", table("jobs", "")))
+	}
+	narrowed := allow("dynamodb:UpdateItem", jobsArn)
+	narrowed["Condition"] = map[string]any{"ForAllValues:StringEquals": map[string]any{"dynamodb:Attributes": []any{"dispatched", "id", "revision"}}}
+	grants[deploy.FnNotify] = append(grants[deploy.FnNotify], narrowed)
+	write := func(attributes string) awscalls.Recorded {
+		c := call(deploy.FnNotify, "dynamodb:UpdateItem", table("jobs", ""))
+		c.Attributes = attributes
+		return c
+	}
+	rep, err := Check([]*Template{fixture(t, grants)}, append(calls, write("dispatched,id,revision"), write("id,revision,status")), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied []string
+	for _, d := range rep.Denied {
+		denied = append(denied, d.Call.String()+" — "+d.Why)
+	}
+	want := "notify: dynamodb:UpdateItem on table:jobs naming id,revision,status — its role's dynamodb:UpdateItem on table:jobs " +
+		"may name only dispatched,id,revision, not status"
+	if len(denied) != 1 || denied[0] != want {
+		t.Errorf("denied %v, want [%s]", denied, want)
+	}
+	if len(rep.Conditional) != 0 {
+		t.Errorf("an evaluated condition is reported as not evaluated: %v", rep.Conditional)
+	}
+}

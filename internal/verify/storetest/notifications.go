@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -252,6 +253,48 @@ var notificationTests = []test{
 		}
 		if _, err := st.Delivery(ctx, j.ID, "msg_x-ep_y"); !errors.Is(err, job.ErrNotFound) {
 			t.Fatalf("an absent delivery: %v", err)
+		}
+	}},
+	// Review N-L6: one owner's backlog of older due deliveries, more than
+	// a pass takes from each part of the store's due list, must not hide
+	// another owner's later one: the store returns the first of all due
+	// deliveries in the fair order (job.FairOrder), each owner's oldest
+	// in turn.
+	{"ABacklogHidesNoOtherOwnersDueDelivery", func(t *testing.T, fresh func(*testing.T) Store) {
+		st := fresh(t)
+		ctx := context.Background()
+		deliver := func(owner, key, endpoint string, due time.Time) job.Delivery {
+			t.Helper()
+			j := newJob(t, request(owner, key, `{"prompt":"x"}`), at(0))
+			j.Notify = true
+			j = create(t, st, j)
+			n := job.Notice{ID: job.MessageID(j.ID, job.EventJobCancelled, 0), Type: job.EventJobCancelled, At: due}
+			d := job.NewDelivery(j, n, job.Endpoint{ID: endpoint}, []byte(`{"type":"job.cancelled"}`), due)
+			if ok, err := st.AddDelivery(ctx, d); err != nil || !ok {
+				t.Fatalf("add %s: %v %v", key, ok, err)
+			}
+			return d
+		}
+		const limit = 3
+		var hog []job.Delivery
+		for i := range 8 * limit {
+			hog = append(hog, deliver("hog", fmt.Sprintf("h%d", i), "ep_hog", at(1+i)))
+		}
+		other := deliver("other", "o", "ep_other", at(100))
+		due, err := st.DueDeliveries(ctx, at(200), limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range due {
+			got = append(got, d.Owner+"/"+d.Key())
+		}
+		want := []string{"hog/" + hog[0].Key(), "other/" + other.Key(), "hog/" + hog[1].Key()}
+		if !slices.Equal(got, want) {
+			t.Fatalf("due with a backlog of %d older: %v, want %v", len(hog), got, want)
+		}
+		if string(due[1].Body) != string(other.Body) || due[1].Revision != other.Revision {
+			t.Fatalf("the other owner's delivery, read whole: %+v", due[1])
 		}
 	}},
 }
