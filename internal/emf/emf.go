@@ -39,6 +39,13 @@ const (
 	SettleSeconds                = "SettleSeconds"
 	// ProvidersOpened counts breakers opening (the provider-opened alarm).
 	ProvidersOpened = "ProvidersOpened"
+	// AdmissionsUnread counts attempts let through to a provider whose
+	// health could not be read (one that declares no rate_limit or
+	// max_concurrent: it fails open); AdmissionsUnrecorded the admissions
+	// refused because the health could not be read or written for a
+	// provider that declares them (review N-L5: the job waits instead).
+	AdmissionsUnread     = "AdmissionsUnread"
+	AdmissionsUnrecorded = "AdmissionsUnrecorded"
 	// DeliveryTries counts webhook delivery tries, DeliveriesFailed those
 	// that failed; EndpointsDisabled counts webhook endpoints disabled
 	// (410, or failing for days: the endpoint-disabled alarm);
@@ -151,6 +158,16 @@ func (r *Recorder) AttemptSettled(ctx context.Context, j job.Job, a job.Attempt,
 // ProviderOpened counts a provider's breaker opening.
 func (r *Recorder) ProviderOpened(ctx context.Context, h job.Health) {
 	r.Add(ctx, ProvidersOpened, 1, "Count", map[string]any{"provider": h.Provider, "reason": h.Reason})
+}
+
+// AdmissionUnrecorded counts an admission decided without the provider's
+// health: let through (AdmissionsUnread) or refused (AdmissionsUnrecorded).
+func (r *Recorder) AdmissionUnrecorded(ctx context.Context, provider string, a job.Admission) {
+	name := AdmissionsUnrecorded
+	if a.Allowed {
+		name = AdmissionsUnread
+	}
+	r.Add(ctx, name, 1, "Count", map[string]any{"provider": provider})
 }
 
 // DeliveryTried counts a webhook delivery's try, and a failed one.

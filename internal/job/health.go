@@ -91,7 +91,8 @@ type HealthEvent struct {
 	Attempt string
 	// Owner is the owner of the attempt's job: one owner's failures count
 	// toward opening the provider only up to BreakerPolicy.OwnerFailures,
-	// and past Failures of its own they make that owner back off alone.
+	// and past Failures of its own they make that owner back off alone
+	// (past MaxTrackedOwners, its bucket's; ownerkeys.go).
 	// "" (an observation with no owner) counts in full.
 	Owner string
 	// Answered is how many calls the reporter saw answered since it last
@@ -108,12 +109,6 @@ type HealthEvent struct {
 type OwnerTally struct {
 	Failures, Answered int
 }
-
-// MaxTrackedOwners bounds the owners a provider's health tallies in one
-// window (and the owners backing off): the item stays small. Past it, a
-// new owner's failures count in full, as if it had no owner: by then the
-// provider fails for very many owners.
-const MaxTrackedOwners = 64
 
 // Forced is an operator's override of a provider's breaker.
 type Forced struct {
@@ -142,7 +137,10 @@ type Health struct {
 	PreviousAnswered int
 	// Owners tallies the current window's calls by owner: toward opening,
 	// each owner's failures count for at most OwnerFailures (counted), so
-	// one owner's inputs cannot open the provider for everyone.
+	// one owner's inputs cannot open the provider for everyone. This map
+	// and every other one by owner below are keyed by the owner's key in
+	// the health (ownerkeys.go: its name, a digest of a long one, or past
+	// MaxTrackedOwners its bucket).
 	Owners map[string]OwnerTally
 	// Backoff lists the owners whose own calls failed often enough to open
 	// the provider had they come from several owners, with until when their
@@ -256,16 +254,14 @@ func (b BreakerPolicy) ownerCap() int {
 	return min(b.OwnerFailures, b.Failures)
 }
 
-// tally adds one owner's calls to the window's tallies and returns them;
-// an owner past MaxTrackedOwners is not tallied (ok false).
+// tally adds the calls of one owner (its key in h: ownerKey) to the
+// window's tallies and returns them; no owner ("") is not tallied (ok
+// false).
 func (h *Health) tally(owner string, failures, answered int) (OwnerTally, bool) {
 	if owner == "" {
 		return OwnerTally{}, false
 	}
-	t, known := h.Owners[owner]
-	if !known && len(h.Owners) >= MaxTrackedOwners {
-		return OwnerTally{}, false
-	}
+	t := h.Owners[owner]
 	if h.Owners == nil {
 		h.Owners = map[string]OwnerTally{}
 	}
@@ -289,9 +285,6 @@ func (h *Health) backOff(owner string, t OwnerTally, p HealthPolicy, now time.Ti
 		return
 	}
 	if until, ok := h.Backoff[owner]; ok && !until.Before(now.Add(b.Cooldown)) {
-		return
-	}
-	if _, ok := h.Backoff[owner]; !ok && len(h.Backoff) >= MaxTrackedOwners {
 		return
 	}
 	if h.Backoff == nil {
@@ -381,6 +374,9 @@ type HealthPolicy struct {
 	// MaxConcurrent caps the attempts holding the provider (Health.Held,
 	// and Health.Running when CountAdmitted).
 	MaxConcurrent int
+	// ConcurrencyDeclared: MaxConcurrent is the provider's own declared
+	// max_concurrent, not the default (DeclaresLimits).
+	ConcurrencyDeclared bool
 	// CountAdmitted: an attempt takes a slot from the moment it is
 	// admitted, not only once it is slow (a provider that declares
 	// max_concurrent). It costs two conditional writes of the provider's
@@ -470,6 +466,7 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 	if h.State == "" {
 		h.State = ProviderClosed
 	}
+	owner := h.ownerKey(e.Owner, p, now)
 	changed := false
 	_, wasHeld := h.Held[e.Attempt]
 	if _, running := h.Running[e.Attempt]; running {
@@ -487,11 +484,11 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 			h.Held = map[string]time.Time{}
 		}
 		h.Held[e.Attempt] = now
-		if e.Owner != "" && h.HeldBy[e.Attempt] == "" {
+		if owner != "" && h.HeldBy[e.Attempt] == "" {
 			if h.HeldBy == nil {
 				h.HeldBy = map[string]string{}
 			}
-			h.HeldBy[e.Attempt] = e.Owner
+			h.HeldBy[e.Attempt] = owner
 		}
 		changed = true
 	case !e.Kind.holds() && wasHeld:
@@ -518,8 +515,8 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 		if counts || (changed && e.Answered > 0) {
 			h.roll(now, p.Breaker)
 			h.Answered += e.Answered
-			for o, n := range e.AnsweredBy {
-				h.tally(o, 0, n)
+			for _, o := range slices.Sorted(maps.Keys(e.AnsweredBy)) {
+				h.tally(h.ownerKey(o, p, now), 0, e.AnsweredBy[o])
 			}
 		}
 		if counts {
@@ -528,10 +525,12 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 			}
 			h.Failures[e.Kind]++
 			changed = true
-			t, tallied := h.tally(e.Owner, 1, 0)
+			// Keyed again: the roll may have made room.
+			owner = h.ownerKey(e.Owner, p, now)
+			t, tallied := h.tally(owner, 1, 0)
 			h = tripped(h, p, now)
 			if tallied {
-				h.backOff(e.Owner, t, p, now)
+				h.backOff(owner, t, p, now)
 			}
 		}
 	case ProviderHalfOpen:
@@ -637,6 +636,12 @@ type Admission struct {
 	// owner refused so waits for it: asking Admit (with no attempt key)
 	// records it as waiting, so owners past their share yield to it.
 	Full bool
+	// Unrecorded: the provider's health could not be read or written
+	// (a fault of the store, not of the provider). Refused, the admission
+	// it needed could not be recorded (AdmitUnread, AdmitUnrecorded);
+	// allowed, it was let through unrecorded, which only a provider
+	// declaring no limits may be, and which is counted in a metric.
+	Unrecorded bool
 }
 
 // Admit decides whether a new attempt (key) may go to the provider now.
@@ -693,12 +698,13 @@ func AdmitTokens(h Health, key, owner string, tokens int, p HealthPolicy, now ti
 		after.Probes[key] = now
 		return Admission{Allowed: true, Probe: true}, healthChange(h, after, now), true
 	}
-	if until, ok := h.Backoff[owner]; ok && owner != "" && now.Before(until) {
-		t := h.Owners[owner]
-		return Admission{Reason: fmt.Sprintf("backing off: %d of this owner's calls failed at it within %s (it answers other owners)",
-			t.Failures, p.Breaker.Window), RetryAt: until, Owner: true}, HealthChange{}, false
+	who := h.ownerKey(owner, p, now)
+	if until, ok := h.Backoff[who]; ok && who != "" && now.Before(until) {
+		t := h.Owners[who]
+		return Admission{Reason: fmt.Sprintf("backing off: %d of %s calls failed at it within %s (it answers other owners)",
+			t.Failures, whose(who), p.Breaker.Window), RetryAt: until, Owner: true}, HealthChange{}, false
 	}
-	return admitShare(h, key, owner, tokens, p, now)
+	return admitShare(h, key, who, tokens, p, now)
 }
 
 // WaiterFresh is how long an owner refused at capacity counts as waiting
@@ -708,26 +714,42 @@ const WaiterFresh = time.Minute
 // FairShare is an owner's share of the provider's bulkhead now: its
 // max_concurrent divided among the owners holding it or waiting for it
 // (the owner asking included), at least 1; and how many attempts the
-// owner holds.
+// owner holds (past MaxTrackedOwners, its bucket's share and holds).
 func (h Health) FairShare(owner string, p HealthPolicy, now time.Time) (share, holds int) {
-	share, holds, _ = h.fairShare(owner, p, now)
+	share, holds, _ = h.bulkhead(now).share(h.ownerKey(owner, p, now), p)
 	return share, holds
 }
 
-func (h Health) fairShare(owner string, p HealthPolicy, now time.Time) (share, holds, owners int) {
-	active := map[string]bool{owner: true}
+// bulkheadView is who holds the bulkhead and who waits for it now, by
+// owner key: read once per decision, whatever the number of owners.
+type bulkheadView struct {
+	holds map[string]int
+	// active are the owners holding or waiting (WaiterFresh).
+	active map[string]bool
+}
+
+func (h Health) bulkhead(now time.Time) bulkheadView {
+	v := bulkheadView{holds: map[string]int{}, active: map[string]bool{}}
 	for _, o := range h.HeldBy {
-		active[o] = true
-		if o == owner {
-			holds++
-		}
+		v.active[o] = true
+		v.holds[o]++
 	}
 	for o, at := range h.Waiters {
 		if now.Sub(at) < WaiterFresh {
-			active[o] = true
+			v.active[o] = true
 		}
 	}
-	return max(1, p.MaxConcurrent/len(active)), holds, len(active)
+	return v
+}
+
+// share is owner's share (the owners active, it included), its holds and
+// how many owners that share divides among.
+func (v bulkheadView) share(owner string, p HealthPolicy) (share, holds, owners int) {
+	owners = len(v.active)
+	if !v.active[owner] {
+		owners++
+	}
+	return max(1, p.MaxConcurrent/owners), v.holds[owner], owners
 }
 
 // Reserved is how many of a bulkhead's slots are kept for owners under
@@ -737,7 +759,7 @@ func (h Health) fairShare(owner string, p HealthPolicy, now time.Time) (share, h
 func (p HealthPolicy) Reserved() int { return max(1, p.MaxConcurrent/4) }
 
 // admitShare is the bulkhead of a closed breaker, fair between owners
-// (issue 26):
+// (issue 26; owner is the owner's key in h):
 //   - an owner may fill idle capacity but for the last Reserved slots,
 //     which only an owner under its share takes (an owner alone: under
 //     the share it would have beside one newcomer), so a newcomer starts
@@ -748,23 +770,24 @@ func (p HealthPolicy) Reserved() int { return max(1, p.MaxConcurrent/4) }
 //     (a write, only at capacity), so the owners over theirs yield the
 //     next slots to it.
 func admitShare(h Health, key, owner string, tokens int, p HealthPolicy, now time.Time) (Admission, HealthChange, bool) {
-	share, holds, active := h.fairShare(owner, p, now)
+	view := h.bulkhead(now)
+	share, holds, active := view.share(owner, p)
 	free := p.MaxConcurrent - len(h.Held) - len(h.Running)
 	waiting := 0
 	for o, at := range h.Waiters {
 		if o != owner && now.Sub(at) < WaiterFresh {
-			if s, n := h.FairShare(o, p, now); n < s {
+			if s, n, _ := view.share(o, p); n < s {
 				waiting++
 			}
 		}
 	}
 	switch {
 	case owner != "" && free > 0 && free <= p.Reserved() && holds >= reserveLimit(share, active, p):
-		return Admission{Reason: fmt.Sprintf("fair share: this owner holds %d attempts; the last %d of max_concurrent %d are kept for owners under their share",
-			holds, p.Reserved(), p.MaxConcurrent), RetryAt: holdsRetry(h, owner, p, now), Share: true}, HealthChange{}, false
+		return Admission{Reason: fmt.Sprintf("fair share: %s holds %d attempts; the last %d of max_concurrent %d are kept for owners under their share",
+			whose(owner), holds, p.Reserved(), p.MaxConcurrent), RetryAt: holdsRetry(h, owner, p, now), Share: true}, HealthChange{}, false
 	case owner != "" && holds >= share && waiting > 0 && free <= waiting:
-		return Admission{Reason: fmt.Sprintf("fair share: this owner holds %d of its %d attempts (max_concurrent %d) while %d other owner(s) wait",
-			holds, share, p.MaxConcurrent, waiting), RetryAt: holdsRetry(h, owner, p, now), Share: true}, HealthChange{}, false
+		return Admission{Reason: fmt.Sprintf("fair share: %s holds %d of its %d attempts (max_concurrent %d) while %d other owner(s) wait",
+			whose(owner), holds, share, p.MaxConcurrent, waiting), RetryAt: holdsRetry(h, owner, p, now), Share: true}, HealthChange{}, false
 	case free <= 0:
 		a := Admission{Reason: fmt.Sprintf("at capacity: %d attempts hold it (max_concurrent %d)", len(h.Held)+len(h.Running), p.MaxConcurrent),
 			RetryAt: holdsRetry(h, "", p, now), Full: true}
@@ -812,10 +835,11 @@ func admitShare(h Health, key, owner string, tokens int, p HealthPolicy, now tim
 	return Admission{Allowed: true}, healthChange(h, after, now), true
 }
 
-// noteWaiter is waiters with owner recorded as waiting at now, the entries
-// fresh no more dropped; ok is false when nothing needs writing: the owner
-// was recorded within fresh/2, or a new owner finds MaxTrackedOwners
-// there. The bulkhead's waiters and the rate's are kept alike.
+// noteWaiter is waiters with owner (its key) recorded as waiting at now,
+// the entries fresh no more dropped; ok is false when nothing needs
+// writing: the owner was recorded within fresh/2. The bulkhead's waiters
+// and the rate's are kept alike; how many there are is bounded by the
+// owner keys (ownerkeys.go).
 func noteWaiter(waiters map[string]time.Time, owner string, fresh time.Duration, now time.Time) (map[string]time.Time, bool) {
 	if at, ok := waiters[owner]; ok && now.Sub(at) < fresh/2 {
 		return nil, false
@@ -825,9 +849,6 @@ func noteWaiter(waiters map[string]time.Time, owner string, fresh time.Duration,
 		if now.Sub(at) < fresh {
 			out[o] = at
 		}
-	}
-	if _, ok := out[owner]; !ok && len(out) >= MaxTrackedOwners {
-		return nil, false
 	}
 	out[owner] = now
 	return out, true
@@ -965,9 +986,9 @@ func DecideReport(h Health, r Report, p HealthPolicy, now time.Time) (HealthChan
 	var backOff []string
 	if h.State == ProviderClosed {
 		for _, o := range slices.Sorted(maps.Keys(r.ByOwner)) {
-			t := r.ByOwner[o]
-			if _, ok := h.tally(o, t.Failures, t.Answered); ok && t.Failures > 0 {
-				backOff = append(backOff, o)
+			t, k := r.ByOwner[o], h.ownerKey(o, p, now)
+			if _, ok := h.tally(k, t.Failures, t.Answered); ok && t.Failures > 0 && !slices.Contains(backOff, k) {
+				backOff = append(backOff, k)
 			}
 		}
 	}

@@ -154,23 +154,6 @@ func TestDecideReportCapsOneOwner(t *testing.T) {
 	}
 }
 
-// Past MaxTrackedOwners a new owner's failures count in full: the item
-// stays bounded, and by then the provider fails for very many owners.
-func TestOwnerTalliesAreBounded(t *testing.T) {
-	t.Parallel()
-	p := ownerPolicy()
-	p.Breaker.Failures = 1000 // never opens here
-	p.Breaker.FailureRate = 1
-	var steps []ownerStep
-	for i := range job.MaxTrackedOwners + 10 {
-		steps = append(steps, ownerStep{at: 1, kind: job.HealthServerError, owner: fmt.Sprintf("o%03d", i)})
-	}
-	h := observeOwners(t, job.NewHealth("p"), p, steps...)
-	if len(h.Owners) != job.MaxTrackedOwners || h.FailureCount() != job.MaxTrackedOwners+10 || h.CountedFailures(p.Breaker) != job.MaxTrackedOwners+10 {
-		t.Fatalf("owners %d, failures %d, counted %d", len(h.Owners), h.FailureCount(), h.CountedFailures(p.Breaker))
-	}
-}
-
 // sharePolicy counts attempts from admission, 8 at most.
 func sharePolicy() job.HealthPolicy {
 	p := ownerPolicy()

@@ -33,8 +33,8 @@ func (r RateLimit) slot() time.Duration {
 }
 
 // RateSlot is the requests admitted to a provider in one slot of its rate
-// period, by owner ("" for attempts with no owner, and for owners past
-// MaxTrackedOwners).
+// period, by owner key ("" for attempts with no owner; past
+// MaxTrackedOwners or MaxRateEntries, the owner's bucket: ownerkeys.go).
 type RateSlot struct {
 	Start   time.Time
 	ByOwner map[string]int
@@ -73,44 +73,56 @@ func (r RateLimit) SendBy(admitted time.Time) time.Time {
 }
 
 // RateUsed is the requests the provider's window holds: every owner's,
-// and this owner's.
-func (h Health) RateUsed(owner string, r RateLimit, now time.Time) (total, mine int) {
-	return h.used(owner, r, now, func(s RateSlot) map[string]int { return s.ByOwner })
+// and those counted under key (an owner's key in the health: its name
+// when short; ownerkeys.go).
+func (h Health) RateUsed(key string, r RateLimit, now time.Time) (total, mine int) {
+	uses, total, _ := h.rateUses(r, now)
+	return total, uses[key].requests
 }
 
 // TokensUsed is the tokens the provider's window holds: every owner's, and
-// this owner's.
-func (h Health) TokensUsed(owner string, r RateLimit, now time.Time) (total, mine int) {
-	return h.used(owner, r, now, func(s RateSlot) map[string]int { return s.Tokens })
+// those counted under key.
+func (h Health) TokensUsed(key string, r RateLimit, now time.Time) (total, mine int) {
+	uses, _, total := h.rateUses(r, now)
+	return total, uses[key].tokens
 }
 
-// used sums one count of the slots counted now (of: the requests or the
-// tokens, by owner).
-func (h Health) used(owner string, r RateLimit, now time.Time, of func(RateSlot) map[string]int) (total, mine int) {
+// rateUse is one owner key's part of the rate's window: its requests, its
+// tokens, and the start of the newest slot holding a request of it.
+type rateUse struct {
+	requests, tokens int
+	last             time.Time
+}
+
+// rateUses sums the slots counted now, by owner key, once per decision
+// whatever the number of owners; and the totals.
+func (h Health) rateUses(r RateLimit, now time.Time) (uses map[string]rateUse, requests, tokens int) {
+	n := len(h.RateWaiters) + 1
+	for _, s := range h.Rate {
+		n = max(n, len(s.ByOwner))
+	}
+	uses = make(map[string]rateUse, n)
 	for _, s := range h.Rate {
 		if !r.counted(s, now) {
 			continue
 		}
-		for o, n := range of(s) {
-			total += n
-			if o == owner {
-				mine += n
+		for o, n := range s.ByOwner {
+			u := uses[o]
+			u.requests += n
+			if n > 0 && s.Start.After(u.last) {
+				u.last = s.Start
 			}
+			uses[o] = u
+			requests += n
+		}
+		for o, n := range s.Tokens {
+			u := uses[o]
+			u.tokens += n
+			uses[o] = u
+			tokens += n
 		}
 	}
-	return total, mine
-}
-
-// lastAdmitted is the start of the newest slot counted now that holds a
-// request of owner (zero when none does).
-func (h Health) lastAdmitted(owner string, r RateLimit, now time.Time) time.Time {
-	var last time.Time
-	for _, s := range h.Rate {
-		if r.counted(s, now) && s.ByOwner[owner] > 0 && s.Start.After(last) {
-			last = s.Start
-		}
-	}
-	return last
+	return uses, requests, tokens
 }
 
 // rateRetry is when the oldest slot counted now leaves the window.
@@ -139,9 +151,17 @@ func (h Health) rateRetry(r RateLimit, now time.Time) time.Time {
 // A refusal (full, or kept for others) records the owner as waiting (a
 // write, at most twice per waiterFresh per owner while it waits). changed
 // reports a waiter to record; after is the health to write then.
+//
+// owner is the owner's key in h (ownerkeys.go).
 func admitRate(h Health, owner string, tokens int, r RateLimit, now time.Time) (a Admission, after Health, changed, allowed bool) {
-	total, mine := h.RateUsed(owner, r, now)
-	tTotal, tMine := h.TokensUsed(owner, r, now)
+	if total := h.rateTotal(r, now); r.Requests > 0 && total >= r.Requests {
+		// Full: refused whoever asks, so the owners' parts need no sum.
+		return rateRefused(h, owner, Admission{Reason: fmt.Sprintf("rate limit: %d requests within %s (declared %d per %s)", total, r.Per, r.Requests, r.Per),
+			RetryAt: h.rateRetry(r, now), Rate: true, Full: true}, r, now)
+	}
+	uses, total, tTotal := h.rateUses(r, now)
+	me := uses[owner]
+	mine, tMine := me.requests, me.tokens
 	left, tLeft := r.Requests-total, r.Tokens-tTotal
 	// Water-filling: while an owner waiting for the rate sent fewer
 	// requests (or tokens) within the window than this one, this one takes
@@ -153,20 +173,19 @@ func admitRate(h Health, owner string, tokens int, r RateLimit, now time.Time) (
 	behind, needed, tBehind, tNeeded := 0, 0, 0, 0
 	fresh := r.waiterFresh()
 	if owner != "" {
-		myLast := h.lastAdmitted(owner, r, now)
 		for o, at := range h.RateWaiters {
 			if o == owner || now.Sub(at) >= fresh {
 				continue
 			}
-			_, theirs := h.RateUsed(o, r, now)
-			older := h.lastAdmitted(o, r, now).Before(myLast)
+			them := uses[o]
+			theirs, theirsT := them.requests, them.tokens
+			older := them.last.Before(me.last)
 			if theirs < mine || (theirs == mine && older) {
 				behind++
 			}
 			if theirs <= mine {
 				needed += mine + 1 - theirs
 			}
-			_, theirsT := h.TokensUsed(o, r, now)
 			if theirsT < tMine || (theirsT == tMine && older) {
 				tBehind++
 			}
@@ -178,32 +197,50 @@ func admitRate(h Health, owner string, tokens int, r RateLimit, now time.Time) (
 	var refused Admission
 	switch {
 	case r.Requests > 0 && left > 0 && behind > 0 && left-1 < needed:
-		refused = Admission{Reason: fmt.Sprintf("fair share of the rate: this owner sent %d requests within %s (declared %d) while %d owner(s) with fewer wait",
-			mine, r.Per, r.Requests, behind), RetryAt: h.rateRetry(r, now), Share: true, Rate: true, Full: true}
+		refused = Admission{Reason: fmt.Sprintf("fair share of the rate: %s sent %d requests within %s (declared %d) while %d owner(s) with fewer wait",
+			whose(owner), mine, r.Per, r.Requests, behind), RetryAt: h.rateRetry(r, now), Share: true, Rate: true, Full: true}
 	case r.Requests > 0 && left <= 0:
 		refused = Admission{Reason: fmt.Sprintf("rate limit: %d requests within %s (declared %d per %s)", total, r.Per, r.Requests, r.Per),
 			RetryAt: h.rateRetry(r, now), Rate: true, Full: true}
 	case r.Tokens > 0 && tLeft >= tokens && tBehind > 0 && tLeft-tokens < tNeeded:
-		refused = Admission{Reason: fmt.Sprintf("fair share of the token rate: this owner used %d tokens within %s (declared %d) while %d owner(s) with fewer wait",
-			tMine, r.Per, r.Tokens, tBehind), RetryAt: h.rateRetry(r, now), Share: true, Rate: true, Full: true}
+		refused = Admission{Reason: fmt.Sprintf("fair share of the token rate: %s used %d tokens within %s (declared %d) while %d owner(s) with fewer wait",
+			whose(owner), tMine, r.Per, r.Tokens, tBehind), RetryAt: h.rateRetry(r, now), Share: true, Rate: true, Full: true}
 	case r.Tokens > 0 && tLeft < tokens:
 		refused = Admission{Reason: fmt.Sprintf("token rate limit: %d tokens within %s and this request may use %d (declared %d per %s)",
 			tTotal, r.Per, tokens, r.Tokens, r.Per), RetryAt: h.rateRetry(r, now), Rate: true, Full: true}
 	default:
 		return Admission{Allowed: true}, h, false, true
 	}
-	// Refused either way, the owner waits for the rate: recorded (or
-	// kept fresh) so that owners ahead of it yield it the next requests.
+	return rateRefused(h, owner, refused, r, now)
+}
+
+// rateRefused is a refusal for the rate: refused either way, the owner
+// waits for the rate, recorded (or kept fresh) so that owners ahead of it
+// yield it the next requests.
+func rateRefused(h Health, owner string, refused Admission, r RateLimit, now time.Time) (Admission, Health, bool, bool) {
 	if owner == "" {
 		return refused, h, false, false
 	}
-	waiters, ok := noteWaiter(h.RateWaiters, owner, fresh, now)
+	waiters, ok := noteWaiter(h.RateWaiters, owner, r.waiterFresh(), now)
 	if !ok {
 		return refused, h, false, false
 	}
-	after = h.clone()
+	after := h.clone()
 	after.RateWaiters = waiters
 	return refused, after, true, false
+}
+
+// rateTotal is the requests the slots counted now hold.
+func (h Health) rateTotal(r RateLimit, now time.Time) int {
+	total := 0
+	for _, s := range h.Rate {
+		if r.counted(s, now) {
+			for _, n := range s.ByOwner {
+				total += n
+			}
+		}
+	}
+	return total
 }
 
 // waiterFresh is how long an owner refused for the rate counts as waiting:
@@ -218,9 +255,11 @@ func (r RateLimit) waiterFresh() time.Duration { return min(WaiterFresh, max(r.s
 // waiting.
 const RateWaiterMin = 10 * time.Second
 
-// spendRate counts one request of owner, and its tokens when the provider
-// declares a token rate, in the slot of now, dropping the slots that left
-// the window.
+// spendRate counts one request of owner (its key in h), and its tokens
+// when the provider declares a token rate, in the slot of now, dropping
+// the slots that left the window. Past MaxRateEntries (slot, owner) counts
+// in the window, a request of an owner the slot does not count yet is
+// counted in the owner's bucket: the item stays bounded at any rate.
 func (h *Health) spendRate(owner string, tokens int, r RateLimit, now time.Time) {
 	start := now.Truncate(r.slot())
 	h.Rate = slices.DeleteFunc(slices.Clone(h.Rate), func(s RateSlot) bool { return !r.counted(s, now) })
@@ -233,8 +272,14 @@ func (h *Health) spendRate(owner string, tokens int, r RateLimit, now time.Time)
 	if s.ByOwner == nil {
 		s.ByOwner = map[string]int{}
 	}
-	if _, ok := s.ByOwner[owner]; !ok && len(s.ByOwner) >= MaxTrackedOwners {
-		owner = ""
+	if _, ok := s.ByOwner[owner]; !ok && owner != "" && !IsOwnerBucket(owner) {
+		entries := 0
+		for _, o := range h.Rate {
+			entries += len(o.ByOwner)
+		}
+		if entries >= MaxRateEntries {
+			owner = OwnerBucket(owner)
+		}
 	}
 	s.ByOwner[owner]++
 	if r.Tokens > 0 && tokens > 0 {

@@ -27,6 +27,7 @@ const (
 // Standing is the owner's standing at the provider now (on a closed,
 // unforced breaker; an open one refuses every owner alike).
 func Standing(h Health, owner string, p HealthPolicy, now time.Time) OwnerStanding {
+	owner = h.ownerKey(owner, p, now)
 	if until, ok := h.Backoff[owner]; ok && now.Before(until) {
 		return StandingBackingOff
 	}
@@ -38,7 +39,7 @@ func Standing(h Health, owner string, p HealthPolicy, now time.Time) OwnerStandi
 		if at, ok := h.Waiters[owner]; ok && now.Sub(at) < WaiterFresh {
 			return StandingWaiting
 		}
-		share, holds := h.FairShare(owner, p, now)
+		share, holds, _ := h.bulkhead(now).share(owner, p)
 		if holds >= share {
 			return StandingAtShare
 		}

@@ -39,9 +39,14 @@ type BreakersConfig struct {
 // per-process cache, so a call that answers on a closed breaker costs at
 // most that cached read and no write.
 //
-// Health is advice about where to send work, never a reason to lose it: a
-// store fault while reading it lets the attempt through (and is logged),
-// and a fault while writing it drops that observation.
+// Health is advice about where to send work, never a reason to lose it,
+// but a provider's declared limits are promises: a store fault while
+// reading or writing the health never admits an attempt past a declared
+// rate or max_concurrent (the job waits job.UnrecordedRetry and asks
+// again: job.AdmitUnread, job.AdmitUnrecorded; review N-L5). Only a
+// provider that declares none is let through on an unreadable health,
+// logged and counted (Events.AdmissionUnrecorded). A fault while writing
+// an observation drops it.
 type Breakers struct {
 	cfg   BreakersConfig
 	mu    sync.Mutex
@@ -127,17 +132,13 @@ func (b *Breakers) remember(h job.Health, at time.Time) {
 	b.cache[h.Provider] = cachedHealth{h: h, at: at}
 }
 
-// unread is the admission when the provider's health cannot be read: the
-// last known operator override holds, whatever its age (a failing table
-// never lifts a forced open); otherwise fail open (security review M3).
+// unread is the admission when the provider's health cannot be read
+// (job.AdmitUnread, on the last copy this process read, if any).
 func (b *Breakers) unread(provider string) job.Admission {
 	b.mu.Lock()
 	c, ok := b.cache[provider]
 	b.mu.Unlock()
-	if ok && c.h.Forced != nil && c.h.Forced.State == job.ProviderOpen {
-		return job.Admission{Reason: "forced open (last known; its health cannot be read now)"}
-	}
-	return job.Admission{Allowed: true}
+	return job.AdmitUnread(c.h, ok, b.Policy(provider), b.cfg.NowFunc())
 }
 
 // Available reports whether the provider would take an attempt now, from
@@ -164,24 +165,39 @@ func (b *Breakers) Admit(ctx context.Context, provider, key, owner string) job.A
 // which a provider declaring a token rate spends (job.AdmitTokens).
 func (b *Breakers) AdmitTokens(ctx context.Context, provider, key, owner string, tokens int) job.Admission {
 	h, err := b.read(ctx, provider, false)
+	if err != nil {
+		return b.unrecorded(ctx, provider, key, b.unread(provider), "provider_health_unread", err)
+	}
 	for range maxHealthRounds {
-		if err != nil {
-			b.cfg.Logger.WarnContext(ctx, "provider_health_unread", "provider", provider, "error", err.Error())
-			return b.unread(provider)
-		}
 		a, c, changed := job.AdmitTokens(h, key, owner, tokens, b.Policy(provider), b.cfg.NowFunc())
 		if !changed {
 			return a
 		}
-		var ok bool
-		if ok, h, err = b.save(ctx, c); ok {
+		ok, cur, err := b.save(ctx, c)
+		if err != nil {
+			return b.unrecorded(ctx, provider, key, job.AdmitUnrecorded(a, b.cfg.NowFunc()), "provider_admission_not_recorded", err)
+		}
+		if ok {
 			if a.Probe {
 				b.cfg.Logger.InfoContext(ctx, "provider_probe", "provider", provider, "attempt_key", key)
 			}
 			return a
 		}
+		h = cur
 	}
 	return job.Admission{Reason: "its health kept changing under contention"}
+}
+
+// unrecorded logs and counts an admission decided without the provider's
+// health read or written (a.Unrecorded: refused for it, or let through a
+// provider that declares no limits), and returns it.
+func (b *Breakers) unrecorded(ctx context.Context, provider, key string, a job.Admission, msg string, err error) job.Admission {
+	b.cfg.Logger.WarnContext(ctx, msg, "provider", provider, "attempt_key", key, "admitted", a.Allowed, "reason", a.Reason,
+		"error", err.Error())
+	if a.Unrecorded {
+		b.cfg.Events.AdmissionUnrecorded(ctx, provider, a)
+	}
+	return a
 }
 
 // Observe records what an attempt saw of its provider. A failure that

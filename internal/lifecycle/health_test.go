@@ -70,8 +70,16 @@ func healthPolicy() job.HealthPolicy {
 func (r *rig) withBreakers(t *testing.T, cat lifecycle.Catalog) (*lifecycle.Breakers, *healthStore, *slowTimers) {
 	t.Helper()
 	hs := &healthStore{HealthStore: r.st.Store}
-	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: hs, PolicyFunc: func(string) job.HealthPolicy { return healthPolicy() },
-		NowFunc: r.clock.Now, Events: r.events})
+	b, slow := r.withBreakersOn(t, cat, hs, func(string) job.HealthPolicy { return healthPolicy() })
+	return b, hs, slow
+}
+
+// withBreakersOn is withBreakers over a health store of the test's, with
+// each provider's policy.
+func (r *rig) withBreakersOn(t *testing.T, cat lifecycle.Catalog, hs lifecycle.HealthStore, policy func(string) job.HealthPolicy) (*lifecycle.Breakers, *slowTimers) {
+	t.Helper()
+	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: hs, PolicyFunc: policy, NowFunc: r.clock.Now, Events: r.events,
+		Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +94,7 @@ func (r *rig) withBreakers(t *testing.T, cat lifecycle.Catalog) (*lifecycle.Brea
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b, hs, slow
+	return b, slow
 }
 
 func TestBreakersReadOncePerSecondAndWriteOnlyOnChange(t *testing.T) {

@@ -256,6 +256,11 @@ type Events interface {
 	AttemptSettled(ctx context.Context, j job.Job, a job.Attempt, took time.Duration)
 	// ProviderOpened reports a provider's breaker opening.
 	ProviderOpened(ctx context.Context, h job.Health)
+	// AdmissionUnrecorded reports an admission decided while the
+	// provider's health could not be read or written (a.Unrecorded):
+	// refused (a.Allowed false: the job waits), or let through a provider
+	// that declares no limits.
+	AdmissionUnrecorded(ctx context.Context, provider string, a job.Admission)
 }
 
 // NoEvents discards every event.
@@ -269,3 +274,4 @@ func (NoEvents) RaceLost(context.Context, job.LostRace)                         
 func (NoEvents) OldestUnknown(context.Context, time.Duration)                        {}
 func (NoEvents) AttemptSettled(context.Context, job.Job, job.Attempt, time.Duration) {}
 func (NoEvents) ProviderOpened(context.Context, job.Health)                          {}
+func (NoEvents) AdmissionUnrecorded(context.Context, string, job.Admission)          {}

@@ -535,7 +535,7 @@ func (p ProviderConfig) Limits() (job.HealthPolicy, error) {
 	if p.MaxConcurrent > 0 {
 		// A declared bulkhead counts attempts from admission, shared
 		// fairly between owners (two writes of its health per attempt).
-		pol.MaxConcurrent, pol.CountAdmitted = p.MaxConcurrent, p.CountRunning == nil || *p.CountRunning
+		pol.MaxConcurrent, pol.CountAdmitted, pol.ConcurrencyDeclared = p.MaxConcurrent, p.CountRunning == nil || *p.CountRunning, true
 	}
 	if r := p.RateLimit; r != nil {
 		if r.Requests < 0 || r.Tokens < 0 || r.Requests+r.Tokens < 1 {
