@@ -222,3 +222,26 @@ func TestAWaitingJobSaysWhyAndWhenToAskAgain(t *testing.T) {
 		t.Fatalf("blocked job: %v", bb["waiting"])
 	}
 }
+
+// The providers' view names owners by their keys in the health, as many
+// as the health holds (review N-L4): the contract's bounds hold them all.
+func TestProviderViewBoundsHoldTheOwnerKeys(t *testing.T) {
+	t.Parallel()
+	props := sharedContract(t).doc.Components.Schemas["Provider"].Value.Properties
+	for _, name := range []string{"backing_off", "waiting", "rate_waiting"} {
+		list := props[name].Value
+		if list.MaxItems == nil || *list.MaxItems != uint64(job.MaxTrackedOwners+job.OwnerBuckets) {
+			t.Errorf("%s: maxItems %v, want %d (job.MaxTrackedOwners + job.OwnerBuckets)", name, list.MaxItems, job.MaxTrackedOwners+job.OwnerBuckets)
+		}
+		item := list.Items.Value
+		if name == "backing_off" {
+			item = item.Properties["owner"].Value
+		}
+		if item.MaxLength == nil || *item.MaxLength != uint64(job.MaxOwnerKeyBytes) {
+			t.Errorf("%s: owners' maxLength %v, want %d (job.MaxOwnerKeyBytes)", name, item.MaxLength, job.MaxOwnerKeyBytes)
+		}
+	}
+	if n := len(job.OwnerKey(strings.Repeat("o", 1024))); n > job.MaxOwnerKeyBytes {
+		t.Fatalf("a digest key of %d bytes", n)
+	}
+}

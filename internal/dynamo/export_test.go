@@ -34,3 +34,6 @@ func CheckJobSize(j job.Job) error { return checkJobSize(encodeJob(j), notifyRes
 
 // JobItemSize is a job item's size as DynamoDB counts it.
 func JobItemSize(j job.Job) int { return itemSize(encodeJob(j)) }
+
+// HealthItemSize is a provider's health item's size as DynamoDB counts it.
+func HealthItemSize(h job.Health) int { return itemSize(encodeHealth(h)) }

@@ -19,9 +19,13 @@ import (
 // A provider's health is one item of the providers table, keyed by the
 // provider's name and replaced whole by each decided change: a conditional
 // PutItem on the revision the decision read (absent for the first). The
-// item stays small: its maps are bounded by the provider's max_concurrent
-// (held, running, held_by) and its probes, and by job.MaxTrackedOwners
-// (owners, backoff, waiters).
+// item is bounded: its maps by the provider's max_concurrent (held,
+// running, held_by; job.MaxConcurrentBound) and its probes, and by the
+// owner keys (job.OwnerKey, at most job.MaxOwnerKeyBytes;
+// job.MaxTrackedOwners of them and job.OwnerBuckets buckets: owners,
+// backoff, waiters, rate_waiters; job.MaxRateEntries in the rate's
+// window). TestAProvidersHealthFitsAtItsBounds holds it within
+// DynamoDB's 400 KB at all of them at once.
 
 // Attribute names of a provider's health item.
 const (
@@ -204,8 +208,8 @@ func (d *decoder) strings(name string) map[string]string {
 	return decodeMap(d, name, func(sub *decoder, k string) string { return sub.str(k, true) })
 }
 
-// encodeTallies: owner -> {f: failures, a: answered}; bounded by
-// job.MaxTrackedOwners.
+// encodeTallies: owner key -> {f: failures, a: answered}; bounded by
+// job.MaxTrackedOwners and job.OwnerBuckets.
 func encodeTallies(m map[string]job.OwnerTally) types.AttributeValue {
 	out := make(map[string]types.AttributeValue, len(m))
 	for o, t := range m {
@@ -239,7 +243,7 @@ func (d *decoder) tallies(name string) map[string]job.OwnerTally {
 // encodeRate: slot start (Unix milliseconds) -> "o"+owner -> requests, and
 // "t"+owner -> tokens under a token rate. The prefix keeps the no-owner
 // count ("") a valid map key; the slots and owners are bounded
-// (job.RateSlots, job.MaxTrackedOwners).
+// (job.RateSlots, job.MaxRateEntries and job.OwnerBuckets).
 func encodeRate(slots []job.RateSlot) types.AttributeValue {
 	out := make(map[string]types.AttributeValue, len(slots))
 	for _, s := range slots {

@@ -403,6 +403,12 @@ func DefaultHealthPolicy() HealthPolicy {
 	}
 }
 
+// MaxConcurrentBound is the most max_concurrent a provider may declare:
+// each attempt holding the bulkhead is a few hundred bytes of its health
+// item, which must stay well within DynamoDB's 400 KB (admission fails
+// closed when it cannot be written).
+const MaxConcurrentBound = 500
+
 // Validate refuses a policy that could not work.
 func (p HealthPolicy) Validate() error {
 	b := p.Breaker
@@ -419,8 +425,8 @@ func (p HealthPolicy) Validate() error {
 		return errors.New("breaker max_cooldown must be at least its cooldown")
 	case p.SlowCallAfter <= 0 || p.MaxProcessingTime <= 0:
 		return errors.New("slow_call_after and max_processing_time must be positive")
-	case p.MaxConcurrent < 1:
-		return errors.New("max_concurrent must be at least 1")
+	case p.MaxConcurrent < 1 || p.MaxConcurrent > MaxConcurrentBound:
+		return fmt.Errorf("max_concurrent must be between 1 and %d", MaxConcurrentBound)
 	case p.Rate.Requests < 0 || p.Rate.Tokens < 0 || p.Rate.Per < 0 || (p.Rate.Requests > 0 || p.Rate.Tokens > 0) != (p.Rate.Per > 0):
 		return errors.New("a rate limit needs a positive number of requests or tokens and a positive period")
 	}

@@ -288,6 +288,7 @@ func TestHealthPolicyValidate(t *testing.T) {
 		func(p *job.HealthPolicy) { p.Breaker.MaxCooldown = p.Breaker.Cooldown - 1 },
 		func(p *job.HealthPolicy) { p.SlowCallAfter = 0 },
 		func(p *job.HealthPolicy) { p.MaxConcurrent = 0 },
+		func(p *job.HealthPolicy) { p.MaxConcurrent = job.MaxConcurrentBound + 1 },
 	}
 	for i, mutate := range bad {
 		p := job.DefaultHealthPolicy()

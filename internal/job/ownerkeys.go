@@ -36,7 +36,7 @@ const (
 	OwnerBuckets = 16
 	// MaxOwnerKeyBytes is the longest owner name tallied as it is; a
 	// longer one is tallied under a digest of it.
-	MaxOwnerKeyBytes = 64
+	MaxOwnerKeyBytes = 40
 	// MaxRateEntries bounds the (slot, owner) counts of the declared rate's
 	// window: past it, a request is counted in its owner's bucket for the
 	// slot (the total stays exact; only who sent it blurs). Below it, a

@@ -145,7 +145,10 @@ func renderBreaker(b *strings.Builder) {
 		"providers force`, the console, `POST /v1/admin/providers/{name}/force`) wins while it is set, and the breaker\n" +
 		"goes on beneath it. `TestBreakerEdgesAreWhatTheDecisionsDo` (`internal/job`) drives every health decision\n" +
 		"through the reachable states and holds both tables to what the decisions do, both ways. The bounds shown are\n" +
-		"`job.DefaultHealthPolicy`'s; a provider's configuration may set its own.\n\n```mermaid\nstateDiagram-v2\n")
+		"`job.DefaultHealthPolicy`'s; a provider's configuration may set its own. An admission the store cannot record\n" +
+		"(the health unread, or its write failed or throttled) changes no state and never goes past a declared\n" +
+		fmt.Sprintf("`rate_limit` or `max_concurrent`: it is refused for %s (`job.AdmitUnread`, `job.AdmitUnrecorded`); only a\n", job.UnrecordedRetry) +
+		"provider declaring neither is let through an unreadable health, counted in `AdmissionsUnread`.\n\n```mermaid\nstateDiagram-v2\n")
 	fmt.Fprintf(b, "    [*] --> %s: job.NewHealth ‹nothing reported yet›\n", job.ProviderClosed)
 	for _, e := range job.BreakerEdges() {
 		fmt.Fprintf(b, "    %s --> %s: %s\n", e.From, e.To, mermaidLabel(strings.Join(e.By, "; ")))
@@ -189,7 +192,9 @@ func renderStanding(b *strings.Builder) {
 		"every standing with several owners and holds the table to what they do, both ways. A provider that declares\n" +
 		"`max_concurrent` counts each attempt from its admission to its end; its share is `max_concurrent` divided\n" +
 		"among the owners holding or waiting (at least 1), and a quarter of it (at least one slot) is kept for owners\n" +
-		"under their share.\n\n```mermaid\nstateDiagram-v2\n")
+		"under their share. " + fmt.Sprintf("An owner is tallied by its key (`job.OwnerKey`: its name up to %d bytes, else a digest); while\n", job.MaxOwnerKeyBytes) +
+		fmt.Sprintf("a provider's health tallies %d owners, a newcomer is tallied in one of %d buckets, which has a standing of\n", job.MaxTrackedOwners, job.OwnerBuckets) +
+		"its own as one owner does.\n\n```mermaid\nstateDiagram-v2\n")
 	fmt.Fprintf(b, "    [*] --> %s\n", job.StandingUnder)
 	for _, e := range job.StandingEdges() {
 		fmt.Fprintf(b, "    %s --> %s: %s\n", e.From, e.To, mermaidLabel(strings.Join(e.By, "; ")))

@@ -948,9 +948,11 @@ export interface components {
          * @description Why an open job waits. `attempt_unknown`: an attempt's outcome is
          *     unknown (its provider is asked about it again on a back-off; no other
          *     attempt starts meanwhile). `providers_unavailable`: every provider
-         *     the job may run on next is unavailable (its circuit breaker open);
-         *     the job stays as it is until `until`, for at most 30 minutes in all,
-         *     then fails with class `unavailable`. `owner_backoff`: the providers
+         *     the job may run on next is unavailable (its circuit breaker open,
+         *     or, for a provider that declares a rate or a concurrency limit, its
+         *     admission could not be recorded: then `until` is 2 s away and
+         *     `detail` says so); the job stays as it is until `until`, for at
+         *     most 30 minutes in all, then fails with class `unavailable`. `owner_backoff`: the providers
          *     work for other owners, but this owner's own calls failed at each of
          *     them often enough to have opened it had they come from several
          *     owners; its jobs wait a cooldown (bounded as `providers_unavailable`)
@@ -1014,7 +1016,12 @@ export interface components {
              * @description Owners whose own calls failed at it often enough to have opened
              *     it had they come from several owners; their jobs wait until
              *     `until` (`waiting.reason` `owner_backoff`) while it stays closed
-             *     for the others.
+             *     for the others. Here and in `waiting` and `rate_waiting`, an
+             *     owner is named by its key in the provider's health: its name
+             *     up to 40 bytes, `#` and 16 characters of a digest of a longer
+             *     one (the first 96 bits of its SHA-256, base64url), or, past the
+             *     256 owners the health tallies at a time, `~` and the number of
+             *     one of 16 buckets the others share.
              */
             backing_off: {
                 owner: string;
