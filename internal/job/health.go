@@ -403,10 +403,12 @@ func DefaultHealthPolicy() HealthPolicy {
 	}
 }
 
-// MaxConcurrentBound is the most max_concurrent a provider may declare:
-// each attempt holding the bulkhead is a few hundred bytes of its health
-// item, which must stay well within DynamoDB's 400 KB (admission fails
-// closed when it cannot be written).
+// MaxConcurrentBound is the most max_concurrent a provider may declare
+// counted from admission (CountAdmitted): each attempt admitted is about
+// 150 bytes of its health item, which must stay well within DynamoDB's
+// 400 KB, since admission fails closed when the item cannot be written. A
+// bulkhead of slow calls only (count_running false) may declare more: its
+// item grows only with calls that hang, and its admissions write nothing.
 const MaxConcurrentBound = 500
 
 // Validate refuses a policy that could not work.
@@ -425,8 +427,10 @@ func (p HealthPolicy) Validate() error {
 		return errors.New("breaker max_cooldown must be at least its cooldown")
 	case p.SlowCallAfter <= 0 || p.MaxProcessingTime <= 0:
 		return errors.New("slow_call_after and max_processing_time must be positive")
-	case p.MaxConcurrent < 1 || p.MaxConcurrent > MaxConcurrentBound:
-		return fmt.Errorf("max_concurrent must be between 1 and %d", MaxConcurrentBound)
+	case p.MaxConcurrent < 1:
+		return errors.New("max_concurrent must be at least 1")
+	case p.CountAdmitted && p.MaxConcurrent > MaxConcurrentBound:
+		return fmt.Errorf("max_concurrent counted from admission must be at most %d", MaxConcurrentBound)
 	case p.Rate.Requests < 0 || p.Rate.Tokens < 0 || p.Rate.Per < 0 || (p.Rate.Requests > 0 || p.Rate.Tokens > 0) != (p.Rate.Per > 0):
 		return errors.New("a rate limit needs a positive number of requests or tokens and a positive period")
 	}
@@ -707,7 +711,7 @@ func AdmitTokens(h Health, key, owner string, tokens int, p HealthPolicy, now ti
 	who := h.ownerKey(owner, p, now)
 	if until, ok := h.Backoff[who]; ok && who != "" && now.Before(until) {
 		t := h.Owners[who]
-		return Admission{Reason: fmt.Sprintf("backing off: %d of %s calls failed at it within %s (it answers other owners)",
+		return Admission{Reason: fmt.Sprintf("backing off: %d calls of %s failed at it within %s (it answers other owners)",
 			t.Failures, whose(who), p.Breaker.Window), RetryAt: until, Owner: true}, HealthChange{}, false
 	}
 	return admitShare(h, key, who, tokens, p, now)

@@ -288,7 +288,14 @@ func TestHealthPolicyValidate(t *testing.T) {
 		func(p *job.HealthPolicy) { p.Breaker.MaxCooldown = p.Breaker.Cooldown - 1 },
 		func(p *job.HealthPolicy) { p.SlowCallAfter = 0 },
 		func(p *job.HealthPolicy) { p.MaxConcurrent = 0 },
-		func(p *job.HealthPolicy) { p.MaxConcurrent = job.MaxConcurrentBound + 1 },
+		func(p *job.HealthPolicy) { p.MaxConcurrent, p.CountAdmitted = job.MaxConcurrentBound+1, true },
+	}
+	// A bulkhead of slow calls only may be wider: its admissions write
+	// nothing (the drills' BreakersNeverAct declares a million).
+	wide := job.DefaultHealthPolicy()
+	wide.MaxConcurrent, wide.ConcurrencyDeclared = 1_000_000, true
+	if err := wide.Validate(); err != nil {
+		t.Fatal(err)
 	}
 	for i, mutate := range bad {
 		p := job.DefaultHealthPolicy()

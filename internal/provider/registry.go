@@ -120,10 +120,11 @@ type ProviderConfig struct {
 	// admission to its end, shared fairly between owners (two conditional
 	// writes of the provider's health per attempt); undeclared (64), only
 	// calls running past SlowCallAfter or unknown count, and a call that
-	// answers in time writes nothing. At most job.MaxConcurrentBound (500:
-	// each attempt holding it is part of the provider's health item).
-	// Declared, an unreadable health refuses the provider's admissions
-	// rather than letting them through (job.AdmitUnread).
+	// answers in time writes nothing. Counted from admission, at most
+	// job.MaxConcurrentBound (500: each attempt admitted is part of the
+	// provider's health item). Declared, an unreadable health refuses the
+	// provider's admissions rather than letting them through
+	// (job.AdmitUnread).
 	MaxConcurrent int `json:"max_concurrent,omitempty"`
 	// CountRunning false keeps a declared MaxConcurrent to slow and
 	// unknown calls, as undeclared (no writes for calls that answer).
