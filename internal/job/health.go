@@ -374,9 +374,6 @@ type HealthPolicy struct {
 	// MaxConcurrent caps the attempts holding the provider (Health.Held,
 	// and Health.Running when CountAdmitted).
 	MaxConcurrent int
-	// ConcurrencyDeclared: MaxConcurrent is the provider's own declared
-	// max_concurrent, not the default (DeclaresLimits).
-	ConcurrencyDeclared bool
 	// CountAdmitted: an attempt takes a slot from the moment it is
 	// admitted, not only once it is slow (a provider that declares
 	// max_concurrent). It costs two conditional writes of the provider's

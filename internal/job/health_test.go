@@ -293,7 +293,7 @@ func TestHealthPolicyValidate(t *testing.T) {
 	// A bulkhead of slow calls only may be wider: its admissions write
 	// nothing (the drills' BreakersNeverAct declares a million).
 	wide := job.DefaultHealthPolicy()
-	wide.MaxConcurrent, wide.ConcurrencyDeclared = 1_000_000, true
+	wide.MaxConcurrent = 1_000_000
 	if err := wide.Validate(); err != nil {
 		t.Fatal(err)
 	}

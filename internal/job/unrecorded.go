@@ -22,10 +22,14 @@ import (
 const UnrecordedRetry = 2 * time.Second
 
 // DeclaresLimits reports whether the provider declares a limit its
-// admissions spend or hold: a rate, or max_concurrent.
-func (p HealthPolicy) DeclaresLimits() bool {
-	return p.Rate.Declared() || p.CountAdmitted || p.ConcurrencyDeclared
-}
+// admissions spend or hold, which only the record of each admission
+// enforces: a rate, or a max_concurrent counted from admission. (A
+// max_concurrent of slow calls only, count_running false, records no
+// admission even when the store works: it bounds the calls that hang, as
+// last read, and an unreadable health lets its attempts through as it
+// does a provider's that declares nothing: the drills' BreakersNeverAct
+// declares a million such slots to mean no limit.)
+func (p HealthPolicy) DeclaresLimits() bool { return p.Rate.Declared() || p.CountAdmitted }
 
 // declared names the provider's declared limits.
 func (p HealthPolicy) declared() string {
@@ -36,7 +40,7 @@ func (p HealthPolicy) declared() string {
 	if p.Rate.Tokens > 0 && p.Rate.Per > 0 {
 		out = append(out, "a rate_limit of tokens")
 	}
-	if p.CountAdmitted || p.ConcurrencyDeclared {
+	if p.CountAdmitted {
 		out = append(out, "max_concurrent")
 	}
 	return strings.Join(out, " and ")

@@ -55,7 +55,7 @@ func declaring(rate, concurrent bool) job.HealthPolicy {
 		p.Rate = job.RateLimit{Requests: 100, Per: time.Minute}
 	}
 	if concurrent {
-		p.MaxConcurrent, p.CountAdmitted, p.ConcurrencyDeclared = 8, true, true
+		p.MaxConcurrent, p.CountAdmitted = 8, true
 	}
 	return p
 }
@@ -71,7 +71,7 @@ func TestAdmissionFailsClosedWhenItsHealthCannotBeRecorded(t *testing.T) {
 	ctx := context.Background()
 	none, rate, concurrent := declaring(false, false), declaring(true, false), declaring(false, true)
 	uncounted := declaring(false, false)
-	uncounted.MaxConcurrent, uncounted.ConcurrencyDeclared = 8, true // count_running false: admissions write nothing
+	uncounted.MaxConcurrent = 8 // count_running false: no admission is recorded, even when the store works
 	tests := []struct {
 		name   string
 		policy job.HealthPolicy
@@ -88,8 +88,8 @@ func TestAdmissionFailsClosedWhenItsHealthCannotBeRecorded(t *testing.T) {
 		{name: "AMaxConcurrentWhoseWritesFail", policy: concurrent, puts: true, unrecorded: true, event: "unrecorded sim-primary admitted=false"},
 		{name: "ARateWhoseReadsFail", policy: rate, reads: true, unrecorded: true, event: "unrecorded sim-primary admitted=false"},
 		{name: "AMaxConcurrentWhoseReadsFail", policy: concurrent, reads: true, unrecorded: true, event: "unrecorded sim-primary admitted=false"},
-		{name: "AMaxConcurrentOfSlowCallsWhoseReadsFail", policy: uncounted, reads: true, unrecorded: true,
-			event: "unrecorded sim-primary admitted=false"},
+		{name: "AMaxConcurrentOfSlowCallsWhoseReadsFailOpen", policy: uncounted, reads: true, admitted: true, unrecorded: true,
+			event: "unrecorded sim-primary admitted=true"},
 		{name: "ARateOnAWarmInstanceWhoseReadsFail", policy: rate, warm: true, reads: true, unrecorded: true,
 			event: "unrecorded sim-primary admitted=false"},
 		{name: "NoLimitsWhoseWritesFailWritesNothing", policy: none, puts: true, admitted: true},

@@ -122,7 +122,7 @@ type ProviderConfig struct {
 	// calls running past SlowCallAfter or unknown count, and a call that
 	// answers in time writes nothing. Counted from admission, at most
 	// job.MaxConcurrentBound (500: each attempt admitted is part of the
-	// provider's health item). Declared, an unreadable health refuses the
+	// provider's health item); then an unreadable health refuses the
 	// provider's admissions rather than letting them through
 	// (job.AdmitUnread).
 	MaxConcurrent int `json:"max_concurrent,omitempty"`
@@ -539,7 +539,7 @@ func (p ProviderConfig) Limits() (job.HealthPolicy, error) {
 	if p.MaxConcurrent > 0 {
 		// A declared bulkhead counts attempts from admission, shared
 		// fairly between owners (two writes of its health per attempt).
-		pol.MaxConcurrent, pol.CountAdmitted, pol.ConcurrencyDeclared = p.MaxConcurrent, p.CountRunning == nil || *p.CountRunning, true
+		pol.MaxConcurrent, pol.CountAdmitted = p.MaxConcurrent, p.CountRunning == nil || *p.CountRunning
 	}
 	if r := p.RateLimit; r != nil {
 		if r.Requests < 0 || r.Tokens < 0 || r.Requests+r.Tokens < 1 {

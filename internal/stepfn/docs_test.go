@@ -147,8 +147,9 @@ func renderBreaker(b *strings.Builder) {
 		"through the reachable states and holds both tables to what the decisions do, both ways. The bounds shown are\n" +
 		"`job.DefaultHealthPolicy`'s; a provider's configuration may set its own. An admission the store cannot record\n" +
 		"(the health unread, or its write failed or throttled) changes no state and never goes past a declared\n" +
-		fmt.Sprintf("`rate_limit` or `max_concurrent`: it is refused for %s (`job.AdmitUnread`, `job.AdmitUnrecorded`); only a\n", job.UnrecordedRetry) +
-		"provider declaring neither is let through an unreadable health, counted in `AdmissionsUnread`.\n\n```mermaid\nstateDiagram-v2\n")
+		fmt.Sprintf("`rate_limit` or `max_concurrent` counted from admission: it is refused for %s (`job.AdmitUnread`,\n", job.UnrecordedRetry) +
+		"`job.AdmitUnrecorded`); only a provider declaring neither is let through an unreadable health, counted in\n" +
+		"`AdmissionsUnread`.\n\n```mermaid\nstateDiagram-v2\n")
 	fmt.Fprintf(b, "    [*] --> %s: job.NewHealth ‹nothing reported yet›\n", job.ProviderClosed)
 	for _, e := range job.BreakerEdges() {
 		fmt.Fprintf(b, "    %s --> %s: %s\n", e.From, e.To, mermaidLabel(strings.Join(e.By, "; ")))

@@ -949,14 +949,15 @@ export interface components {
          *     unknown (its provider is asked about it again on a back-off; no other
          *     attempt starts meanwhile). `providers_unavailable`: every provider
          *     the job may run on next is unavailable (its circuit breaker open,
-         *     or, for a provider that declares a rate or a concurrency limit, its
-         *     admission could not be recorded: then `until` is 2 s away and
-         *     `detail` says so); the job stays as it is until `until`, for at
-         *     most 30 minutes in all, then fails with class `unavailable`. `owner_backoff`: the providers
-         *     work for other owners, but this owner's own calls failed at each of
-         *     them often enough to have opened it had they come from several
-         *     owners; its jobs wait a cooldown (bounded as `providers_unavailable`)
-         *     while other owners' jobs run. `fair_share`: the providers take
+         *     or, for a provider that declares a rate or a concurrency limit
+         *     counted from admission, its admission could not be recorded: then
+         *     `until` is 2 s away and `detail` says so); the job stays as it is
+         *     until `until`, for at most 30 minutes in all, then fails with class
+         *     `unavailable`. `owner_backoff`: the providers work for other
+         *     owners, but this owner's own calls failed at each of them often
+         *     enough to have opened it had they come from several owners; its
+         *     jobs wait a cooldown (bounded as `providers_unavailable`) while
+         *     other owners' jobs run. `fair_share`: the providers take
          *     attempts, but this owner holds its fair share of them while other
          *     owners wait; its jobs start as its attempts end. `rate_limited`:
          *     the providers are at their rate: the requests per period their

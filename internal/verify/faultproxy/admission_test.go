@@ -68,7 +68,7 @@ func TestAFaultyHealthItemAdmitsNothingPastItsLimits(t *testing.T) {
 	rate := job.DefaultHealthPolicy()
 	rate.Rate = job.RateLimit{Requests: 12, Per: time.Minute}
 	concurrent := job.DefaultHealthPolicy()
-	concurrent.MaxConcurrent, concurrent.CountAdmitted, concurrent.ConcurrencyDeclared = 6, true, true
+	concurrent.MaxConcurrent, concurrent.CountAdmitted = 6, true
 	for _, tc := range []struct {
 		name   string
 		policy job.HealthPolicy
