@@ -39,8 +39,10 @@ const (
 	MaxOwnerKeyBytes = 40
 	// MaxRateEntries bounds the (slot, owner) counts of the declared rate's
 	// window: past it, a request is counted in its owner's bucket for the
-	// slot (the total stays exact; only who sent it blurs). Below it, a
-	// provider's window holds fewer requests than that, whoever sent them.
+	// slot (the total stays exact; only who sent it blurs). A provider
+	// declaring at most that many requests per period never reaches it:
+	// the window holds no more requests than that, and each count is one
+	// at least.
 	MaxRateEntries = 1024
 )
 
