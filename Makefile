@@ -175,7 +175,7 @@ chromium:
 	@bash clients/harness/ensure-chromium.sh
 
 # The operator console (internal/apigw/console) is served as it is, embedded
-# in the api function: one ES module of plain JS with JSDoc types, which tsc
+# in the api function: ES modules of plain JS with JSDoc types, which tsc
 # checks strictly without emitting anything. Its tests are
 # clients/web/test/console*.test.mjs.
 .PHONY: console-check

@@ -79,6 +79,33 @@ func TestConsoleIsPublic(t *testing.T) {
 		}
 	})
 
+	// The page loads one module; it imports the views' modules, and they
+	// what they share: each must be one of the console's files, served.
+	t.Run("ModulesImportOnlyConsoleFiles", func(t *testing.T) {
+		t.Parallel()
+		imports := regexp.MustCompile(`(?m)^(?:import|export)\s[^;]*?\sfrom\s+"([^"]+)";`)
+		modules := 0
+		for name, f := range files {
+			if !strings.HasSuffix(name, ".mjs") {
+				continue
+			}
+			modules++
+			for _, m := range imports.FindAllStringSubmatch(string(f.Body), -1) {
+				dep, ok := strings.CutPrefix(m[1], "./")
+				if _, exists := files[dep]; !ok || !exists {
+					t.Errorf("%s imports %q, not one of the console's files", name, m[1])
+					continue
+				}
+				if r := e.do(t, call{method: http.MethodGet, path: "/console/" + dep}); r.status != http.StatusOK {
+					t.Errorf("%s imports %s: %d", name, dep, r.status)
+				}
+			}
+		}
+		if modules < 2 {
+			t.Fatalf("%d modules", modules)
+		}
+	})
+
 	t.Run("UnknownFiles", func(t *testing.T) {
 		t.Parallel()
 		for _, p := range []string{"/console/nope.mjs", "/console/index.html", "/console/..%2fopenapi.yaml"} {

@@ -587,7 +587,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description A file the page loads (console.mjs, console.css, icon.svg). */
+                /** @description A file the page loads (console.mjs and the modules it imports, console.css, icon.svg). */
                 file: string;
             };
             cookie?: never;
@@ -2426,7 +2426,7 @@ export interface operations {
                 "If-None-Match"?: components["parameters"]["IfNoneMatchFile"];
             };
             path: {
-                /** @description A file the page loads (console.mjs, console.css, icon.svg). */
+                /** @description A file the page loads (console.mjs and the modules it imports, console.css, icon.svg). */
                 file: string;
             };
             cookie?: never;

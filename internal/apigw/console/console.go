@@ -1,7 +1,8 @@
-// Package console is the operator console: one page (index.html), one ES
-// module (console.mjs), one stylesheet (console.css) and an icon, embedded
-// in the api function and served by it at /console, so it is deployed with
-// the API it talks to and needs no build step, framework or CDN.
+// Package console is the operator console: one page (index.html), its ES
+// modules (console.mjs, the entry, and the modules of its views it
+// imports), one stylesheet (console.css) and an icon, embedded in the api
+// function and served by it at /console, so it is deployed with the API it
+// talks to and needs no build step, framework or CDN.
 //
 // The page holds no data: everything it shows it reads from the public API
 // with the operator's token (pasted into it, or carried in the URL's
@@ -15,7 +16,7 @@ import (
 	"path"
 )
 
-//go:embed index.html console.mjs console.css icon.svg
+//go:embed index.html *.mjs console.css icon.svg
 var embedded embed.FS
 
 // Page names the page itself among Files; the other names are what the
