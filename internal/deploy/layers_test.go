@@ -1,0 +1,111 @@
+package deploy_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/onejob/onejob/"
+
+// layers is CONTRIBUTING's "The house" as imports: each package of ours
+// (its path from the module's root; a trailing /* is every package under
+// it) and what of ours it may import. Dependencies point inwards: job
+// imports nothing of ours, the provider port and the contracts only job,
+// lifecycle only job, jobtype and the provider port; the adapters those
+// and deploy; a function anything but local tooling (TestFunctionsLinkNoTooling
+// holds their whole closure). Local runs, tests and tools (internal/dev,
+// internal/verify, cmd, bench, infra) are outside the house.
+var layers = []layer{
+	{"internal/job", nil},
+	{"internal/jobtype/checkexpr", nil},
+	{"clients/go/webhooks", nil},
+	{"internal/apigw/console", nil},
+	{"internal/provider", []string{"internal/job", "clients/go/webhooks"}},
+	{"internal/jobtype", []string{"internal/job", "internal/jobtype/checkexpr", "internal/provider"}},
+	{"internal/lifecycle", []string{"internal/job", "internal/jobtype", "internal/jobtype/checkexpr", "internal/provider"}},
+	{"internal/deploy", []string{"internal/job", "internal/provider"}},
+	// One adapter per provider API, on the port; adapters (the registry's
+	// factories) wires them.
+	{"internal/provider/adapters", []string{"internal/provider", "internal/provider/*"}},
+	{"internal/provider/*", []string{"internal/provider", "internal/job", "clients/go/webhooks"}},
+	// Certification's token counts (the CLI only: the guard keeps it out of
+	// functions) ask each provider's own tokenizer.
+	{"internal/jobtype/tokencount", []string{"internal/jobtype", "internal/provider", "internal/provider/*"}},
+	// One adapter per dependency.
+	{"internal/dynamo", adapter},
+	{"internal/stepfn", adapter},
+	{"internal/apigw", append([]string{"internal/apigw/console"}, adapter...)},
+	{"internal/emf", adapter},
+	{"internal/notifyhttp", adapter},
+	{"internal/lambdainvoke", adapter},
+	{"internal/kmsseal", adapter},
+	{"functions/*", []string{"internal/*", "clients/*"}},
+}
+
+type layer struct {
+	pkg string
+	may []string
+}
+
+// adapter is what an adapter may import.
+var adapter = []string{"internal/job", "internal/jobtype", "internal/lifecycle", "internal/provider", "internal/deploy", "clients/go/webhooks"}
+
+// outside is what is not in the house: local runs and tests, the CLI, the
+// bench, the CDK app.
+var outside = []string{"internal/dev/*", "internal/verify/*", "cmd/*", "bench", "bench/*", "infra", "infra/*"}
+
+// matches reports whether pkg is pattern (or, for pattern/*, under it).
+func matches(pattern, pkg string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/*"); ok {
+		return strings.HasPrefix(pkg, base+"/")
+	}
+	return pkg == pattern
+}
+
+// TestLayers holds every package of ours to its layer: an import from an
+// inner layer to an outer one (job importing lifecycle, lifecycle an
+// adapter, an adapter a function or local tooling) fails it, and so does a
+// package no layer names. Go refuses cycles itself; the layers keep the
+// graph pointing inwards.
+func TestLayers(t *testing.T) {
+	t.Parallel()
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg, ok := strings.CutPrefix(fields[0], module)
+		if !ok || slices.ContainsFunc(outside, func(p string) bool { return matches(p, pkg) }) {
+			continue
+		}
+		// The most specific rule: an exact name before a pattern.
+		i := slices.IndexFunc(layers, func(l layer) bool { return l.pkg == pkg })
+		if i < 0 {
+			i = slices.IndexFunc(layers, func(l layer) bool { return matches(l.pkg, pkg) })
+		}
+		if i < 0 {
+			t.Errorf("%s is in no layer: place it in layers (CONTRIBUTING, The house)", pkg)
+			continue
+		}
+		checked++
+		for _, imp := range fields[1:] {
+			ours, ok := strings.CutPrefix(imp, module)
+			if !ok || ours == pkg {
+				continue
+			}
+			if !slices.ContainsFunc(layers[i].may, func(p string) bool { return matches(p, ours) }) {
+				t.Errorf("%s imports %s: outside its layer (it may import %v)", pkg, ours, layers[i].may)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d packages checked", checked)
+	}
+}
