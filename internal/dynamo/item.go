@@ -2,11 +2,9 @@ package dynamo
 
 import (
 	"encoding/json"
-	"fmt"
 	"hash/fnv"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -100,86 +98,6 @@ const (
 	aFound       = "found"
 	aCancelAt    = "cancel_at"
 )
-
-// NotifyShards spreads jobs with pending notices over partitions of
-// by_notify.
-const NotifyShards = 4
-
-// NotifyShard is a job's by_notify partition.
-func NotifyShard(id string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return "notify#" + strconv.Itoa(int(h.Sum32()%NotifyShards))
-}
-
-func encodeOutbox(ns []job.Notice) types.AttributeValue {
-	l := make([]types.AttributeValue, len(ns))
-	for i, n := range ns {
-		m := map[string]types.AttributeValue{AttrID: avS(n.ID), aType: avS(string(n.Type)), aAt: avT(n.At)}
-		if n.Attempt != 0 {
-			m[aAttempt] = avN(int64(n.Attempt))
-		}
-		if r := n.Recorded; r != nil {
-			open := make([]string, len(r.Open))
-			for i, o := range r.Open {
-				open[i] = strconv.Itoa(o.Number) + ":" + string(o.State) + ":" + string(o.Class)
-			}
-			m[aRecorded] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{aStatus: avS(string(r.Status)),
-				aVersion: avN(r.Version), aAttemptCount: avN(int64(r.Attempts)), aOpen: avS(strings.Join(open, ","))}}
-		}
-		l[i] = &types.AttributeValueMemberM{Value: m}
-	}
-	return &types.AttributeValueMemberL{Value: l}
-}
-
-func (d *decoder) outbox(name string) []job.Notice {
-	l, ok := d.m[name].(*types.AttributeValueMemberL)
-	if !ok {
-		return nil
-	}
-	var out []job.Notice
-	for _, v := range l.Value {
-		m, ok := v.(*types.AttributeValueMemberM)
-		if !ok {
-			d.fail(name)
-			continue
-		}
-		sub := decoder{m: m.Value}
-		out = append(out, job.Notice{ID: sub.str(AttrID, true), Type: job.EventType(sub.str(aType, true)), At: sub.time(aAt, true),
-			Attempt: int(sub.num(aAttempt, false)), Recorded: sub.recorded(aRecorded)})
-		if sub.err != nil && d.err == nil {
-			d.err = sub.err
-		}
-	}
-	return out
-}
-
-// recorded decodes a notice's record of its job; nil when it has none (a
-// notice written before notices kept one).
-func (d *decoder) recorded(name string) *job.Recorded {
-	m, ok := d.m[name].(*types.AttributeValueMemberM)
-	if !ok {
-		return nil
-	}
-	sub := decoder{m: m.Value}
-	r := &job.Recorded{Status: job.Status(sub.str(aStatus, true)), Version: sub.num(aVersion, true),
-		Attempts: int(sub.num(aAttemptCount, true))}
-	if open := sub.str(aOpen, false); open != "" {
-		for _, o := range strings.Split(open, ",") {
-			parts := strings.SplitN(o, ":", 3)
-			n, err := strconv.Atoi(parts[0])
-			if len(parts) != 3 || err != nil {
-				sub.fail(aOpen)
-				break
-			}
-			r.Open = append(r.Open, job.AttemptMark{Number: n, State: job.AttemptState(parts[1]), Class: job.Class(parts[2])})
-		}
-	}
-	if sub.err != nil && d.err == nil {
-		d.err = sub.err
-	}
-	return r
-}
 
 const timeLayout = time.RFC3339Nano
 
@@ -449,133 +367,6 @@ func ledgerItem(a job.Attempt, revision int64, retention time.Duration) map[stri
 	}
 	m[aExpiresAt] = avEpoch(a.UpdatedAt.Add(retention))
 	return m
-}
-
-// decoder reads attributes, remembering the first problem.
-type decoder struct {
-	m   map[string]types.AttributeValue
-	err error
-}
-
-func (d *decoder) fail(name string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("store: bad or missing attribute %q", name)
-	}
-}
-
-func (d *decoder) str(name string, required bool) string {
-	v, ok := d.m[name].(*types.AttributeValueMemberS)
-	if !ok {
-		if required {
-			d.fail(name)
-		}
-		return ""
-	}
-	return v.Value
-}
-
-func (d *decoder) num(name string, required bool) int64 {
-	v, ok := d.m[name].(*types.AttributeValueMemberN)
-	if !ok {
-		if required {
-			d.fail(name)
-		}
-		return 0
-	}
-	x, err := strconv.ParseInt(v.Value, 10, 64)
-	if err != nil {
-		d.fail(name)
-	}
-	return x
-}
-
-// millis reads a time kept as Unix milliseconds (zero when absent).
-func (d *decoder) millis(name string) time.Time {
-	if _, ok := d.m[name]; !ok {
-		return time.Time{}
-	}
-	return time.UnixMilli(d.num(name, true)).UTC()
-}
-
-func (d *decoder) time(name string, required bool) time.Time {
-	v := d.str(name, required)
-	if v == "" {
-		return time.Time{}
-	}
-	t, err := time.Parse(timeLayout, v)
-	if err != nil {
-		d.fail(name)
-	}
-	return t
-}
-
-func (d *decoder) failure(name string) *job.Failure {
-	v, ok := d.m[name].(*types.AttributeValueMemberM)
-	if !ok {
-		return nil
-	}
-	sub := decoder{m: v.Value}
-	f := &job.Failure{Class: job.Class(sub.str(aClass, false)), Message: sub.str(aMessage, false),
-		ProviderStatus: int(sub.num(aProvStatus, false))}
-	if sub.err != nil && d.err == nil {
-		d.err = sub.err
-	}
-	return f
-}
-
-func (d *decoder) usage(name string) *job.Usage {
-	v, ok := d.m[name].(*types.AttributeValueMemberM)
-	if !ok {
-		return nil
-	}
-	sub := decoder{m: v.Value}
-	u := &job.Usage{Model: sub.str(aModel, false), InputTokens: int(sub.num(aInTokens, false)),
-		OutputTokens: int(sub.num(aOutTokens, false)), Latency: time.Duration(sub.num(aLatencyMS, false)) * time.Millisecond}
-	if sub.err != nil && d.err == nil {
-		d.err = sub.err
-	}
-	return u
-}
-
-func (d *decoder) cancellation(name string) *job.Cancellation {
-	v, ok := d.m[name].(*types.AttributeValueMemberM)
-	if !ok {
-		return nil
-	}
-	sub := decoder{m: v.Value}
-	c := &job.Cancellation{By: sub.str(aBy, false), Reason: sub.str(aReason, false), At: sub.time(aAt, true)}
-	if sub.err != nil && d.err == nil {
-		d.err = sub.err
-	}
-	return c
-}
-
-func (d *decoder) waiting(name string) *job.Waiting {
-	v, ok := d.m[name].(*types.AttributeValueMemberM)
-	if !ok {
-		return nil
-	}
-	sub := decoder{m: v.Value}
-	w := &job.Waiting{Reason: job.WaitReason(sub.str(aReason, true)), Since: sub.time(aSince, true), Until: sub.time(aUntil, true),
-		Detail: sub.str(aDetail, false)}
-	if sub.err != nil && d.err == nil {
-		d.err = sub.err
-	}
-	return w
-}
-
-func (d *decoder) resolved(name string) *job.Resolved {
-	v, ok := d.m[name].(*types.AttributeValueMemberM)
-	if !ok {
-		return nil
-	}
-	sub := decoder{m: v.Value}
-	r := &job.Resolved{Outcome: job.AttemptState(sub.str(aOutcome, true)), By: sub.str(aBy, false),
-		Reason: sub.str(aReason, false), At: sub.time(aAt, true)}
-	if sub.err != nil && d.err == nil {
-		d.err = sub.err
-	}
-	return r
 }
 
 func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
