@@ -1,8 +1,10 @@
 package deploy_test
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -109,3 +111,56 @@ func TestLayers(t *testing.T) {
 		t.Fatalf("only %d packages checked", checked)
 	}
 }
+
+// roomSize is the most lines a source file of the house may have ("about
+// 600", issue 41) unless it says why: a line "// Long file: <why>".
+const roomSize = 650
+
+// TestFilesAreSizedToRead: no source file of the house (internal/ but its
+// local tooling, internal/dev and internal/verify) is longer than a reader
+// takes in at once, unless it says why; a generated file is exempt. Split
+// a long one where its decisions or use cases part (CONTRIBUTING, Style).
+func TestFilesAreSizedToRead(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	code := []string{".go", ".mjs", ".js", ".cjs", ".ts"}
+	files := 0
+	err := filepath.WalkDir(filepath.Join(root, "internal"), func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if rel == "internal/dev" || rel == "internal/verify" || d.Name() == "node_modules" || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !slices.Contains(code, filepath.Ext(path)) {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files++
+		src := string(b)
+		lines := strings.Count(src, "\n")
+		if lines <= roomSize || generated.MatchString(src) || strings.Contains(src, "\n// Long file: ") {
+			return nil
+		}
+		t.Errorf("%s has %d lines (at most %d): split it where its decisions or use cases part, or say why in a line \"// Long file: …\"",
+			rel, lines, roomSize)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Fatalf("only %d source files under internal/", files)
+	}
+}
+
+// generated is Go's mark of a generated file.
+var generated = regexp.MustCompile(`(?m)^// Code generated .* DO NOT EDIT\.$`)
