@@ -3,6 +3,7 @@ package doctest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -111,7 +112,8 @@ func matchJSON(at string, want, got any, vars map[string]string) error {
 		if !ok {
 			return fmt.Errorf("%s is %s, want an object", where, kind(got))
 		}
-		for k, wv := range w {
+		for _, k := range slices.Sorted(maps.Keys(w)) {
+			wv := w[k]
 			gv, ok := g[k]
 			if !ok {
 				return fmt.Errorf("%s has no member %q (it has %s)", where, k, members(g))
