@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 )
 
 // ErrUnauthenticated is wrapped by every refusal of the caller's identity.
@@ -115,11 +114,10 @@ func (r *request) authenticate(admin AdminRule) error {
 	if a == nil || a.JWT == nil {
 		return &AuthError{Reason: "no verified token claims"}
 	}
-	sub := a.JWT.Claims["sub"]
-	if sub == "" || len(sub) > maxOwnerBytes || !utf8.ValidString(sub) {
-		return &AuthError{Reason: ReasonSubject}
+	owner, operator, err := Principal(a.JWT.Claims, admin)
+	if err != nil {
+		return err
 	}
-	r.owner = sub
-	r.admin = admin.Grants(a.JWT.Claims)
+	r.owner, r.admin = owner, operator
 	return nil
 }

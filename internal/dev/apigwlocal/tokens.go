@@ -5,6 +5,7 @@
 package apigwlocal
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -35,7 +36,7 @@ const Algorithm = "HS256"
 
 // Claims are verified claims in API Gateway's shape: strings stay strings,
 // numbers and booleans are their JSON text, arrays are rendered "[a b]".
-type Claims map[string]string
+type Claims = apigw.Claims
 
 // TokenConfig configures Tokens. Validate it with NewTokens.
 type TokenConfig struct {
@@ -181,6 +182,17 @@ func (t *Tokens) Verify(authorization string) (Claims, error) {
 		}
 	}
 	return claims, nil
+}
+
+// Verifier is t as the apigw.TokenVerifier of a handler no authorizer
+// stands in front of (the stream handler on its own local port): the same
+// tokens, checked the same way, as the local API's authorizer checks them.
+func (t *Tokens) Verifier() apigw.TokenVerifier { return verifier{t} }
+
+type verifier struct{ t *Tokens }
+
+func (v verifier) Verify(_ context.Context, authorization string) (apigw.Claims, error) {
+	return v.t.Verify(authorization)
 }
 
 // reason maps the library's errors to fixed reasons.

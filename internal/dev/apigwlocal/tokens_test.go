@@ -1,6 +1,7 @@
 package apigwlocal_test
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"reflect"
@@ -200,5 +201,55 @@ func TestLeeway(t *testing.T) {
 				t.Fatalf("Verify = %v, want ok=%v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestVerifierIsTheAuthorizersCheck: the stream handler's verifier on
+// its own port accepts and refuses exactly what the local authorizer does,
+// and the principal it names is the API's.
+func TestVerifierIsTheAuthorizersCheck(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1767139200, 0)
+	tokens := newTokens(t, apigwlocal.TokenConfig{Secret: secret, NowFunc: fixedClock(now)})
+	v := tokens.Verifier()
+	admin := apigw.DefaultAdminRule()
+	for _, tc := range []struct {
+		name     string
+		grant    apigwlocal.Grant
+		owner    string
+		operator bool
+	}{
+		{"Owner", apigwlocal.Grant{Subject: "owner-a", TTL: time.Hour}, "owner-a", false},
+		{"Operator", apigwlocal.OperatorGrant(admin, "ops", time.Hour), "ops", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tok, err := tokens.Mint(tc.grant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims, err := v.Verify(context.Background(), "Bearer "+tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owner, operator, err := apigw.Principal(claims, admin)
+			if err != nil || owner != tc.owner || operator != tc.operator {
+				t.Fatalf("principal = %q, %v, %v; want %q, %v", owner, operator, err, tc.owner, tc.operator)
+			}
+		})
+	}
+	other := newTokens(t, apigwlocal.TokenConfig{Secret: []byte("another-secret"), NowFunc: fixedClock(now)})
+	forged, err := other.Mint(apigwlocal.Grant{Subject: "owner-a", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"", "Bearer " + forged, "Basic b3duZXI6cHc="} {
+		var ae *apigw.AuthError
+		if _, err := v.Verify(context.Background(), h); !errors.As(err, &ae) {
+			t.Fatalf("Verify(%q) = %v, want an *apigw.AuthError", h, err)
+		}
+	}
+	if _, _, err := apigw.Principal(apigw.Claims{"scope": apigw.AdminScope}, admin); !errors.Is(err, apigw.ErrUnauthenticated) {
+		t.Fatalf("claims without a subject: %v", err)
 	}
 }
