@@ -63,6 +63,12 @@ type Config struct {
 	// ProviderEvents takes asynchronous providers' webhooks; nil: the
 	// deployment has none (the route answers not-found).
 	ProviderEvents ProviderEvents
+	// StreamBase is where jobs' streams are served (GET
+	// /v1/jobs/{id}/stream, the stream function's URL; locally its own
+	// loopback port): every job view carries its job's stream_url under
+	// it, so a client never builds one. https, or http on loopback; empty:
+	// the deployment serves no streams, and views carry none.
+	StreamBase string
 }
 
 // Handler serves the API's routes.
@@ -87,6 +93,7 @@ type Handler struct {
 	ratePolicy     string
 	owners         Owners
 	providerEvents ProviderEvents
+	streamBase     string
 }
 
 // New validates the configuration.
@@ -105,7 +112,7 @@ func New(c Config) (*Handler, error) {
 	}
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
 		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin, providers: c.Providers,
-		notifications: c.Notifications, owners: c.Owners, providerEvents: c.ProviderEvents}
+		notifications: c.Notifications, owners: c.Owners, providerEvents: c.ProviderEvents, streamBase: c.StreamBase}
 	h.routes = routes()
 	var b job.Budget
 	if c.Owners != nil {
@@ -147,6 +154,11 @@ func (c *Config) defaults() error {
 	if c.Admin == (AdminRule{}) {
 		c.Admin = DefaultAdminRule()
 	}
+	base, err := streamBase(c.StreamBase)
+	if err != nil {
+		return err
+	}
+	c.StreamBase = base
 	return c.Admin.Validate()
 }
 
@@ -158,10 +170,13 @@ type request struct {
 	admin     bool
 	params    map[string]string
 	headers   map[string]string // lower-cased names
+	// streamBase is the Handler's: where the job views say a job's stream
+	// is read.
+	streamBase string
 }
 
 // viewer is how the caller sees jobs: as their owner, or as an operator.
-func (r *request) viewer() viewer { return viewer{admin: r.admin} }
+func (r *request) viewer() viewer { return viewer{admin: r.admin, streamBase: r.streamBase} }
 
 // reply is a successful answer.
 type reply struct {
@@ -176,7 +191,7 @@ type reply struct {
 // alike become problem responses, faults logged with the request ID.
 func (h *Handler) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, _ error) {
 	start := h.now()
-	r := &request{ev: &ev, requestID: ev.RequestContext.RequestID, headers: lowerKeys(ev.Headers)}
+	r := &request{ev: &ev, requestID: ev.RequestContext.RequestID, headers: lowerKeys(ev.Headers), streamBase: h.streamBase}
 	if r.requestID == "" || len(r.requestID) > maxRequestIDBytes {
 		// API Gateway's IDs are short; openapi.yaml bounds request_id.
 		r.requestID = NewRequestID()

@@ -63,7 +63,7 @@ func (h *Handler) createJob(ctx context.Context, r *request) (reply, error) {
 // decodeCreate turns a checked body into a request, reporting every
 // problem it finds at once.
 func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
-	m, errs := members(body, "type", "input", "providers", "tier")
+	m, errs := members(body, "type", "input", "providers", "tier", "stream")
 	if m == nil {
 		return job.Request{}, invalid(errs...)
 	}
@@ -94,6 +94,10 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 		}
 		tier = job.Tier(s)
 	}
+	var stream bool
+	if raw, ok := m["stream"]; ok && !isNull(raw) && json.Unmarshal(raw, &stream) != nil {
+		errs = append(errs, FieldError{Pointer: "/stream", Detail: "must be true or false"})
+	}
 	if len(errs) > 0 {
 		return job.Request{}, invalid(errs...)
 	}
@@ -121,7 +125,8 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 	if len(errs) > 0 {
 		return job.Request{}, invalid(errs...)
 	}
-	r := job.Request{Type: jobType, Input: input, Providers: providers, Retention: jt.Retention(), Primary: job.PrimaryOf(jt.Providers()), Tier: tier}
+	r := job.Request{Type: jobType, Input: input, Providers: providers, Retention: jt.Retention(), Primary: job.PrimaryOf(jt.Providers()), Tier: tier,
+		Stream: stream}
 	if h.owners != nil && h.owners.Budget().Enabled() {
 		basis, err := jt.CostBasis(input)
 		if err != nil {

@@ -2,6 +2,9 @@ package apigw
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
@@ -15,7 +18,12 @@ import (
 // failure's stable class and a short message for it; the provider's own
 // text, status and request ID — which can name accounts, keys or internal
 // endpoints — only an operator sees.
-type viewer struct{ admin bool }
+type viewer struct {
+	admin bool
+	// streamBase is where the deployment serves jobs' streams (StreamURL);
+	// empty: views carry no stream_url.
+	streamBase string
+}
 
 type failureView struct {
 	Class   string `json:"class"`
@@ -114,6 +122,8 @@ type jobBody struct {
 	Error        *failureView         `json:"error,omitempty"`
 	Cancellation *cancellationView    `json:"cancellation,omitempty"`
 	Waiting      *waitingView         `json:"waiting,omitempty"`
+	Stream       bool                 `json:"stream,omitempty"`
+	StreamURL    string               `json:"stream_url,omitempty"`
 }
 
 type cancellationView struct {
@@ -207,6 +217,10 @@ func (v viewer) job(j job.Job) jobBody {
 		CompletedBy: j.CompletedBy,
 		Error:       v.failure(j.Error),
 		Waiting:     v.waitingOf(j),
+		Stream:      j.Stream,
+	}
+	if v.streamBase != "" {
+		out.StreamURL = StreamURL(v.streamBase, j.ID)
 	}
 	if v.admin {
 		out.Owner = j.Owner
@@ -291,4 +305,39 @@ func (v viewer) list(p lifecycle.Page) listBody {
 		out.Jobs = append(out.Jobs, b)
 	}
 	return out
+}
+
+// StreamURL is where job id's stream is read, under a deployment's stream
+// base (Config.StreamBase): every job has one, streamed or not.
+func StreamURL(base, id string) string { return base + "/v1/jobs/" + id + "/stream" }
+
+// streamBase checks a stream base URL and returns it without a trailing
+// slash: an absolute https URL (a function URL), or http on loopback (a
+// local stack), with no user, query or fragment; "" is none.
+func streamBase(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	u, err := url.Parse(s)
+	bad := func(why string) error { return fmt.Errorf("apigw: stream base %q %s", s, why) }
+	switch {
+	case err != nil || u.Host == "":
+		return "", bad("is not an absolute URL")
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return "", bad("may not carry a user, a query or a fragment")
+	case u.Scheme == "https":
+	case u.Scheme == "http" && loopbackName(u.Hostname()):
+	default:
+		return "", bad("must be https (or http on 127.0.0.1, localhost or ::1)")
+	}
+	return strings.TrimRight(s, "/"), nil
+}
+
+// loopbackName reports whether a URL's host names this machine.
+func loopbackName(host string) bool {
+	switch strings.ToLower(host) {
+	case "127.0.0.1", "localhost", "::1":
+		return true
+	}
+	return false
 }

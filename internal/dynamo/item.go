@@ -68,7 +68,9 @@ const (
 	aAt          = "at"
 	// aNotify marks a job whose owner had an endpoint at create; aOutbox
 	// holds its events, aDispatched how many were fanned out.
-	aNotify     = "notify"
+	aNotify = "notify"
+	// aStream marks a job created with "stream": true (only those carry it).
+	aStream     = "stream"
 	aOutbox     = "outbox"
 	aDispatched = "dispatched"
 	aAttempt    = "attempt"
@@ -192,6 +194,9 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	// their cost) are as they were.
 	if j.Notify {
 		item[aNotify] = avB(true)
+	}
+	if j.Stream {
+		item[aStream] = avB(true)
 	}
 	if len(j.Outbox) > 0 {
 		item[aOutbox] = encodeOutbox(j.Outbox)
@@ -400,6 +405,9 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 	}
 	if v, ok := item[aNotify].(*types.AttributeValueMemberBOOL); ok {
 		j.Notify = v.Value
+	}
+	if v, ok := item[aStream].(*types.AttributeValueMemberBOOL); ok {
+		j.Stream = v.Value
 	}
 	if r := d.str(aResult, false); r != "" {
 		j.Result = json.RawMessage(r)

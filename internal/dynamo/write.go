@@ -196,7 +196,7 @@ func createInput(table string, item map[string]types.AttributeValue, now time.Ti
 // does not: a create removes whichever its own item lacks.
 func leftByExpired() []string {
 	return []string{aCompletedBy, aResult, aError, aCancellation, aWaiting, aExpiresAt, aRetentionS, aTier, aWriteToken, AttrOpenShard,
-		aNotify, aOutbox, aDispatched, AttrNotifyShard}
+		aNotify, aOutbox, aDispatched, AttrNotifyShard, aStream}
 }
 
 // ledgerInput puts the ledger's copy of attempt a, stamped with revision,

@@ -74,6 +74,14 @@ type Job struct {
 	// budget for its first attempt (the most that attempt can cost on any
 	// of its providers), under which key; nil: not budgeted.
 	Reservation *Spend
+	// Stream: the create asked for the job's answer as it forms (its
+	// "stream": true). A streamed attempt on a provider that streams
+	// records its text in the job's stream log (StreamChunk) as it
+	// arrives. Stored only when set, so other jobs' items are unchanged;
+	// not part of the fingerprint: it is how one watches the job, not what
+	// one asked for, so a replay with another value gets the job as it was
+	// created.
+	Stream bool
 }
 
 // Retention bounds: a finished job, and so its idempotency key, is kept

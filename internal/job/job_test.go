@@ -97,6 +97,28 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
+// TestStreamIsNotPartOfTheRequest: "stream" is the job's, but how one
+// watches a job, not what one asked for: the same key with another value
+// is the same request (a replay gets the job as created).
+func TestStreamIsNotPartOfTheRequest(t *testing.T) {
+	t.Parallel()
+	create := func(stream bool) job.Job {
+		j, err := job.New(job.Request{Owner: "o", IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{"a":1}`),
+			Providers: []string{"p1"}, Primary: "p1", Stream: stream}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	plain, streamed := create(false), create(true)
+	if plain.Stream || !streamed.Stream {
+		t.Fatalf("stream kept as %v and %v, want false and true", plain.Stream, streamed.Stream)
+	}
+	if plain.Fingerprint != streamed.Fingerprint || job.SameRequest(plain, streamed) != nil {
+		t.Fatal("a create asking to stream is another request than the same create without")
+	}
+}
+
 // TestTierIsPartOfTheRequest: the tier a create names is the job's, and
 // the same key asking another tier is another request (409), while "now"
 // and naming none are one request, as they were before tiers existed.

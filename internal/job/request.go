@@ -29,6 +29,9 @@ type Request struct {
 	// Tier is how long the job may wait (the request's or its type's,
 	// checked against the type by the caller); empty or TierNow: now.
 	Tier Tier
+	// Stream asks for the job's answer as it forms (Job.Stream); it is not
+	// part of the request's fingerprint.
+	Stream bool
 }
 
 // Limits on a request, checked before anything is written.
@@ -173,6 +176,7 @@ func New(r Request, now time.Time) (Job, error) {
 		UpdatedAt:      now,
 		Retention:      r.Retention,
 		Tier:           tier,
+		Stream:         r.Stream,
 	}, nil
 }
 

@@ -104,6 +104,48 @@ var createTests = []test{
 			check("listed", got, want)
 		}
 	}},
+	{"KeepsTheStream", func(t *testing.T, fresh func(*testing.T) Store) {
+		// A create's "stream" is kept by every read, write and listing;
+		// a replay that asks otherwise is the same request and gets the
+		// job as it was created (stream is how one watches, not what one
+		// asked for).
+		st := fresh(t)
+		r := request("a", "k", `{"prompt":"x"}`)
+		r.Stream = true
+		j := create(t, st, newJob(t, r, at(0)))
+		plain := create(t, st, newJob(t, request("a", "k2", `{"prompt":"x"}`), at(0)))
+		check := func(what string, got job.Job, want bool) {
+			t.Helper()
+			if got.Stream != want {
+				t.Fatalf("%s: stream %v, want %v", what, got.Stream, want)
+			}
+		}
+		check("created", j, true)
+		check("read", get(t, st, j.ID), true)
+		check("read the job not streamed", get(t, st, plain.ID), false)
+		j = running(t, st, j, "sim-primary", at(1))
+		check("after a write", get(t, st, j.ID), true)
+		for _, again := range []struct {
+			key    string
+			stream bool
+			want   bool
+		}{{"k", false, true}, {"k2", true, false}} {
+			r := request("a", again.key, `{"prompt":"x"}`)
+			r.Stream = again.stream
+			got, replayed, err := st.Create(context.Background(), newJob(t, r, at(2)))
+			if err != nil || !replayed {
+				t.Fatalf("replay of %s with stream %v: replayed=%v err=%v", again.key, again.stream, replayed, err)
+			}
+			check("replayed "+again.key, got, again.want)
+		}
+		page, err := st.List(context.Background(), lifecycle.ListQuery{Owner: "a"})
+		if err != nil || len(page.Jobs) != 2 {
+			t.Fatalf("list: %v err=%v", ids(page.Jobs), err)
+		}
+		for _, got := range page.Jobs {
+			check("listed", got, got.ID == j.ID)
+		}
+	}},
 	{"ReplaysTheSameRequest", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		first := createAt(t, st, "a", "k", at(0))
