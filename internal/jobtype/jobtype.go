@@ -89,6 +89,12 @@ type spec struct {
 	// MaxTier is the longest a create may ask its job to wait (its
 	// "tier"); Tier when empty, so a create may only ask for sooner.
 	MaxTier string `json:"max_tier,omitempty"`
+	// StreamField names the output's top-level string property whose
+	// growing value a streamed job's deltas carry (job.FieldText), so a
+	// client shows words, not JSON fragments; empty: deltas carry the
+	// provider's raw output fragments. Not part of the contract: it
+	// changes how an answer is watched, not what is asked or accepted.
+	StreamField string `json:"stream_field,omitempty"`
 }
 
 // Type is a compiled, validated job type. Immutable and safe for concurrent use.
@@ -137,6 +143,10 @@ func (t *Type) SettleAtDeadline() bool { return t.spec.SettleAtDeadline }
 
 // Retention is how long a finished job of the type is kept.
 func (t *Type) Retention() time.Duration { return t.retention }
+
+// StreamField is the output property a streamed job's deltas carry the
+// text of ("": the raw output fragments).
+func (t *Type) StreamField() string { return t.spec.StreamField }
 
 // Tier is how long the type's jobs can wait for their answer (TierNow
 // unless the type says otherwise).
@@ -294,6 +304,11 @@ func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 		problem("output_schema: %v", err)
 	} else if t.outputKeys, t.rejectsExtra, err = topLevelKeys(s.OutputSchema); err != nil {
 		problem("output_schema: %v", err)
+	}
+	if s.StreamField != "" {
+		if err := stringProperty(s.OutputSchema, s.StreamField); err != nil {
+			problem("stream_field %q: %v", s.StreamField, err)
+		}
 	}
 	if strings.TrimSpace(s.PromptTemplate) == "" {
 		problem("prompt_template is required")

@@ -332,6 +332,7 @@ func TestContractVersionChanges(t *testing.T) {
 			d["max_attempts"] = 5
 		}, false},
 		{"FormattingOnly", func(map[string]any) {}, false}, // variantFS re-encodes without whitespace
+		{"StreamFieldOnly", func(d map[string]any) { delete(d, "stream_field") }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -379,6 +380,8 @@ func TestLoadRejectsInvalidTypes(t *testing.T) {
 		{"NoOutputTokens", set("max_output_tokens", 0), "max_output_tokens"},
 		{"UnknownTier", set("tier", "24h"), `tier "24h" must be one of`},
 		{"UnknownMaxTier", set("max_tier", "soon"), `max_tier "soon" must be one of`},
+		{"StreamFieldNotAProperty", set("stream_field", "text"), `stream_field "text": is not a top-level property`},
+		{"StreamFieldNotAString", set("stream_field", "priority"), `stream_field "priority": must be a property of "type": "string"`},
 		{"TierBeyondMaxTier", func(d map[string]any) map[string]any { d["tier"], d["max_tier"] = "8h", "2h"; return d }, `waits longer than max_tier`},
 		{"CaseInputNoLongerValid", set("input_schema", map[string]any{
 			"type": "object", "properties": map[string]any{"subject": map[string]any{"type": "string"}, "body": map[string]any{"type": "string"}, "lang": map[string]any{"type": "string"}},
@@ -430,5 +433,17 @@ func TestLoadRejectsBadCase(t *testing.T) {
 				t.Errorf("LoadFS = %v, want error naming zz-bad.json and %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestStreamFields: the types make run serves name the output text their
+// streamed jobs' deltas carry; a type without one streams raw fragments.
+func TestStreamFields(t *testing.T) {
+	t.Parallel()
+	c := load(t)
+	for name, want := range map[string]string{"demo": "text", "demo-hedge": "text", "ticket-triage": "summary", "demo-async": ""} {
+		if got := get(t, c, name).StreamField(); got != want {
+			t.Errorf("%s: stream field %q, want %q", name, got, want)
+		}
 	}
 }

@@ -154,3 +154,25 @@ func (t *Type) ValidateInput(input json.RawMessage) []FieldError {
 	}
 	return nil
 }
+
+// stringProperty checks that an output schema declares name as a
+// top-level property of type string: the only value job.FieldText reads.
+func stringProperty(raw json.RawMessage, name string) error {
+	var s struct {
+		Properties map[string]struct {
+			Type json.RawMessage `json:"type"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return err
+	}
+	p, ok := s.Properties[name]
+	if !ok {
+		return errors.New("is not a top-level property of the output schema")
+	}
+	var typ string
+	if json.Unmarshal(p.Type, &typ) != nil || typ != "string" {
+		return errors.New(`must be a property of "type": "string"`)
+	}
+	return nil
+}
