@@ -108,6 +108,10 @@ var (
 	// (conditional UpdateItem; GetItem after a refusal) and the settling
 	// of an ended attempt's (conditional UpdateItem).
 	budget = Grant{Actions: []string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, Resource: table(dynamo.OwnersTable())}
+	// A streamed attempt's text: each chunk one conditional PutItem into
+	// its job's log (the job's status is read with jobRW's GetItem, about
+	// once a second while the call streams, to stop once it is cancelled).
+	streamLog = Grant{Actions: []string{"dynamodb:PutItem"}, Resource: table(dynamo.StreamsTable())}
 )
 
 // All returns every function's grants, by function name.
@@ -195,7 +199,7 @@ func All() map[string][]Grant {
 		// certifications, starts, claims, completes or fails attempts
 		// (conditional UpdateItem) and records them in the ledger. Only it
 		// calls providers, so only it reads their configuration.
-		deploy.FnRun: {jobRW, ledger, certs, health, budget, handoff,
+		deploy.FnRun: {jobRW, ledger, certs, health, budget, handoff, streamLog,
 			{Actions: []string{"secretsmanager:GetSecretValue"}, Resource: Resource{Kind: KindProvidersSecret}}},
 		// Marks a silent run's attempts unknown and decides the wait: no
 		// certifications, no providers; an attempt it ends (one never

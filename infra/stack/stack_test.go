@@ -793,7 +793,9 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify).
 			add([]string{"dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
 			// Budget reservations: reserved and settled, read after a refusal.
-			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners"),
+			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners").
+			// A streamed attempt's chunks, one conditional put each.
+			add([]string{"dynamodb:PutItem"}, "arn:table:streams"),
 		// A provider's webhook: the work read back from the provider (its
 		// configuration), the job's attempt ended, its budget settled, its
 		// events handed off; no certifications, no provider health.

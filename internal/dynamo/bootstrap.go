@@ -18,6 +18,8 @@ type TableNames struct {
 	Endpoints, Deliveries                             string
 	// Inbound: the providers' webhook deliveries taken lately.
 	Inbound string
+	// Streams is streamed jobs' log (StreamsTable).
+	Streams string
 }
 
 // NamesWithPrefix names every table "<prefix>-<logical>".
@@ -37,6 +39,7 @@ func NamesFrom(name func(logical string) string) TableNames {
 		Endpoints:      name(EndpointsTable().Logical),
 		Deliveries:     name(DeliveriesTable().Logical),
 		Inbound:        name(InboundTable().Logical),
+		Streams:        name(StreamsTable().Logical),
 	}
 }
 
@@ -50,7 +53,7 @@ type namedTable struct {
 func (n TableNames) each() []namedTable {
 	return []namedTable{{JobsTable(), n.Jobs}, {AttemptsTable(), n.Attempts}, {CertificationsTable(), n.Certifications},
 		{ProvidersTable(), n.Providers}, {OwnersTable(), n.Owners}, {EndpointsTable(), n.Endpoints}, {DeliveriesTable(), n.Deliveries},
-		{InboundTable(), n.Inbound}}
+		{InboundTable(), n.Inbound}, {StreamsTable(), n.Streams}}
 }
 
 // ByLogical maps each table's logical name to its physical name.

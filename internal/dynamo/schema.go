@@ -73,6 +73,8 @@ const (
 	AttrDelivery    = "delivery"
 	AttrDueShard    = "due_shard"
 	AttrNextAt      = "next_at"
+	// AttrPos is a streamed chunk's place in its job's log: job.ChunkPos.
+	AttrPos = "pos"
 
 	AttrInboundKey = "inbound_key"
 
@@ -218,8 +220,22 @@ func InboundTable() TableDef {
 	}
 }
 
+// StreamsTable is streamed jobs' log: one item per chunk of an attempt's
+// text (job.StreamChunk), under its job, sorted by attempt then seq
+// (job.ChunkPos), so a reader queries each attempt past its cursor. Only
+// jobs created with "stream": true write here. A chunk goes a retention
+// after it was written (job.ChunkExpiry).
+func StreamsTable() TableDef {
+	return TableDef{
+		Logical:      "streams",
+		PartitionKey: KeyAttr{Name: AttrJobID, Type: AttrString},
+		SortKey:      &KeyAttr{Name: AttrPos, Type: AttrString},
+		TTL:          aExpiresAt,
+	}
+}
+
 // Tables lists every table the service uses.
 func Tables() []TableDef {
 	return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable(), ProvidersTable(), OwnersTable(),
-		EndpointsTable(), DeliveriesTable(), InboundTable()}
+		EndpointsTable(), DeliveriesTable(), InboundTable(), StreamsTable()}
 }

@@ -275,3 +275,33 @@ func (NoEvents) OldestUnknown(context.Context, time.Duration)                   
 func (NoEvents) AttemptSettled(context.Context, job.Job, job.Attempt, time.Duration) {}
 func (NoEvents) ProviderOpened(context.Context, job.Health)                          {}
 func (NoEvents) AdmissionUnrecorded(context.Context, string, job.Admission)          {}
+
+// StreamStore keeps streamed jobs' text as it forms: the log of each
+// attempt's chunks (job.StreamChunk), one item per (job, attempt, seq),
+// written once and in order by the attempt's writer in the run function,
+// read by the job's readers (StreamReader). Implementations: dynamo.Store
+// (its streams table) and dev/memstore, held to it by verify/storetest.
+type StreamStore interface {
+	// AppendChunk writes c as one conditional write on its (job, attempt,
+	// seq), to be kept until expires (job.ChunkExpiry). A chunk there
+	// already is not written again: written is false, and that is an
+	// outcome, not an error (of two writers of the same seq, exactly one
+	// writes).
+	AppendChunk(ctx context.Context, c job.StreamChunk, expires time.Time) (written bool, err error)
+	// ReadChunks reads, strongly consistent, the chunks of job jobID's
+	// attempts (by number) past after's place in each (seq beyond the
+	// cursor's; an attempt the cursor marks discarded is not read), each
+	// attempt's in seq order, attempts in the order given: at most
+	// MaxChunksPerRead in all, so a read that returns that many may have
+	// left some for the next.
+	ReadChunks(ctx context.Context, jobID string, after job.StreamCursor, attempts []int) ([]job.StreamChunk, error)
+	// JobStatus reads a job's status eventually consistent: what a
+	// streamed call checks about once a second to stop once its job is
+	// cancelled (half a read unit per 4 KB of job; job.ErrNotFound when
+	// there is none).
+	JobStatus(ctx context.Context, id string) (job.Status, error)
+}
+
+// MaxChunksPerRead bounds one ReadChunks: at most 800 KiB of text
+// (job.MaxChunkBytes each), under DynamoDB's 1 MB a Query answers.
+const MaxChunksPerRead = 100

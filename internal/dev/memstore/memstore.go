@@ -43,6 +43,8 @@ type Store struct {
 	deliveries map[string]map[string]job.Delivery
 	// inbound holds providers' webhook deliveries taken, with their expiry.
 	inbound map[inboundKey]inboundRecord
+	// chunks is the streams' log by job, then job.ChunkPos (streams.go).
+	chunks map[string]map[string]job.StreamChunk
 	// now is the clock expiry is read against.
 	now func() time.Time
 }

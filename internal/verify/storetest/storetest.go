@@ -38,6 +38,7 @@ type Interface interface {
 	lifecycle.OwnerStore
 	lifecycle.NotificationStore
 	lifecycle.InboundLog
+	lifecycle.StreamStore
 	lifecycle.Certifications
 	PutCertification(ctx context.Context, c job.Certification) error
 	ListCertifications(ctx context.Context) ([]job.Certification, error)
@@ -134,6 +135,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T, now func() time.Time) St
 		{"Notifications", notificationTests},
 		{"Expiry", expiryTests},
 		{"Inbound", inboundTests},
+		{"Streams", streamTests},
 		{"Rules", ruleTests},
 	}
 	for _, g := range groups {
