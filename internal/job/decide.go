@@ -142,6 +142,27 @@ func DecideCallFailed(j Job, n int, f Failure, c Call, now time.Time) (Transitio
 	return attemptTo(j, a, AttemptFailed, change{failure: &f, call: c}, now)
 }
 
+// DecideCallCancelled ends attempt n as cancelled, with what its call
+// cost up to then: its job was cancelled while the call streamed, and the
+// run closed the provider's stream (a streamed call checks its job about
+// once a second while it runs), so the provider stopped working on it.
+// Only a cancelled job's attempt still in flight is ended this way (one
+// that ended meanwhile stays as it is); the budget settles it at c's
+// usage (SpendOf).
+func DecideCallCancelled(j Job, n int, c Call, now time.Time) (Transition, error) {
+	a, ok := j.Attempt(n)
+	if !ok {
+		return Transition{}, ErrAttemptNotFound
+	}
+	if !a.State.InFlight() {
+		return noop(j, KindAttempt, n), nil
+	}
+	if j.Status != StatusCancelled {
+		return Transition{}, &TransitionError{Attempt: n, From: a.State, To: AttemptCancelled}
+	}
+	return attemptTo(j, a, AttemptCancelled, change{call: c, note: "cancelled: its stream was closed when its job was cancelled"}, now)
+}
+
 // Resolution is an operator's verdict on an unknown attempt: what the
 // provider did, as they found out.
 type Resolution struct {

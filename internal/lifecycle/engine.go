@@ -478,6 +478,24 @@ func (e *Engine) FailAttemptOn(ctx context.Context, j job.Job, n int, f job.Fail
 	return j, err
 }
 
+// CallCancelledOn ends attempt n, whose streamed call the run closed
+// because its job was cancelled, with what the call cost up to then
+// (job.DecideCallCancelled), deciding on j; the budget settles it at c's
+// usage.
+func (e *Engine) CallCancelledOn(ctx context.Context, j job.Job, n int, c job.Call) (job.Job, error) {
+	id := j.ID
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideCallCancelled(j, n, c, e.now()) })
+	if err == nil && !t.Noop() {
+		a, _ := j.Attempt(n)
+		attrs := []any{"job_id", id, "attempt", n, "provider", a.Provider}
+		if u := a.Usage; u != nil {
+			attrs = append(attrs, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens)
+		}
+		e.log.InfoContext(ctx, "attempt_cancelled", attrs...)
+	}
+	return j, err
+}
+
 // Completion is what a finished attempt's result did.
 type Completion struct {
 	Won bool

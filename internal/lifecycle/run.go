@@ -446,11 +446,24 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 		}
 	}()
 	start := w.now()
-	resp, err := p.Call(callCtx, req)
+	var resp provider.Response
+	var end streamEnd
+	sp, streamed := w.streamer(j, p)
+	if streamed {
+		resp, end, err = w.stream(callCtx, j, jt, a, sp, req)
+	} else {
+		resp, err = p.Call(callCtx, req)
+	}
 	close(ended)
 	latency := w.now().Sub(start)
-	w.log.InfoContext(ctx, "provider_called", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
-		"latency_ms", latency.Milliseconds(), "ok", err == nil)
+	attrs := []any{"job_id", j.ID, "attempt", a.Number, "provider", a.Provider, "latency_ms", latency.Milliseconds(), "ok", err == nil}
+	if streamed {
+		attrs = append(attrs, "streamed", true, "pieces", end.pieces)
+	}
+	w.log.InfoContext(ctx, "provider_called", attrs...)
+	if end.cancelled {
+		return w.cancelledCall(ctx, j, a, req, resp, end, latency)
+	}
 	w.observeCall(ctx, j.Owner, a, err)
 	if err != nil {
 		return w.callFailed(ctx, j, a, err, job.Call{Usage: &job.Usage{Latency: latency}})

@@ -31,6 +31,9 @@ type JobType interface {
 	// CheckOutput validates an answer against the output schema (unknown
 	// top-level keys rejected) and the semantic checks.
 	CheckOutput(output json.RawMessage) error
+	// StreamField is the output's string member whose growing value a
+	// streamed job's deltas carry ("": the raw output fragments).
+	StreamField() string
 }
 
 // Catalog finds job types by name.
@@ -91,8 +94,25 @@ type TasksConfig struct {
 	// MaxProviderWait bounds how long a job waits for unavailable
 	// providers (job.DefaultMaxProviderWait when 0).
 	MaxProviderWait time.Duration
-	Logger          *slog.Logger
+	// Streams is streamed jobs' log: a job created with "stream": true
+	// whose attempt runs on a provider.Streamer records its text there as
+	// it arrives. Nil: no job's text is recorded (its attempts call as any
+	// other's).
+	Streams StreamStore
+	// StreamBatching decides when a streamed attempt's writer writes
+	// (job.DefaultStreamBatching when zero).
+	StreamBatching job.StreamBatching
+	// StreamCheck is how often a streamed call reads its job's status, to
+	// stop once it is cancelled (DefaultStreamCheck when 0).
+	StreamCheck time.Duration
+	Logger      *slog.Logger
 }
+
+// DefaultStreamCheck: a streamed call reads its job's status about once a
+// second (an eventually consistent GetItem, half a read unit for a job
+// under 4 KB): a cancel stops the provider's stream within about a second
+// and a read.
+const DefaultStreamCheck = time.Second
 
 // Tasks are the logic of the state machine's two tasks: Run, which drives a
 // job's attempts (decide, start and claim, call the provider, complete by
@@ -145,6 +165,12 @@ func NewTasks(c TasksConfig) (*Tasks, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.StreamBatching == (job.StreamBatching{}) {
+		c.StreamBatching = job.DefaultStreamBatching()
+	}
+	if c.StreamCheck <= 0 {
+		c.StreamCheck = DefaultStreamCheck
 	}
 	return &Tasks{cfg: c, log: c.Logger, now: c.NowFunc}, nil
 }

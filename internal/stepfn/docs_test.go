@@ -17,7 +17,8 @@ import (
 // does: the state machine only sequences.
 var taskDecisions = map[string]string{
 	deploy.FnRun: "`lifecycle.(*Tasks).Run` → `job.Next`, `job.DecideLaunch`, the provider call, `job.DecideComplete` or " +
-		"`job.DecideAttemptFailed`, `job.NextHedge` and `job.DecideLaunchHedge`, `job.DecideFail`; `job.Plan.Signal` names what comes next",
+		"`job.DecideAttemptFailed` (or `job.DecideCallCancelled` for a streamed call closed when its job was cancelled), " +
+		"`job.NextHedge` and `job.DecideLaunchHedge`, `job.DecideFail`; `job.Plan.Signal` names what comes next",
 	deploy.FnHold: "`lifecycle.(*Tasks).Hold` → `job.DecideUnknown` for the run's attempts, `job.Next` for the wait",
 }
 
