@@ -42,6 +42,12 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 	admin := e.token(t, "operator-1", "jobs:admin")
 	id := e.mustCreate(t, "owner-1", "k-1", demoBody)
 	absent := "job_" + strings.Repeat("0", 26)
+	ended := e.mustCreate(t, "owner-1", "k-ended", demoBody)
+	if r := e.do(t, call{method: "POST", path: "/v1/jobs/" + ended + "/cancel", token: owner}); r.status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	streamOf := func(id string) string { return "/v1/jobs/" + id + "/stream" }
+	const streamRoute = "GET " + apigw.StreamPath
 	const endpointBody = `{"url":"http://127.0.0.1:9/hooks"}`
 	endpoint := e.mustCreateEndpoint(t, "owner-1", endpointBody)
 	delivery := "msg_" + strings.Repeat("0", 32) + "-" + endpoint
@@ -280,6 +286,26 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 			headers: jsonCT, body: []byte(`{"down":true}`)}, 503},
 		{"ProviderEventTaken", "POST /v1/provider-events/{provider}", events, call{method: "POST", path: "/v1/provider-events/sim-async",
 			headers: jsonCT, body: []byte(`{"ok":true}`)}, 200},
+		// GET /v1/jobs/{id}/stream, at the stream handler's own origin
+		{"StreamWithoutToken", streamRoute, e, call{method: "GET", path: streamOf(id), stream: true}, 401},
+		{"StreamWithGarbageToken", streamRoute, e, call{method: "GET", path: streamOf(id), token: "x.y.z", stream: true}, 401},
+		{"StreamOtherOwners", streamRoute, e, call{method: "GET", path: streamOf(id), token: other, stream: true}, 404},
+		{"StreamNoSuchJob", streamRoute, e, call{method: "GET", path: streamOf(absent), token: owner, stream: true}, 404},
+		{"StreamBadID", streamRoute, e, call{method: "GET", path: streamOf("nope"), token: owner, stream: true}, 404},
+		{"StreamBadLastEventID", streamRoute, e, call{method: "GET", path: streamOf(id), token: owner, stream: true,
+			headers: map[string]string{"Last-Event-ID": "1.x"}}, 400},
+		{"StreamBadAfter", streamRoute, e, call{method: "GET", path: streamOf(id) + "?after=2.1,1.1", token: owner, stream: true}, 400},
+		{"StreamUnknownParameter", streamRoute, e, call{method: "GET", path: streamOf(id) + "?from=0", token: owner, stream: true}, 400},
+		{"StreamBadWait", streamRoute, e, call{method: "GET", path: streamOf(id) + "?wait=soon", token: owner, stream: true}, 400},
+		{"StreamStoreDown", streamRoute, down, call{method: "GET", path: streamOf(id), token: owner, stream: true}, 503},
+		{"StreamOfAnEndedJob", streamRoute, e, call{method: "GET", path: streamOf(ended), token: owner, stream: true}, 200},
+		{"StreamPastTheEnd", streamRoute, e, call{method: "GET", path: streamOf(ended), token: owner, stream: true,
+			headers: map[string]string{"Last-Event-ID": "f"}}, 204},
+		{"StreamLongPoll", streamRoute, e, call{method: "GET", path: streamOf(id) + "?wait=0", token: owner, stream: true}, 200},
+		{"StreamLongPollByAccept", streamRoute, e, call{method: "GET", path: streamOf(ended), token: owner, stream: true,
+			headers: map[string]string{"Accept": "application/json"}}, 200},
+		{"StreamAtTheAPI", streamRoute, e, call{method: "GET", path: streamOf(id), token: owner}, 404},
+		{"StreamOtherMethod", "", e, call{method: "POST", path: streamOf(id), token: owner, stream: true}, 405},
 		// The console (public: no token, and none asked for)
 		{"ConsoleRevalidated", "GET /console", e, call{method: "GET", path: "/console", headers: map[string]string{"If-None-Match": consoleETag(t, e, "/console")}}, 304},
 		{"ConsoleFileMissing", "GET /console/{file}", e, call{method: "GET", path: "/console/nope.js"}, 404},

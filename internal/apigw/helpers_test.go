@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -161,8 +162,12 @@ func (s *fakeStarter) started() []string {
 // env is one test's API: a real engine on fresh dynalite tables, the
 // handler, and the local server on a loopback listener.
 type env struct {
-	h        *apigw.Handler
-	eng      *lifecycle.Engine
+	h   *apigw.Handler
+	eng *lifecycle.Engine
+	st  *dynamo.Store
+	// streams serves jobs' streams on a port of its own (a function URL
+	// is its own origin); the API's views name it only withStreams.
+	streams  *httptest.Server
 	db       *dynamodb.Client
 	names    dynamo.TableNames
 	logs     *testenv.SyncBuffer
@@ -246,6 +251,14 @@ func newEnvBudgeted(t testing.TB, q job.Quotas, b job.Budget, opts ...envOption)
 		t.Fatal(err)
 	}
 	ac.Jobs = eng
+	// The stream handler is served where a function URL would be: its
+	// own origin, which the API's views name (withStreams).
+	streamHandler := &swappable{}
+	streamSrv := httptest.NewServer(streamHandler)
+	t.Cleanup(streamSrv.Close)
+	if ac.StreamBase == streamBaseHere {
+		ac.StreamBase = streamSrv.URL
+	}
 	if ac.Notifications == nil {
 		sealer, _, err := sealbox.NewPair()
 		if err != nil {
@@ -272,8 +285,9 @@ func newEnvBudgeted(t testing.TB, q job.Quotas, b job.Budget, opts ...envOption)
 	}
 	srv := httptest.NewServer(local)
 	t.Cleanup(srv.Close)
-	e := &env{h: h, eng: eng, db: db, names: names, logs: logs, starter: starter, tokens: tokens, srv: srv,
+	e := &env{h: h, eng: eng, st: st, streams: streamSrv, db: db, names: names, logs: logs, starter: starter, tokens: tokens, srv: srv,
 		contract: sharedContract(t)}
+	streamHandler.set(e.streamHandler(t, ac.StreamBase, logger, nil))
 	e.client = &http.Client{Timeout: 30 * time.Second, Transport: &validating{t: t, next: srv.Client().Transport, c: e.contract}}
 	return e
 }
@@ -304,6 +318,8 @@ type call struct {
 	token   string // sent as a bearer token when not empty
 	headers map[string]string
 	body    []byte
+	// stream: to the stream handler's server, not the API's.
+	stream bool
 }
 
 type result struct {
@@ -335,7 +351,11 @@ func (r result) jobBody(t testing.TB) map[string]any {
 
 func (e *env) do(t testing.TB, c call) result {
 	t.Helper()
-	req, err := http.NewRequest(c.method, e.srv.URL+c.path, bytes.NewReader(c.body))
+	base := e.srv.URL
+	if c.stream {
+		base = e.streams.URL
+	}
+	req, err := http.NewRequest(c.method, base+c.path, bytes.NewReader(c.body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,8 +461,15 @@ func parseContract() (*contract, error) {
 		return nil, fmt.Errorf("openapi.yaml is invalid: %w", err)
 	}
 	// The router matches requests against the servers too; the document
-	// names the deployed API's, and these tests call loopback servers.
+	// names the deployed API's (and the stream function's), and these
+	// tests call loopback servers.
 	doc.Servers = nil
+	for _, item := range doc.Paths.Map() {
+		item.Servers = nil
+		for _, op := range item.Operations() {
+			op.Servers = nil
+		}
+	}
 	router, err := legacy.NewRouter(doc)
 	if err != nil {
 		return nil, err
@@ -468,6 +495,19 @@ func (c *contract) check(req *http.Request, status int, header http.Header, body
 		// kin-openapi never validates a 304; the document still has to
 		// describe it.
 		return c.checkNotModified(req, route, header, body)
+	}
+	if ct, _, _ := mime.ParseMediaType(header.Get("Content-Type")); ct == "text/event-stream" && status == http.StatusOK {
+		// kin-openapi reads no event stream: the status and headers are
+		// checked as documented, each event's data against its schema.
+		if err := c.checkEventStream(body); err != nil {
+			return fmt.Errorf("%s %s → %d: %w", req.Method, req.URL.Path, status, err)
+		}
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+			Status:                 status, Header: header,
+			Options: &openapi3filter.Options{IncludeResponseStatus: true, ExcludeResponseBody: true},
+		}
+		return openapi3filter.ValidateResponse(context.Background(), in)
 	}
 	in := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},

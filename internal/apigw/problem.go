@@ -57,6 +57,9 @@ const (
 	// matching its body, or a timestamp out of tolerance: a replay), the
 	// route's authentication; nothing changed.
 	CodeProviderEventUnverified Code = "provider-event-unverified"
+	// CodeStreamCursorInvalid: a stream's Last-Event-ID (or after) is no
+	// event id onejob ever sent.
+	CodeStreamCursorInvalid Code = "stream-cursor-invalid"
 )
 
 // Codes lists every problem code, for documentation and tests.
@@ -66,7 +69,7 @@ func Codes() []Code {
 		CodeUnsupportedMediaType, CodePayloadTooLarge, CodeValidationFailed, CodeUnknownJobType,
 		CodeInvalidCursor, CodeInvalidQuery, CodeNotFound, CodeForbidden, CodeUnauthenticated, CodeConflict,
 		CodeMethodNotAllowed, CodeUnavailable, CodeInternal, CodeResolutionConflict, CodeResultViolatesContract,
-		CodeQuotaExceeded, CodeBudgetExceeded, CodeProviderEventRefused, CodeProviderEventUnverified,
+		CodeQuotaExceeded, CodeBudgetExceeded, CodeProviderEventRefused, CodeProviderEventUnverified, CodeStreamCursorInvalid,
 	}
 }
 
@@ -120,6 +123,8 @@ func (c Code) describe() (int, string) {
 		return http.StatusBadRequest, "Provider event refused"
 	case CodeProviderEventUnverified:
 		return http.StatusUnauthorized, "Provider event not verified"
+	case CodeStreamCursorInvalid:
+		return http.StatusBadRequest, "Invalid stream cursor"
 	default:
 		return http.StatusInternalServerError, "Internal error"
 	}
@@ -258,6 +263,8 @@ func problemOf(err error) problem {
 		code, p.Detail = CodeProviderEventRefused, "the delivery is signed but is no event of its provider's; nothing changed"
 	case errors.Is(err, lifecycle.ErrNoSuchAsyncProvider):
 		code, p.Detail = CodeNotFound, "no asynchronous provider of that name takes events here"
+	case errors.Is(err, job.ErrInvalidCursor):
+		code, p.Detail = CodeStreamCursorInvalid, "Last-Event-ID (or after) is not the id of an event of this stream"
 	case errors.Is(err, lifecycle.ErrInvalidCursor):
 		code, p.Detail = CodeInvalidCursor, "the cursor was not issued by this API for this listing"
 	case errors.Is(err, lifecycle.ErrTooLarge):

@@ -64,15 +64,23 @@ func (h *Handler) Problem(requestID, rawPath string, err error) events.APIGatewa
 const MaxFieldErrors = 100
 
 func (h *Handler) problemResponse(r *request, err error) events.APIGatewayV2HTTPResponse {
+	path := ""
+	if r.ev != nil {
+		path = r.ev.RawPath
+	}
+	return problemAnswer(r.requestID, path, err)
+}
+
+// problemAnswer is the problem response for err, answering the request
+// requestID for rawPath: the one way every handler answers a problem.
+func problemAnswer(requestID, rawPath string, err error) events.APIGatewayV2HTTPResponse {
 	p := problemOf(err)
-	p.RequestID = r.requestID
+	p.RequestID = requestID
 	if len(p.Errors) > MaxFieldErrors {
 		// openapi.yaml promises a bound; the first errors say what to fix.
 		p.Errors = p.Errors[:MaxFieldErrors]
 	}
-	if r.ev != nil {
-		p.Instance = instance(r.ev)
-	}
+	p.Instance = instance(rawPath)
 	headers := map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store", "X-Content-Type-Options": noSniff}
 	switch p.Status {
 	case http.StatusUnauthorized:
@@ -101,8 +109,7 @@ func (h *Handler) problemResponse(r *request, err error) events.APIGatewayV2HTTP
 
 // instance is the request's path when it is printable, as the problem's
 // occurrence; anything odd is left out rather than echoed.
-func instance(ev *events.APIGatewayV2HTTPRequest) string {
-	p := ev.RawPath
+func instance(p string) string {
 	if p == "" || len(p) > 512 || !strings.HasPrefix(p, "/") {
 		return ""
 	}

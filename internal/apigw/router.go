@@ -66,6 +66,9 @@ func routes() []route {
 		{Route{http.MethodPost, "/v1/admin/owners/{owner}/budget", false, ""}, (*Handler).setBudget},
 		// An asynchronous provider's signed webhooks (Tasks.ProviderEvent).
 		{Route{http.MethodPost, "/v1/provider-events/{provider}", true, FnEvents}, (*Handler).providerEvent},
+		// A job's stream: served at the stream function's own URL (a
+		// StreamHandler; an HTTP API cannot stream), never by API Gateway.
+		{Route{http.MethodGet, StreamPath, false, FnStream}, (*Handler).streamElsewhere},
 		// The operator console: static files that call the routes above
 		// with the operator's token.
 		{Route{http.MethodGet, "/console", true, ""}, (*Handler).consolePage},
@@ -185,4 +188,11 @@ func safeMethod(m string) string {
 		return "this method"
 	}
 	return m
+}
+
+// streamElsewhere answers a request for a job's stream that reached the
+// API (which API Gateway, not deploying the route, would answer itself):
+// a stream is read at the job's stream_url.
+func (h *Handler) streamElsewhere(context.Context, *request) (reply, error) {
+	return reply{}, fail(CodeNotFound, "a job's stream is read at its stream_url (GET /v1/jobs/{id} names it), not at this address")
 }

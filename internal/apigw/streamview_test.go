@@ -8,9 +8,11 @@ import (
 	"github.com/onejob/onejob/internal/dynamo"
 )
 
-const testStreamBase = "http://127.0.0.1:9/"
+// streamBaseHere asks newEnv for the env's own stream server as the
+// stream base.
+const streamBaseHere = "http://127.0.0.1:1"
 
-func withStreams(c *apigw.Config, _ *dynamo.Config) { c.StreamBase = testStreamBase }
+func withStreams(c *apigw.Config, _ *dynamo.Config) { c.StreamBase = streamBaseHere }
 
 // TestCreateAsksToStream: "stream": true is the job's, shown in every
 // view with the stream's address; a replay asking otherwise gets the job
@@ -25,7 +27,7 @@ func TestCreateAsksToStream(t *testing.T) {
 	}
 	b := r.jobBody(t)
 	id := b["id"].(string)
-	url := "http://127.0.0.1:9/v1/jobs/" + id + "/stream"
+	url := e.streams.URL + "/v1/jobs/" + id + "/stream"
 	if b["stream"] != true || b["stream_url"] != url {
 		t.Fatalf("created: stream %v at %v, want true at %s", b["stream"], b["stream_url"], url)
 	}
@@ -35,7 +37,7 @@ func TestCreateAsksToStream(t *testing.T) {
 	}
 	plain := e.create(t, "owner-a", "k2", `{"type":"demo","input":{"prompt":"hello"},"stream":null}`)
 	pb := plain.jobBody(t)
-	if _, ok := pb["stream"]; ok || pb["stream_url"] != "http://127.0.0.1:9/v1/jobs/"+pb["id"].(string)+"/stream" {
+	if _, ok := pb["stream"]; ok || pb["stream_url"] != e.streams.URL+"/v1/jobs/"+pb["id"].(string)+"/stream" {
 		t.Fatalf("a job not streamed: %s", plain.body)
 	}
 	got := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + id, token: e.token(t, "owner-a")})

@@ -66,6 +66,71 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{id}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The job's answer as it forms, then its end (server-sent events, resumable).
+         * @description Served by the stream function's own URL (a Lambda function URL in
+         *     response-streaming mode: API Gateway's HTTP API cannot stream a
+         *     response), not by the API's host: read it at the job's
+         *     `stream_url`, which every job view carries; never build it. The
+         *     same bearer token as the API's (issuer, audience, expiry), checked
+         *     by the function itself. Any job can be read this way; only a job
+         *     created with `"stream": true` has `output.delta` events (the others
+         *     say which attempts started and were dropped, then how the job
+         *     ended).
+         *
+         *     As `text/event-stream` (the default): every event has an `id` (opaque:
+         *     send it back, never parse it), an `event` type (`StreamEventType`)
+         *     and one line of JSON `data`:
+         *     `attempt.started` (`StreamAttemptStarted`), `output.delta`
+         *     (`StreamOutputDelta`: text that follows what the attempt's earlier
+         *     deltas carried; append it to that attempt's text),
+         *     `attempt.discarded` (`StreamAttemptDiscarded`: drop that attempt's
+         *     text: it failed, lost a race, was cut, or the job ended without it),
+         *     and the final `job.succeeded`, `job.failed` or `job.cancelled`,
+         *     whose data is exactly the body `GET /v1/jobs/{id}` answers the
+         *     caller. Deltas are provisional; the final event is the answer.
+         *     After it the stream ends. A comment line (`: hb`) comes every 15 s
+         *     while nothing else does. A stream also ends after at most 105 s
+         *     (an open stream holds one of its owner's held requests): reconnect.
+         *
+         *     Resuming: `Last-Event-ID` (EventSource sends it by itself), or
+         *     `after`, replays strictly after that event, then follows the job
+         *     live; a reconnection after the final event is answered `204`, which
+         *     stops an EventSource. An id no event carried is 400
+         *     `stream-cursor-invalid`.
+         *
+         *     The long-poll form, for clients and proxies that cannot hold an
+         *     event stream (`wait`, or `Accept: application/json`): a
+         *     `StreamPage` of the events after the cursor, answered as soon as
+         *     there is one or after `wait` seconds (at most 20); read again after
+         *     its `next` until `done`.
+         *
+         *     Only the job's owner (and operators) may read it; another owner's
+         *     job answers 404 as one that does not exist. An open stream, and a
+         *     long-poll that waits, count against the owner's held requests: past
+         *     that quota, 429 with the RateLimit fields. While an attempt runs the
+         *     function reads the job and its log about every 250 ms (every second
+         *     while the job waits).
+         */
+        get: operations["streamJob"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{id}/attempts": {
         parameters: {
             query?: never;
@@ -741,6 +806,65 @@ export interface components {
             timestamp: components["schemas"]["Timestamp"];
             data: components["schemas"]["JobSummary"];
         };
+        /** @enum {string} */
+        StreamEventType: "attempt.started" | "output.delta" | "attempt.discarded" | "job.succeeded" | "job.failed" | "job.cancelled";
+        /** @description Opaque; send it back as `Last-Event-ID` (or `after`) to resume after the event. */
+        StreamEventID: string;
+        /** Format: int32 */
+        StreamAttemptNumber: number;
+        StreamAttemptStarted: {
+            attempt: components["schemas"]["StreamAttemptNumber"];
+            provider: string;
+            /** @description Raced beside a running attempt. */
+            hedge: boolean;
+            /** @description Follows an earlier attempt that did not win. */
+            fallback: boolean;
+        };
+        StreamOutputDelta: {
+            attempt: components["schemas"]["StreamAttemptNumber"];
+            /**
+             * Format: int32
+             * @description The delta's place in its attempt's text (1, 2, … with no gap).
+             */
+            seq: number;
+            /**
+             * @description Text that follows the attempt's earlier deltas: append it. For a
+             *     job type that names a `stream_field`, the growing value of that
+             *     string member of the answer (words, not JSON); otherwise the
+             *     provider's raw fragments of the answer's JSON. Provisional: the
+             *     final event's `result` is the answer.
+             */
+            text: string;
+        };
+        StreamAttemptDiscarded: {
+            attempt: components["schemas"]["StreamAttemptNumber"];
+            /**
+             * @description Why the attempt's text is dropped: it failed (a fallback may
+             *     follow), lost a race to another attempt, was cut mid-stream (its
+             *     outcome unknown: if it is settled as the winner later, the final
+             *     event carries its answer), was cancelled with its job, or its
+             *     job ended without it.
+             * @enum {string}
+             */
+            reason: "failed" | "lost_race" | "cut" | "cancelled" | "job_ended";
+        };
+        /**
+         * @description One event, as the long-poll form carries it (an event stream's `id`,
+         *     `event` and `data` lines say the same). `data` is
+         *     `StreamAttemptStarted`, `StreamOutputDelta`, `StreamAttemptDiscarded`,
+         *     or for the final event the `Job` as `GET /v1/jobs/{id}` answers it.
+         */
+        StreamEvent: {
+            id: components["schemas"]["StreamEventID"];
+            type: components["schemas"]["StreamEventType"];
+            data: components["schemas"]["StreamAttemptStarted"] | components["schemas"]["StreamOutputDelta"] | components["schemas"]["StreamAttemptDiscarded"] | components["schemas"]["Job"];
+        };
+        StreamPage: {
+            events: components["schemas"]["StreamEvent"][];
+            next: components["schemas"]["StreamEventID"];
+            /** @description The final event has been sent (here or before); nothing more follows. */
+            done: boolean;
+        };
         JobID: string;
         /** @description Opaque; issued by this API for one listing. */
         Cursor: string;
@@ -765,6 +889,17 @@ export interface components {
              *     the same key with another tier is 409 `idempotency-key-reused`.
              */
             tier?: components["schemas"]["Tier"];
+            /**
+             * @description Record the answer as it forms, to be read from the job's
+             *     `stream_url` (`output.delta` events). Any job's stream can be
+             *     read; only a streamed job's carries deltas. Not part of the
+             *     request: a replay of the same key with another `stream` value
+             *     gets the job as it was created (its `stream` as first asked),
+             *     not a 409, since it changes how one watches the job, not what
+             *     one asked for.
+             * @default false
+             */
+            stream: boolean;
         };
         /** @enum {string} */
         Tier: "now" | "2h" | "8h";
@@ -943,6 +1078,19 @@ export interface components {
                 reason?: string;
             };
             waiting?: components["schemas"]["Waiting"];
+            /**
+             * @description Present (true) when the job was created with `"stream": true`:
+             *     its answer is recorded as it forms.
+             */
+            stream?: boolean;
+            /**
+             * Format: uri
+             * @description Where the job's stream is read (`GET /v1/jobs/{id}/stream`, served
+             *     by the stream function's own URL, not this API's host): use it
+             *     as it is, never build it. Absent when the deployment serves no
+             *     streams.
+             */
+            stream_url?: string;
         };
         /**
          * @description Why an open job waits. `attempt_unknown`: an attempt's outcome is
@@ -1148,6 +1296,19 @@ export interface components {
                 reason?: string;
             };
             waiting?: components["schemas"]["Waiting"];
+            /**
+             * @description Present (true) when the job was created with `"stream": true`:
+             *     its answer is recorded as it forms.
+             */
+            stream?: boolean;
+            /**
+             * Format: uri
+             * @description Where the job's stream is read (`GET /v1/jobs/{id}/stream`, served
+             *     by the stream function's own URL, not this API's host): use it
+             *     as it is, never build it. Absent when the deployment serves no
+             *     streams.
+             */
+            stream_url?: string;
         };
         AttemptList: {
             job_id: components["schemas"]["JobID"];
@@ -1244,8 +1405,9 @@ export interface components {
          *     (not UTF-8, not JSON, trailing data, duplicate object keys, a number
          *     literal over 40 characters or with a decimal exponent beyond ±308,
          *     nesting deeper than 64, an object with more than 10,000 members),
-         *     invalid-cursor, or invalid-query (a query string that does not decode,
-         *     or names a parameter twice). A request line that does not parse at
+         *     invalid-cursor, invalid-query (a query string that does not decode,
+         *     or names a parameter twice), or stream-cursor-invalid (a stream's
+         *     Last-Event-ID or after that no event carried). A request line that does not parse at
          *     all (a path with a bad percent-escape, such as `/v1/jobs/%zz`) is
          *     refused before the API sees it, by the gateway (locally, by Go's
          *     HTTP server), with a bare 400 that is no problem document.
@@ -1262,7 +1424,7 @@ export interface components {
                     /** @constant */
                     status?: 400;
                     /** @enum {unknown} */
-                    type?: "https://onejob.dev/problems/idempotency-key-missing" | "https://onejob.dev/problems/idempotency-key-invalid" | "https://onejob.dev/problems/malformed-json" | "https://onejob.dev/problems/invalid-cursor" | "https://onejob.dev/problems/invalid-query";
+                    type?: "https://onejob.dev/problems/idempotency-key-missing" | "https://onejob.dev/problems/idempotency-key-invalid" | "https://onejob.dev/problems/malformed-json" | "https://onejob.dev/problems/invalid-cursor" | "https://onejob.dev/problems/invalid-query" | "https://onejob.dev/problems/stream-cursor-invalid";
                 };
             };
         };
@@ -1707,6 +1869,57 @@ export interface operations {
                     ETag: components["headers"]["ETag"];
                     "Retry-After": components["headers"]["PollAfter"];
                     "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    streamJob: {
+        parameters: {
+            query?: {
+                /** @description Resume strictly after the event with this id (`Last-Event-ID` wins when both are sent). */
+                after?: string;
+                /** @description The long-poll form, waiting up to this many seconds (at most 20 are waited) for an event. */
+                wait?: number;
+            };
+            header?: {
+                /** @description The id of the last event received (sent by EventSource on a reconnection). */
+                "Last-Event-ID"?: string;
+                /** @description `application/json` asks for the long-poll form; anything else is an event stream. */
+                Accept?: string;
+            };
+            path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The events after the cursor, as a stream or as one page. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                    "application/json": components["schemas"]["StreamPage"];
+                };
+            };
+            /** @description The stream ended before the cursor's event (it was the final one); nothing follows. */
+            204: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content?: never;

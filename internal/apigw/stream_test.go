@@ -1,0 +1,988 @@
+package apigw_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/jobtype"
+	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/provider"
+)
+
+// Jobs' streams (issue 39) through the real stream handler on its own
+// port, over dynalite, with the real run (lifecycle.Tasks) writing each
+// attempt's text as providers that stream send it.
+
+// ---- the env's stream server ---------------------------------------------------
+
+// swappable serves the handler set last (the stream server's URL is
+// known before its handler can be built).
+type swappable struct {
+	mu sync.RWMutex
+	h  http.Handler
+}
+
+func (s *swappable) set(h http.Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.h = h
+}
+
+func (s *swappable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.RLock()
+	h := s.h
+	s.mu.RUnlock()
+	h.ServeHTTP(w, r)
+}
+
+// streamHandler is a stream handler over the env's store and engine,
+// polling often (tests wait for events, never for a poll).
+func (e *env) streamHandler(t testing.TB, base string, logger *slog.Logger, mutate func(*apigw.StreamConfig)) http.Handler {
+	t.Helper()
+	reader, err := lifecycle.NewStreamReader(lifecycle.StreamReaderConfig{Store: e.st, Streams: e.st, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := apigw.StreamConfig{Streams: reader, Holds: e.eng, Verifier: e.tokens.Verifier(), StreamBase: base, Logger: logger,
+		PollRunning: 5 * time.Millisecond, PollIdle: 10 * time.Millisecond}
+	if mutate != nil {
+		mutate(&c)
+	}
+	h, err := apigw.NewStream(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// ---- the stream's contract --------------------------------------------------------
+
+// checkEventStream holds an event stream to openapi.yaml: every event's
+// type is a StreamEventType and its data the schema of that type.
+func (c *contract) checkEventStream(body []byte) error {
+	events, err := parseEvents(string(body))
+	if err != nil {
+		return err
+	}
+	schemas := c.doc.Components.Schemas
+	for _, ev := range events {
+		if ev.id == "" || len(ev.id) > 1024 {
+			return fmt.Errorf("event %s without a valid id %q", ev.typ, ev.id)
+		}
+		if err := schemas["StreamEventType"].Value.VisitJSON(ev.typ, openapi3.EnableJSONSchema2020()); err != nil {
+			return fmt.Errorf("event type %q: %w", ev.typ, err)
+		}
+		schema := map[string]string{job.EventAttemptStarted: "StreamAttemptStarted", job.EventOutputDelta: "StreamOutputDelta",
+			job.EventAttemptDiscarded: "StreamAttemptDiscarded"}[ev.typ]
+		if schema == "" {
+			schema = "Job"
+		}
+		var v any
+		if err := json.Unmarshal(ev.data, &v); err != nil {
+			return fmt.Errorf("event %s data %s: %w", ev.typ, ev.data, err)
+		}
+		if err := schemas[schema].Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+			return fmt.Errorf("event %s data %s is no %s: %w", ev.typ, ev.data, schema, err)
+		}
+	}
+	return nil
+}
+
+// TestStreamEventTypesAreDocumented holds openapi.yaml's StreamEventType
+// to the one list, job.StreamEventTypes.
+func TestStreamEventTypesAreDocumented(t *testing.T) {
+	t.Parallel()
+	var doc []string
+	for _, v := range loadContract(t).doc.Components.Schemas["StreamEventType"].Value.Enum {
+		doc = append(doc, v.(string))
+	}
+	if want := job.StreamEventTypes(); strings.Join(doc, ",") != strings.Join(want, ",") {
+		t.Errorf("openapi.yaml's StreamEventType %v, want job.StreamEventTypes %v", doc, want)
+	}
+	var reasons []string
+	for _, v := range loadContract(t).doc.Components.Schemas["StreamAttemptDiscarded"].Value.Properties["reason"].Value.Enum {
+		reasons = append(reasons, v.(string))
+	}
+	want := []string{job.DiscardFailed, job.DiscardLostRace, job.DiscardCut, job.DiscardCancelled, job.DiscardJobEnded}
+	if strings.Join(reasons, ",") != strings.Join(want, ",") {
+		t.Errorf("openapi.yaml's discard reasons %v, want %v", reasons, want)
+	}
+}
+
+// ---- reading events ---------------------------------------------------------------
+
+type sseEvent struct {
+	id, typ string
+	data    []byte
+}
+
+// parseEvents reads a whole event stream.
+func parseEvents(body string) ([]sseEvent, error) {
+	r := bufio.NewReader(strings.NewReader(body))
+	var out []sseEvent
+	for {
+		ev, err := readEvent(r)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, ev)
+	}
+}
+
+// readEvent reads the next event (skipping comments), io.EOF at the end.
+func readEvent(r *bufio.Reader) (sseEvent, error) {
+	var ev sseEvent
+	seen := false
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			if err == io.EOF && line == "" && !seen {
+				return ev, io.EOF
+			}
+			return ev, fmt.Errorf("event cut after %q: %w", line, err)
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			if seen {
+				return ev, nil
+			}
+		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "id: "):
+			ev.id, seen = line[4:], true
+		case strings.HasPrefix(line, "event: "):
+			ev.typ, seen = line[7:], true
+		case strings.HasPrefix(line, "data: "):
+			if ev.data != nil {
+				return ev, fmt.Errorf("an event with two data lines: %q", line)
+			}
+			ev.data, seen = []byte(line[6:]), true
+		default:
+			return ev, fmt.Errorf("unexpected line %q", line)
+		}
+	}
+}
+
+// reassembly is what a client keeps of a stream: each attempt's text,
+// checked for gaps and duplicates, and the final event.
+type reassembly struct {
+	t       testing.TB
+	text    map[int]string
+	seq     map[int]int
+	started map[int]attemptStarted
+	dropped map[int]string
+	kinds   []string
+	final   *sseEvent
+	last    string
+	events  int
+}
+
+type attemptStarted struct {
+	Attempt  int    `json:"attempt"`
+	Provider string `json:"provider"`
+	Hedge    bool   `json:"hedge"`
+	Fallback bool   `json:"fallback"`
+}
+
+func newReassembly(t testing.TB) *reassembly {
+	return &reassembly{t: t, text: map[int]string{}, seq: map[int]int{}, started: map[int]attemptStarted{}, dropped: map[int]string{}}
+}
+
+func (ra *reassembly) apply(ev sseEvent) {
+	t := ra.t
+	t.Helper()
+	if ra.final != nil {
+		t.Fatalf("event %s after the final one", ev.typ)
+	}
+	kind := ev.typ
+	switch ev.typ {
+	case job.EventAttemptStarted:
+		var d attemptStarted
+		mustJSON(t, ev.data, &d)
+		if _, ok := ra.started[d.Attempt]; ok {
+			t.Fatalf("attempt %d started twice", d.Attempt)
+		}
+		ra.started[d.Attempt] = d
+		kind = fmt.Sprintf("started %d %s", d.Attempt, d.Provider)
+	case job.EventOutputDelta:
+		var d struct {
+			Attempt, Seq int
+			Text         string
+		}
+		mustJSON(t, ev.data, &d)
+		if _, ok := ra.started[d.Attempt]; !ok || ra.dropped[d.Attempt] != "" {
+			t.Fatalf("a delta of attempt %d, not started or dropped", d.Attempt)
+		}
+		if d.Seq != ra.seq[d.Attempt]+1 {
+			t.Fatalf("attempt %d: delta %d after %d (a gap or a duplicate)", d.Attempt, d.Seq, ra.seq[d.Attempt])
+		}
+		ra.seq[d.Attempt] = d.Seq
+		ra.text[d.Attempt] += d.Text
+		kind = fmt.Sprintf("delta %d", d.Attempt)
+	case job.EventAttemptDiscarded:
+		var d struct {
+			Attempt int
+			Reason  string
+		}
+		mustJSON(t, ev.data, &d)
+		ra.dropped[d.Attempt] = d.Reason
+		kind = fmt.Sprintf("discarded %d", d.Attempt)
+	default:
+		e := ev
+		ra.final = &e
+	}
+	if n := len(ra.kinds); n == 0 || ra.kinds[n-1] != kind || ev.typ != job.EventOutputDelta {
+		ra.kinds = append(ra.kinds, kind)
+	}
+	ra.last = ev.id
+	ra.events++
+}
+
+func mustJSON(t testing.TB, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("data %s: %v", b, err)
+	}
+}
+
+// openStream opens job id's stream as token's bearer, after lastID.
+func (e *env) openStream(t testing.TB, ctx context.Context, token, id, lastID string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.streams.URL+"/v1/jobs/"+id+"/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := e.streams.Client().Do(req)
+	if err != nil {
+		t.Fatalf("open stream: %v", err)
+	}
+	return resp
+}
+
+// follow reads job id's stream to its end on one connection.
+func (e *env) follow(t testing.TB, token, id string, ra *reassembly) {
+	t.Helper()
+	resp := e.openStream(t, context.Background(), token, id, ra.last)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("stream: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	r := bufio.NewReader(resp.Body)
+	for ra.final == nil {
+		ev, err := readEvent(r)
+		if err != nil {
+			t.Fatalf("after %d events: %v", ra.events, err)
+		}
+		ra.apply(ev)
+	}
+	if _, err := readEvent(r); !errors.Is(err, io.EOF) {
+		t.Fatalf("the stream went on after its final event: %v", err)
+	}
+}
+
+// checkFinal holds the end of a reassembled stream to the job: the final
+// event is GET /v1/jobs/{id} as the reader gets it, and the winner's text
+// is its result's text.
+func (e *env) checkFinal(t testing.TB, token, id string, ra *reassembly) map[string]any {
+	t.Helper()
+	if ra.final == nil {
+		t.Fatal("no final event")
+	}
+	got := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + id, token: token})
+	var want, final map[string]any
+	mustJSON(t, got.body, &want)
+	mustJSON(t, ra.final.data, &final)
+	if !reflect.DeepEqual(final, want) {
+		t.Fatalf("final event:\n %s\nwant GET /v1/jobs/{id}:\n %s", ra.final.data, got.body)
+	}
+	if ra.final.typ != "job."+want["status"].(string) {
+		t.Fatalf("final event %s for a job %s", ra.final.typ, want["status"])
+	}
+	if res, ok := want["result"].(map[string]any); ok {
+		winner := int(want["completed_by"].(float64))
+		if ra.text[winner] != res["text"] {
+			t.Fatalf("attempt %d's text reassembled:\n %q\nwant the result's:\n %q", winner, ra.text[winner], res["text"])
+		}
+	}
+	// After the end, a reconnection is told to stop.
+	resp := e.openStream(t, context.Background(), token, id, ra.last)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("a reconnection after the final event: %d, want 204", resp.StatusCode)
+	}
+	return want
+}
+
+// ---- providers that stream, and the run ---------------------------------------------
+
+// streamingProvider sends its answer in pieces; gate, when set, runs
+// before piece i (it may block; an error cuts the stream).
+type streamingProvider struct {
+	name   string
+	pieces []string
+	resp   provider.Response
+	err    error
+	gate   func(ctx context.Context, req provider.Request, i int) error
+	cut    chan struct{}
+	once   sync.Once
+}
+
+func newStreaming(name string, pieces []string, err error) *streamingProvider {
+	p := &streamingProvider{name: name, pieces: pieces, err: err, cut: make(chan struct{})}
+	if err == nil {
+		p.resp = provider.Response{Output: json.RawMessage(strings.Join(pieces, "")), ProviderRequestID: "req-" + name,
+			Usage: &provider.Usage{InputTokens: 200, OutputTokens: len(pieces)}}
+	}
+	return p
+}
+
+// wordsAnswer is a demo answer of n words from name, in pieces: the
+// opening, a word each, and the rest.
+func wordsAnswer(name string, n int) []string {
+	pieces := []string{`{"text":"`}
+	for i := 1; i <= n; i++ {
+		pieces = append(pieces, fmt.Sprintf("w%03d ", i))
+	}
+	return append(pieces, fmt.Sprintf(`from %s","provider":%q}`, name, name))
+}
+
+func (p *streamingProvider) Name() string { return p.name }
+
+func (p *streamingProvider) Call(context.Context, provider.Request) (provider.Response, error) {
+	return provider.Response{}, errors.New("a streamed job's attempt calls Stream")
+}
+
+func (p *streamingProvider) Stream(ctx context.Context, req provider.Request, sink provider.Sink) (provider.Response, error) {
+	for i, piece := range p.pieces {
+		if p.gate != nil {
+			if err := p.gate(ctx, req, i); err != nil {
+				p.once.Do(func() { close(p.cut) })
+				return provider.Response{}, &provider.CallError{Provider: p.name, Class: provider.ClassAmbiguous, Msg: "stream cut", Err: err}
+			}
+		}
+		sink(piece)
+	}
+	return p.resp, p.err
+}
+
+type providerSet map[string]provider.Provider
+
+func (p providerSet) Get(name string) (provider.Provider, bool) {
+	v, ok := p[name]
+	return v, ok
+}
+
+// pacedLog is the env's log, telling waiters of every chunk written: a
+// provider paced on it is one slower than the log (a chunk a piece).
+type pacedLog struct {
+	lifecycle.StreamStore
+	mu      sync.Mutex
+	cond    *sync.Cond
+	written map[string]int // by attempt (job.AttemptKey)
+}
+
+func newPacedLog(s lifecycle.StreamStore) *pacedLog {
+	l := &pacedLog{StreamStore: s, written: map[string]int{}}
+	l.cond = sync.NewCond(&l.mu)
+	return l
+}
+
+func (l *pacedLog) AppendChunk(ctx context.Context, c job.StreamChunk, expires time.Time) (bool, error) {
+	ok, err := l.StreamStore.AppendChunk(ctx, c, expires)
+	l.mu.Lock()
+	l.written[job.AttemptKey(c.JobID, c.Attempt)]++
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	return ok, err
+}
+
+// waitFor returns once n chunks of attempt key were written.
+func (l *pacedLog) waitFor(key string, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.written[key] < n {
+		l.cond.Wait()
+	}
+}
+
+// pace makes p send each piece only once the text of the pieces before
+// it is in its attempt's log.
+func (l *pacedLog) pace(p *streamingProvider, field string) {
+	f := job.NewFieldText(field)
+	made, n := make([]int, len(p.pieces)), 0
+	for i, piece := range p.pieces {
+		made[i] = n
+		if f.Write(piece) != "" {
+			n++
+		}
+	}
+	p.gate = func(_ context.Context, req provider.Request, i int) error {
+		l.waitFor(job.AttemptKey(req.JobID, req.Attempt), made[i])
+		return nil
+	}
+}
+
+var realCatalog = sync.OnceValues(jobtype.Load)
+
+// runner is the run function over the env's store, on providers that
+// stream.
+type runner struct {
+	tasks *lifecycle.Tasks
+	log   *pacedLog
+	cat   *jobtype.Catalog
+	store *hookedStore
+}
+
+// hookedStore tells applied of every transition the run writes.
+type hookedStore struct {
+	lifecycle.Store
+	applied atomic.Value // func(job.Transition)
+}
+
+func (s *hookedStore) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied, error) {
+	res, err := s.Store.Apply(ctx, t)
+	if f, ok := s.applied.Load().(func(job.Transition)); ok && err == nil && res.OK {
+		f(t)
+	}
+	return res, err
+}
+
+func (e *env) runner(t testing.TB, provs providerSet, after func(time.Duration) <-chan time.Time) *runner {
+	t.Helper()
+	cat, err := realCatalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := newPacedLog(e.st)
+	st := &hookedStore{Store: e.st}
+	eng, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: st, Owners: e.st, Quotas: e.eng.Quotas(), Budget: e.eng.Budget()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{Engine: eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
+		Providers: provs, Certifications: e.st, CallTimeout: 30 * time.Second, PollInterval: 5 * time.Millisecond, AfterFunc: after,
+		Streams: log, StreamBatching: job.StreamBatching{FlushBytes: 1}, StreamCheck: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &runner{tasks: tasks, log: log, cat: cat, store: st}
+}
+
+// run runs job id once, as its execution's run step does.
+func (r *runner) run(ctx context.Context, t testing.TB, e *env, id string) (lifecycle.RunResult, error) {
+	t.Helper()
+	j, err := e.st.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jt, _ := r.cat.Get(j.Type)
+	return r.tasks.Run(ctx, lifecycle.NewRunInput(id, lifecycle.RunTimeout(jt)))
+}
+
+// certify lets fallback run jobType's jobs.
+func (r *runner) certify(t testing.TB, e *env, jobType, fallback string) {
+	t.Helper()
+	jt, _ := r.cat.Get(jobType)
+	if err := e.st.PutCertification(context.Background(), job.Certification{JobType: jobType, ContractVersion: jt.ContractVersion(),
+		Provider: fallback, Passed: true, CertifiedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const streamedDemo = `{"type":"demo","input":{"prompt":"hello"},"stream":true}`
+
+// ---- the drills ------------------------------------------------------------------------
+
+// TestAStreamSurvivesEveryCut: a 200-delta answer, its reader's
+// connection killed at every event boundary and in the middle of every
+// event, resuming each time with Last-Event-ID: the text it reassembles is
+// the job's answer, with no gap and no duplicate, and its final event is
+// GET /v1/jobs/{id}. It reads while the job runs and after.
+func TestAStreamSurvivesEveryCut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withStreams)
+	p := newStreaming("sim-primary", wordsAnswer("sim-primary", 200), nil)
+	run := e.runner(t, providerSet{"sim-primary": p}, nil)
+	run.log.pace(p, "text")
+	owner := e.token(t, "owner-a")
+	id := e.mustCreate(t, "owner-a", "k1", streamedDemo)
+	ran := make(chan error, 1)
+	go func() {
+		res, err := run.run(context.Background(), t, e, id)
+		if err == nil && res.Status != job.StatusSucceeded {
+			err = fmt.Errorf("ended %s", res.Status)
+		}
+		ran <- err
+	}()
+	ra := newReassembly(t)
+	connections := 0
+	for ra.final == nil {
+		for _, midEvent := range []bool{false, true} {
+			if ra.final != nil {
+				break
+			}
+			// One event read whole, then the connection killed: at the
+			// boundary after it, or partway through the next one.
+			ctx, cancel := context.WithCancel(context.Background())
+			resp := e.openStream(t, ctx, owner, id, ra.last)
+			connections++
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("connection %d after %q: %d", connections, ra.last, resp.StatusCode)
+			}
+			r := bufio.NewReader(resp.Body)
+			ev, err := readEvent(r)
+			if err != nil {
+				t.Fatalf("connection %d: %v", connections, err)
+			}
+			ra.apply(ev)
+			if midEvent && ra.final == nil {
+				if _, err := r.ReadString('\n'); err != nil { // the next event's id line
+					t.Fatalf("connection %d: %v", connections, err)
+				}
+				if _, err := r.ReadByte(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cancel()
+			resp.Body.Close()
+		}
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	want := e.checkFinal(t, owner, id, ra)
+	if ra.seq[1] < 200 || strings.Join(ra.kinds, "|") != "started 1 sim-primary|delta 1|job.succeeded" {
+		t.Fatalf("%d deltas, events %q", ra.seq[1], ra.kinds)
+	}
+	// A reader on one connection, from the start, and through the
+	// validating client: the same events, each as documented.
+	whole := newReassembly(t)
+	e.follow(t, owner, id, whole)
+	if whole.events != ra.events || whole.text[1] != ra.text[1] {
+		t.Fatalf("read whole: %d events, read cut: %d", whole.events, ra.events)
+	}
+	if r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + id + "/stream", token: owner, stream: true}); r.status != http.StatusOK {
+		t.Fatalf("validated read: %d", r.status)
+	}
+	t.Logf("%d deltas, %d events, read over %d connections; the answer is %d bytes", ra.seq[1], ra.events, connections,
+		len(want["result"].(map[string]any)["text"].(string)))
+}
+
+// TestAFallbackMidStream: the primary streams part of its answer and
+// fails; its reader sees attempt 1's deltas, attempt.discarded for it,
+// then attempt 2's (a fallback), and the final event GET answers.
+func TestAFallbackMidStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withStreams)
+	first := newStreaming("sim-primary", wordsAnswer("sim-primary", 120)[:60], &provider.CallError{Provider: "sim-primary",
+		Class: provider.ClassRetryable, Status: 503, Msg: "overloaded"})
+	second := newStreaming("sim-fallback", wordsAnswer("sim-fallback", 80), nil)
+	run := e.runner(t, providerSet{"sim-primary": first, "sim-fallback": second}, nil)
+	run.certify(t, e, "demo", "sim-fallback")
+	run.log.pace(first, "text")
+	owner := e.token(t, "owner-a")
+	id := e.mustCreate(t, "owner-a", "k1", streamedDemo)
+	ra := newReassembly(t)
+	read := make(chan struct{})
+	go func() { defer close(read); e.follow(t, owner, id, ra) }()
+	if _, err := run.run(context.Background(), t, e, id); err == nil {
+		t.Fatal("the primary's failed run ended the job")
+	}
+	run.log.pace(second, "text")
+	if res, err := run.run(context.Background(), t, e, id); err != nil || res.Status != job.StatusSucceeded {
+		t.Fatalf("the fallback's run: %+v %v", res, err)
+	}
+	<-read
+	e.checkFinal(t, owner, id, ra)
+	want := "started 1 sim-primary|delta 1|discarded 1|started 2 sim-fallback|delta 2|job.succeeded"
+	if got := strings.Join(ra.kinds, "|"); got != want || ra.dropped[1] != job.DiscardFailed || !ra.started[2].Fallback ||
+		ra.started[1].Fallback || ra.seq[1] < 50 {
+		t.Fatalf("events %s (attempt 1 dropped for %q, %d deltas), want %s", got, ra.dropped[1], ra.seq[1], want)
+	}
+}
+
+// TestAHedgedStream: a hedge races a slow primary: both attempts' deltas
+// come tagged, the hedge wins, the primary is dropped, and the final event
+// is GET's.
+func TestAHedgedStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withStreams)
+	primary := newStreaming("sim-primary", wordsAnswer("sim-primary", 60), nil)
+	hedge := newStreaming("sim-fallback", wordsAnswer("sim-fallback", 40), nil)
+	hedgeNow := make(chan time.Time)
+	won := make(chan struct{})
+	after := func(d time.Duration) <-chan time.Time {
+		if d == 500*time.Millisecond { // demo-hedge's hedge_after
+			return hedgeNow
+		}
+		return time.After(d)
+	}
+	run := e.runner(t, providerSet{"sim-primary": primary, "sim-fallback": hedge}, after)
+	run.certify(t, e, "demo-hedge", "sim-fallback")
+	run.log.pace(primary, "text")
+	run.log.pace(hedge, "text")
+	inner := primary.gate
+	primary.gate = func(ctx context.Context, req provider.Request, i int) error {
+		if i == 30 {
+			close(hedgeNow) // silent so far: the hedge starts beside it
+			select {
+			case <-won: // the primary answers once the hedge has won
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return inner(ctx, req, i)
+	}
+	owner := e.token(t, "owner-a")
+	id := e.mustCreate(t, "owner-a", "k1", `{"type":"demo-hedge","input":{"prompt":"hello"},"stream":true}`)
+	ra := newReassembly(t)
+	read := make(chan struct{})
+	go func() { defer close(read); e.follow(t, owner, id, ra) }()
+	wonOnce := sync.OnceFunc(func() { close(won) })
+	run.store.applied.Store(func(tr job.Transition) {
+		if tr.Kind() == job.KindComplete && tr.After().CompletedBy == 2 {
+			wonOnce() // the hedge won: the primary answers now, too late
+		}
+	})
+	if res, err := run.run(context.Background(), t, e, id); err != nil || res.Status != job.StatusSucceeded {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	<-read
+	// Read live, the job ended while the primary still ran (dropped as
+	// the job ended without it) or after it lost (a lost race).
+	if r := ra.dropped[1]; r != job.DiscardLostRace && r != job.DiscardJobEnded {
+		t.Fatalf("the primary was dropped for %q", r)
+	}
+	// Read again now, from the start: the primary lost the race, and the
+	// final event is GET's.
+	again := newReassembly(t)
+	e.follow(t, owner, id, again)
+	want := e.checkFinal(t, owner, id, again)
+	for _, got := range []*reassembly{ra, again} {
+		if int(want["completed_by"].(float64)) != 2 || !got.started[2].Hedge || got.started[1].Hedge || got.dropped[1] == "" ||
+			got.dropped[2] != "" || got.seq[1] < 29 || got.seq[2] < 40 || got.text[2] != again.text[2] {
+			t.Fatalf("events %q: started %+v, dropped %v, seqs %v", got.kinds, got.started, got.dropped, got.seq)
+		}
+	}
+	if again.dropped[1] != job.DiscardLostRace {
+		t.Fatalf("read after the race, the primary was dropped for %q", again.dropped[1])
+	}
+}
+
+// TestStreamsAreTheOwners: another owner is told the job does not exist;
+// an owner at its held-requests quota is refused a stream (429 with the
+// RateLimit fields) while an operator is not; several owners stream
+// their own jobs at once.
+func TestStreamsAreTheOwners(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, job.Quotas{HeldRequests: 1}, withStreams)
+	owner, other := e.token(t, "owner-a"), e.token(t, "owner-b")
+	operator := e.token(t, "ops", apigw.AdminScope)
+	pending := e.mustCreate(t, "owner-a", "k-pending", streamedDemo)
+	r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + pending + "/stream", token: other, stream: true})
+	wantProblem(t, r, http.StatusNotFound, apigw.CodeNotFound)
+
+	// A stream of a job still pending holds one of its owner's requests.
+	ctx, cancel := context.WithCancel(context.Background())
+	open := e.openStream(t, ctx, owner, pending, "")
+	if open.StatusCode != http.StatusOK {
+		t.Fatalf("first stream: %d", open.StatusCode)
+	}
+	refused := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + pending + "/stream", token: owner, stream: true})
+	p := wantProblem(t, refused, http.StatusTooManyRequests, apigw.CodeQuotaExceeded)
+	if p["limit"] != job.LimitHeldRequests || refused.header.Get("RateLimit") == "" || refused.header.Get("Retry-After") == "" ||
+		!strings.Contains(refused.header.Get("RateLimit-Policy"), job.LimitHeldRequests) {
+		t.Fatalf("429 without its fields: %v %s", refused.header, refused.body)
+	}
+	// A long-poll that waits holds one too; one answered at once does not.
+	if r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + pending + "/stream?wait=5", token: owner, stream: true}); r.status != http.StatusTooManyRequests {
+		t.Fatalf("a waiting long-poll past the quota: %d", r.status)
+	}
+	if r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + pending + "/stream?wait=0", token: owner, stream: true}); r.status != http.StatusOK {
+		t.Fatalf("a long-poll answered at once: %d %s", r.status, r.body)
+	}
+	ops := e.openStream(t, ctx, operator, pending, "")
+	if ops.StatusCode != http.StatusOK {
+		t.Fatalf("an operator's stream: %d", ops.StatusCode)
+	}
+	ops.Body.Close()
+	// Closing the stream gives its hold back.
+	cancel()
+	open.Body.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		again := e.openStream(t, context.Background(), owner, pending, "")
+		again.Body.Close()
+		if again.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the closed stream's hold was never given back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Several owners, each streaming its own job at once.
+	owners := []string{"owner-c", "owner-d", "owner-e"}
+	provs := providerSet{}
+	var mu sync.Mutex
+	byOwner := map[string]*streamingProvider{}
+	for _, o := range owners {
+		byOwner[o] = newStreaming("sim-primary", wordsAnswer("sim-primary", 50), nil)
+	}
+	shared := &ownerRouted{byJob: map[string]*streamingProvider{}, mu: &mu}
+	provs["sim-primary"] = shared
+	run := e.runner(t, provs, nil)
+	var wg sync.WaitGroup
+	for _, o := range owners {
+		id := e.mustCreate(t, o, "k-"+o, streamedDemo)
+		p := byOwner[o]
+		run.log.pace(p, "text")
+		mu.Lock()
+		shared.byJob[id] = p
+		mu.Unlock()
+		tok := e.token(t, o)
+		wg.Go(func() {
+			if res, err := run.run(context.Background(), t, e, id); err != nil || res.Status != job.StatusSucceeded {
+				t.Errorf("%s's run: %+v %v", o, res, err)
+			}
+		})
+		wg.Go(func() {
+			ra := newReassembly(t)
+			e.follow(t, tok, id, ra)
+			e.checkFinal(t, tok, id, ra)
+			if ra.seq[1] < 50 {
+				t.Errorf("%s read %d deltas", o, ra.seq[1])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// ownerRouted is one provider whose answers are each job's own.
+type ownerRouted struct {
+	mu    *sync.Mutex
+	byJob map[string]*streamingProvider
+}
+
+func (o *ownerRouted) Name() string { return "sim-primary" }
+
+func (o *ownerRouted) Call(ctx context.Context, req provider.Request) (provider.Response, error) {
+	return o.of(req).Call(ctx, req)
+}
+
+func (o *ownerRouted) Stream(ctx context.Context, req provider.Request, sink provider.Sink) (provider.Response, error) {
+	return o.of(req).Stream(ctx, req, sink)
+}
+
+func (o *ownerRouted) of(req provider.Request) *streamingProvider {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.byJob[req.JobID]
+}
+
+// TestTheLongPollForm: ?wait= pages through the same events as JSON, each
+// answered as soon as events are there, until done; then 204.
+func TestTheLongPollForm(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withStreams)
+	p := newStreaming("sim-primary", wordsAnswer("sim-primary", 40), nil)
+	run := e.runner(t, providerSet{"sim-primary": p}, nil)
+	run.log.pace(p, "text")
+	owner := e.token(t, "owner-a")
+	id := e.mustCreate(t, "owner-a", "k1", streamedDemo)
+	go func() {
+		if _, err := run.run(context.Background(), t, e, id); err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	ra := newReassembly(t)
+	pages := 0
+	for next := ""; ; pages++ {
+		path := "/v1/jobs/" + id + "/stream?wait=10"
+		if next != "" {
+			path += "&after=" + next
+		}
+		r := e.do(t, call{method: http.MethodGet, path: path, token: owner, stream: true})
+		if r.status != http.StatusOK {
+			t.Fatalf("page %d: %d %s", pages, r.status, r.body)
+		}
+		var page struct {
+			Events []struct {
+				ID, Type string
+				Data     json.RawMessage
+			}
+			Next string
+			Done bool
+		}
+		mustJSON(t, r.body, &page)
+		if len(page.Events) == 0 && !page.Done {
+			t.Fatalf("page %d answered empty before its wait", pages)
+		}
+		for _, ev := range page.Events {
+			ra.apply(sseEvent{id: ev.ID, typ: ev.Type, data: ev.Data})
+		}
+		if next = page.Next; page.Done {
+			break
+		}
+	}
+	e.checkFinal(t, owner, id, ra)
+	if r := e.do(t, call{method: http.MethodGet, path: "/v1/jobs/" + id + "/stream?wait=1&after=" + ra.last, token: owner, stream: true}); r.status != http.StatusNoContent {
+		t.Fatalf("a long-poll after the end: %d", r.status)
+	}
+	t.Logf("%d events in %d pages", ra.events, pages)
+}
+
+// fakeTime is a clock the pacer moves: a stream waits without sleeping.
+type fakeTime struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (f *fakeTime) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *fakeTime) Pause(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	f.mu.Unlock()
+	return nil
+}
+
+// TestAQuietStreamBeatsAndEnds: a stream with nothing to say sends a
+// heartbeat every 15 s of its clock and ends after MaxStreamDuration (its
+// client resumes), at an event boundary.
+func TestAQuietStreamBeatsAndEnds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withStreams)
+	clock := &fakeTime{now: time.Now()}
+	quiet := httptestServer(t, e.streamHandler(t, "", nil, func(c *apigw.StreamConfig) {
+		c.Clock, c.Pacer, c.PollIdle = clock.Now, clock, time.Second
+	}))
+	id := e.mustCreate(t, "owner-a", "k1", streamedDemo)
+	req, _ := http.NewRequest(http.MethodGet, quiet+"/v1/jobs/"+id+"/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+e.token(t, "owner-a"))
+	start := clock.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := clock.Now().Sub(start)
+	beats := strings.Count(string(body), ": hb\n\n")
+	if resp.StatusCode != http.StatusOK || beats != int((apigw.MaxStreamDuration-time.Nanosecond)/apigw.DefaultHeartbeat) || took < apigw.MaxStreamDuration ||
+		took > apigw.MaxStreamDuration+time.Second || strings.TrimSpace(strings.ReplaceAll(string(body), ": hb\n\n", "")) != "" {
+		t.Fatalf("%d after %s of the stream's clock: %d heartbeats, body %q", resp.StatusCode, took, beats, body)
+	}
+}
+
+func httptestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestCancellingAStreamedJobOverHTTP: the owner cancels a job whose
+// attempt streams: the provider's stream is closed, the job's stream ends
+// with job.cancelled after dropping the attempt's text, and the owner's
+// budget is charged the usage counted up to then.
+func TestCancellingAStreamedJobOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := testBudget()
+	e := newEnvBudgeted(t, job.Quotas{}, b, withStreams)
+	p := newStreaming("sim-primary", wordsAnswer("sim-primary", 100), nil)
+	run := e.runner(t, providerSet{"sim-primary": p}, nil)
+	run.log.pace(p, "text")
+	const sent = 20
+	paced := p.gate
+	reached := make(chan struct{})
+	p.gate = func(ctx context.Context, req provider.Request, i int) error {
+		if i == sent {
+			close(reached)
+			<-ctx.Done() // it streams on until its stream is closed
+			return ctx.Err()
+		}
+		return paced(ctx, req, i)
+	}
+	owner := e.token(t, "owner-a")
+	id := e.mustCreate(t, "owner-a", "k1", streamedDemo)
+	ra := newReassembly(t)
+	read := make(chan struct{})
+	go func() { defer close(read); e.follow(t, owner, id, ra) }()
+	ran := make(chan error, 1)
+	go func() { _, err := run.run(context.Background(), t, e, id); ran <- err }()
+	<-reached
+	if r := e.do(t, call{method: http.MethodPost, path: "/v1/jobs/" + id + "/cancel", token: owner}); r.status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	select {
+	case <-p.cut:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the provider's stream was not closed")
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	<-read
+	// Read live, the job ended at its cancel, while its attempt still
+	// streamed: the final event is the job as it was then. Read again
+	// now, it is the job as GET shows it, the attempt cancelled.
+	again := newReassembly(t)
+	e.follow(t, owner, id, again)
+	e.checkFinal(t, owner, id, again)
+	for _, got := range []*reassembly{ra, again} {
+		if kinds := strings.Join(got.kinds, "|"); kinds != "started 1 sim-primary|delta 1|discarded 1|job.cancelled" ||
+			got.dropped[1] != job.DiscardCancelled || got.seq[1] < sent-1 {
+			t.Fatalf("events %s, attempt dropped for %q after %d deltas", kinds, got.dropped[1], got.seq[1])
+		}
+	}
+	cat, _ := realCatalog()
+	jt, _ := cat.Get("demo")
+	req, err := jt.Request(json.RawMessage(`{"prompt":"hello"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, out := job.CountedUsage(sent, lifecycle.CostBasisOf(req).RequestBytes)
+	u, err := e.st.Usage(context.Background(), "owner-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := b.Prices["sim-primary"].Cost(in, out); u.Budget.Spent != want || len(u.Budget.Reserved) != 0 {
+		t.Fatalf("spent %v, want %v (%d in, %d out); reserved %v", u.Budget.Spent, want, in, out, u.Budget.Reserved)
+	}
+}
