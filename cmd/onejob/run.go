@@ -60,6 +60,7 @@ func runCommand(ctx context.Context, args []string) error {
 	demoBudget := fs.String("demo-budget", "", "give every owner this budget a day in USD (0.10), the demo providers priced: the budget drill ("+deploy.EnvBudget+" sets any budget)")
 	firstToken := fs.Duration("demo-first-token", 0, "the demo providers' streamed answers: how long to their first delta (a job created with \"stream\": true)")
 	tokenRate := fs.Float64("demo-token-rate", 0, "the demo providers' streamed answers: deltas a second after the first (0: at once)")
+	streamAddr := fs.String("stream-addr", "127.0.0.1:0", "where jobs' streams are served (GET /v1/jobs/{id}/stream, each job's stream_url: its own origin, as the stream function's URL is deployed)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -149,7 +150,7 @@ func runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	s, err := stack.Start(startCtx, stack.Config{
-		APIAddr: settings.Addr, JWTSecret: settings.JWTSecret, DynamoPath: *data, TablePrefix: *prefix, SecretsKey: key,
+		APIAddr: settings.Addr, StreamAddr: *streamAddr, JWTSecret: settings.JWTSecret, DynamoPath: *data, TablePrefix: *prefix, SecretsKey: key,
 		DynamoEndpoint: local.dynamoEndpoint, DynamoOptions: local.dynamoOptions,
 		Providers: local.providers, AWSCredentials: local.credentials,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas, Budget: budget,
@@ -180,6 +181,7 @@ func runCommand(ctx context.Context, args []string) error {
 	}
 	fmt.Printf(`onejob is running locally (up in %s):
   HTTP API        %s   (OpenAPI: %s/openapi.yaml)
+  job streams     %s   (each job's stream_url: its answer as it forms)
   Step Functions  %s   (real statemachine/onejob.asl.json)
   DynamoDB        %s, tables %s-*
   providers       sim-primary, sim-fallback (loopback simulators; sim-fallback certified for demo)%s
@@ -224,7 +226,7 @@ or a timeout that leaves attempt 1 unknown until an operator resolves it:
 %s
 %s
 Ctrl-C stops everything.
-`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.SFN.Endpoint(), dynamoText, *prefix, providersText(local, s.Catalog),
+`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.StreamURL, s.SFN.Endpoint(), dynamoText, *prefix, providersText(local, s.Catalog),
 		*secretsKey, map[bool]string{true: "made now", false: "kept from an earlier run"}[keyMade],
 		user, s.APIURL, s.APIURL, s.APIURL, s.APIURL, admin,
 		consoleText(s.APIURL, admin), pagesText(s, user), secretText(settings))

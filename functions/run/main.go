@@ -67,7 +67,7 @@ func main() {
 	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{
 		Namespace: deploy.Namespace(dynamo.NamesFrom(env.Table).Jobs),
 		Engine:    engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}, Providers: providers,
-		Certifications: store, CallTimeout: deploy.CallTimeout, Breakers: breakers, Logger: log,
+		Certifications: store, CallTimeout: deploy.CallTimeout, Breakers: breakers, Streams: store, Logger: log,
 	})
 	deploy.Check(log, err)
 	lambda.Start(stepfn.Run(tasks))

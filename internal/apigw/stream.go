@@ -401,9 +401,11 @@ func (h *StreamHandler) sse(w http.ResponseWriter, r *http.Request, c *streamCal
 			return sent, "done"
 		}
 		q.After = rd.Next
-		if rd.Chunks == 0 {
-			// Nothing new was written: wait before reading again, with a
-			// heartbeat when the stream has been quiet that long.
+		if rd.Chunks == 0 || len(rd.Events) == 0 {
+			// Nothing new to send: wait before reading again, with a
+			// heartbeat when the stream has been quiet that long. (A read
+			// that sent chunks may read again at once: the writer may be
+			// ahead.)
 			for wait := h.pollEvery(rd.Job); ; {
 				now := h.now()
 				if now.Sub(start) >= h.maxDuration {

@@ -462,7 +462,7 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 	}
 	w.log.InfoContext(ctx, "provider_called", attrs...)
 	if end.cancelled {
-		return w.cancelledCall(ctx, j, a, req, resp, end, latency)
+		return w.cancelledCall(ctx, j, a, req, resp, err, end, latency)
 	}
 	w.observeCall(ctx, j.Owner, a, err)
 	if err != nil {

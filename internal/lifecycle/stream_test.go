@@ -428,9 +428,11 @@ func TestCancellingAStreamedJobClosesTheStream(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		reported *provider.Usage
+		onError  bool // reported on the cut stream's error, as the adapters do
 	}{
-		{"ReportedUsage", &provider.Usage{InputTokens: 310, OutputTokens: 9}},
-		{"CountedUsage", nil},
+		{"ReportedUsage", &provider.Usage{InputTokens: 310, OutputTokens: 9}, false},
+		{"ReportedOnTheError", &provider.Usage{InputTokens: 305, OutputTokens: 7}, true},
+		{"CountedUsage", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -449,7 +451,7 @@ func TestCancellingAStreamedJobClosesTheStream(t *testing.T) {
 			r := newStreamRig(t, b, everyPiece, p)
 			if tc.reported != nil {
 				// The adapter returns what the provider reported of a cut stream.
-				r.provs[primary] = reportingStreamer{p, *tc.reported}
+				r.provs[primary] = reportingStreamer{p, *tc.reported, tc.onError}
 			}
 			j := r.createStreamed(t, true, b)
 			out := make(chan runOutcome, 1)
@@ -493,13 +495,17 @@ func TestCancellingAStreamedJobClosesTheStream(t *testing.T) {
 // usage its provider reported up to then.
 type reportingStreamer struct {
 	*fakeStreamer
-	usage provider.Usage
+	usage   provider.Usage
+	onError bool
 }
 
 func (p reportingStreamer) Stream(ctx context.Context, req provider.Request, sink provider.Sink) (provider.Response, error) {
 	resp, err := p.fakeStreamer.Stream(ctx, req, sink)
-	if err != nil {
-		u := p.usage
+	var ce *provider.CallError
+	switch u := p.usage; {
+	case err != nil && p.onError && errors.As(err, &ce):
+		ce.Usage = &u
+	case err != nil:
 		resp.Usage = &u
 	}
 	return resp, err

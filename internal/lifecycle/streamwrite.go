@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,10 +105,21 @@ func (w *Tasks) watchCancel(ctx context.Context, id string, n int, stop <-chan s
 
 // cancelledCall ends attempt a, whose stream the run closed because its
 // job was cancelled, with what it cost up to then: the usage the provider
-// reported, else the output tokens counted from the pieces it sent and
-// the request's input bound.
-func (w *Tasks) cancelledCall(ctx context.Context, j job.Job, a job.Attempt, req provider.Request, resp provider.Response, end streamEnd, latency time.Duration) (job.Job, error) {
+// reported (an adapter returns what a cut stream reported so far, on the
+// answer or on its error), else the output tokens counted from the pieces
+// it sent and the request's input bound.
+func (w *Tasks) cancelledCall(ctx context.Context, j job.Job, a job.Attempt, req provider.Request, resp provider.Response, err error,
+	end streamEnd, latency time.Duration) (job.Job, error) {
 	u := usageOf(resp, latency)
+	var ce *provider.CallError
+	if errors.As(err, &ce) {
+		if ce.Usage != nil && u.InputTokens+u.OutputTokens == 0 {
+			u.InputTokens, u.OutputTokens = ce.Usage.InputTokens, ce.Usage.OutputTokens
+		}
+		if resp.ProviderRequestID == "" {
+			resp.ProviderRequestID = ce.ProviderRequestID
+		}
+	}
 	if u.InputTokens+u.OutputTokens == 0 {
 		u.InputTokens, u.OutputTokens = job.CountedUsage(end.pieces, CostBasisOf(req).RequestBytes)
 	}
@@ -115,7 +127,7 @@ func (w *Tasks) cancelledCall(ctx context.Context, j job.Job, a job.Attempt, req
 	w.observeCall(ctx, j.Owner, a, nil)
 	// The run's copy predates the cancel its check read: the decision
 	// is made on the job as it is.
-	j, err := w.cfg.Engine.Get(ctx, j.ID)
+	j, err = w.cfg.Engine.Get(ctx, j.ID)
 	if err != nil {
 		return j, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
+	"github.com/onejob/onejob/internal/dev/apigwlocal"
 	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/lambdalocal"
 	"github.com/onejob/onejob/internal/dev/sealbox"
@@ -181,7 +182,28 @@ func (s *Stack) composeAPI(_ context.Context, cfg Config, fc functionClients) (*
 		return nil, err
 	}
 	return apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: starter, Logger: cfg.Logger,
-		Admin: cfg.Admin, Providers: breakers, Notifications: endpoints})
+		Admin: cfg.Admin, Providers: breakers, Notifications: endpoints, StreamBase: s.StreamURL})
+}
+
+// composeStream is functions/stream/main.go: jobs' streams, read from
+// the job and its log, each open stream counted against its owner's held
+// requests, the bearer token verified by the handler itself (locally the
+// stack's HS256 tokens; deployed the issuer's JWKS).
+func (s *Stack) composeStream(_ context.Context, cfg Config, fc functionClients) (*apigw.StreamHandler, error) {
+	store, engine, err := s.engine(cfg, fc, apigw.FnStream)
+	if err != nil {
+		return nil, err
+	}
+	reader, err := lifecycle.NewStreamReader(lifecycle.StreamReaderConfig{Store: store, Streams: store, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := apigwlocal.NewTokens(apigwlocal.TokenConfig{Secret: []byte(cfg.JWTSecret)})
+	if err != nil {
+		return nil, err
+	}
+	return apigw.NewStream(apigw.StreamConfig{Streams: reader, Holds: engine, Verifier: tokens.Verifier(), Admin: cfg.Admin,
+		StreamBase: s.StreamURL, Logger: cfg.Logger})
 }
 
 // composeRun is functions/run/main.go: the only function with providers.
@@ -203,7 +225,7 @@ func (s *Stack) composeRun(ctx context.Context, cfg Config, fc functionClients) 
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := s.tasks(cfg, engine, store, providers, breakers, nil)
+	tasks, err := s.tasks(cfg, engine, store, providers, breakers, nil, store)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +243,7 @@ func (s *Stack) composeEvents(ctx context.Context, cfg Config, fc functionClient
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := s.tasks(cfg, engine, store, providers, nil, store)
+	tasks, err := s.tasks(cfg, engine, store, providers, nil, store, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +260,7 @@ func (s *Stack) composeHold(_ context.Context, cfg Config, fc functionClients) (
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := s.tasks(cfg, engine, store, none, nil, nil)
+	tasks, err := s.tasks(cfg, engine, store, none, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -246,12 +268,13 @@ func (s *Stack) composeHold(_ context.Context, cfg Config, fc functionClients) (
 }
 
 // tasks are the task functions' use cases with the local timings; inbound
-// only for the events function's.
+// only for the events function's, streams (the log of streamed jobs) only
+// for the run function's: the others call no provider that streams.
 func (s *Stack) tasks(cfg Config, engine *lifecycle.Engine, store *dynamo.Store, providers *provider.Registry,
-	breakers *lifecycle.Breakers, inbound lifecycle.InboundLog) (*lifecycle.Tasks, error) {
+	breakers *lifecycle.Breakers, inbound lifecycle.InboundLog, streams lifecycle.StreamStore) (*lifecycle.Tasks, error) {
 	return lifecycle.NewTasks(lifecycle.TasksConfig{Namespace: deploy.Namespace(s.Tables.Jobs), Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog},
 		Providers: providers, Certifications: store, Inbound: inbound, Wait: cfg.Wait, Poll: cfg.Poll, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace,
-		Breakers: breakers, MaxProviderWait: cfg.MaxProviderWait, Logger: cfg.Logger})
+		Breakers: breakers, MaxProviderWait: cfg.MaxProviderWait, Streams: streams, Logger: cfg.Logger})
 }
 
 // composeSweeper is functions/sweeper/main.go. Locally it also restarts

@@ -62,6 +62,11 @@ type Config struct {
 	Root string
 	// APIAddr is where the HTTP API listens; "127.0.0.1:0" picks a port.
 	APIAddr string
+	// StreamAddr is where jobs' streams are served (GET
+	// /v1/jobs/{id}/stream: the stream function's URL deployed, its own
+	// origin); empty picks a loopback port. Every job view's stream_url
+	// names it.
+	StreamAddr string
 	// JWTSecret signs and verifies the local tokens; empty makes one for
 	// this stack (apigwlocal.NewLocalSecret), which JWTSecret() reports.
 	JWTSecret string
@@ -189,6 +194,9 @@ func (c *Config) defaults() error {
 	if c.APIAddr == "" {
 		c.APIAddr = "127.0.0.1:8080"
 	}
+	if c.StreamAddr == "" {
+		c.StreamAddr = "127.0.0.1:0"
+	}
 	if c.JWTSecret == "" {
 		c.JWTSecret = apigwlocal.NewLocalSecret()
 	}
@@ -244,6 +252,13 @@ func (c *Config) defaults() error {
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return fmt.Errorf("stack: APIAddr %s is not a loopback address", c.APIAddr)
 	}
+	host, _, err = net.SplitHostPort(c.StreamAddr)
+	if err != nil {
+		return fmt.Errorf("stack: StreamAddr: %w", err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("stack: StreamAddr %s is not a loopback address", c.StreamAddr)
+	}
 	return nil
 }
 
@@ -292,8 +307,10 @@ type Stack struct {
 	Sweeper *lifecycle.Sweeper
 	// Notifier is the notify function's.
 	Notifier *lifecycle.Notifier
-	// APIURL is the HTTP API's base URL.
-	APIURL string
+	// APIURL is the HTTP API's base URL; StreamURL where jobs' streams
+	// are served (every job view's stream_url starts with it).
+	APIURL    string
+	StreamURL string
 	// Pages are the local pages served beside the API (clients/web/<name>
 	// at APIURL/<name>/), by name.
 	Pages []string
@@ -519,6 +536,20 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("function %s: %w", deploy.FnSweeper, err)
 	}
 
+	// Jobs' streams, on a port of their own (the stream function's URL),
+	// which the API's job views name.
+	streamListener, err := net.Listen("tcp", cfg.StreamAddr)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() error { _ = streamListener.Close(); return nil })
+	s.StreamURL = "http://" + streamListener.Addr().String()
+	streamHandler, err := s.streamHandler(ctx, cfg, fc)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, serveOn(streamListener, streamHandler, cfg.IdleTimeout))
+
 	// The HTTP API.
 	apiHandler, err := s.apiHandler(ctx, cfg, fc)
 	if err != nil {
@@ -581,7 +612,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	// Tools that run the stack as a process (the soak drill) wait for
 	// this line and read the endpoints from it.
-	log.Info("local_stack_started", "api_url", s.APIURL, "sfn_endpoint", s.SFN.Endpoint(), "lambda_endpoint", s.LambdaURL,
+	log.Info("local_stack_started", "api_url", s.APIURL, "stream_url", s.StreamURL, "sfn_endpoint", s.SFN.Endpoint(), "lambda_endpoint", s.LambdaURL,
 		"sim_url", s.SimURL, "dynamodb_endpoint", s.DynamoEndpoint, "aws_calls", s.calls.Path(), "pid", os.Getpid())
 	return s, nil
 }
@@ -748,6 +779,17 @@ func (s *Stack) apiHandler(ctx context.Context, cfg Config, fc functionClients) 
 	}
 	return apigwlocal.NewServer(apigwlocal.ServerConfig{Handler: h, Tokens: tokens, Logger: cfg.Logger,
 		CORSOrigins: cfg.CORSOrigins, Mounts: mounts, Functions: map[string]*apigw.Handler{apigw.FnEvents: events}})
+}
+
+// streamHandler serves jobs' streams as deployed (the stream function's
+// handler, verifying the same tokens as the API itself), behind the local
+// stream server (CORS, loopback only).
+func (s *Stack) streamHandler(ctx context.Context, cfg Config, fc functionClients) (http.Handler, error) {
+	h, err := s.composeStream(ctx, cfg, fc)
+	if err != nil {
+		return nil, fmt.Errorf("function %s: %w", apigw.FnStream, err)
+	}
+	return apigwlocal.NewStreamServer(apigwlocal.StreamServerConfig{Handler: h, CORSOrigins: cfg.CORSOrigins})
 }
 
 // startAsyncSim serves the asynchronous demo provider, moving its work
