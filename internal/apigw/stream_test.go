@@ -404,6 +404,9 @@ type pacedLog struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	written map[string]int // by attempt (job.AttemptKey)
+	// failed is the first write that failed: the writer stops writing
+	// its attempt's text, so no provider waits on it any more.
+	failed error
 }
 
 func newPacedLog(s lifecycle.StreamStore) *pacedLog {
@@ -415,6 +418,9 @@ func newPacedLog(s lifecycle.StreamStore) *pacedLog {
 func (l *pacedLog) AppendChunk(ctx context.Context, c job.StreamChunk, expires time.Time) (bool, error) {
 	ok, err := l.StreamStore.AppendChunk(ctx, c, expires)
 	l.mu.Lock()
+	if err != nil && l.failed == nil {
+		l.failed = fmt.Errorf("chunk %d.%d of %s: %w", c.Attempt, c.Seq, c.JobID, err)
+	}
 	l.written[job.AttemptKey(c.JobID, c.Attempt)]++
 	l.cond.Broadcast()
 	l.mu.Unlock()
@@ -425,9 +431,16 @@ func (l *pacedLog) AppendChunk(ctx context.Context, c job.StreamChunk, expires t
 func (l *pacedLog) waitFor(key string, n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.written[key] < n {
+	for l.written[key] < n && l.failed == nil {
 		l.cond.Wait()
 	}
+}
+
+// err is the first write that failed, if any.
+func (l *pacedLog) err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failed
 }
 
 // pace makes p send each piece only once the text of the pieces before
@@ -586,6 +599,9 @@ func TestAStreamSurvivesEveryCut(t *testing.T) {
 	}
 	if err := <-ran; err != nil {
 		t.Fatalf("run: %v", err)
+	}
+	if err := run.log.err(); err != nil {
+		t.Fatalf("the log failed a write (the answer is not all in it): %v", err)
 	}
 	want := e.checkFinal(t, owner, id, ra)
 	if ra.seq[1] < 200 || strings.Join(ra.kinds, "|") != "started 1 sim-primary|delta 1|job.succeeded" {
