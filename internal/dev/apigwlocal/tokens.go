@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/onejob/onejob/internal/apigw"
+	"github.com/onejob/onejob/internal/jwtverify"
 )
 
 // Reasons a token is refused.
@@ -175,13 +175,9 @@ func (t *Tokens) Verify(authorization string) (Claims, error) {
 	if !ok || sub == "" {
 		return nil, &apigw.AuthError{Reason: apigw.ReasonSubject}
 	}
-	claims := Claims{}
-	for k, v := range mc {
-		if s, ok := render(v); ok {
-			claims[k] = s
-		}
-	}
-	return claims, nil
+	// Rendered as the deployed verifier renders them (the stream
+	// function's), which is as API Gateway's authorizer does.
+	return Claims(jwtverify.Flatten(mc)), nil
 }
 
 // Verifier is t as the apigw.TokenVerifier of a handler no authorizer
@@ -212,40 +208,6 @@ func reason(err error) string {
 		return ReasonNotYet
 	default:
 		return ReasonClaims
-	}
-}
-
-// render writes a claim value the way API Gateway's JWT authorizer does.
-// Nested objects have no documented rendering; they become compact JSON.
-func render(v any) (string, bool) {
-	switch x := v.(type) {
-	case nil:
-		return "", false
-	case string:
-		return x, true
-	case json.Number:
-		return x.String(), true
-	case bool:
-		if x {
-			return "true", true
-		}
-		return "false", true
-	case float64:
-		return fmt.Sprint(x), true
-	case []any:
-		parts := make([]string, 0, len(x))
-		for _, e := range x {
-			if s, ok := render(e); ok {
-				parts = append(parts, s)
-			}
-		}
-		return "[" + strings.Join(parts, " ") + "]", true
-	default:
-		b, err := json.Marshal(x)
-		if err != nil {
-			return "", false
-		}
-		return string(b), true
 	}
 }
 
