@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/onejob/onejob/internal/apigw"
 )
 
 // Flatten renders verified claims the way API Gateway's JWT authorizer
@@ -13,8 +15,8 @@ import (
 // out. Nested objects have no documented rendering; they become compact
 // JSON. internal/apigw's owner and operator logic (apigw.AdminRule, Scopes)
 // reads this shape, so the stream function and the API decide alike.
-func Flatten(claims map[string]any) map[string]string {
-	out := make(map[string]string, len(claims))
+func Flatten(claims map[string]any) apigw.Claims {
+	out := make(apigw.Claims, len(claims))
 	for k, v := range claims {
 		if s, ok := render(v); ok {
 			out[k] = s

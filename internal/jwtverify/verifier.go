@@ -212,10 +212,11 @@ func New(c Config) (*Verifier, error) {
 }
 
 // Verify checks an Authorization header's token and returns its claims
-// flattened as API Gateway passes them (Flatten). A refused token is an
+// flattened as API Gateway passes them (Flatten): the apigw.TokenVerifier
+// of the stream function. A refused token is an
 // *apigw.AuthError (errors.Is apigw.ErrUnauthenticated); keys that cannot
 // be had are ErrKeysUnavailable.
-func (v *Verifier) Verify(ctx context.Context, authorization string) (map[string]string, error) {
+func (v *Verifier) Verify(ctx context.Context, authorization string) (apigw.Claims, error) {
 	token := strings.TrimSpace(authorization)
 	if scheme, rest, ok := strings.Cut(token, " "); ok && strings.EqualFold(scheme, "Bearer") {
 		token = strings.TrimSpace(rest)

@@ -26,6 +26,9 @@ import (
 	"github.com/onejob/onejob/internal/lifecycle"
 )
 
+// The stream handler's port.
+var _ apigw.TokenVerifier = (*jwtverify.Verifier)(nil)
+
 // Keys are slow to make under -race: made once, shared read-only.
 var testKeys = sync.OnceValue(func() (k struct {
 	a, b, weak *rsa.PrivateKey

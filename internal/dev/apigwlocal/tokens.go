@@ -177,7 +177,7 @@ func (t *Tokens) Verify(authorization string) (Claims, error) {
 	}
 	// Rendered as the deployed verifier renders them (the stream
 	// function's), which is as API Gateway's authorizer does.
-	return Claims(jwtverify.Flatten(mc)), nil
+	return jwtverify.Flatten(mc), nil
 }
 
 // Verifier is t as the apigw.TokenVerifier of a handler no authorizer
