@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -101,7 +102,15 @@ func invokeMain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		// a failure of the rie.
 		fmt.Fprintf(stderr, "  function error: %s\n", res.Response.FunctionError)
 	}
-	fmt.Fprintln(stdout, string(res.Response.Body))
+	if u, err := rie.ParseURLResponse(res.Response.Body); err == nil {
+		// A function URL's streamed answer (the stream function): its
+		// prelude (status, headers), then the body, without the NUL bytes
+		// Lambda puts between them.
+		prelude, _ := json.Marshal(map[string]any{"statusCode": u.StatusCode, "headers": u.Headers})
+		fmt.Fprintf(stdout, "%s\n%s\n", prelude, u.Body)
+	} else {
+		fmt.Fprintln(stdout, string(res.Response.Body))
+	}
 	switch {
 	case res.Response.Status != 200:
 		return fmt.Errorf("invoke: RIE answered %d (did the function fail to init? see the logs above)", res.Response.Status)

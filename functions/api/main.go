@@ -70,7 +70,10 @@ func main() {
 	deploy.Check(log, err)
 
 	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog}, Starter: starter, Logger: log,
-		Admin: apigw.AdminRule{Claim: env.AdminClaim, Value: env.AdminValue}, Providers: breakers, Notifications: endpoints})
+		Admin: apigw.AdminRule{Claim: env.AdminClaim, Value: env.AdminValue}, Providers: breakers, Notifications: endpoints,
+		// Every job view names where its stream is read: the stream
+		// function's URL (infra/stack gives it; unset, views name none).
+		StreamBase: env.StreamURL})
 	deploy.Check(log, err)
 	lambda.Start(h.Handle)
 }

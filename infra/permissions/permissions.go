@@ -217,6 +217,17 @@ func All() map[string][]Grant {
 			// hand the item back) and gives back one whose taking failed
 			// (conditional DeleteItem), review N-L1.
 			{Actions: []string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"}, Resource: table(dynamo.InboundTable())}},
+		// Serves jobs' streams: reads the job (GetItem, consistent) and
+		// its log after the reader's cursor (a Query per attempt), and
+		// counts an open stream as one of its owner's held requests
+		// (conditional UpdateItem to count and to give back; GetItem
+		// after a refusal where the store does not hand the item back).
+		// It writes nothing else.
+		deploy.FnStream: {
+			{Actions: []string{"dynamodb:GetItem"}, Resource: table(dynamo.JobsTable())},
+			{Actions: []string{"dynamodb:Query"}, Resource: table(dynamo.StreamsTable())},
+			{Actions: []string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, Resource: table(dynamo.OwnersTable())},
+		},
 	}
 }
 

@@ -34,22 +34,25 @@ func profileFor(env string) (profile, bool) {
 		// concurrency to reserve.
 		return profile{retainData: false, logDays: 7, fullExecutionLogs: true, loopbackOrigins: true,
 			throttle: Throttle{Rate: 20, Burst: 40}, eventsThrottle: Throttle{Rate: 5, Burst: 10},
-			reserved: map[string]int{deploy.FnAPI: 10, deploy.FnRun: 10, deploy.FnHold: 5, deploy.FnEvents: 3},
-			quotas:   job.Quotas{UnfinishedJobs: 8, HeldRequests: 5, Creates: job.CreateRate{PerMinute: 60, Burst: 20}}}, true
+			reserved: map[string]int{deploy.FnAPI: 10, deploy.FnRun: 10, deploy.FnHold: 5, deploy.FnEvents: 3,
+				deploy.FnStream: 10},
+			quotas: job.Quotas{UnfinishedJobs: 8, HeldRequests: 5, Creates: job.CreateRate{PerMinute: 60, Burst: 20}}}, true
 	case "staging":
 		// Mirrors prod's shape but its data is rebuildable; retaining it
 		// would leave tables whose fixed names block the next deploy.
 		return profile{retainData: false, logDays: 30, fullExecutionLogs: true,
 			throttle: Throttle{Rate: 50, Burst: 100}, eventsThrottle: Throttle{Rate: 10, Burst: 20},
-			reserved: map[string]int{deploy.FnAPI: 20, deploy.FnRun: 40, deploy.FnHold: 20, deploy.FnEvents: 5},
-			quotas:   job.Quotas{UnfinishedJobs: 30, HeldRequests: 10, Creates: job.CreateRate{PerMinute: 120, Burst: 30}}}, true
+			reserved: map[string]int{deploy.FnAPI: 20, deploy.FnRun: 40, deploy.FnHold: 20, deploy.FnEvents: 5,
+				deploy.FnStream: 40},
+			quotas: job.Quotas{UnfinishedJobs: 30, HeldRequests: 10, Creates: job.CreateRate{PerMinute: 120, Burst: 30}}}, true
 	case "prod":
 		// Keeps its data when the stack or a table goes away, and keeps
 		// job payloads out of the Step Functions logs.
 		return profile{retainData: true, logDays: 90, fullExecutionLogs: false,
 			throttle: Throttle{Rate: 200, Burst: 400}, eventsThrottle: Throttle{Rate: 50, Burst: 100},
-			reserved: map[string]int{deploy.FnAPI: 100, deploy.FnRun: 200, deploy.FnHold: 100, deploy.FnEvents: 30},
-			quotas:   job.Quotas{UnfinishedJobs: 150, HeldRequests: 50, Creates: job.CreateRate{PerMinute: 600, Burst: 100}}}, true
+			reserved: map[string]int{deploy.FnAPI: 100, deploy.FnRun: 200, deploy.FnHold: 100, deploy.FnEvents: 30,
+				deploy.FnStream: 200},
+			quotas: job.Quotas{UnfinishedJobs: 150, HeldRequests: 50, Creates: job.CreateRate{PerMinute: 600, Burst: 100}}}, true
 	}
 	return profile{}, false
 }
@@ -116,9 +119,12 @@ const (
 // function serves the one route without a token (providers' webhooks):
 // its reservation caps what an anonymous flood can take of the account's
 // unreserved concurrency, which notify and the sweeper share (review
-// N-L2).
+// N-L2). The stream function's caps the streams open at once (each keeps
+// an instance for as long as it is open, up to deploy.StreamTimeout):
+// without it, open streams could take that same unreserved concurrency;
+// past it the function URL answers 429.
 func guardedFunctions() []string {
-	return []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold, deploy.FnEvents}
+	return []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold, deploy.FnEvents, deploy.FnStream}
 }
 
 // Config is everything the stack needs to know about one environment.
@@ -468,13 +474,15 @@ func (c Config) Validate() error {
 	}
 	// One owner's quota below the reserved concurrency it shares with
 	// every owner (issue 26, review H4): held GETs each keep an api
-	// instance busy, and unfinished jobs may each be running in run. At
-	// or above it (or unbounded, 0), one owner could take it all.
+	// instance busy, open streams (held requests too) a stream instance,
+	// and unfinished jobs may each be running in run. At or above it (or
+	// unbounded, 0), one owner could take it all.
 	for _, q := range []struct {
 		name, fn string
 		quota    int
 	}{
 		{"heldRequests", deploy.FnAPI, c.Quotas.HeldRequests},
+		{"heldRequests", deploy.FnStream, c.Quotas.HeldRequests},
 		{"unfinishedJobs", deploy.FnRun, c.Quotas.UnfinishedJobs},
 	} {
 		if n, ok := c.ReservedConcurrency[q.fn]; ok && (q.quota < 1 || q.quota >= n) {

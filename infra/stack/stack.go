@@ -140,6 +140,12 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		if spec.Name == deploy.FnRun || spec.Name == deploy.FnEvents {
 			vars[deploy.EnvProvidersSecretARN] = jsii.String(secretArn)
 		}
+		if spec.Name == deploy.FnStream {
+			// It verifies the tokens the HTTP API's JWT authorizer
+			// verifies (newHTTPAPI), with the same issuer and audiences.
+			vars[deploy.EnvJWTIssuer] = jsii.String(cfg.JWTIssuer)
+			vars[deploy.EnvJWTAudience] = jsii.String(strings.Join(cfg.JWTAudience, ","))
+		}
 		fns[spec.Name] = newFunction(stack, cfg, spec, vars, retention, removal)
 	}
 
@@ -249,8 +255,20 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 
 	api := fns[deploy.FnAPI]
 	api.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
-	api.AddEnvironment(jsii.String(deploy.EnvAdminClaim), jsii.String(cfg.Admin.Claim), nil)
-	api.AddEnvironment(jsii.String(deploy.EnvAdminValue), jsii.String(cfg.Admin.Value), nil)
+	// Both decide who is an operator from the same verified claims.
+	for _, fn := range []string{deploy.FnAPI, deploy.FnStream} {
+		fns[fn].AddEnvironment(jsii.String(deploy.EnvAdminClaim), jsii.String(cfg.Admin.Claim), nil)
+		fns[fn].AddEnvironment(jsii.String(deploy.EnvAdminValue), jsii.String(cfg.Admin.Value), nil)
+	}
+	// Jobs' streams are served at the stream function's own URL; the api
+	// puts each job's address under it in the job's view (stream_url).
+	// The URL refers to the stream function only, which refers to
+	// nothing of the api's: no cycle.
+	streamURL, err := newStreamURL(cfg, fns[deploy.FnStream])
+	if err != nil {
+		return nil, err
+	}
+	api.AddEnvironment(jsii.String(deploy.EnvStreamURL), streamURL.Url(), nil)
 	sweeper := fns[deploy.FnSweeper]
 	sweeper.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
 	awsevents.NewRule(stack, jsii.String("SweeperSchedule"), &awsevents.RuleProps{
@@ -288,6 +306,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		awscdk.NewCfnOutput(stack, jsii.String(id), &awscdk.CfnOutputProps{Value: value, Description: jsii.String(desc)})
 	}
 	out("ApiUrl", httpAPI.ApiEndpoint(), "HTTP API endpoint")
+	out("StreamUrl", streamURL.Url(), "Jobs' streams (GET /v1/jobs/{id}/stream), the stream function's URL")
 	out("StateMachineArn", sm.StateMachineArn(), "Job driver state machine")
 	out("JobsTableName", jobs.TableName(), "Jobs table")
 	out("AttemptsTableName", attempts.TableName(), "Attempts table")
@@ -447,6 +466,9 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api, events awslambda.Function, 
 	})
 	var eventsRoutes []awsapigatewayv2.HttpRoute
 	for _, r := range apigw.Routes() {
+		if r.Function == apigw.FnStream {
+			continue // served at the stream function's own URL (newStreamURL)
+		}
 		var authorizer awsapigatewayv2.IHttpRouteAuthorizer = auth
 		if r.Public {
 			// The console's files (they hold no data, and a browser
@@ -514,6 +536,61 @@ func newHTTPAPI(stack awscdk.Stack, cfg Config, api, events awslambda.Function, 
 	events.AddEnvironment(jsii.String(deploy.EnvEventsThrottleRate), jsii.String(strconv.FormatFloat(cfg.EventsThrottle.Rate, 'f', -1, 64)), nil)
 	events.AddEnvironment(jsii.String(deploy.EnvEventsThrottleBurst), jsii.String(strconv.Itoa(cfg.EventsThrottle.Burst)), nil)
 	return httpAPI
+}
+
+// newStreamURL serves the stream function on a Lambda function URL in
+// RESPONSE_STREAM mode: aws-lambda-go's lambdaurl hands the response to
+// Lambda as the handler writes it, so each event reaches the client as it
+// is read from the log.
+//
+// Why not API Gateway: an HTTP API (the API's) cannot stream a response;
+// it buffers the integration's answer (at most 30 s, 10 MB). A REST API
+// can now (an integration's responseTransferMode STREAM, up to 15 minutes,
+// 5 minutes idle on a regional endpoint), but it would be a second API
+// Gateway in front of one route: another stage with its own throttling,
+// access log and domain, $3.50 per million requests against the HTTP
+// API's $1.00 plus its streaming charges, and a token check of its own
+// anyway (a REST API's JWT authorizer is newer than this CDK, whose
+// AWS::ApiGateway::Authorizer knows TOKEN, REQUEST and
+// COGNITO_USER_POOLS only; a Lambda authorizer is another function on
+// every connection). A function URL costs nothing beyond the function,
+// and one held stream costs its GB-seconds while it is open: at 128 MB
+// on arm64, 0.125 GB-s a second, $0.0000017 a second, $0.0001 a minute
+// (a 30-s answer watched is $50 per million streams, plus $0.20 per
+// million invocations).
+//
+// Auth NONE: the function verifies the bearer token itself, exactly as
+// the HTTP API's JWT authorizer does (internal/jwtverify). AWS_IAM would
+// need every request SigV4-signed with AWS credentials, which a browser
+// or a mobile app calling with its user's token has not (and should not
+// have). CORS is the API's (apigw.CORS*, for the stream's method only);
+// Lambda answers preflights itself, before the function.
+func newStreamURL(cfg Config, fn awslambda.Function) (awslambda.FunctionUrl, error) {
+	var methods []awslambda.HttpMethod
+	for _, r := range apigw.Routes() {
+		if r.Function == apigw.FnStream && !slices.Contains(methods, awslambda.HttpMethod(r.Method)) {
+			methods = append(methods, awslambda.HttpMethod(r.Method))
+		}
+	}
+	if len(methods) == 0 {
+		return nil, fmt.Errorf("apigw.Routes() names no route served by the %s function", deploy.FnStream)
+	}
+	opts := &awslambda.FunctionUrlOptions{
+		AuthType:   awslambda.FunctionUrlAuthType_NONE,
+		InvokeMode: awslambda.InvokeMode_RESPONSE_STREAM,
+	}
+	if len(cfg.CORSOrigins) > 0 {
+		opts.Cors = &awslambda.FunctionUrlCorsOptions{
+			AllowedOrigins: jsii.Strings(cfg.CORSOrigins...),
+			AllowedMethods: &methods,
+			AllowedHeaders: jsii.Strings(apigw.CORSAllowHeaders()...),
+			ExposedHeaders: jsii.Strings(apigw.CORSExposeHeaders()...),
+			MaxAge:         awscdk.Duration_Seconds(jsii.Number(apigw.CORSMaxAge.Seconds())),
+			// Bearer tokens, never cookies: no credentials mode.
+			AllowCredentials: jsii.Bool(false),
+		}
+	}
+	return fn.AddFunctionUrl(opts), nil
 }
 
 // corsPreflight lets the environment's browser origins call the API: API

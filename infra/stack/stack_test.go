@@ -81,6 +81,7 @@ func TestStack(t *testing.T) {
 			t.Run("retention", func(t *testing.T) { t.Parallel(); checkRetention(t, s) })
 			t.Run("no dependency cycle", func(t *testing.T) { t.Parallel(); checkAcyclic(t, s) })
 			t.Run("cors", func(t *testing.T) { t.Parallel(); checkCORS(t, s) })
+			t.Run("stream url", func(t *testing.T) { t.Parallel(); checkStreamURL(t, s) })
 			t.Run("cdk-nag", func(t *testing.T) { t.Parallel(); checkNag(t, s) })
 			t.Run("guards", func(t *testing.T) { t.Parallel(); checkGuards(t, s) })
 		})
@@ -186,6 +187,20 @@ func synth(t *testing.T, root, fnDir, env string) *synthesized {
 				"AllowHeaders":     toAny(apigw.CORSAllowHeaders()),
 				"ExposeHeaders":    toAny(apigw.CORSExposeHeaders()),
 				"AllowMethods":     []any{"DELETE", "GET", "POST"},
+				"MaxAge":           3600,
+				"AllowCredentials": false,
+			},
+		})
+	})
+	expect("the stream function's URL streams, without IAM auth", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Url"), map[string]any{
+			"InvokeMode": "RESPONSE_STREAM", "AuthType": "NONE",
+			"TargetFunctionArn": map[string]any{"Fn::GetAtt": []any{"StreamFunction", "Arn"}},
+			"Cors": map[string]any{
+				"AllowOrigins":     toAny(cfg.CORSOrigins),
+				"AllowHeaders":     toAny(apigw.CORSAllowHeaders()),
+				"ExposeHeaders":    toAny(apigw.CORSExposeHeaders()),
+				"AllowMethods":     []any{"GET"},
 				"MaxAge":           3600,
 				"AllowCredentials": false,
 			},
@@ -389,9 +404,17 @@ func checkFunctions(t *testing.T, s *synthesized) {
 			want[deploy.EnvStateMachineARN] = "ref:statemachine"
 			if short == deploy.FnAPI {
 				want[deploy.EnvAdminClaim], want[deploy.EnvAdminValue] = s.cfg.Admin.Claim, s.cfg.Admin.Value
+				// Where the job views say each job's stream is read.
+				want[deploy.EnvStreamURL] = "getatt:url:" + deploy.FnStream + ".FunctionUrl"
 			}
 		case deploy.FnRun, deploy.FnEvents:
 			want[deploy.EnvProvidersSecretARN] = s.secret()
+		case deploy.FnStream:
+			// The tokens the HTTP API's authorizer verifies, and the
+			// API's reading of who is an operator.
+			want[deploy.EnvJWTIssuer] = s.cfg.JWTIssuer
+			want[deploy.EnvJWTAudience] = strings.Join(s.cfg.JWTAudience, ",")
+			want[deploy.EnvAdminClaim], want[deploy.EnvAdminValue] = s.cfg.Admin.Claim, s.cfg.Admin.Value
 		}
 		// The events function announces its route's own throttle.
 		if short == deploy.FnEvents {
@@ -562,9 +585,13 @@ func checkHTTPAPI(t *testing.T, s *synthesized) {
 			t.Errorf("route %s targets %s", p["RouteKey"], target)
 		}
 	}
+	// Every route but the stream's, which the stream function's own URL
+	// serves (checkStreamURL): an HTTP API cannot stream a response.
 	var want []string
 	for _, r := range apigw.Routes() {
-		want = append(want, r.Method+" "+r.Path)
+		if r.Function != apigw.FnStream {
+			want = append(want, r.Method+" "+r.Path)
+		}
 	}
 	sort.Strings(routes)
 	sort.Strings(want)
@@ -602,7 +629,7 @@ func checkCORS(t *testing.T, s *synthesized) {
 			t.Errorf("%s allows %q, not https", s.env, o)
 		}
 	}
-	for key, want := range map[string][]string{"AllowHeaders": {"Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Prefer"},
+	for key, want := range map[string][]string{"AllowHeaders": {"Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Last-Event-ID", "Prefer"},
 		"ExposeHeaders": {"Location", "Idempotent-Replayed", "ETag", "Retry-After", "Preference-Applied"},
 		// DELETE: a webhook endpoint.
 		"AllowMethods": {"DELETE", "GET", "POST"}} {
@@ -819,6 +846,13 @@ func checkIAM(t *testing.T, s *synthesized) {
 			// The recount counts owners' endpoints.
 			add([]string{"dynamodb:Query"}, "arn:table:endpoints").
 			add(xrayLambda, "*"),
+		// A job's stream: the job, its log, and its owner's held
+		// requests counted while it is open; nothing else.
+		"fn:" + deploy.FnStream: grants{}.
+			add([]string{"dynamodb:GetItem"}, "arn:table:jobs").
+			add([]string{"dynamodb:Query"}, "arn:table:"+dynamo.StreamsTable().Logical).
+			add([]string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, "arn:table:owners").
+			add(xrayLambda, "*"),
 		"statemachine": grants{}.
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnHold, "arn:fn:"+deploy.FnRun).
 			// What Step Functions needs to deliver logs and traces; these
@@ -953,17 +987,94 @@ func checkIAM(t *testing.T, s *synthesized) {
 
 // checkPermissions: functions may be invoked only by this API (api, and
 // events for providers' webhooks) and by the schedules (sweeper, notify);
-// the state machine uses its role instead.
+// the state machine uses its role instead. Anyone may invoke the stream
+// function, through its URL only (it verifies the caller's token itself):
+// Lambda wants both lambda:InvokeFunctionUrl for auth type NONE and
+// lambda:InvokeFunction, here only when invoked through the URL.
 func checkPermissions(t *testing.T, s *synthesized) {
+	public := map[string]bool{}
 	for id, r := range resources(s, "AWS::Lambda::Permission") {
 		p := props(r)
 		fn, principal := s.sym(p["FunctionName"]), p["Principal"]
+		if fn == "arn:fn:"+deploy.FnStream && principal == "*" && p["SourceArn"] == nil && p["SourceAccount"] == nil {
+			switch {
+			case p["Action"] == "lambda:InvokeFunctionUrl" && p["FunctionUrlAuthType"] == "NONE" && p["InvokedViaFunctionUrl"] == nil:
+				public["url"] = true
+				continue
+			case p["Action"] == "lambda:InvokeFunction" && p["InvokedViaFunctionUrl"] == true && p["FunctionUrlAuthType"] == nil:
+				public["invoke via url"] = true
+				continue
+			}
+		}
 		ok := p["Action"] == "lambda:InvokeFunction" && p["SourceArn"] != nil &&
 			((fn == "arn:fn:api" || fn == "arn:fn:"+deploy.FnEvents) && principal == "apigateway.amazonaws.com" ||
 				(fn == "arn:fn:sweeper" || fn == "arn:fn:"+deploy.FnNotify) && principal == "events.amazonaws.com")
 		if !ok {
-			t.Errorf("%s: %s may invoke %s (%v, source %v)", id, principal, fn, p["Action"], p["SourceArn"])
+			t.Errorf("%s: %s may invoke %s (%v, source %v): %v", id, principal, fn, p["Action"], p["SourceArn"], p)
 		}
+	}
+	if !public["url"] || !public["invoke via url"] {
+		t.Errorf("the stream function's URL is not open to callers with both permissions: %v", public)
+	}
+}
+
+// checkStreamURL: jobs' streams are served by the stream function on its
+// own URL, in response-streaming mode, with no IAM auth (the function
+// verifies bearer tokens), CORS as the API's for the stream's method, and
+// its concurrency reserved; the API function is told the URL.
+func checkStreamURL(t *testing.T, s *synthesized) {
+	urls := resources(s, "AWS::Lambda::Url")
+	if len(urls) != 1 {
+		t.Fatalf("%d function URLs, want the stream function's only", len(urls))
+	}
+	for id, r := range urls {
+		p := props(r)
+		if fn := s.sym(p["TargetFunctionArn"]); fn != "arn:fn:"+deploy.FnStream || p["Qualifier"] != nil {
+			t.Errorf("%s targets %s (qualifier %v), want the stream function", id, fn, p["Qualifier"])
+		}
+		if p["InvokeMode"] != "RESPONSE_STREAM" || p["AuthType"] != "NONE" {
+			t.Errorf("%s: invoke mode %v, auth %v; want RESPONSE_STREAM and NONE", id, p["InvokeMode"], p["AuthType"])
+		}
+		cors := asMap(p["Cors"])
+		var methods []string
+		for _, r := range apigw.Routes() {
+			if r.Function == apigw.FnStream {
+				methods = append(methods, r.Method)
+			}
+		}
+		if !slices.Equal(methods, []string{"GET"}) {
+			t.Errorf("the stream function serves %v, want GET (the stream) only", methods)
+		}
+		for key, want := range map[string][]string{"AllowOrigins": s.cfg.CORSOrigins, "AllowHeaders": apigw.CORSAllowHeaders(),
+			"ExposeHeaders": apigw.CORSExposeHeaders(), "AllowMethods": methods} {
+			if got := strList(cors[key]); !slices.Equal(got, want) {
+				t.Errorf("%s: CORS %s %v, want %v", id, key, got, want)
+			}
+		}
+		if !slices.Contains(strList(cors["AllowHeaders"]), "Last-Event-ID") || !slices.Contains(strList(cors["AllowHeaders"]), "Authorization") {
+			t.Errorf("%s: a page cannot send its token or resume: %v", id, cors["AllowHeaders"])
+		}
+		if cors["MaxAge"] != apigw.CORSMaxAge.Seconds() || cors["AllowCredentials"] != false {
+			t.Errorf("%s: CORS MaxAge %v AllowCredentials %v", id, cors["MaxAge"], cors["AllowCredentials"])
+		}
+	}
+	for _, r := range resources(s, "AWS::Lambda::Function") {
+		p := props(r)
+		if p["FunctionName"] != "onejob-"+s.env+"-"+deploy.FnStream {
+			continue
+		}
+		if n, ok := p["ReservedConcurrentExecutions"].(float64); !ok || n < 1 || int(n) != s.cfg.ReservedConcurrency[deploy.FnStream] ||
+			int(n) <= s.cfg.Quotas.HeldRequests {
+			t.Errorf("stream function: reserved concurrency %v, want cdk.json's %d, above the held-requests quota %d",
+				p["ReservedConcurrentExecutions"], s.cfg.ReservedConcurrency[deploy.FnStream], s.cfg.Quotas.HeldRequests)
+		}
+		if p["Timeout"] != deploy.StreamTimeout.Seconds() || p["MemorySize"] != float64(128) {
+			t.Errorf("stream function: timeout %v memory %v", p["Timeout"], p["MemorySize"])
+		}
+	}
+	out := asMap(asMap(s.template["Outputs"])["StreamUrl"])
+	if v := s.sym(out["Value"]); v != "getatt:url:"+deploy.FnStream+".FunctionUrl" {
+		t.Errorf("output StreamUrl %v", v)
 	}
 }
 
@@ -1296,6 +1407,15 @@ func friendlyNames(tmpl map[string]any) map[string]string {
 			names[id] = "secret"
 		case "AWS::KMS::Key":
 			names[id] = "secretskey"
+		case "AWS::Lambda::Url":
+			// Named for its function (deploy fixes functions' logical IDs).
+			if ga := list(asMap(p["TargetFunctionArn"])["Fn::GetAtt"]); len(ga) == 2 {
+				for _, f := range deploy.Functions() {
+					if ga[0] == f.LogicalID {
+						names[id] = "url:" + f.Name
+					}
+				}
+			}
 		case "AWS::Logs::LogGroup":
 			n, _ := p["LogGroupName"].(string)
 			if fn, ok := strings.CutPrefix(n, "/aws/lambda/onejob-"); ok {
@@ -1744,6 +1864,13 @@ func TestGuardsConfig(t *testing.T) {
 		{"MisspeltKey", func(m map[string]any) { m["throtle"] = map[string]any{"rate": 10, "burst": 10} }, "unknown field"},
 		{"HoldUnreserved", func(m map[string]any) { m["reservedConcurrency"] = map[string]any{"api": 10, "run": 10} }, "hold needs reserved concurrency"},
 		{"APIUnreserved", func(m map[string]any) { m["reservedConcurrency"] = map[string]any{"run": 10, "hold": 10} }, "api needs reserved concurrency"},
+		{"StreamUnreserved", func(m map[string]any) {
+			m["reservedConcurrency"] = map[string]any{"api": 100, "run": 200, "hold": 100}
+		}, "stream needs reserved concurrency"},
+		{"HeldRequestsTakeTheStreams", func(m map[string]any) {
+			m["quotas"] = map[string]any{"unfinishedJobs": 5, "heldRequests": 10}
+			m["reservedConcurrency"] = map[string]any{"api": 20, "run": 10, "hold": 5, "stream": 10}
+		}, "quota heldRequests 10 must be at least 1 and below the stream function's reserved concurrency 10"},
 		{"UnknownFunction", func(m map[string]any) {
 			m["reservedConcurrency"] = map[string]any{"api": 1, "run": 1, "hold": 1, "apy": 1}
 		}, "which is no function"},

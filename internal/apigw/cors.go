@@ -11,9 +11,11 @@ import (
 // against a deployed environment. Only the allowed origins differ, per
 // environment.
 
-// CORSAllowHeaders are the request headers a page may send.
+// CORSAllowHeaders are the request headers a page may send. Last-Event-ID
+// is how a fetch-based stream client resumes a job's stream (at the
+// stream function's URL, which takes these too).
 func CORSAllowHeaders() []string {
-	return []string{"Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Prefer"}
+	return []string{"Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Last-Event-ID", "Prefer"}
 }
 
 // CORSExposeHeaders are the response headers a page's script may read

@@ -51,6 +51,16 @@ const (
 	// unset: none announced.
 	EnvEventsThrottleRate  = "ONEJOB_EVENTS_THROTTLE_RATE"
 	EnvEventsThrottleBurst = "ONEJOB_EVENTS_THROTTLE_BURST"
+	// EnvJWTIssuer and EnvJWTAudience (comma-separated) are the HTTP
+	// API's JWT authorizer's issuer and audiences, for the stream
+	// function, which verifies tokens itself (no authorizer stands in
+	// front of a function URL).
+	EnvJWTIssuer   = "ONEJOB_JWT_ISSUER"
+	EnvJWTAudience = "ONEJOB_JWT_AUDIENCE"
+	// EnvStreamURL is the stream function's URL, for the api function,
+	// which puts each job's stream_url (<url>/v1/jobs/{id}/stream) in its
+	// view; unset, views carry none.
+	EnvStreamURL = "ONEJOB_STREAM_URL"
 )
 
 // TableEnv is the variable holding a table's physical name, by its logical
@@ -72,6 +82,12 @@ type Env struct {
 	NotifyFunction string
 	// SecretsKey is the KMS key of the webhook secrets (EnvSecretsKey).
 	SecretsKey string
+	// JWTIssuer and JWTAudience are the tokens' issuer and audiences
+	// (EnvJWTIssuer, EnvJWTAudience).
+	JWTIssuer   string
+	JWTAudience []string
+	// StreamURL is the stream function's URL (EnvStreamURL).
+	StreamURL string
 	// QuotaUnfinishedJobs and QuotaHeldRequests are the owners' quotas;
 	// QuotaCreatesPerMinute and QuotaCreateBurst their create rate.
 	QuotaUnfinishedJobs, QuotaHeldRequests  int
@@ -161,7 +177,21 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 		AdminValue:            getenv(EnvAdminValue),
 		NotifyFunction:        getenv(EnvNotifyFunction),
 		SecretsKey:            getenv(EnvSecretsKey),
+		JWTIssuer:             getenv(EnvJWTIssuer),
+		JWTAudience:           splitList(getenv(EnvJWTAudience)),
+		StreamURL:             getenv(EnvStreamURL),
 	}
+}
+
+// splitList reads a comma-separated list, dropping empty elements.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Need names the settings a function needs beyond the tables and the
@@ -172,6 +202,9 @@ type Need int
 const (
 	NeedStateMachine Need = 1 << iota
 	NeedSecretsKey
+	// NeedIssuer: the tokens' issuer and audiences (EnvJWTIssuer,
+	// EnvJWTAudience).
+	NeedIssuer
 )
 
 // Validate reports every missing setting at once.
@@ -196,6 +229,12 @@ func (e Env) Validate(needs Need) error {
 	}
 	if needs&NeedSecretsKey != 0 && e.SecretsKey == "" {
 		missing = append(missing, fmt.Errorf("%s is not set", EnvSecretsKey))
+	}
+	if needs&NeedIssuer != 0 && e.JWTIssuer == "" {
+		missing = append(missing, fmt.Errorf("%s is not set", EnvJWTIssuer))
+	}
+	if needs&NeedIssuer != 0 && len(e.JWTAudience) == 0 {
+		missing = append(missing, fmt.Errorf("%s is not set", EnvJWTAudience))
 	}
 	return errors.Join(missing...)
 }

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,6 +34,43 @@ func TestEnvValidate(t *testing.T) {
 			}, tables)
 			if err := env.Validate(deploy.NeedStateMachine); err == nil || !strings.Contains(err.Error(), name) {
 				t.Fatalf("err = %v, want one naming %s", err, name)
+			}
+		})
+	}
+}
+
+// TestEnvIssuer: the stream function's issuer and audiences, a list as
+// cdk.json's jwtAudience is.
+func TestEnvIssuer(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"ONEJOB_JOBS_TABLE": "t", deploy.EnvName: "dev"}
+	for _, tc := range []struct {
+		name, issuer, audience, wantErr string
+		want                            []string
+	}{
+		{name: "Both", issuer: "https://auth.example/", audience: "a, b,,", want: []string{"a", "b"}},
+		{name: "NoIssuer", audience: "a", wantErr: deploy.EnvJWTIssuer},
+		{name: "NoAudience", issuer: "https://auth.example/", audience: " , ", wantErr: deploy.EnvJWTAudience},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			vars := map[string]string{deploy.EnvJWTIssuer: tc.issuer, deploy.EnvJWTAudience: tc.audience}
+			env := deploy.LoadEnv(func(k string) string {
+				if v, ok := vars[k]; ok {
+					return v
+				}
+				return base[k]
+			}, []string{"jobs"})
+			err := env.Validate(deploy.NeedIssuer)
+			switch {
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("err = %v, want one naming %s", err, tc.wantErr)
+			case tc.wantErr == "" && (err != nil || !slices.Equal(env.JWTAudience, tc.want) || env.JWTIssuer != tc.issuer):
+				t.Fatalf("issuer %q audience %q err %v", env.JWTIssuer, env.JWTAudience, err)
+			}
+			// Functions that verify no token do not need them.
+			if err := env.Validate(0); err != nil {
+				t.Errorf("without NeedIssuer: %v", err)
 			}
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/onejob/onejob/internal/job"
 )
 
 // Function names: one folder under functions/ each (a test keeps the two
@@ -16,6 +18,8 @@ const (
 	FnNotify  = "notify"
 	// FnEvents takes asynchronous providers' webhooks (apigw.FnEvents).
 	FnEvents = "events"
+	// FnStream serves jobs' streams on its own function URL (StreamTimeout).
+	FnStream = "stream"
 )
 
 // Function is one deployed Lambda function.
@@ -50,8 +54,33 @@ func Functions() []Function {
 		{FnNotify, "NotifyFunction", 256, NotifyEvery - 5*time.Second, "Delivers webhook notifications (signed, at least once)", "", 0},
 		// Behind API Gateway as the API is: returns within its 30 s.
 		{FnEvents, "EventsFunction", 256, 25 * time.Second, "Takes asynchronous providers' signed webhooks", "", 0},
+		// Holds a connection open while it waits: the smallest memory,
+		// as a held stream is billed by GB-s (StreamTimeout).
+		{FnStream, "StreamFunction", 128, StreamTimeout, "Serves a job's stream (SSE and long-poll) on its function URL", "", NeedIssuer},
 	}
 }
+
+// StreamTimeout bounds one invocation of the stream function (a Lambda
+// function URL in RESPONSE_STREAM mode; Lambda would allow 15 minutes).
+// A job may run longer than any one connection: the stream handler ends
+// its response at an event boundary after its own bound (105 s, 5 s
+// before this) or StreamEndBefore the deadline, whichever comes first,
+// and the client resumes where it left off with Last-Event-ID, as after
+// any dropped connection (the SSE way; EventSource does it by itself).
+// The bound is the counters' rule, not Lambda's: an open stream holds
+// one of its owner's held requests (AcquireHold), and the sweeper's
+// recount takes a held request still counted job.RecountQuiet after its
+// minute for a leak (job.DecideCounts), so an invocation must end within
+// it, as the api function's held GETs do. Each reconnection costs an
+// invocation, a count and an uncount of the hold, and one read of the
+// job and of its log after the cursor.
+const StreamTimeout = job.RecountQuiet - 10*time.Second
+
+// StreamEndBefore is how long before the function's deadline the stream
+// handler ends its response (EndBeforeDeadline): room to finish the
+// event being written and return, so Lambda never cuts a stream mid-event
+// nor counts a timeout.
+const StreamEndBefore = 5 * time.Second
 
 // NotifyEvery is the notify function's schedule; each run passes over the
 // pending work until none is left or NotifyBudget is spent, so an event is

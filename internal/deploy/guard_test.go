@@ -6,31 +6,53 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/onejob/onejob/internal/deploy"
 )
 
 // TestFunctionsLinkNoTooling keeps what exists only for local runs and tests
 // out of every deployed binary: nothing under internal/dev or internal/verify,
-// no testing package, no JWT library (API Gateway verifies tokens), and no
-// tokenizer (token counting is for certification, in the onejob CLI; the
-// encodings alone are megabytes), and no cel-go (about 8 MB with protobuf and
-// antlr; it is checkexpr's test oracle and the CLI's lint, never a function's
+// no testing package, no JWT library but in the stream function (API
+// Gateway's authorizer verifies every other function's tokens; no
+// authorizer stands in front of the stream function's URL, so it verifies
+// them itself, with internal/jwtverify), and no tokenizer (token counting
+// is for certification, in the onejob CLI; the encodings alone are
+// megabytes), and no cel-go (about 8 MB with protobuf and antlr; it is
+// checkexpr's test oracle and the CLI's lint, never a function's
 // evaluator).
 func TestFunctionsLinkNoTooling(t *testing.T) {
 	t.Parallel()
 	// go test runs in the package's folder; no runtime.Caller, whose file
 	// names make test's -trimpath takes away.
 	root := filepath.Join("..", "..")
-	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{.ImportPath}}", "./functions/...")
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
+	deps := func(pkgs ...string) []string {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), "go", append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, pkgs...)...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	var others []string
+	for _, fn := range deploy.Names() {
+		if fn != deploy.FnStream {
+			others = append(others, "./functions/"+fn)
+		}
+	}
+	for _, pkg := range deps(others...) {
+		if pkg == jwtLibrary || strings.HasPrefix(pkg, jwtLibrary+"/") {
+			t.Errorf("a function other than %s links %s", deploy.FnStream, pkg)
+		}
+	}
+	if !slices.Contains(deps("./functions/"+deploy.FnStream), jwtLibrary+"/v5") {
+		t.Errorf("functions/%s does not link %s/v5: the exception above is for nothing", deploy.FnStream, jwtLibrary)
 	}
 	forbidden := []string{
 		"github.com/onejob/onejob/internal/dev",
 		"github.com/onejob/onejob/internal/verify",
 		"testing",
-		"github.com/golang-jwt/jwt",
 		"github.com/onejob/onejob/internal/jobtype/tokencount",
 		"github.com/pkoukk/tiktoken-go",
 		"github.com/pkoukk/tiktoken-go-loader",
@@ -42,19 +64,21 @@ func TestFunctionsLinkNoTooling(t *testing.T) {
 		"google.golang.org/protobuf",
 		"google.golang.org/genproto",
 	}
-	var deps int
-	for _, pkg := range strings.Fields(string(out)) {
-		deps++
+	all := deps("./functions/...")
+	for _, pkg := range all {
 		for _, f := range forbidden {
 			if pkg == f || strings.HasPrefix(pkg, f+"/") {
 				t.Errorf("a function links %s (forbidden: %s)", pkg, f)
 			}
 		}
 	}
-	if deps < 50 {
-		t.Fatalf("go list reported only %d packages; is ./functions/... empty?", deps)
+	if len(all) < 50 {
+		t.Fatalf("go list reported only %d packages; is ./functions/... empty?", len(all))
 	}
 }
+
+// jwtLibrary is the JWT library only the stream function may link.
+const jwtLibrary = "github.com/golang-jwt/jwt"
 
 // TestGuardNamesTheTokenizerThatIsUsed: the CLI, where certification runs,
 // does link the tokenizer the guard above forbids in functions, so the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -37,6 +38,11 @@ const (
 	StateMachineARN = "arn:aws:states:" + testenv.Region + ":" + testenv.AccountID + ":stateMachine:onejob-local"
 	SecretARN       = "arn:aws:secretsmanager:" + testenv.Region + ":" + testenv.AccountID + ":secret:onejob-local-providers"
 	SecretsKeyARN   = "arn:aws:kms:" + testenv.Region + ":" + testenv.AccountID + ":key/00000000-0000-4000-8000-000000000001"
+	// LocalIssuer and LocalAudience are the tokens the stream function is
+	// told to accept: an issuer nobody serves (.invalid, RFC 6761), so a
+	// token that needed its keys would be answered 503, never accepted.
+	LocalIssuer   = "https://issuer.invalid/"
+	LocalAudience = "onejob-local"
 )
 
 // Config configures a Local.
@@ -206,7 +212,27 @@ func (l *Local) Invoke(ctx context.Context, fn string, event []byte) (*Result, e
 // InvokeIn is Invoke with the seeded state chosen by the caller, e.g.
 // ScenarioEmpty to see how a function handles a job that does not exist.
 func (l *Local) InvokeIn(ctx context.Context, fn string, event []byte, sc Scenario, jobID string) (*Result, error) {
-	return l.invoke(ctx, fn, event, sc, jobID, 1)
+	return l.invoke(ctx, fn, event, sc, jobID, 1, nil)
+}
+
+// InvokeEnv is Invoke with variables set over the function's environment
+// (a test's own token issuer and its certificate authority, say).
+func (l *Local) InvokeEnv(ctx context.Context, fn string, event []byte, env map[string]string) (*Result, error) {
+	sc, jobID, err := ScenarioFor(fn, event)
+	if err != nil {
+		return nil, err
+	}
+	return l.invoke(ctx, fn, event, sc, jobID, 1, env)
+}
+
+// InvokeWarmEnv is InvokeWarm with variables set over the function's
+// environment, as InvokeEnv.
+func (l *Local) InvokeWarmEnv(ctx context.Context, fn string, event []byte, times int, env map[string]string) (*Result, error) {
+	sc, jobID, err := ScenarioFor(fn, event)
+	if err != nil {
+		return nil, err
+	}
+	return l.invoke(ctx, fn, event, sc, jobID, times, env)
 }
 
 // InvokeWarm is Invoke sending the event times times to one RIE: the first
@@ -217,10 +243,10 @@ func (l *Local) InvokeWarm(ctx context.Context, fn string, event []byte, times i
 	if err != nil {
 		return nil, err
 	}
-	return l.invoke(ctx, fn, event, sc, jobID, times)
+	return l.invoke(ctx, fn, event, sc, jobID, times, nil)
 }
 
-func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario, jobID string, times int) (*Result, error) {
+func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario, jobID string, times int, extra map[string]string) (*Result, error) {
 	spec, ok := deploy.Lookup(fn)
 	if !ok {
 		return nil, fmt.Errorf("unknown function %q", fn)
@@ -303,12 +329,20 @@ func (l *Local) invoke(ctx context.Context, fn string, event []byte, sc Scenario
 	if permissions.Allows(fn, "secretsmanager:GetSecretValue", permissions.Resource{Kind: permissions.KindProvidersSecret}) {
 		env[deploy.EnvProvidersSecretARN] = SecretARN
 	}
+	// The tokens' issuer for the function that verifies them itself (the
+	// stream function; nothing is fetched from it until a token names a
+	// key, which no event here does).
+	if spec.Needs&deploy.NeedIssuer != 0 {
+		env[deploy.EnvJWTIssuer], env[deploy.EnvJWTAudience] = LocalIssuer, LocalAudience
+	}
 	// The webhook secrets' key for the functions that seal or open them
 	// (the stub refuses KMS: no event here makes or signs a secret).
 	key := permissions.Resource{Kind: permissions.KindSecretsKey}
 	if permissions.Allows(fn, "kms:GenerateDataKey", key) || permissions.Allows(fn, "kms:Decrypt", key) {
 		env[deploy.EnvSecretsKey] = SecretsKeyARN
 	}
+
+	maps.Copy(env, extra)
 
 	ictx, cancel := context.WithTimeout(ctx, time.Duration(times)*spec.Timeout+15*time.Second)
 	defer cancel()

@@ -54,6 +54,10 @@ var expected = map[string]expectation{
 	// A webhook naming a provider that takes none (the demo's are
 	// synchronous): not-found, after the function loaded the providers.
 	"events-provider-event.json": {status: 404},
+	// A job's stream at the stream function's URL, without a token: the
+	// function verifies tokens itself (no authorizer in front of a
+	// function URL) and refuses before reading anything.
+	"stream-no-token.json": {status: 401},
 }
 
 // TestEveryEvent is `make invoke` for every file in events/: the real
@@ -126,6 +130,10 @@ func TestEveryEvent(t *testing.T) {
 		}
 	})
 
+	// The stream function with real tokens, against an issuer of the
+	// test's own, as deployed.
+	t.Run("stream tokens", func(t *testing.T) { checkStreamTokens(ctx, t, l, root) })
+
 	// One event after the other: each runs a cold RIE and bootstrap, and on
 	// two cores overlapping them only adds noise to the timings.
 	for _, file := range files {
@@ -149,9 +157,12 @@ func TestEveryEvent(t *testing.T) {
 			if res.Response.Status != 200 || res.Response.FunctionError != "" {
 				t.Fatalf("RIE %d, function error %q: %s\nlogs:\n%s", res.Response.Status, res.Response.FunctionError, res.Response.Body, res.Logs)
 			}
-			if fn == "api" || fn == "events" {
+			switch fn {
+			case "api", "events":
 				checkAPI(t, event, res, want)
-			} else {
+			case "stream":
+				checkStream(t, res, want)
+			default:
 				checkOutput(t, res, want)
 			}
 			starts := 0
@@ -221,6 +232,32 @@ func checkAPI(t *testing.T, event []byte, res *Result, want expectation) {
 	}
 }
 
+// checkStream reads the stream function's answer as its function URL
+// hands it over (lambdaurl's streamed response).
+func checkStream(t *testing.T, res *Result, want expectation) {
+	t.Helper()
+	resp, err := ParseURLResponse(res.Response.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != want.status {
+		t.Fatalf("status %d, want %d: %s", resp.StatusCode, want.status, resp.Body)
+	}
+	if want.status >= 400 {
+		var problem map[string]any
+		if ct := resp.Headers["Content-Type"]; ct != "application/problem+json" || json.Unmarshal(resp.Body, &problem) != nil ||
+			problem["status"] != float64(want.status) {
+			t.Errorf("not a problem document: Content-Type %q, body %s", ct, resp.Body)
+		}
+	}
+	if want.status == 401 && resp.Headers["Www-Authenticate"] == "" {
+		t.Errorf("401 without WWW-Authenticate: %v", resp.Headers)
+	}
+	if len(res.Calls) != 0 {
+		t.Errorf("the stream function made AWS calls before knowing its caller: %v", res.Calls)
+	}
+}
+
 func checkOutput(t *testing.T, res *Result, want expectation) {
 	t.Helper()
 	var out map[string]any
@@ -267,6 +304,7 @@ func TestScenarioFor(t *testing.T) {
 		{"run", "run", `{"job_id":"job_z","timeout_seconds":3}`, ScenarioPending, "job_z", false},
 		{"hold", "hold", `{"job_id":"job_z","error":"States.Timeout"}`, ScenarioRunning, "job_z", false},
 		{"sweeper", "sweeper", `{}`, ScenarioPending, "", false},
+		{"stream", "stream", `{"rawPath":"/v1/jobs/job_s/stream","routeKey":"$default"}`, ScenarioPending, "job_s", false},
 		{"unknown function", "nosuch", `{}`, "", "", true},
 		{"not an object", "api", `[1]`, "", "", true},
 	} {

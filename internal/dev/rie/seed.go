@@ -62,6 +62,8 @@ type eventShape struct {
 	RouteKey       string            `json:"routeKey"`
 	PathParameters map[string]string `json:"pathParameters"`
 	JobID          string            `json:"job_id"`
+	// RawPath is all a function URL's event says of the route.
+	RawPath string `json:"rawPath"`
 }
 
 // ScenarioFor chooses what to seed so that the event means something:
@@ -98,6 +100,13 @@ func ScenarioFor(fn string, event []byte) (Scenario, string, error) {
 	case deploy.FnEvents:
 		// A webhook of work no job holds: nothing to seed.
 		return ScenarioEmpty, "", nil
+	case deploy.FnStream:
+		// A function URL's event: the job is the one its path names
+		// (/v1/jobs/{id}/stream), pending.
+		if id, ok := strings.CutPrefix(ev.RawPath, "/v1/jobs/"); ok {
+			jobID, _, _ = strings.Cut(id, "/")
+		}
+		return ScenarioPending, jobID, nil
 	}
 	return "", "", fmt.Errorf("no seeding known for function %q", fn)
 }

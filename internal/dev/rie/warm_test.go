@@ -20,6 +20,9 @@ var warmEvents = map[string]string{
 	"sweeper": "sweeper.json",
 	"notify":  "notify.json",
 	"events":  "events-provider-event.json",
+	// With a token of the test's issuer (warmStream): the keys fetched
+	// once, the job read and the hold counted on every invocation.
+	"stream": "stream-no-token.json",
 }
 
 // Every deployed function builds its SDK clients once per sandbox and
@@ -47,7 +50,18 @@ func TestWarmFunctionsReuseConnections(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := l.InvokeWarm(ctx, spec.Name, event, times)
+			var env map[string]string
+			if spec.Name == deploy.FnStream {
+				is := newTestIssuer(t)
+				event, env = streamEvent(t, root, is.token(t, SeedOwner, "k1", time.Now().Add(time.Hour)), 0), is.env
+				defer func() {
+					// The issuer's keys are fetched once per sandbox.
+					if n := is.fetches.Load(); n != 1 {
+						t.Errorf("%d key-set fetches for %d warm invocations, want 1", n, times)
+					}
+				}()
+			}
+			res, err := l.InvokeWarmEnv(ctx, spec.Name, event, times, env)
 			if err != nil {
 				t.Fatal(err)
 			}
