@@ -468,8 +468,11 @@ func TestFetchRefusals(t *testing.T) {
 		{name: "KeySetTooLarge", jwks: func(w http.ResponseWriter, _ *http.Request) {
 			_ = json.NewEncoder(w).Encode(map[string]any{"keys": []any{good}, "pad": strings.Repeat("x", 2048)})
 		}, edit: func(c *jwtverify.Config) { c.MaxBody = 1024 }, wantF: 1},
+		// Whether the timeout ends it in the key set's request or before
+		// it (discovery, a handshake on a loaded machine), the fetch is
+		// bounded: without the timeout this case would never return.
 		{name: "KeySetTooSlow", jwks: func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
-			edit: func(c *jwtverify.Config) { c.Timeout = 200 * time.Millisecond }, wantF: 1},
+			edit: func(c *jwtverify.Config) { c.Timeout = 200 * time.Millisecond }, wantF: anyFetches},
 		{name: "KeySetWithoutUsableKeys", jwks: map[string]any{"keys": []any{map[string]any{"kty": "oct", "kid": "a", "k": "c2VjcmV0"}}}, wantF: 1},
 		{name: "KeySetNotJSON", jwks: func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("<html>")) }, wantF: 1},
 	}
@@ -490,12 +493,16 @@ func TestFetchRefusals(t *testing.T) {
 			if !errors.Is(err, jwtverify.ErrKeysUnavailable) {
 				t.Fatalf("error %v, want the keys unavailable", err)
 			}
-			if f := is.fetches.Load(); f != tc.wantF {
+			if f := is.fetches.Load(); tc.wantF != anyFetches && f != tc.wantF {
 				t.Errorf("%d key-set fetches, want %d", f, tc.wantF)
 			}
 		})
 	}
 }
+
+// anyFetches: a case whose count of key-set fetches depends on the
+// machine's pace.
+const anyFetches = -1
 
 // TestConfiguredJWKSURL: with a key set URL configured, discovery is not
 // read.
