@@ -44,6 +44,10 @@ var layers = []layer{
 	{"internal/notifyhttp", adapter},
 	{"internal/lambdainvoke", adapter},
 	{"internal/kmsseal", adapter},
+	// The issuer's keys (JWKS over HTTPS): the verifier apigw's stream
+	// handler takes where no authorizer verifies tokens, answering in
+	// that port's terms (apigw.TokenVerifier, Claims, AuthError).
+	{"internal/jwtverify", append([]string{"internal/apigw"}, adapter...)},
 	{"functions/*", []string{"internal/*", "clients/*"}},
 }
 
