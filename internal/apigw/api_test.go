@@ -344,7 +344,7 @@ func TestOperatorsSeeRemoteWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err = e.eng.SubmittedOn(ctx, j, 1, job.Remote{ID: "resp_42", Status: "queued", Tier: job.TierNow}, job.DefaultPollSchedule()); err != nil {
+	if _, err = e.eng.SubmittedOn(ctx, j, 1, job.Remote{ID: "resp_42", Status: "queued", Tier: job.TierNow}, job.RemotePolicy{Poll: job.DefaultPollSchedule()}); err != nil {
 		t.Fatal(err)
 	}
 	owner, operator := e.token(t, "owner-1"), e.token(t, "operator", apigw.AdminScope)
@@ -359,7 +359,7 @@ func TestOperatorsSeeRemoteWork(t *testing.T) {
 	if j, err = e.eng.CancelBy(ctx, id, job.Cancellation{}); err != nil {
 		t.Fatal(err)
 	}
-	if j, err = e.eng.CancelRemoteOn(ctx, j, 1); err != nil {
+	if j, err = e.eng.CancelRemoteOn(ctx, j, 1, job.RemotePolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err = e.eng.RemoteCancelledOn(ctx, j, 1, job.Call{ProviderRequestID: "resp_42"}); err != nil {

@@ -93,6 +93,7 @@ type remoteView struct {
 	Polls             int    `json:"polls"`
 	Found             bool   `json:"found"`
 	CancelRequestedAt string `json:"cancel_requested_at,omitempty"`
+	Deadline          string `json:"deadline,omitempty"`
 }
 
 // spendView is what a budgeted attempt set aside and, once it ended, what
@@ -283,7 +284,7 @@ func (v viewer) attempts(jobID string, attempts []job.Attempt) attemptsBody {
 			if r := a.Remote; r != nil {
 				av.Remote = &remoteView{ID: r.ID, Status: r.Status, Tier: string(r.Tier), SubmittedAt: timeView(r.SubmittedAt),
 					HeardAt: timeView(r.HeardAt), NextPollAt: timeView(r.NextPollAt), Polls: r.Polls, Found: r.Found,
-					CancelRequestedAt: timeView(r.CancelAt)}
+					CancelRequestedAt: timeView(r.CancelAt), Deadline: timeView(r.Deadline)}
 			}
 		} else if a.Resolution != nil {
 			// "resolved: <reason>" is the operator's text.

@@ -99,6 +99,7 @@ const (
 	aPolls       = "polls"
 	aFound       = "found"
 	aCancelAt    = "cancel_at"
+	aDeadline    = "deadline"
 )
 
 const timeLayout = time.RFC3339Nano
@@ -314,6 +315,9 @@ func encodeRemote(r job.Remote) types.AttributeValue {
 	if !r.CancelAt.IsZero() {
 		m[aCancelAt] = avT(r.CancelAt)
 	}
+	if !r.Deadline.IsZero() {
+		m[aDeadline] = avT(r.Deadline)
+	}
 	return &types.AttributeValueMemberM{Value: m}
 }
 
@@ -325,7 +329,7 @@ func (d *decoder) remote(name string) *job.Remote {
 	sub := decoder{m: v.Value}
 	r := &job.Remote{ID: sub.str(aRemoteID, true), Status: sub.str(aStatus, false), Tier: job.Tier(sub.str(aTier, true)),
 		SubmittedAt: sub.time(aSubmittedAt, true), HeardAt: sub.time(aHeardAt, true), NextPollAt: sub.time(aNextPollAt, true),
-		Polls: int(sub.num(aPolls, true)), CancelAt: sub.time(aCancelAt, false)}
+		Polls: int(sub.num(aPolls, true)), CancelAt: sub.time(aCancelAt, false), Deadline: sub.time(aDeadline, false)}
 	if f, ok := v.Value[aFound].(*types.AttributeValueMemberBOOL); ok {
 		r.Found = f.Value
 	}

@@ -187,15 +187,16 @@ type HedgePlan struct {
 // running) is left to its runner, which records its end.
 func settleTerminal(j Job, p Policy, now time.Time) Plan {
 	for _, a := range j.Attempts {
-		if a.State == AttemptUnknown {
+		if a.State == AttemptUnknown && a.Remote == nil {
 			return Plan{Action: ActionWait, Blocker: a.Number, Wait: p.Wait.Next(now.Sub(a.UnknownSince))}
 		}
 	}
 	// Work a finished job left at a provider is cancelled there and waited
-	// for, so what it cost is recorded and its owner's slot held until then.
+	// for (by the scheduled pass, up to its deadline), so what it cost is
+	// recorded and its owner's slot held until then.
 	var remote []Attempt
 	for _, a := range j.Attempts {
-		if a.Remote != nil && a.State == AttemptRunning {
+		if a.Remote != nil && a.State.InFlight() {
 			remote = append(remote, a)
 		}
 	}

@@ -93,8 +93,16 @@ type Remote struct {
 	// by the attempt's key in the provider's own record of it.
 	Found bool
 	// CancelAt is when onejob asked the provider to cancel the work (its
-	// job was cancelled); zero when it never did.
+	// job was cancelled, or the work outlived its deadline); zero when it
+	// never did.
 	CancelAt time.Time
+	// Deadline is when onejob gives the work up (RemotePolicy.Deadline,
+	// decided at its submit, brought forward to CancelAt plus the
+	// policy's CancelGrace once a cancel is asked): past it the scheduled
+	// pass asks once more (to cancel, if it never did) and, unless that
+	// answer ends the work, ends the attempt abandoned (DecideAbandon).
+	// Zero for work recorded before deadlines were: never given up.
+	Deadline time.Time
 }
 
 // Bounds on what a provider says of its work: an ID one can look up, a
@@ -106,10 +114,11 @@ const (
 
 // PollSchedule is when onejob asks a provider about asynchronous work no
 // webhook has reported. The webhook normally reports the end, so asking is
-// the safety net, and each ask is a turn of the execution's wait loop (3
-// state transitions, the most of its cost: make bench): the wait doubles
-// with the work's age, from First to Last (Last grows to a quarter of a
-// flex tier's window).
+// the safety net, made by the scheduled pass (no execution waits: each ask
+// is a slice of the pass's invocation and a write, no state transition):
+// the wait doubles with the work's age, from First to Last (Last grows to
+// a quarter of a flex tier's window), and is never shorter than the
+// pass's period.
 type PollSchedule struct {
 	First, Last time.Duration
 }
@@ -137,10 +146,11 @@ func (r Remote) heard(s PollSchedule, now time.Time) Remote {
 
 // DecideSubmitted records on attempt n what its provider accepted: the
 // attempt must be running (just submitted) or unknown (its submit's answer
-// was lost, and the work was found again: r.Found). The next poll is
-// decided here too. A second report of the same work changes nothing; an
-// attempt that already ended, or already names other work, is refused.
-func DecideSubmitted(j Job, n int, r Remote, s PollSchedule, now time.Time) (Transition, error) {
+// was lost, and the work was found again: r.Found). The next poll and the
+// work's deadline (p.Deadline, from its submit) are decided here too. A
+// second report of the same work changes nothing; an attempt that already
+// ended, or already names other work, is refused.
+func DecideSubmitted(j Job, n int, r Remote, p RemotePolicy, now time.Time) (Transition, error) {
 	a, ok := j.Attempt(n)
 	if !ok {
 		return Transition{}, ErrAttemptNotFound
@@ -156,7 +166,9 @@ func DecideSubmitted(j Job, n int, r Remote, s PollSchedule, now time.Time) (Tra
 	if r.SubmittedAt.IsZero() {
 		r.SubmittedAt = now
 	}
-	r = r.heard(s, now)
+	r.SubmittedAt, r.CancelAt = r.SubmittedAt.UTC(), time.Time{}
+	r.Deadline = p.Deadline(r.SubmittedAt, r.Tier)
+	r = r.heard(p.Poll, now)
 	a.Remote = &r
 	a.UpdatedAt = now
 	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), nil
@@ -181,10 +193,12 @@ func DecideHeard(j Job, n int, status string, s PollSchedule, now time.Time) (Tr
 	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), nil
 }
 
-// DecideCancelRemote records that onejob asked attempt n's provider to
-// cancel its work, once: the job is cancelled (or won by another attempt)
-// and the work is still open at the provider.
-func DecideCancelRemote(j Job, n int, now time.Time) (Transition, error) {
+// DecideCancelRemote records that onejob asks attempt n's provider to
+// cancel its work, once: the job is cancelled (or won by another attempt),
+// or the work outlived its deadline, and it is still open at the
+// provider. A cancel the provider never confirms ends the attempt all the
+// same: the work's deadline comes forward to p.CancelGrace from now.
+func DecideCancelRemote(j Job, n int, p RemotePolicy, now time.Time) (Transition, error) {
 	a, ok := j.Attempt(n)
 	if !ok {
 		return Transition{}, ErrAttemptNotFound
@@ -194,6 +208,9 @@ func DecideCancelRemote(j Job, n int, now time.Time) (Transition, error) {
 	}
 	r := *a.Remote
 	r.CancelAt = now.UTC()
+	if by := r.CancelAt.Add(p.cancelGrace()); r.Deadline.IsZero() || by.Before(r.Deadline) {
+		r.Deadline = by
+	}
 	a.Remote = &r
 	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now.UTC()), nil
 }
@@ -217,28 +234,14 @@ func DecideRemoteCancelled(j Job, n int, c Call, now time.Time) (Transition, err
 	return attemptTo(j, a, AttemptCancelled, change{call: c, note: "cancelled: confirmed by its provider"}, now)
 }
 
-// PollDue reports the open attempts whose provider onejob asks about now:
-// their work is open and their next poll has come (or a cancel is owed).
-func PollDue(j Job, now time.Time) []Attempt {
-	var out []Attempt
-	for _, a := range j.Attempts {
-		if a.Remote == nil || !a.State.InFlight() {
-			continue
-		}
-		if !now.Before(a.Remote.NextPollAt) || (j.Status.Terminal() && a.Remote.CancelAt.IsZero()) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
 // remoteWait is how long a job whose open attempts all wait on their
-// provider's work waits before asking about the soonest: ok is false when
-// an open attempt is not such an attempt.
+// provider's work (running, or unknown with work to ask about) waits
+// before asking about the soonest: ok is false when an open attempt is not
+// such an attempt. Such a job is parked (Parked): no execution waits.
 func remoteWait(open []Attempt, now time.Time) (Attempt, time.Duration, bool) {
 	var soonest Attempt
 	for _, a := range open {
-		if a.Remote == nil || a.State != AttemptRunning {
+		if a.Remote == nil || !a.State.InFlight() {
 			return Attempt{}, 0, false
 		}
 		if soonest.Remote == nil || a.Remote.NextPollAt.Before(soonest.Remote.NextPollAt) {

@@ -57,13 +57,17 @@ func submitted(t *testing.T) job.Job {
 
 func TestDecideSubmitted(t *testing.T) {
 	t.Parallel()
-	s := job.DefaultPollSchedule()
+	s := job.RemotePolicy{Poll: job.DefaultPollSchedule()}
 	j := submitted(t)
 	at := t0.Add(time.Second)
 	done := after(job.DecideSubmitted(j, 1, job.Remote{ID: "resp_1", Status: "queued", Tier: job.TierNow, SubmittedAt: t0}, s, at))
 	a, _ := done.Attempt(1)
 	if a.State != job.AttemptRunning || a.Remote == nil || a.Remote.ID != "resp_1" || !a.Remote.NextPollAt.Equal(at.Add(30*time.Second)) {
 		t.Fatalf("attempt %+v remote %+v", a, a.Remote)
+	}
+	// Given up after the default processing time and grace.
+	if want := t0.Add(job.DefaultRemoteProcessing + job.DefaultRemoteGrace); !a.Remote.Deadline.Equal(want) {
+		t.Fatalf("deadline %s, want %s", a.Remote.Deadline, want)
 	}
 	if done.Revision != j.Revision+1 || done.Version != j.Version {
 		t.Fatalf("a bookkeeping write must move the revision only: %d/%d → %d/%d", j.Revision, j.Version, done.Revision, done.Version)
@@ -83,19 +87,23 @@ func TestDecideSubmitted(t *testing.T) {
 		t.Error("an id with a space was recorded")
 	}
 	// Not yet due, then due; a cancelled job owes a cancel at once.
-	if due := job.PollDue(done, at); len(due) != 0 {
+	if due := job.Dues(done, at); len(due) != 0 {
 		t.Fatalf("due before its poll: %v", due)
 	}
-	if due := job.PollDue(done, at.Add(30*time.Second)); len(due) != 1 {
+	if due := job.Dues(done, at.Add(30*time.Second)); len(due) != 1 || due[0].Kind != job.DuePoll {
 		t.Fatalf("not due at its poll: %v", due)
 	}
 	cancelled := after(job.DecideCancel(done, at))
-	if due := job.PollDue(cancelled, at); len(due) != 1 {
+	if due := job.Dues(cancelled, at); len(due) != 1 || due[0].Kind != job.DueCancel {
 		t.Fatalf("a cancelled job's work owes no cancel: %v", due)
 	}
-	asked := after(job.DecideCancelRemote(cancelled, 1, at))
-	if due := job.PollDue(asked, at); len(due) != 0 {
+	asked := after(job.DecideCancelRemote(cancelled, 1, s, at))
+	if due := job.Dues(asked, at); len(due) != 0 {
 		t.Fatalf("a cancel is owed twice: %v", due)
+	}
+	// A cancel the provider never confirms is given up after its grace.
+	if a, _ := asked.Attempt(1); !a.Remote.Deadline.Equal(at.Add(job.DefaultCancelGrace)) {
+		t.Fatalf("deadline after the cancel: %s", a.Remote.Deadline)
 	}
 	ended := after(job.DecideRemoteCancelled(asked, 1, job.Call{}, at))
 	if a, _ := ended.Attempt(1); a.State != job.AttemptCancelled || ended.Unsettled() {
@@ -108,7 +116,7 @@ func TestDecideSubmitted(t *testing.T) {
 // job waits for its next poll.
 func TestRemoteWorkIsNeverOverdue(t *testing.T) {
 	t.Parallel()
-	j := after(job.DecideSubmitted(submitted(t), 1, job.Remote{ID: "resp_1", Tier: job.TierNow, SubmittedAt: t0}, job.DefaultPollSchedule(), t0))
+	j := after(job.DecideSubmitted(submitted(t), 1, job.Remote{ID: "resp_1", Tier: job.TierNow, SubmittedAt: t0}, job.RemotePolicy{Poll: job.DefaultPollSchedule()}, t0))
 	if got := job.Overdue(j, time.Minute, t0.Add(time.Hour)); len(got) != 0 {
 		t.Fatalf("overdue: %v", got)
 	}

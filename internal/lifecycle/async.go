@@ -15,11 +15,15 @@ import (
 // An asynchronous attempt (its provider a provider.Async) lives as: launched
 // and claimed as any attempt; submitted (the only call whose answer can be
 // lost); the provider's id recorded on the attempt in the next write
-// (job.DecideSubmitted), before anything else; then the execution waits in
-// its Hold → Wait → Run loop, no compute running, until the provider's
-// webhook (ProviderEvent) or a poll by id (job.PollSchedule) reports the
-// work ended; the result is applied through the same compare-and-swap as a
-// live answer. A cancelled job's work is cancelled at its provider, once.
+// (job.DecideSubmitted, with the work's deadline), before anything else;
+// then the run ends its execution with the job parked (job.Parked): nothing
+// of onejob runs, and no state transition is spent, until the provider's
+// webhook (ProviderEvent) or the scheduled pass (Poller: a poll by id on
+// job.PollSchedule) reports the work ended. The result is applied through
+// the same compare-and-swap as a live answer, and whoever applied it
+// starts the execution the job then needs (wake). A cancelled job's work
+// is cancelled at its provider, once; work past its deadline is given up
+// (job.DecideAbandon).
 
 // submit hands attempt a to its asynchronous provider and records the
 // work's id; work that ended at once is applied at once.
@@ -39,61 +43,12 @@ func (w *Tasks) submit(ctx context.Context, j job.Job, jt JobType, a job.Attempt
 		// settled.
 		return w.callFailed(ctx, j, a, err, job.Call{Usage: &job.Usage{Latency: latency}})
 	}
-	after, err := w.cfg.Engine.SubmittedOn(ctx, j, a.Number, job.Remote{ID: work.ID, Status: work.Status, Tier: tier, SubmittedAt: start}, w.cfg.Poll)
+	after, err := w.cfg.Engine.SubmittedOn(ctx, j, a.Number, job.Remote{ID: work.ID, Status: work.Status, Tier: tier, SubmittedAt: start}, w.remotePolicy(a.Provider))
 	if err != nil || !work.Ended {
 		return after, err
 	}
 	a, _ = after.Attempt(a.Number)
 	return w.ended(ctx, after, jt, a, work, req)
-}
-
-// pollDue asks the providers of j's attempts whose work is due a question
-// (job.PollDue): how it stands, or, for a finished job, to cancel it.
-func (w *Tasks) pollDue(ctx context.Context, j job.Job, jt JobType) (job.Job, bool, error) {
-	due := job.PollDue(j, w.now())
-	for _, a := range due {
-		var err error
-		if j, err = w.poll(ctx, j, jt, a); err != nil {
-			return j, true, err
-		}
-	}
-	return j, len(due) > 0, nil
-}
-
-func (w *Tasks) poll(ctx context.Context, j job.Job, jt JobType, a job.Attempt) (job.Job, error) {
-	p, ok := w.asyncProvider(a.Provider)
-	if !ok {
-		return j, fmt.Errorf("attempt %d's provider %s is not asynchronous here", a.Number, a.Provider)
-	}
-	req, err := attemptRequest(j, jt, a)
-	if err != nil {
-		return j, err
-	}
-	callCtx, cancel := context.WithTimeout(ctx, w.cfg.SettleTimeout)
-	defer cancel()
-	var work provider.Work
-	op := "retrieve"
-	if j.Status.Terminal() && a.Remote.CancelAt.IsZero() {
-		// Recorded first: the provider is asked to cancel once.
-		if j, err = w.cfg.Engine.CancelRemoteOn(ctx, j, a.Number); err != nil {
-			return j, err
-		}
-		op = "cancel"
-		work, err = p.Cancel(callCtx, a.Remote.ID)
-	} else {
-		work, err = p.Retrieve(callCtx, a.Remote.ID)
-	}
-	w.log.InfoContext(ctx, "provider_polled", "job_id", j.ID, "attempt", a.Number, "provider", a.Provider,
-		"provider_work_id", a.Remote.ID, "op", op, "status", work.Status, "ok", err == nil)
-	if err != nil {
-		// Asked again on the schedule; the work is not lost by a
-		// question that failed.
-		return w.cfg.Engine.HeardOn(ctx, j, a.Number, a.Remote.Status, w.cfg.Poll)
-	}
-	if !work.Ended {
-		return w.cfg.Engine.HeardOn(ctx, j, a.Number, work.Status, w.cfg.Poll)
-	}
-	return w.ended(ctx, j, jt, a, work, req)
 }
 
 // ended applies ended work to attempt a: its answer through the job's
@@ -113,8 +68,11 @@ func (w *Tasks) ended(ctx context.Context, j job.Job, jt JobType, a job.Attempt,
 	}
 	resp, err := work.Outcome(req)
 	if errors.Is(err, provider.ErrForeignWork) {
+		// Not this attempt's (another key, or none): nothing of it is
+		// applied, and it is asked again on its schedule, never sooner
+		// (review N-M1); its deadline ends the wait.
 		w.log.WarnContext(ctx, "provider_work_foreign", "job_id", j.ID, "attempt", a.Number, "provider_work_id", work.ID, "error", err.Error())
-		return j, nil
+		return w.cfg.Engine.HeardOn(ctx, j, a.Number, a.Remote.Status, w.cfg.Poll)
 	}
 	if err != nil {
 		return w.callFailed(ctx, j, a, err, c)
@@ -265,13 +223,15 @@ func (w *Tasks) applyEvent(ctx context.Context, providerName string, work provid
 		return EventIgnored, nil
 	}
 	if !a.State.Open() {
-		return EventDuplicate, nil
+		// Its end was applied before: the run it may need is started
+		// again (one name, one execution), in case its applier could not.
+		return EventDuplicate, w.wake(ctx, j)
 	}
 	outcome := EventApplied
 	if a.Remote == nil {
 		// The submit's answer was lost: the work carrying the attempt's
 		// key is its, found again.
-		if j, err = w.cfg.Engine.SubmittedOn(ctx, j, n, job.Remote{ID: work.ID, Status: work.Status, Tier: j.Tier.OrNow(), Found: true}, w.cfg.Poll); err != nil {
+		if j, err = w.cfg.Engine.SubmittedOn(ctx, j, n, job.Remote{ID: work.ID, Status: work.Status, Tier: j.Tier.OrNow(), Found: true}, w.remotePolicy(a.Provider)); err != nil {
 			return "", err
 		}
 		a, _ = j.Attempt(n)
@@ -288,18 +248,40 @@ func (w *Tasks) applyEvent(ctx context.Context, providerName string, work provid
 		_, err = w.cfg.Engine.HeardOn(ctx, j, n, work.Status, w.cfg.Poll)
 		return outcome, err
 	}
-	_, err = w.ended(ctx, j, jt, a, work, req)
-	return outcome, err
+	if j, err = w.ended(ctx, j, jt, a, work, req); err != nil {
+		return "", err
+	}
+	return outcome, w.wake(ctx, j)
+}
+
+// wake starts the execution a job needs once the work it was parked on
+// ended (job.NeedsRun: a fallback, its failure, a wait for providers are
+// that run's to decide), named from the job alone (job.ExecutionName), so
+// every applier of the same end (a webhook, its redelivery, the pass)
+// starts the same one. Without a starter (the run function: its own
+// execution goes on) it starts nothing. A start that failed is an error:
+// the webhook's provider redelivers, and the sweeper starts a job left
+// stranded (job.Stranded).
+func (w *Tasks) wake(ctx context.Context, j job.Job) error {
+	if w.cfg.Starter == nil || !job.NeedsRun(j) {
+		return nil
+	}
+	started, err := w.cfg.Starter.Start(ctx, j)
+	if err != nil {
+		return fmt.Errorf("%w: start the run of job %s: %w", ErrUnavailable, j.ID, err)
+	}
+	w.log.InfoContext(ctx, "job_woken", "job_id", j.ID, "execution", job.ExecutionName(j), "started", started)
+	return nil
 }
 
 // SubmittedOn records the work attempt n's provider accepted
 // (job.DecideSubmitted).
-func (e *Engine) SubmittedOn(ctx context.Context, j job.Job, n int, r job.Remote, s job.PollSchedule) (job.Job, error) {
-	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideSubmitted(j, n, r, s, e.now()) })
+func (e *Engine) SubmittedOn(ctx context.Context, j job.Job, n int, r job.Remote, p job.RemotePolicy) (job.Job, error) {
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideSubmitted(j, n, r, p, e.now()) })
 	if err == nil && !t.Noop() {
 		a, _ := j.Attempt(n)
 		e.log.InfoContext(ctx, "attempt_submitted", "job_id", j.ID, "attempt", n, "provider", a.Provider,
-			"provider_work_id", r.ID, "found", r.Found, "next_poll_at", a.Remote.NextPollAt)
+			"provider_work_id", r.ID, "found", r.Found, "next_poll_at", a.Remote.NextPollAt, "deadline", a.Remote.Deadline)
 	}
 	return j, err
 }
@@ -313,8 +295,20 @@ func (e *Engine) HeardOn(ctx context.Context, j job.Job, n int, status string, s
 
 // CancelRemoteOn records that attempt n's work is being cancelled at its
 // provider (job.DecideCancelRemote).
-func (e *Engine) CancelRemoteOn(ctx context.Context, j job.Job, n int) (job.Job, error) {
-	_, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideCancelRemote(j, n, e.now()) })
+func (e *Engine) CancelRemoteOn(ctx context.Context, j job.Job, n int, p job.RemotePolicy) (job.Job, error) {
+	_, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideCancelRemote(j, n, p, e.now()) })
+	return j, err
+}
+
+// AbandonOn ends attempt n, whose work outlived its deadline
+// (job.DecideAbandon); its job goes on, or settles, as after any failure.
+func (e *Engine) AbandonOn(ctx context.Context, j job.Job, n int) (job.Job, error) {
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideAbandon(j, n, e.now()) })
+	if err == nil && !t.Noop() {
+		a, _ := j.Attempt(n)
+		e.log.WarnContext(ctx, "attempt_abandoned", "job_id", j.ID, "owner", j.Owner, "attempt", n, "provider", a.Provider,
+			"provider_work_id", a.Remote.ID, "deadline", a.Remote.Deadline, "job_status", string(j.Status), "reason", a.Error.Message)
+	}
 	return j, err
 }
 

@@ -45,6 +45,10 @@ type asyncTasks struct {
 	async   provider.Async   // the provider start was given
 	hooked  chan eventAnswer // what the inbound route answered, per delivery
 	inbound string           // the inbound route's base URL
+	// starts records the executions the appliers start (wakes); poller is
+	// the scheduled pass over the work due.
+	starts *execStarter
+	poller *lifecycle.Poller
 }
 
 type eventAnswer struct {
@@ -71,7 +75,7 @@ func (p withAsync) Get(name string) (provider.Provider, bool) {
 // provider is built.
 func newAsyncTasks(t *testing.T, name string) *asyncTasks {
 	t.Helper()
-	r := &asyncTasks{rig: newRig(t), name: name, hooked: make(chan eventAnswer, 16)}
+	r := &asyncTasks{rig: newRig(t), name: name, hooked: make(chan eventAnswer, 16), starts: newExecStarter()}
 	inbound := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		outcome, err := r.tasks.ProviderEvent(req.Context(), strings.TrimPrefix(req.URL.Path, provider.CallbackPath), req.Header, body)
@@ -101,11 +105,39 @@ func (r *asyncTasks) tasksWith(t *testing.T, p provider.Async) *lifecycle.Tasks 
 	cat, _ := catalog()
 	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
 		Providers: withAsync{r.prov, r.name, p}, Certifications: r.st, Inbound: r.st, CallTimeout: callTimeout, PollInterval: pollInterval,
-		OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
+		OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after, Logger: slog.New(slog.NewJSONHandler(r.logs, nil)),
+		Starter: r.starts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tasks
+}
+
+// pass runs the scheduled pass once (over the rig's tasks).
+func (r *asyncTasks) pass(t *testing.T) lifecycle.PollReport {
+	t.Helper()
+	if r.poller == nil {
+		var err error
+		if r.poller, err = lifecycle.NewPoller(lifecycle.PollerConfig{Tasks: r.tasks, Due: r.st.Store}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := r.poller.Pass(t.Context())
+	if err != nil {
+		t.Fatalf("pass: %v", err)
+	}
+	return rep
+}
+
+// runUntilParked runs the job once and expects its execution to end with
+// the job parked on its work at the provider.
+func (r *asyncTasks) runUntilParked(t *testing.T, id string) lifecycle.RunResult {
+	t.Helper()
+	res, err := r.tasks.Run(t.Context(), r.runInput(t, id))
+	if err != nil || res.Parked == "" || res.Status.Terminal() {
+		t.Fatalf("run = %+v, %v; want the job parked", res, err)
+	}
+	return res
 }
 
 // createFor makes a demo job of owner on the asynchronous provider alone.
@@ -208,7 +240,7 @@ func TestAsyncJobsRunInTheirTiersWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.runUntilWait(t, j.ID)
+		r.runUntilParked(t, j.ID)
 		rem := remoteOf(t, r.get(t, j.ID), 1)
 		got, ok := r.sim.Get(rem.ID)
 		if !ok || rem.Tier != c.tier || got.CompletionWindow != c.window {
@@ -218,23 +250,22 @@ func TestAsyncJobsRunInTheirTiersWindow(t *testing.T) {
 }
 
 // TestAsyncJobsEndByWebhook: two owners' jobs are submitted, recorded with
-// their work's id and waited for (the hold waits until the first poll, no
-// run in between); after the provider worked 2 minutes each webhook ends
-// its own job through the compare-and-swap, the work executed once; the
-// same delivery again, a forged and a replayed one change nothing.
+// their work's id, and their runs end their executions (parked: nothing
+// waits); after the provider worked 2 minutes each webhook ends its own
+// job through the compare-and-swap, the work executed once, and no run is
+// started for it; the same delivery again, a forged and a replayed one
+// change nothing.
 func TestAsyncJobsEndByWebhook(t *testing.T) {
 	t.Parallel()
 	r := newAsyncRig(t)
 	jobs := []job.Job{r.createFor(t, "owner-a"), r.createFor(t, "owner-b")}
 	for _, j := range jobs {
-		r.runUntilWait(t, j.ID)
+		res := r.runUntilParked(t, j.ID)
 		got := r.get(t, j.ID)
 		rem := remoteOf(t, got, 1)
-		if a, _ := got.Attempt(1); a.State != job.AttemptRunning || rem.ID == "" || rem.Status != "queued" || rem.Tier != job.TierNow {
-			t.Fatalf("after submit: attempt %+v, remote %+v", a, rem)
-		}
-		if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 30 {
-			t.Fatalf("hold waits %d s, want the first poll's 30", h.WaitSeconds)
+		if a, _ := got.Attempt(1); a.State != job.AttemptRunning || rem.ID == "" || rem.Status != "queued" || rem.Tier != job.TierNow ||
+			!strings.Contains(res.Parked, rem.ID) {
+			t.Fatalf("after submit: attempt %+v, remote %+v, parked %q", a, rem, res.Parked)
 		}
 	}
 	if r.sim.Creates() != 2 {
@@ -307,7 +338,7 @@ func TestAsyncJobsEndByWebhook(t *testing.T) {
 	if after.Revision != before.Revision || after.Version != before.Version {
 		t.Fatalf("a refused or repeated delivery wrote the job: revision %d → %d", before.Revision, after.Revision)
 	}
-	// The execution's next run finds the job done.
+	// A run (a sweeper's restart, say) finds the job done.
 	res, err := r.tasks.Run(t.Context(), r.runInput(t, jobs[0].ID))
 	if err != nil || res.Status != job.StatusSucceeded {
 		t.Fatalf("run after the webhook: %+v, %v", res, err)
@@ -315,43 +346,50 @@ func TestAsyncJobsEndByWebhook(t *testing.T) {
 	if r.sim.Creates() != 2 {
 		t.Fatalf("creates = %d, want 2", r.sim.Creates())
 	}
+	if started := r.starts.names(); len(started) != 0 {
+		t.Fatalf("executions started for jobs that ended: %v", started)
+	}
 }
 
 // TestAsyncJobEndsByPollingWhenTheWebhookIsLost: the provider's webhook
-// never arrives; the run asks by id when the schedule says and ends the
-// job; before the work ends, a poll records the status and the next ask.
+// never arrives; the scheduled pass asks by id when the schedule says and
+// ends the job; before the work ends, a poll records the status and the
+// next ask. No run is started: the job ended.
 func TestAsyncJobEndsByPollingWhenTheWebhookIsLost(t *testing.T) {
 	t.Parallel()
 	r := newAsyncRig(t)
 	r.sim.DropWebhooks(true)
 	j := r.createFor(t, "owner-a")
 	other := r.createFor(t, "owner-b")
-	r.runUntilWait(t, j.ID)
-	r.runUntilWait(t, other.ID)
+	r.runUntilParked(t, j.ID)
+	r.runUntilParked(t, other.ID)
 
-	// Before its first poll is due, a run asks nothing.
-	r.runUntilWait(t, j.ID)
-	if got := remoteOf(t, r.get(t, j.ID), 1); got.Polls != 0 {
-		t.Fatalf("polled %d times before the first poll was due", got.Polls)
+	// Before its first poll is due, a pass asks nothing.
+	if rep := r.pass(t); rep.Jobs != 0 {
+		t.Fatalf("a pass before the first poll was due: %+v", rep)
 	}
 	r.clock.Advance(40 * time.Second)
 	r.sim.Step()
-	r.runUntilWait(t, j.ID)
+	if rep := r.pass(t); rep.Jobs != 2 || rep.Asked[job.DuePoll] != 2 {
+		t.Fatalf("the pass at 40 s: %+v, want both jobs polled", rep)
+	}
 	got := remoteOf(t, r.get(t, j.ID), 1)
 	if got.Polls != 1 || got.Status != "in_progress" || !got.HeardAt.Equal(r.clock.Now()) ||
 		!got.NextPollAt.Equal(r.clock.Now().Add(40*time.Second)) {
 		t.Fatalf("after a poll at 40 s: %+v", got)
 	}
-	if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 40 {
-		t.Fatalf("hold waits %d s, want 40 (the work's age)", h.WaitSeconds)
+	if rep := r.pass(t); rep.Jobs != 0 {
+		t.Fatalf("a pass right after the polls: %+v", rep)
 	}
 
 	r.clock.Advance(providerWork)
 	r.sim.Step()
+	if rep := r.pass(t); rep.Ended != 2 {
+		t.Fatalf("the pass after the work ended: %+v", rep)
+	}
 	for _, id := range []string{j.ID, other.ID} {
-		res, err := r.tasks.Run(t.Context(), r.runInput(t, id))
-		if err != nil || res.Status != job.StatusSucceeded {
-			t.Fatalf("run after the work ended: %+v, %v", res, err)
+		if got := r.get(t, id); got.Status != job.StatusSucceeded {
+			t.Fatalf("job %s after the pass: %s", id, got.Status)
 		}
 	}
 	for _, ev := range r.sim.Events() {
@@ -359,8 +397,8 @@ func TestAsyncJobEndsByPollingWhenTheWebhookIsLost(t *testing.T) {
 			t.Fatalf("a webhook was delivered: %+v", ev.Deliveries)
 		}
 	}
-	if r.sim.Creates() != 2 {
-		t.Fatalf("creates = %d, want 2", r.sim.Creates())
+	if r.sim.Creates() != 2 || len(r.starts.names()) != 0 {
+		t.Fatalf("creates = %d, want 2; executions started: %v", r.sim.Creates(), r.starts.names())
 	}
 }
 
@@ -378,7 +416,7 @@ func TestAsyncLostSubmitIsFoundAgain(t *testing.T) {
 	if a, _ := r.get(t, j.ID).Attempt(1); a.State != job.AttemptUnknown || a.Remote != nil {
 		t.Fatalf("after a lost submit: %+v", a)
 	}
-	r.runUntilWait(t, bystander.ID)
+	r.runUntilParked(t, bystander.ID)
 	r.hold(t, j.ID, string(job.SignalWaitOpen))
 	r.runUntilWait(t, j.ID) // blocked: nothing new is submitted
 	if r.sim.Creates() != 2 {
@@ -409,25 +447,23 @@ func TestAsyncLostSubmitIsFoundAgain(t *testing.T) {
 	}
 }
 
-// TestAsyncCancelReachesTheProvider: cancelling the job makes its next run
-// cancel the work at the provider, once; the attempt ends cancelled.
+// TestAsyncCancelReachesTheProvider: cancelling a parked job makes the
+// next pass cancel its work at the provider, once; the attempt ends
+// cancelled, and no run is started.
 func TestAsyncCancelReachesTheProvider(t *testing.T) {
 	t.Parallel()
 	r := newAsyncRig(t)
 	j := r.createFor(t, "owner-a")
 	kept := r.createFor(t, "owner-b")
-	r.runUntilWait(t, j.ID)
-	r.runUntilWait(t, kept.ID)
+	r.runUntilParked(t, j.ID)
+	r.runUntilParked(t, kept.ID)
 	if _, err := r.eng.Cancel(t.Context(), j.ID); err != nil {
 		t.Fatal(err)
 	}
-	if h := r.hold(t, j.ID, string(job.SignalWaitOpen)); h.WaitSeconds != 1 {
-		t.Fatalf("hold waits %d s before cancelling at the provider, want 1", h.WaitSeconds)
-	}
-	// The provider confirms at once: the run records it and is done.
-	res, err := r.tasks.Run(t.Context(), r.runInput(t, j.ID))
-	if err != nil || res.Status != job.StatusCancelled {
-		t.Fatalf("run after the cancel: %+v, %v", res, err)
+	// The cancel is due at once; the provider confirms it at once, and
+	// the pass records it.
+	if rep := r.pass(t); rep.Asked[job.DueCancel] != 1 || rep.Ended != 1 || rep.Jobs != 1 {
+		t.Fatalf("the pass after the cancel: %+v", rep)
 	}
 	// Its response.cancelled webhook, racing that write, applies the same
 	// end or finds it applied.
@@ -441,6 +477,9 @@ func TestAsyncCancelReachesTheProvider(t *testing.T) {
 	}
 	if res, err := r.tasks.Run(t.Context(), r.runInput(t, j.ID)); err != nil || res.Status != job.StatusCancelled {
 		t.Fatalf("a later run: %+v, %v", res, err)
+	}
+	if rep := r.pass(t); rep.Jobs != 0 {
+		t.Fatalf("a pass after the cancel was confirmed: %+v", rep)
 	}
 	rec, _ := r.sim.Get(a.Remote.ID)
 	if rec.Cancels != 1 || rec.Executions != 0 {
@@ -457,5 +496,8 @@ func TestAsyncCancelReachesTheProvider(t *testing.T) {
 	}
 	if !strings.Contains(r.logs.String(), `"msg":"attempt_cancelled_at_provider"`) {
 		t.Fatal(fmt.Errorf("no attempt_cancelled_at_provider log"))
+	}
+	if len(r.starts.names()) != 0 {
+		t.Fatalf("executions started: %v", r.starts.names())
 	}
 }

@@ -64,7 +64,7 @@ func (r *hookAsyncRig) executedOnce(t *testing.T, j job.Job) {
 }
 
 // TestWebhookAsyncJobsEndByCallback: two owners' jobs are submitted (one
-// submit each), recorded with their work's id and waited for; when the
+// submit each), recorded with their work's id and parked; when the
 // receiver's work ends, each signed callback ends its own job, the work
 // executed once; a retried callback is a duplicate, a forged one refused,
 // and neither writes the job.
@@ -73,7 +73,7 @@ func TestWebhookAsyncJobsEndByCallback(t *testing.T) {
 	r := newHookAsyncRig(t)
 	jobs := []job.Job{r.createFor(t, "owner-a"), r.createFor(t, "owner-b")}
 	for _, j := range jobs {
-		r.runUntilWait(t, j.ID)
+		r.runUntilParked(t, j.ID)
 		got := r.get(t, j.ID)
 		rem := remoteOf(t, got, 1)
 		if a, _ := got.Attempt(1); a.State != job.AttemptRunning || rem.ID == "" || rem.Status != webhook.WorkQueued || rem.Tier != job.TierNow {
@@ -136,25 +136,29 @@ func TestWebhookAsyncJobsEndByCallback(t *testing.T) {
 }
 
 // TestWebhookAsyncJobEndsByPollingWhenCallbacksDrop: the receiver's
-// callbacks never arrive; the runs ask by id on the poll schedule, record
-// the work running, and end both owners' jobs once it ended.
+// callbacks never arrive; the scheduled pass asks by id on the poll
+// schedule, records the work running, and ends both owners' jobs once it
+// ended.
 func TestWebhookAsyncJobEndsByPollingWhenCallbacksDrop(t *testing.T) {
 	t.Parallel()
 	r := newHookAsyncRig(t)
 	r.sim.DropCallbacks(true)
 	j, other := r.createFor(t, "owner-a"), r.createFor(t, "owner-b")
-	r.runUntilWait(t, j.ID)
-	r.runUntilWait(t, other.ID)
+	r.runUntilParked(t, j.ID)
+	r.runUntilParked(t, other.ID)
 	r.clock.Advance(40 * time.Second)
 	r.sim.Step()
-	r.runUntilWait(t, j.ID)
+	r.pass(t)
 	if got := remoteOf(t, r.get(t, j.ID), 1); got.Polls != 1 || got.Status != webhook.WorkRunning || !got.HeardAt.Equal(r.clock.Now()) {
 		t.Fatalf("after a poll at 40 s: %+v", got)
 	}
 	r.clock.Advance(providerWork)
 	r.sim.Step()
+	r.pass(t)
 	for _, id := range []string{j.ID, other.ID} {
-		r.runToEnd(t, id, job.StatusSucceeded)
+		if got := r.get(t, id); got.Status != job.StatusSucceeded {
+			t.Fatalf("job %s after the pass: %s", id, got.Status)
+		}
 		r.executedOnce(t, r.get(t, id))
 	}
 	for _, cb := range r.sim.Callbacks() {
@@ -169,9 +173,10 @@ func TestWebhookAsyncJobEndsByPollingWhenCallbacksDrop(t *testing.T) {
 
 // TestWebhookAsyncLostSubmitIsFoundOnce: the submit's answer is lost, so
 // the attempt is unknown and blocks its job; the next run's settle looks
-// the key up (never executing) and finds the work still running; once it
-// ended, the job ends with its answer, by the callback that finds the
-// work or, callbacks dropped, by the next settle. Nothing is submitted
+// the key up (never executing) and finds the work still running, which
+// parks the job; once it ended, the job ends with its answer, by the
+// callback that finds the work or, callbacks dropped, by the scheduled
+// pass asking by id. Nothing is submitted
 // again, the receiver executed the work once, and the other owner's job
 // is untouched.
 func TestWebhookAsyncLostSubmitIsFoundOnce(t *testing.T) {
@@ -193,9 +198,9 @@ func TestWebhookAsyncLostSubmitIsFoundOnce(t *testing.T) {
 			if a, _ := r.get(t, j.ID).Attempt(1); a.State != job.AttemptUnknown || a.Remote != nil {
 				t.Fatalf("after a lost submit: %+v", a)
 			}
-			r.runUntilWait(t, bystander.ID)
+			r.runUntilParked(t, bystander.ID)
 			if tc.drop {
-				r.runUntilWait(t, j.ID) // settle: found, still running
+				r.runUntilParked(t, j.ID) // settle: found, still running
 				if n, l := r.sim.Submits(), r.sim.Lookups(); n != 2 || l != 1 {
 					t.Fatalf("submits = %d, lookups = %d; want 2, 1", n, l)
 				}
@@ -212,7 +217,7 @@ func TestWebhookAsyncLostSubmitIsFoundOnce(t *testing.T) {
 			r.clock.Advance(providerWork)
 			r.sim.Step()
 			if tc.drop {
-				r.runToEnd(t, j.ID, job.StatusSucceeded)
+				r.pass(t)
 				if l := r.sim.Lookups(); l != 1 {
 					t.Fatalf("lookups = %d, want 1: found work is asked about by id", l)
 				}
@@ -245,26 +250,31 @@ func TestWebhookAsyncLostSubmitIsFoundOnce(t *testing.T) {
 			}
 			if tc.drop {
 				r.clock.Advance(providerWork)
-				r.runToEnd(t, bystander.ID, job.StatusSucceeded)
+				r.pass(t)
+				if got := r.get(t, bystander.ID); got.Status != job.StatusSucceeded {
+					t.Fatalf("bystander %s", got.Status)
+				}
 			}
 			r.executedOnce(t, r.get(t, bystander.ID))
 		})
 	}
 }
 
-// TestWebhookAsyncCancelReachesTheProvider: cancelling one owner's job
-// makes its next run cancel the work at the receiver, once; the attempt
+// TestWebhookAsyncCancelReachesTheProvider: cancelling one owner's parked
+// job makes the next pass cancel the work at the receiver, once; the attempt
 // ends cancelled, never executed. The other owner's work ends as it would.
 func TestWebhookAsyncCancelReachesTheProvider(t *testing.T) {
 	t.Parallel()
 	r := newHookAsyncRig(t)
 	j, kept := r.createFor(t, "owner-a"), r.createFor(t, "owner-b")
-	r.runUntilWait(t, j.ID)
-	r.runUntilWait(t, kept.ID)
+	r.runUntilParked(t, j.ID)
+	r.runUntilParked(t, kept.ID)
 	if _, err := r.eng.Cancel(t.Context(), j.ID); err != nil {
 		t.Fatal(err)
 	}
-	r.runToEnd(t, j.ID, job.StatusCancelled)
+	if rep := r.pass(t); rep.Asked[job.DueCancel] != 1 {
+		t.Fatalf("the pass after the cancel: %+v", rep)
+	}
 	// Its callback, racing that write, applies the same end or finds it
 	// applied.
 	if a := r.event(t); a.err != nil || (a.outcome != lifecycle.EventDuplicate && a.outcome != lifecycle.EventApplied) {

@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,13 +92,16 @@ func TestAJobThatMayWaitIsPricedAtItsTier(t *testing.T) {
 		if j.Reservation == nil || j.Reservation.Reserved != c.reserved {
 			t.Fatalf("%s: reserved %+v, want %d", c.name, j.Reservation, c.reserved)
 		}
-		r.runUntilWait(t, j.ID)
+		r.runUntilParked(t, j.ID)
 		id := remoteOf(t, r.get(t, j.ID), 1).ID
 		if err := s.Complete(id); err != nil {
 			t.Fatal(err)
 		}
 		r.clock.Advance(providerWork)
-		r.runToEnd(t, j.ID, job.StatusSucceeded)
+		r.pass(t)
+		if got := r.get(t, j.ID); got.Status != job.StatusSucceeded {
+			t.Fatalf("%s: job %s after the pass", c.name, got.Status)
+		}
 		rec, _ := s.Get(id)
 		a, _ := r.get(t, j.ID).Attempt(1)
 		if a.Spend == nil || a.Spend.Price != c.price {
@@ -170,9 +174,15 @@ func (r *asyncTasks) createBudgeted(t *testing.T, owner string) job.Job {
 func (r *asyncTasks) paidAsWorked(t *testing.T, owner string, end func(id string) provider.Usage) {
 	t.Helper()
 	j := r.createBudgeted(t, owner)
-	r.runUntilWait(t, j.ID)
+	r.runUntilParked(t, j.ID)
 	u := end(remoteOf(t, r.get(t, j.ID), 1).ID)
 	r.clock.Advance(providerWork)
+	// The pass applies the failure and wakes the job (no provider left:
+	// its run fails it).
+	r.pass(t)
+	if names := r.starts.names(); !slices.Contains(names, j.ID+"-1") {
+		t.Fatalf("%s: the failure woke no run %s-1: %v", owner, j.ID, names)
+	}
 	r.runToEnd(t, j.ID, job.StatusFailed)
 	got := r.get(t, j.ID)
 	a, _ := got.Attempt(1)

@@ -90,7 +90,7 @@ func TestACopyOfATakenDeliveryIsNotReadAgain(t *testing.T) {
 			r := k.rig
 			jobs := []job.Job{r.createFor(t, "owner-a"), r.createFor(t, "owner-b")}
 			for _, j := range jobs {
-				r.runUntilWait(t, j.ID)
+				r.runUntilParked(t, j.ID)
 			}
 			r.clock.Advance(providerWork)
 			k.step()
@@ -187,8 +187,8 @@ func TestADeliveryWhoseTakingFailedIsTakenOnItsRetry(t *testing.T) {
 			k.drop(true)
 			j := r.createFor(t, "owner-a")
 			other := r.createFor(t, "owner-b")
-			r.runUntilWait(t, j.ID)
-			r.runUntilWait(t, other.ID)
+			r.runUntilParked(t, j.ID)
+			r.runUntilParked(t, other.ID)
 			r.clock.Advance(providerWork)
 			k.step()
 			flaky := &failingReads{Async: r.async}

@@ -22,9 +22,10 @@ const maxRounds = 16
 // compare-and-swap itself, so an answer arriving after the state machine
 // gave up on the run still counts, or is discarded as a lost race. A job
 // that ends (succeeded, or failed with no provider left) returns normally
-// and the execution ends; otherwise the run reports what comes next as a
-// job.Signal: the next attempt (in a new run, with its own timeout), or a
-// wait on an open attempt.
+// and the execution ends, as does a job parked on work at its providers
+// (job.Parked; RunResult.Parked says which); otherwise the run reports
+// what comes next as a job.Signal: the next attempt (in a new run, with its
+// own timeout), or a wait on an open attempt.
 func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 	var deadline time.Time
 	if in.TimeoutSeconds > 0 {
@@ -80,17 +81,8 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 				}
 				return RunResult{}, signal(plan, j)
 			}
-			if !ran {
-				// Work at an asynchronous provider: ask about what is
-				// due (or cancel a finished job's), then decide again.
-				var polled bool
-				if j, polled, err = w.pollDue(ctx, j, jt); err != nil {
-					return RunResult{}, err
-				}
-				if polled {
-					ran = true
-					continue
-				}
+			if job.Parked(j) {
+				return w.park(ctx, j), nil
 			}
 			a, ok := j.Attempt(plan.Blocker)
 			if ok && a.State == job.AttemptRunning && a.Remote == nil && !ran {
@@ -114,6 +106,10 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 				if settled {
 					continue
 				}
+				if job.Parked(j) {
+					// Its lost submit's work was found still running.
+					return w.park(ctx, j), nil
+				}
 			}
 			return RunResult{}, signal(plan, j)
 		}
@@ -134,6 +130,22 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 		}
 	}
 	return RunResult{}, fmt.Errorf("%w %s", ErrContention, in.JobID)
+}
+
+// park ends the run of a parked job (job.Parked): only work at providers
+// is open, so the execution ends here, and the webhook or the scheduled
+// pass wakes the job when the work ends; no state transition is spent
+// while it waits.
+func (w *Tasks) park(ctx context.Context, j job.Job) RunResult {
+	var on job.Attempt
+	for _, a := range j.Open() {
+		if on.Remote == nil || a.Remote.NextPollAt.Before(on.Remote.NextPollAt) {
+			on = a
+		}
+	}
+	w.log.InfoContext(ctx, "job_parked", "job_id", j.ID, "attempt", on.Number, "provider", on.Provider,
+		"provider_work_id", on.Remote.ID, "next_poll_at", on.Remote.NextPollAt, "deadline", on.Remote.Deadline)
+	return RunResult{JobID: j.ID, Status: j.Status, Parked: parkedOn(on)}
 }
 
 // maxTokens is the most an attempt of j can use: its rendered request's

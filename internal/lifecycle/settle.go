@@ -78,7 +78,7 @@ func (w *Tasks) settle(ctx context.Context, j job.Job, jt JobType, a job.Attempt
 				// the submit's answer would have been, so that it is asked
 				// about by id (polls) and its end applied as any work's.
 				if j, err = w.cfg.Engine.SubmittedOn(ctx, j, a.Number,
-					job.Remote{ID: s.WorkID, Status: s.WorkStatus, Tier: j.Tier.OrNow(), Found: true}, w.cfg.Poll); err != nil {
+					job.Remote{ID: s.WorkID, Status: s.WorkStatus, Tier: j.Tier.OrNow(), Found: true}, w.remotePolicy(a.Provider)); err != nil {
 					return j, false, err
 				}
 			}

@@ -11,8 +11,9 @@ import (
 )
 
 // Starter starts a job's execution. It must be idempotent (an execution
-// named by the job ID is): started reports whether this call began a new
-// execution rather than finding one.
+// named by job.ExecutionName is: the job's ID, or the end that woke it):
+// started reports whether this call began a new execution rather than
+// finding one.
 type Starter interface {
 	Start(ctx context.Context, j job.Job) (started bool, err error)
 }
@@ -58,10 +59,12 @@ type SweeperConfig struct {
 	PurgeEvery time.Duration
 }
 
-// Sweeper starts the executions of jobs left pending — by an API crash
-// between the create and the start, or a start throttled past the API's
-// retries — restarts those of open jobs orphaned by a lost local stack
-// (RestartRunning), and reports the age of the oldest unknown attempt.
+// Sweeper starts the executions of jobs that need one and have none
+// (job.Stranded): left pending by an API crash between the create and the
+// start, or a start throttled past the API's retries; woken from a park by
+// an applier whose start failed. It restarts those of open jobs orphaned
+// by a lost local stack (RestartRunning), and reports the age of the
+// oldest unknown attempt.
 type Sweeper struct {
 	cfg SweeperConfig
 	mu  sync.Mutex
@@ -314,7 +317,9 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 				oldest = max(oldest, now.Sub(a.UnknownSince))
 			}
 		}
-		if j.Status != job.StatusPending && !w.cfg.RestartRunning {
+		if !job.Stranded(j, w.cfg.Grace, now) && (!w.cfg.RestartRunning || j.Status == job.StatusPending || job.Parked(j)) {
+			// Driven by a live execution, parked on work at its providers
+			// (no execution needed), or not yet past its grace.
 			continue
 		}
 		started, err := w.cfg.Starter.Start(ctx, j)

@@ -181,6 +181,39 @@ func TestSweeper(t *testing.T) {
 		}
 	})
 
+	// Issue 40's safety net: a parked job whose work ended needs a run its
+	// applier starts; when that start was lost, the sweeper starts it,
+	// under the same name, once it was quiet for its grace. A job still
+	// parked needs none, in AWS or locally.
+	t.Run("StartsAWokenJobWhoseStartWasLost", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		woken, parked := r.demo(t), r.demo(t)
+		for _, j := range []job.Job{woken, parked} {
+			r.claim(t, j.ID, r.start(t, j.ID, primary).Number)
+			if _, err := r.eng.SubmittedOn(ctx, r.get(t, j.ID), 1, job.Remote{ID: "work-" + j.ID[4:10], Tier: job.TierNow},
+				job.RemotePolicy{Poll: job.DefaultPollSchedule()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.eng.FailAttemptOn(ctx, r.get(t, woken.ID), 1, job.Failure{Class: job.ClassRetryable, Message: "work failed"}, job.Call{}); err != nil {
+			t.Fatal(err)
+		}
+		s := &sweepRig{rig: r}
+		r.clock.Advance(59 * time.Second)
+		if rep, err := s.sweeper(t, newExecStarter(), 0, &events{}, &testenv.SyncBuffer{}).Sweep(ctx); err != nil || rep.Started != 0 {
+			t.Fatalf("within the grace: %+v, %v", rep, err)
+		}
+		r.clock.Advance(time.Second)
+		for _, restart := range []bool{false, true} {
+			st := newExecStarter()
+			rep, err := s.sweeperWith(t, st, 0, &events{}, &testenv.SyncBuffer{}, restart).Sweep(ctx)
+			if err != nil || rep.Started != 1 || !slices.Equal(st.names(), []string{woken.ID + "-1"}) {
+				t.Fatalf("restart %v: %+v, %v, started %v; want %s-1 alone", restart, rep, err, st.names(), woken.ID)
+			}
+		}
+	})
+
 	t.Run("NothingOpen", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)

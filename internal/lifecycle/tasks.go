@@ -66,6 +66,16 @@ type TasksConfig struct {
 	// Poll spaces the questions about an asynchronous attempt's work no
 	// webhook has reported (job.DefaultPollSchedule when zero).
 	Poll job.PollSchedule
+	// RemoteGrace and CancelGrace bound the wait on such work
+	// (job.RemotePolicy; job.DefaultRemoteGrace and DefaultCancelGrace
+	// when zero): past its tier's window, its provider's
+	// max_processing_time and RemoteGrace, or CancelGrace after a cancel
+	// was asked, it is given up.
+	RemoteGrace, CancelGrace time.Duration
+	// Starter starts the execution a parked job needs once its work ended
+	// (ProviderEvent, Poller): set where ends are applied outside a run
+	// (the events function); nil in the run function.
+	Starter Starter
 	// CallTimeout caps one provider call, well beyond the job type's
 	// timeout: a late answer must still reach the database after the state
 	// machine gave up on it. Keep it below the run function's own timeout.
@@ -190,10 +200,21 @@ func NewRunInput(jobID string, runTimeout time.Duration) RunInput {
 	return RunInput{JobID: jobID, TimeoutSeconds: ceilSeconds(runTimeout)}
 }
 
-// RunResult reports a job the run saw done.
+// RunResult reports a job the run saw done, or parked: its execution
+// ends either way.
 type RunResult struct {
 	JobID  string     `json:"job_id"`
 	Status job.Status `json:"status"`
+	// Parked says why a job with no outcome ends its execution: the work
+	// at a provider it waits on (job.Parked), which its webhook or the
+	// scheduled pass hears of.
+	Parked string `json:"parked,omitempty"`
+}
+
+// parkedOn says what a parked job waits on.
+func parkedOn(a job.Attempt) string {
+	return fmt.Sprintf("attempt %d's work %s at %s (next poll %s, deadline %s)", a.Number, a.Remote.ID, a.Provider,
+		a.Remote.NextPollAt.UTC().Format(time.RFC3339), a.Remote.Deadline.UTC().Format(time.RFC3339))
 }
 
 // HoldInput names the job and how the run before ended.
@@ -282,12 +303,24 @@ func (w *Tasks) policy(ctx context.Context, j job.Job, jt JobType) (job.Policy, 
 	return job.Policy{MaxAttempts: jt.MaxAttempts(), CertifiedFunc: c.ask, Wait: w.cfg.Wait, MaxProviderWait: w.cfg.MaxProviderWait}, c
 }
 
-// healthPolicy is a provider's health policy: its declared limits.
+// healthPolicy is a provider's health policy: its declared limits (its
+// breakers', or its configuration's where no breakers are kept).
 func (w *Tasks) healthPolicy(provider string) job.HealthPolicy {
-	if w.cfg.Breakers == nil {
-		return job.DefaultHealthPolicy()
+	if w.cfg.Breakers != nil {
+		return w.cfg.Breakers.Policy(provider)
 	}
-	return w.cfg.Breakers.Policy(provider)
+	if p, ok := w.cfg.Providers.(interface {
+		HealthPolicy(name string) job.HealthPolicy
+	}); ok {
+		return p.HealthPolicy(provider)
+	}
+	return job.DefaultHealthPolicy()
+}
+
+// remotePolicy is how long work at provider is waited on.
+func (w *Tasks) remotePolicy(provider string) job.RemotePolicy {
+	return job.RemotePolicy{Poll: w.cfg.Poll, MaxProcessingTime: w.healthPolicy(provider).MaxProcessingTime,
+		Grace: w.cfg.RemoteGrace, CancelGrace: w.cfg.CancelGrace}
 }
 
 // availability is one run's view of which providers take attempts: what
@@ -404,6 +437,12 @@ func (w *Tasks) Hold(ctx context.Context, in HoldInput) (HoldResult, error) {
 	// own record, Job.Waiting).
 	plan := job.Next(j, job.Policy{MaxAttempts: jt.MaxAttempts(), Wait: w.cfg.Wait, MaxProviderWait: w.cfg.MaxProviderWait}, w.now())
 	res := HoldResult{JobID: j.ID}
+	if plan.Action == job.ActionWait && job.Parked(j) {
+		// Only work at providers is open: the next run ends the
+		// execution at once (job.Parked).
+		res.WaitSeconds = 1
+		return res, nil
+	}
 	if plan.Action == job.ActionWait {
 		res.WaitSeconds = ceilSeconds(plan.Wait)
 		if plan.Waiting != nil {

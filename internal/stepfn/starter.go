@@ -1,6 +1,7 @@
 // Package stepfn is onejob's Step Functions edge: it starts a job's
-// execution — named by the job ID, so the state machine carries the same
-// identity as the API and the database — and serves the state machine's
+// execution — named by the job ID (job.ExecutionName), so the state
+// machine carries the same identity as the API and the database — and
+// serves the state machine's
 // task functions, turning their errors into the names the ASL matches.
 package stepfn
 
@@ -79,12 +80,13 @@ func ExecutionInput(jobID string, runTimeout time.Duration) string {
 	return string(b)
 }
 
-// Start starts the job's execution, named by its ID. Repeating it is
-// harmless: Step Functions returns the running execution for the same name
-// and input, and ExecutionAlreadyExists for a closed one, which means it
-// already ran. started reports a new execution.
+// Start starts the job's execution, named from the job (job.ExecutionName:
+// its ID, or, once work it was parked on ended, "<job_id>-<n>"). Repeating
+// it is harmless: Step Functions returns the running execution for the
+// same name and input, and ExecutionAlreadyExists for a closed one, which
+// means it already ran. started reports a new execution.
 func (s *Starter) Start(ctx context.Context, j job.Job) (started bool, err error) {
-	id := j.ID
+	id, name := j.ID, job.ExecutionName(j)
 	timeout, ok := s.runTimeout(j.Type)
 	if !ok {
 		timeout = DefaultRunTimeout
@@ -97,7 +99,7 @@ func (s *Starter) Start(ctx context.Context, j job.Job) (started bool, err error
 	begun := s.now()
 	out, err := s.startExecution(ctx, &sfn.StartExecutionInput{
 		StateMachineArn: aws.String(s.arn),
-		Name:            aws.String(id),
+		Name:            aws.String(name),
 		Input:           aws.String(ExecutionInput(id, timeout)),
 	})
 	var exists *types.ExecutionAlreadyExists
@@ -105,7 +107,7 @@ func (s *Starter) Start(ctx context.Context, j job.Job) (started bool, err error
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("start execution %s: %w", id, err)
+		return false, fmt.Errorf("start execution %s: %w", name, err)
 	}
 	// For a running execution of the same name and input, Step Functions
 	// answers with the original start: that is not a new execution. The
@@ -115,6 +117,6 @@ func (s *Starter) Start(ctx context.Context, j job.Job) (started bool, err error
 	if out.StartDate != nil && out.StartDate.Before(begun.Add(-5*time.Second)) {
 		return false, nil
 	}
-	s.log.InfoContext(ctx, "execution_started", "job_id", id)
+	s.log.InfoContext(ctx, "execution_started", "job_id", id, "execution", name)
 	return true, nil
 }

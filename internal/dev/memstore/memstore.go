@@ -61,6 +61,10 @@ type record struct {
 	// open is the sweeper index's membership: set when a job is created
 	// without an outcome, cleared by the first outcome written.
 	open bool
+	// due is the job's key in the pass's list of due work (dynamo's
+	// by_poll): job.DueAt of what the write that last moved it wrote;
+	// zero: not listed.
+	due time.Time
 }
 
 type ledgerEntry struct {
@@ -73,6 +77,7 @@ type certKey struct{ contract, provider string }
 
 var (
 	_ lifecycle.Store          = (*Store)(nil)
+	_ lifecycle.DueStore       = (*Store)(nil)
 	_ lifecycle.Certifications = (*Store)(nil)
 	_ lifecycle.HealthStore    = (*Store)(nil)
 	_ lifecycle.OwnerStore     = (*Store)(nil)
@@ -215,6 +220,9 @@ func (s *Store) Apply(ctx context.Context, t job.Transition) (lifecycle.Applied,
 	}
 	if job.SettlesJob(before, after) {
 		r.open = false // as dynamo's openIndex: the job's last work ended
+	}
+	if b, a := job.DueAt(before), job.DueAt(after); !a.Equal(b) {
+		r.due = a // as dynamo's pollIndex: set (or dropped) when it moved
 	}
 	if n := len(before.Outbox); len(after.Outbox) > n {
 		// Appended, as dynamo's list_append: a notice another write added
@@ -910,4 +918,26 @@ func (s *Store) PurgeExpired(ctx context.Context, now time.Time) (jobs, attempts
 		}
 	}
 	return jobs, attempts, nil
+}
+
+// DueJobs lists the jobs whose listed due time has come, soonest first, at
+// most limit (one partition), each as stored now.
+func (s *Store) DueJobs(ctx context.Context, now time.Time, limit int) ([]job.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var due []*record
+	for _, r := range s.jobs {
+		if !r.due.IsZero() && !r.due.After(now) {
+			due = append(due, r)
+		}
+	}
+	slices.SortFunc(due, func(a, b *record) int { return a.due.Compare(b.due) })
+	out := make([]job.Job, 0, min(len(due), limit))
+	for _, r := range due[:min(len(due), limit)] {
+		out = append(out, clone(r.job))
+	}
+	return out, nil
 }

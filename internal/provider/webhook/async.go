@@ -339,6 +339,12 @@ func (a *Async) decode(hresp provider.HTTPResponse, id string) (provider.Work, e
 	if o.ID != id || o.Status == "" {
 		return provider.Work{}, a.Client().Malformed(hresp, fmt.Sprintf("not work %s: %s", id, provider.Excerpt(string(hresp.Body))), nil)
 	}
+	if o.IdempotencyKey == "" {
+		// The contract's answer names the key it was submitted under:
+		// work that names none is applied to no attempt, and is asked
+		// about again on its schedule (review N-M1).
+		return provider.Work{}, a.Client().Malformed(hresp, fmt.Sprintf("work %s names no idempotency_key: %s", id, provider.Excerpt(string(hresp.Body))), nil)
+	}
 	return a.work(o), nil
 }
 

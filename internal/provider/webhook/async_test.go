@@ -577,3 +577,49 @@ func TestNewAsyncValidatesConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestAsyncWorkMustNameItsKey (review N-M1): the contract's answer to a
+// read or a cancel names the key its work was submitted under. Work that
+// names none (a receiver whose GET leaves it out) is a malformed answer,
+// which the lifecycle asks about again on its schedule; one that names a
+// key is read as it is.
+func TestAsyncWorkMustNameItsKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, body string
+		ok         bool
+	}{
+		{"NamesItsKey", `{"id":"w1","status":"succeeded","idempotency_key":"k/1","output":{"a":1}}`, true},
+		{"NamesNone", `{"id":"w1","status":"succeeded","output":{"a":1}}`, false},
+		{"EmptyKey", `{"id":"w1","status":"running","idempotency_key":""}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, tc.body)
+			}))
+			t.Cleanup(srv.Close)
+			a, err := webhook.NewAsync(webhook.AsyncConfig{Name: asyncName, URL: srv.URL, CallbackURL: "https://api.example" + provider.CallbackPath + asyncName,
+				WebhookSecret: asyncSecret, HTTPClient: srv.Client()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for op, ask := range map[string]func() (provider.Work, error){
+				"retrieve": func() (provider.Work, error) { return a.Retrieve(t.Context(), "w1") },
+				"cancel":   func() (provider.Work, error) { return a.Cancel(t.Context(), "w1") },
+			} {
+				w, err := ask()
+				if tc.ok {
+					if err != nil || w.Key != "k/1" {
+						t.Fatalf("%s: %+v, %v", op, w, err)
+					}
+					continue
+				}
+				if err == nil || !errors.Is(err, provider.ErrMalformedResponse) {
+					t.Fatalf("%s of work naming no key: %+v, %v; want malformed", op, w, err)
+				}
+			}
+		})
+	}
+}

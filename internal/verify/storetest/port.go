@@ -257,17 +257,18 @@ var applyTests = []test{
 		// confirmation, read back as written, in the job and the ledger.
 		st := fresh(t)
 		j := running(t, st, createAt(t, st, "a", "k", at(0)), "sim-async", at(1))
-		s := job.DefaultPollSchedule()
+		s := job.RemotePolicy{Poll: job.DefaultPollSchedule()}
 		got := on(t, st).apply(job.DecideSubmitted(j, 1, job.Remote{ID: "resp_0123", Status: "queued", Tier: job.TierFlex8h, SubmittedAt: at(2)}, s, at(2)))
 		sameJob(t, "after submit", get(t, st, j.ID), got)
-		got = on(t, st).apply(job.DecideHeard(got, 1, "in_progress", s, at(3)))
+		got = on(t, st).apply(job.DecideHeard(got, 1, "in_progress", s.Poll, at(3)))
 		got = on(t, st).apply(job.DecideCancel(got, at(4)))
-		got = on(t, st).apply(job.DecideCancelRemote(got, 1, at(5)))
+		got = on(t, st).apply(job.DecideCancelRemote(got, 1, s, at(5)))
 		sameJob(t, "after the cancel was asked", get(t, st, j.ID), got)
 		got = on(t, st).apply(job.DecideRemoteCancelled(got, 1, job.Call{ProviderRequestID: "resp_0123"}, at(6)))
 		sameJob(t, "after the provider's cancel", get(t, st, j.ID), got)
 		r := attempt(t, got, 1).Remote
-		if r == nil || r.ID != "resp_0123" || r.Polls != 1 || r.Status != "cancelled" || r.Tier != job.TierFlex8h || !r.CancelAt.Equal(at(5)) {
+		if r == nil || r.ID != "resp_0123" || r.Polls != 1 || r.Status != "cancelled" || r.Tier != job.TierFlex8h || !r.CancelAt.Equal(at(5)) ||
+			!r.Deadline.Equal(at(5).Add(job.DefaultCancelGrace)) {
 			t.Fatalf("remote = %+v", r)
 		}
 		ledger, err := st.ListAttempts(context.Background(), got)
