@@ -320,6 +320,25 @@ func recordNotices(before, after job.Job) part {
 	}}}
 }
 
+// pollIndex keeps the job in the scheduled pass's sparse by_poll index
+// at the soonest moment its work at a provider is due (job.DueAt of the
+// transition's after), with the write that moved it; the write that ends
+// its last such work takes it out. Nothing for a job whose due moment did
+// not move: every job that never waits on a provider (the happy path).
+func pollIndex(before, after job.Job) part {
+	was, due := job.DueAt(before), job.DueAt(after)
+	switch {
+	case due.Equal(was):
+		return part{}
+	case due.IsZero():
+		return part{remove: []string{"#poll_shard", "#poll_at"}, uses: []refs{{names: nameMap("#poll_shard", AttrPollShard, "#poll_at", AttrPollAt)}}}
+	}
+	return part{set: []string{"#poll_shard = :poll_shard", "#poll_at = :poll_at"}, uses: []refs{{
+		names:  nameMap("#poll_shard", AttrPollShard, "#poll_at", AttrPollAt),
+		values: map[string]types.AttributeValue{":poll_shard": avS(PollShard(after.ID)), ":poll_at": avS(due.UTC().Format(sortTime))},
+	}}}
+}
+
 // setDispatched records the notices fanned out; with none left, the job
 // leaves by_notify.
 func setDispatched(after job.Job) part {

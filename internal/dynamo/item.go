@@ -102,6 +102,18 @@ const (
 	aDeadline    = "deadline"
 )
 
+// PollShards spreads jobs with work at a provider over partitions of
+// by_poll: each entry is rewritten at each poll, so a partition's 1,000
+// writes a second bound the polls it takes.
+const PollShards = 4
+
+// PollShard is a job's by_poll partition.
+func PollShard(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return "poll#" + strconv.Itoa(int(h.Sum32()%PollShards))
+}
+
 const timeLayout = time.RFC3339Nano
 
 // OpenShards is how many partitions by_open spreads open jobs over: each

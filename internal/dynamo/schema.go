@@ -69,6 +69,8 @@ const (
 	AttrBusyShard   = "busy_shard"
 
 	AttrNotifyShard = "notify_shard"
+	AttrPollShard   = "poll_shard"
+	AttrPollAt      = "poll_at"
 	AttrEndpointID  = "endpoint_id"
 	AttrDelivery    = "delivery"
 	AttrDueShard    = "due_shard"
@@ -85,6 +87,9 @@ const (
 	// out; IndexByDue the deliveries due for a try.
 	IndexByNotify = "by_notify"
 	IndexByDue    = "by_due"
+	// IndexByPoll lists jobs with work at a provider, by when something of
+	// it is next due (job.DueAt): the scheduled pass's list.
+	IndexByPoll = "by_poll"
 )
 
 // The table definitions are functions, not variables, so that no importer
@@ -125,6 +130,17 @@ func JobsTable() TableDef {
 			Name:         IndexByNotify,
 			PartitionKey: KeyAttr{Name: AttrNotifyShard, Type: AttrString},
 			SortKey:      &KeyAttr{Name: AttrOwnerSort, Type: AttrString},
+			Projection:   ProjectKeysOnly,
+		}, {
+			// Sparse: only a job with work at a provider in flight carries
+			// poll_shard, sorted by poll_at, the soonest moment something
+			// of that work is due (a poll, a cancel, its deadline:
+			// job.DueAt), set by the write that changes it, removed by the
+			// one that ends the work. The scheduled pass reads what is due
+			// from it; jobs that never wait on a provider never enter it.
+			Name:         IndexByPoll,
+			PartitionKey: KeyAttr{Name: AttrPollShard, Type: AttrString},
+			SortKey:      &KeyAttr{Name: AttrPollAt, Type: AttrString},
 			Projection:   ProjectKeysOnly,
 		}},
 	}

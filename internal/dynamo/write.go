@@ -45,7 +45,8 @@ func waitWrite(t job.Transition, token string) jobWrite {
 func attemptWrite(t job.Transition, a job.Attempt, token string) jobWrite {
 	return jobWrite{
 		condition: revisionIs(t.Before().Revision),
-		update:    []part{stamp(t.After(), token), putAttempt(a), recordNotices(t.Before(), t.After()), openIndex(t.Before(), t.After())},
+		update: []part{stamp(t.After(), token), putAttempt(a), recordNotices(t.Before(), t.After()), openIndex(t.Before(), t.After()),
+			pollIndex(t.Before(), t.After())},
 	}
 }
 
@@ -65,7 +66,7 @@ func completeWrite(t job.Transition, a job.Attempt, token string) jobWrite {
 	return jobWrite{
 		condition: allOf(versionIs(before.Version), noWinnerYet(), attemptStateIn(a.Number, t.AllowedAttemptStates()), stillInFlight(before, a.Number)),
 		update: []part{stamp(after, token), putAttempt(a), setVersion(after.Version),
-			outcomeFields(before, after), openIndex(before, after), recordNotices(before, after)},
+			outcomeFields(before, after), openIndex(before, after), recordNotices(before, after), pollIndex(before, after)},
 	}
 }
 
@@ -79,13 +80,14 @@ func failWrite(t job.Transition, token string) jobWrite {
 	}
 }
 
-// cancelWrite cancels the job while nothing has won.
+// cancelWrite cancels the job while nothing has won; work it left at a
+// provider is due its cancel at once (pollIndex).
 func cancelWrite(t job.Transition, token string) jobWrite {
 	before, after := t.Before(), t.After()
 	return jobWrite{
 		condition: allOf(versionIs(before.Version), noWinnerYet(), stillInFlight(before, 0)),
 		update: []part{stamp(after, token), setVersion(after.Version), outcomeFields(before, after), openIndex(before, after),
-			recordNotices(before, after)},
+			recordNotices(before, after), pollIndex(before, after)},
 	}
 }
 
@@ -196,7 +198,7 @@ func createInput(table string, item map[string]types.AttributeValue, now time.Ti
 // does not: a create removes whichever its own item lacks.
 func leftByExpired() []string {
 	return []string{aCompletedBy, aResult, aError, aCancellation, aWaiting, aExpiresAt, aRetentionS, aTier, aWriteToken, AttrOpenShard,
-		aNotify, aOutbox, aDispatched, AttrNotifyShard, aStream}
+		aNotify, aOutbox, aDispatched, AttrNotifyShard, aStream, AttrPollShard, AttrPollAt}
 }
 
 // ledgerInput puts the ledger's copy of attempt a, stamped with revision,

@@ -930,7 +930,9 @@ func (s *Store) DueJobs(ctx context.Context, now time.Time, limit int) ([]job.Jo
 	defer s.mu.Unlock()
 	var due []*record
 	for _, r := range s.jobs {
-		if !r.due.IsZero() && !r.due.After(now) {
+		// As dynamo's: an entry whose job's work is no longer due is
+		// left out.
+		if d := job.DueAt(r.job); !r.due.IsZero() && !r.due.After(now) && !d.IsZero() && !d.After(now) {
 			due = append(due, r)
 		}
 	}

@@ -39,6 +39,7 @@ type Interface interface {
 	lifecycle.NotificationStore
 	lifecycle.InboundLog
 	lifecycle.StreamStore
+	lifecycle.DueStore
 	lifecycle.Certifications
 	PutCertification(ctx context.Context, c job.Certification) error
 	ListCertifications(ctx context.Context) ([]job.Certification, error)
@@ -133,6 +134,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T, now func() time.Time) St
 		{"Owners", ownerTests},
 		{"Budgets", budgetTests},
 		{"Notifications", notificationTests},
+		{"DueWork", dueTests},
 		{"Expiry", expiryTests},
 		{"Inbound", inboundTests},
 		{"Streams", streamTests},
