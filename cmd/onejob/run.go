@@ -32,7 +32,7 @@ import (
 //
 //	onejob run [--data .local/dynalite] [--table-prefix onejob-local] [--duplicate-delivery] [--log FILE]
 //	           [--sweep-interval 10s] [--overdue-grace 0] [--idle-timeout 30s] [--keep-executions 1000]
-//	           [--breakers on|off] [--notify-interval 250ms] [--demo-rate 60/1m]
+//	           [--breakers on|off] [--notify-interval 250ms] [--poll-interval 1s] [--demo-rate 60/1m]
 //	           [--demo-budget 0.10] [--demo-first-token 300ms] [--demo-token-rate 50]
 //
 // AWS_ENDPOINT_URL_DYNAMODB points it at a DynamoDB already running
@@ -53,6 +53,10 @@ func runCommand(ctx context.Context, args []string) error {
 	idle := fs.Duration("idle-timeout", stack.DefaultIdleTimeout, "how long the local servers keep an idle connection open")
 	keep := fs.Int("keep-executions", 0, "closed executions the local Step Functions server keeps whole, history included (0: its default, 1000)")
 	notify := fs.Duration("notify-interval", 250*time.Millisecond, "how often the notifier looks for webhook deliveries to make (0 disables it)")
+	// Locally the poll schedule is a tenth of the deployed one (a first
+	// poll 3 s after the submit), so the pass runs every second where it
+	// runs every minute deployed.
+	pass := fs.Duration("poll-interval", time.Second, "how often the pass over work at asynchronous providers runs: polls, cancels, deadlines (0 disables it)")
 	breakers := fs.String("breakers", "on", "the demo providers' circuit breakers: on, or off (they never open nor fill: for drills that script provider failures)")
 	rate := fs.String("demo-rate", "", "declare this rate_limit on both demo providers, as REQUESTS/PERIOD (60/1m): the rate drill")
 	maxProcessing := fs.Duration("demo-max-processing", 0, "declare this max_processing_time on both demo providers (0: their own, 1m): a drill whose scripts all answer within seconds settles its unknown attempts sooner")
@@ -154,7 +158,7 @@ func runCommand(ctx context.Context, args []string) error {
 		DynamoEndpoint: local.dynamoEndpoint, DynamoOptions: local.dynamoOptions,
 		Providers: local.providers, AWSCredentials: local.credentials,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas, Budget: budget,
-		NotifyInterval: *notify, NotifySchedule: schedule, NotifyDisableAfter: disableAfter,
+		NotifyInterval: *notify, NotifySchedule: schedule, NotifyDisableAfter: disableAfter, PassInterval: *pass,
 		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders, AsyncURL: *asyncProvider,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
 		DemoStream: sim.StreamOptions{FirstToken: *firstToken, TokenRate: *tokenRate},

@@ -209,9 +209,20 @@ func All() map[string][]Grant {
 		// from its provider (so it reads their configuration, as run
 		// does) and applies its end to the job (conditional UpdateItem,
 		// the ledger), settling what the attempt's budget and the owner's
-		// slot held, handing the job's events off.
+		// slot held, handing the job's events off. On its schedule it
+		// passes over the due work (the sparse by_poll index, keys only;
+		// each job read by key) and asks its providers the same way. A job
+		// whose parked work ended and that needs a run gets its execution
+		// started (issue 40).
 		deploy.FnEvents: {jobRW, ledger, uncount, budget, handoff,
 			{Actions: []string{"secretsmanager:GetSecretValue"}, Resource: Resource{Kind: KindProvidersSecret}},
+			{Actions: []string{"dynamodb:Query"}, Resource: index(dynamo.JobsTable(), dynamo.IndexByPoll)},
+			{Actions: []string{"states:StartExecution"}, Resource: stateMachine},
+			// The same pass stops counting the holds of cancelled jobs'
+			// hung calls past their provider's max_processing_time: each
+			// provider's health listed (a Scan of one item per provider),
+			// read and replaced as run does.
+			{Actions: []string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, Resource: table(dynamo.ProvidersTable())},
 			// Takes each verified delivery by its webhook-id (conditional
 			// PutItem; GetItem after a refusal where the store does not
 			// hand the item back) and gives back one whose taking failed

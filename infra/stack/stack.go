@@ -299,7 +299,22 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		})},
 	})
 
-	httpAPI := newHTTPAPI(stack, cfg, api, fns[deploy.FnEvents], retention, removal)
+	// The events function also passes over the work parked jobs left at
+	// their providers (polls, cancels, deadlines), waking the jobs that
+	// then need a run (issue 40).
+	events := fns[deploy.FnEvents]
+	events.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
+	awsevents.NewRule(stack, jsii.String("PollSchedule"), &awsevents.RuleProps{
+		RuleName:    physical(cfg.Env, "poll"),
+		Description: jsii.String(fmt.Sprintf("Runs the onejob pass over work at providers every %s", deploy.PollEvery)),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(deploy.PollEvery.Minutes()))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(events, &awseventstargets.LambdaFunctionProps{
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(60)),
+			RetryAttempts: jsii.Number(1),
+		})},
+	})
+
+	httpAPI := newHTTPAPI(stack, cfg, api, events, retention, removal)
 	topic := newAlarms(stack, cfg, httpAPI, sm, sweeper)
 
 	out := func(id string, value *string, desc string) {
@@ -398,8 +413,10 @@ func newFunction(stack awscdk.Stack, cfg Config, spec deploy.Function, vars map[
 		LogGroup:     logs,
 		Tracing:      awslambda.Tracing_ACTIVE,
 	}
-	if spec.Name == deploy.FnSweeper || spec.Name == deploy.FnNotify {
-		// The schedule invokes asynchronously; the next tick is the retry.
+	if spec.Name == deploy.FnSweeper || spec.Name == deploy.FnNotify || spec.Name == deploy.FnEvents {
+		// The schedule invokes asynchronously; the next tick is the retry
+		// (API Gateway's invokes of the events function are synchronous:
+		// the setting is not theirs).
 		props.RetryAttempts = jsii.Number(0)
 	}
 	if n, ok := cfg.ReservedConcurrency[spec.Name]; ok {

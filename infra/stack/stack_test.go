@@ -400,21 +400,22 @@ func checkFunctions(t *testing.T, s *synthesized) {
 			want[deploy.TableEnv(logical)] = "ref:table:" + logical
 		}
 		switch short {
-		case "api", "sweeper":
+		case "api", "sweeper", deploy.FnEvents:
 			want[deploy.EnvStateMachineARN] = "ref:statemachine"
 			if short == deploy.FnAPI {
 				want[deploy.EnvAdminClaim], want[deploy.EnvAdminValue] = s.cfg.Admin.Claim, s.cfg.Admin.Value
 				// Where the job views say each job's stream is read.
 				want[deploy.EnvStreamURL] = "getatt:url:" + deploy.FnStream + ".FunctionUrl"
 			}
-		case deploy.FnRun, deploy.FnEvents:
-			want[deploy.EnvProvidersSecretARN] = s.secret()
 		case deploy.FnStream:
 			// The tokens the HTTP API's authorizer verifies, and the
 			// API's reading of who is an operator.
 			want[deploy.EnvJWTIssuer] = s.cfg.JWTIssuer
 			want[deploy.EnvJWTAudience] = strings.Join(s.cfg.JWTAudience, ",")
 			want[deploy.EnvAdminClaim], want[deploy.EnvAdminValue] = s.cfg.Admin.Claim, s.cfg.Admin.Value
+		}
+		if short == deploy.FnRun || short == deploy.FnEvents {
+			want[deploy.EnvProvidersSecretARN] = s.secret()
 		}
 		// The events function announces its route's own throttle.
 		if short == deploy.FnEvents {
@@ -679,8 +680,8 @@ func checkCfnLint(t *testing.T, all []*synthesized) {
 
 func checkSchedule(t *testing.T, s *synthesized) {
 	rules := resources(s, "AWS::Events::Rule")
-	if len(rules) != 2 {
-		t.Fatalf("%d rules, want the sweeper's and the notifier's", len(rules))
+	if len(rules) != 3 {
+		t.Fatalf("%d rules, want the sweeper's, the notifier's and the pass's (events)", len(rules))
 	}
 	scheduled := map[string]bool{}
 	for _, r := range rules {
@@ -692,8 +693,8 @@ func checkSchedule(t *testing.T, s *synthesized) {
 		}
 		scheduled[s.sym(asMap(targets[0])["Arn"])] = true
 	}
-	if !scheduled["arn:fn:sweeper"] || !scheduled["arn:fn:"+deploy.FnNotify] {
-		t.Errorf("scheduled %v, want the sweeper and the notifier", scheduled)
+	if !scheduled["arn:fn:sweeper"] || !scheduled["arn:fn:"+deploy.FnNotify] || !scheduled["arn:fn:"+deploy.FnEvents] {
+		t.Errorf("scheduled %v, want the sweeper, the notifier and the events function", scheduled)
 	}
 }
 
@@ -831,7 +832,12 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify).
 			// Each verified delivery taken once by its webhook-id, given
 			// back when its taking failed (review N-L1).
-			add([]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"}, "arn:table:inbound"),
+			add([]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"}, "arn:table:inbound").
+			// The pass over due work (issue 40): the sparse by_poll index,
+			// and the run a job whose parked work ended needs.
+			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByPoll).
+			add([]string{"states:StartExecution"}, "ref:statemachine").
+			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers"),
 		// An attempt the hold ends settles its budget reservation.
 		"fn:" + deploy.FnHold: task(true, false).add([]string{"dynamodb:UpdateItem"}, "arn:table:owners").
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify),
@@ -986,8 +992,9 @@ func checkIAM(t *testing.T, s *synthesized) {
 }
 
 // checkPermissions: functions may be invoked only by this API (api, and
-// events for providers' webhooks) and by the schedules (sweeper, notify);
-// the state machine uses its role instead. Anyone may invoke the stream
+// events for providers' webhooks) and by the schedules (sweeper, notify,
+// events for its pass over due work); the state machine uses its role
+// instead. Anyone may invoke the stream
 // function, through its URL only (it verifies the caller's token itself):
 // Lambda wants both lambda:InvokeFunctionUrl for auth type NONE and
 // lambda:InvokeFunction, here only when invoked through the URL.
@@ -1008,7 +1015,7 @@ func checkPermissions(t *testing.T, s *synthesized) {
 		}
 		ok := p["Action"] == "lambda:InvokeFunction" && p["SourceArn"] != nil &&
 			((fn == "arn:fn:api" || fn == "arn:fn:"+deploy.FnEvents) && principal == "apigateway.amazonaws.com" ||
-				(fn == "arn:fn:sweeper" || fn == "arn:fn:"+deploy.FnNotify) && principal == "events.amazonaws.com")
+				(fn == "arn:fn:sweeper" || fn == "arn:fn:"+deploy.FnNotify || fn == "arn:fn:"+deploy.FnEvents) && principal == "events.amazonaws.com")
 		if !ok {
 			t.Errorf("%s: %s may invoke %s (%v, source %v): %v", id, principal, fn, p["Action"], p["SourceArn"], p)
 		}

@@ -2,12 +2,15 @@ package apigw
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"time"
+
+	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/onejob/onejob/internal/job"
 )
@@ -96,4 +99,28 @@ func (h *Handler) providerEvent(ctx context.Context, r *request) (reply, error) 
 		return reply{}, err
 	}
 	return reply{status: http.StatusOK, body: map[string]string{"outcome": string(outcome)}}, nil
+}
+
+// ScheduledEvent is the detail-type of the event an EventBridge schedule
+// invokes a function with.
+const ScheduledEvent = "Scheduled Event"
+
+// WithSchedule is the events function's handler: its schedule's event
+// (detail-type ScheduledEvent) runs scheduled, the pass over the work at
+// providers; any other input is API Gateway's request for h.
+func WithSchedule[R any](h *Handler, scheduled func(context.Context, json.RawMessage) (R, error)) func(context.Context, json.RawMessage) (any, error) {
+	return func(ctx context.Context, in json.RawMessage) (any, error) {
+		var ev struct {
+			DetailType string `json:"detail-type"`
+			Source     string `json:"source"`
+		}
+		if json.Unmarshal(in, &ev) == nil && ev.DetailType == ScheduledEvent && ev.Source == "aws.events" {
+			return scheduled(ctx, in)
+		}
+		var req events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal(in, &req); err != nil {
+			return nil, fmt.Errorf("apigw: the events function takes API Gateway's requests and its schedule's events: %w", err)
+		}
+		return h.Handle(ctx, req)
+	}
 }

@@ -52,6 +52,7 @@ type providerView struct {
 	Failures        map[string]int `json:"failures"`
 	Held            int            `json:"held"`
 	Running         int            `json:"running"`
+	Overdue         int            `json:"overdue"`
 	BackingOff      []backoffView  `json:"backing_off"`
 	Waiting         []string       `json:"waiting"`
 	RateWaiting     []string       `json:"rate_waiting"`
@@ -83,7 +84,7 @@ func viewProvider(h job.Health) providerView {
 	if h.State != "" {
 		v.BreakerState = string(h.State)
 	}
-	v.Running = len(h.Running)
+	v.Running, v.Overdue = len(h.Running), len(h.Overdue)
 	v.BackingOff, v.Waiting = []backoffView{}, []string{}
 	for _, o := range slices.Sorted(maps.Keys(h.Backoff)) {
 		v.BackingOff = append(v.BackingOff, backoffView{Owner: o, Until: timeView(h.Backoff[o]), Failures: h.Owners[o].Failures})

@@ -52,8 +52,9 @@ func Functions() []Function {
 		// Drains pending notifications until idle or NotifyBudget, done
 		// before the next tick is due.
 		{FnNotify, "NotifyFunction", 256, NotifyEvery - 5*time.Second, "Delivers webhook notifications (signed, at least once)", "", 0},
-		// Behind API Gateway as the API is: returns within its 30 s.
-		{FnEvents, "EventsFunction", 256, 25 * time.Second, "Takes asynchronous providers' signed webhooks", "", 0},
+		// Behind API Gateway as the API is: returns within its 30 s. Its
+		// schedule (PollEvery) runs the pass over the work at providers.
+		{FnEvents, "EventsFunction", 256, 25 * time.Second, "Takes asynchronous providers' signed webhooks; polls their due work", "", NeedStateMachine},
 		// Holds a connection open while it waits: the smallest memory,
 		// as a held stream is billed by GB-s (StreamTimeout).
 		{FnStream, "StreamFunction", 128, StreamTimeout, "Serves a job's stream (SSE and long-poll) on its function URL", "", NeedIssuer},
@@ -91,6 +92,17 @@ const NotifyEvery = time.Minute
 // NotifyBudget bounds one run of the notify function: the sender's 15-s
 // timeout fits before the function's.
 const NotifyBudget = NotifyEvery - 25*time.Second
+
+// PollEvery is the schedule of the pass over the work parked jobs left at
+// their providers (lifecycle.Poller), in the events function: it holds
+// the providers' configuration and secrets and takes their webhooks
+// already. A poll is due no sooner than the job.PollSchedule says, and
+// made by the first pass after.
+const PollEvery = time.Minute
+
+// PollBudget bounds one pass, within the events function's timeout: what
+// is left stays due for the next.
+const PollBudget = 20 * time.Second
 
 // SweepEvery is the sweeper's schedule: a job whose start was throttled past
 // the API's retries starts within about a minute.

@@ -52,6 +52,7 @@ const (
 	hWaiters     = "waiters"
 	hRate        = "rate"
 	hRateWaiters = "rate_waiters"
+	hOverdue     = "overdue"
 	hPausedUntil = "paused_until"
 	hOwnerFail   = "f"
 	hOwnerAns    = "a"
@@ -177,6 +178,7 @@ func encodeHealth(h job.Health) map[string]types.AttributeValue {
 		hHeldBy:      encodeStrings(h.HeldBy),
 		hWaiters:     encodeTimes(h.Waiters),
 		hRateWaiters: encodeTimes(h.RateWaiters),
+		hOverdue:     encodeTimes(h.Overdue),
 		aUpdatedAt:   avT(h.UpdatedAt),
 		aRevision:    avN(h.Revision),
 	}
@@ -342,6 +344,7 @@ func decodeHealth(item map[string]types.AttributeValue) (job.Health, error) {
 		HeldBy:           d.strings(hHeldBy),
 		Waiters:          d.times(hWaiters),
 		RateWaiters:      d.times(hRateWaiters),
+		Overdue:          d.times(hOverdue),
 		Rate:             d.rate(hRate),
 		PausedUntil:      d.time(hPausedUntil, false),
 		UpdatedAt:        d.time(aUpdatedAt, true),

@@ -125,8 +125,20 @@ func DecideHealth(h Health, e HealthEvent, p HealthPolicy, now time.Time) (Healt
 	if h.State == "" {
 		h.State = ProviderClosed
 	}
+	if e.Kind == HealthOverdue {
+		return decideOverdue(before, e.Attempt, now)
+	}
 	owner := h.ownerKey(e.Owner, p, now)
 	changed := false
+	if _, over := h.Overdue[e.Attempt]; over && e.Attempt != "" {
+		if e.Kind.holds() {
+			// Held no more (and counted when it went slow): a late
+			// unknown changes nothing.
+			return HealthChange{}, false
+		}
+		delete(h.Overdue, e.Attempt)
+		changed = true
+	}
 	_, wasHeld := h.Held[e.Attempt]
 	if _, running := h.Running[e.Attempt]; running {
 		// Admitted and counted since: slow or unknown, it holds the

@@ -74,6 +74,10 @@ const (
 	// HealthReleased: the attempt closed (it answered, was settled or
 	// resolved) and no longer holds the provider.
 	HealthReleased HealthEventKind = "released"
+	// HealthOverdue: the attempt's job was cancelled and its call outlived
+	// the provider's max_processing_time and a margin (HoldOverdue): its
+	// hold no longer counts (Health.Overdue).
+	HealthOverdue HealthEventKind = "overdue"
 )
 
 // FailureKinds are the events that count against a provider.
@@ -163,6 +167,11 @@ type Health struct {
 	// HeldBy is the owner of each held or running attempt that has one:
 	// an owner's fair share of the bulkhead counts them.
 	HeldBy map[string]string
+	// Overdue are the holds of cancelled jobs' calls that outlived the
+	// provider's max_processing_time and a margin (HealthOverdue), with
+	// since when they held the provider: shown to operators, counted
+	// toward nothing, dropped once the attempt closes.
+	Overdue map[string]time.Time
 	// Waiters are owners refused at capacity while under their fair share,
 	// with when: while they wait (WaiterFresh), owners at or past their
 	// share take no free slot they would need.
@@ -206,6 +215,7 @@ func (h Health) clone() Health {
 	out.Probes = maps.Clone(h.Probes)
 	out.Held = maps.Clone(h.Held)
 	out.HeldBy = maps.Clone(h.HeldBy)
+	out.Overdue = maps.Clone(h.Overdue)
 	out.Running = maps.Clone(h.Running)
 	out.Waiters = maps.Clone(h.Waiters)
 	out.Owners = maps.Clone(h.Owners)

@@ -112,7 +112,7 @@ func newDeadlineRig(t *testing.T, foreign bool) *deadlineRig {
 	log := slog.New(slog.NewJSONHandler(r.logs, nil))
 	r.eng, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: r.st, Owners: r.st, NowFunc: c.Now, Logger: log,
 		Quotas: job.Quotas{UnfinishedJobs: 1},
-		Budget: job.Budget{Amount: job.NanosPerUSD, Period: 24 * time.Hour, Prices: map[string]job.Price{stuckName: testPrice}}})
+		Budget: job.Budget{Amount: job.NanosPerUSD, Period: 24 * time.Hour, Prices: map[string]job.Price{stuckName: testPrice, primary: testPrice}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,5 +310,81 @@ func TestForeignEndedWorkIsPolledOnItsSchedule(t *testing.T) {
 		if at, _ := got.Attempt(1); got.Status != job.StatusFailed || at.Outcome != "abandoned" {
 			t.Fatalf("job %s past its deadline: %s, attempt %+v", j.Owner, got.Status, at)
 		}
+	}
+}
+
+// TestTheHoldOfACancelledHungCallStopsCounting (issue 40): two owners'
+// calls hang on a provider whose bulkhead holds two (max_concurrent 2),
+// their attempts unknown, and one owner cancels its job. Once the
+// provider's max_processing_time and margin have passed since the call,
+// the scheduled pass stops counting the cancelled job's hold (overdue, as
+// operators see it), so a third owner's attempt is admitted; the other,
+// not cancelled, still holds its slot.
+func TestTheHoldOfACancelledHungCallStopsCounting(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r := newDeadlineRig(t, false)
+	pol := healthPolicy()
+	pol.MaxConcurrent, pol.Breaker.Failures = 2, 100
+	b, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: r.st, PolicyFunc: func(string) job.HealthPolicy { return pol },
+		NowFunc: r.clock.Now, CacheFor: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lifecycle.NewPoller(lifecycle.PollerConfig{Tasks: r.tasks, Due: r.st, Breakers: b, HealthStore: r.st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs []job.Job
+	for _, o := range []string{"owner-a", "owner-b"} {
+		j, _, err := r.eng.Create(ctx, job.Request{Owner: o, IdempotencyKey: "k", Type: "demo", Input: json.RawMessage(`{"prompt":"x"}`),
+			Providers: []string{primary}, Primary: primary, Basis: job.CostBasis{RequestBytes: 100, MaxOutputTokens: 100}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := b.Admit(ctx, primary, job.AttemptKey(j.ID, 1), o); !a.Allowed {
+			t.Fatalf("%s's attempt refused: %+v", o, a)
+		}
+		j, a, launched, err := r.eng.LaunchOn(ctx, j, primary)
+		if err != nil || !launched {
+			t.Fatalf("launch: %v %v", launched, err)
+		}
+		b.Observe(ctx, primary, job.HealthEvent{Kind: job.HealthUnknown, Attempt: a.IdempotencyKey(), Owner: o})
+		if j, err = r.eng.MarkUnknownOn(ctx, j, a.Number, "hung"); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	if _, err := r.eng.Cancel(ctx, jobs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	admitNewcomer := func() job.Admission { return b.Available(ctx, primary, "owner-c") }
+	if a := admitNewcomer(); a.Allowed {
+		t.Fatalf("a full bulkhead admitted: %+v", a)
+	}
+	r.clock.Advance(job.OverdueAfter(pol) - time.Second)
+	if rep, err := p.Pass(ctx); err != nil || rep.Overdue != 0 {
+		t.Fatalf("a pass before the margin: %+v, %v", rep, err)
+	}
+	r.clock.Advance(time.Second)
+	if rep, err := p.Pass(ctx); err != nil || rep.Overdue != 1 {
+		t.Fatalf("a pass past the margin: %+v, %v; want the cancelled job's hold overdue", rep, err)
+	}
+	h, err := r.st.Health(ctx, primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, kept := job.AttemptKey(jobs[0].ID, 1), job.AttemptKey(jobs[1].ID, 1)
+	if _, over := h.Overdue[cancelled]; !over || len(h.Overdue) != 1 || h.Held[kept].IsZero() {
+		t.Fatalf("overdue %v, held %v", h.Overdue, h.Held)
+	}
+	if a := admitNewcomer(); !a.Allowed {
+		t.Fatalf("the overdue hold still counts: %+v", a)
+	}
+	if rep, err := p.Pass(ctx); err != nil || rep.Overdue != 0 {
+		t.Fatalf("declared overdue twice: %+v, %v", rep, err)
+	}
+	if !strings.Contains(r.logs.String(), `"msg":"hold_overdue"`) {
+		t.Fatal("no hold_overdue log")
 	}
 }

@@ -35,8 +35,15 @@ type PollerConfig struct {
 	Limit int
 	// Parallel is how many jobs a pass works on at once (default 8).
 	Parallel int
-	NowFunc  func() time.Time
-	Logger   *slog.Logger
+	// Breakers (with the providers' own limits) and HealthStore, when
+	// set, have each pass also stop counting the holds of cancelled jobs'
+	// calls past their provider's max_processing_time and margin
+	// (job.HoldOverdue): the pass runs where the providers' configuration
+	// is, the sweeper does not.
+	Breakers    *Breakers
+	HealthStore HealthStore
+	NowFunc     func() time.Time
+	Logger      *slog.Logger
 }
 
 // Poller is the scheduled pass over the work parked jobs left at their
@@ -84,6 +91,9 @@ type PollReport struct {
 	// cancelled), Abandoned those given up at their deadline.
 	Ended     int `json:"ended"`
 	Abandoned int `json:"abandoned"`
+	// Overdue counts the holds of cancelled jobs' calls that stopped
+	// counting toward their provider's bulkhead (job.HoldOverdue).
+	Overdue int `json:"overdue"`
 }
 
 // Pass reads the due jobs and works on each, Parallel at once. One job's
@@ -121,10 +131,17 @@ func (p *Poller) Pass(ctx context.Context) (PollReport, error) {
 		})
 	}
 	wg.Wait()
-	if rep.Jobs > 0 {
+	if p.cfg.Breakers != nil && p.cfg.HealthStore != nil && ctx.Err() == nil {
+		n, err := p.overdueHolds(ctx)
+		rep.Overdue = n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if rep.Jobs > 0 || rep.Overdue > 0 {
 		p.cfg.Logger.InfoContext(ctx, "poll_pass_done", "jobs", rep.Jobs, "polls", rep.Asked[job.DuePoll],
 			"cancels", rep.Asked[job.DueCancel], "deadlines", rep.Asked[job.DueDeadline], "ended", rep.Ended,
-			"abandoned", rep.Abandoned, "errors", len(errs))
+			"abandoned", rep.Abandoned, "overdue", rep.Overdue, "errors", len(errs))
 	}
 	return rep, errors.Join(errs...)
 }
@@ -235,4 +252,46 @@ func (w *Tasks) act(ctx context.Context, j job.Job, jt JobType, d job.Due) (job.
 		return j, nil
 	}
 	return w.cfg.Engine.AbandonOn(ctx, j, a.Number)
+}
+
+// overdueHolds declares overdue the holds of cancelled jobs' calls past
+// their provider's max_processing_time and margin (job.HoldOverdue): they
+// stop counting toward its max_concurrent and its owners' shares, and
+// operators see them as overdue. Each provider's health is one small item;
+// only holds that old are read about, each job by key.
+func (p *Poller) overdueHolds(ctx context.Context) (int, error) {
+	all, err := p.cfg.HealthStore.ListHealth(ctx)
+	if err != nil {
+		return 0, err
+	}
+	now := p.cfg.NowFunc()
+	overdue := 0
+	for _, h := range all {
+		pol := p.cfg.Breakers.Policy(h.Provider)
+		for _, key := range h.HeldKeys() {
+			if now.Sub(h.HoldSince(key)) < pol.SlowCallAfter {
+				continue // just went slow: its runner's
+			}
+			id, n, ok := job.ParseAttemptKey(key)
+			if !ok {
+				continue
+			}
+			j, err := p.cfg.Tasks.cfg.Engine.Get(ctx, id)
+			if errors.Is(err, job.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return overdue, err
+			}
+			if !job.HoldOverdue(j, n, pol, now) {
+				continue
+			}
+			p.cfg.Breakers.Observe(ctx, h.Provider, job.HealthEvent{Kind: job.HealthOverdue, Attempt: key})
+			overdue++
+			a, _ := j.Attempt(n)
+			p.cfg.Logger.WarnContext(ctx, "hold_overdue", "provider", h.Provider, "job_id", id, "attempt", n, "owner", j.Owner,
+				"started_at", a.StartedAt, "overdue_after_s", job.OverdueAfter(pol).Seconds())
+		}
+	}
+	return overdue, nil
 }

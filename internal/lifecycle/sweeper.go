@@ -363,9 +363,10 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 }
 
 // releaseHeld releases every attempt a provider's health counts as holding
-// it that is no longer open: its job says so (the job item is the
-// authority). Only entries older than the provider's slow bound are
-// checked, so a call that just went slow is left to its runner.
+// it (or as overdue: job.HoldOverdue) that is no longer open: its job says
+// so (the job item is the authority). Only entries older than the
+// provider's slow bound are checked, so a call that just went slow is left
+// to its runner.
 func (w *Sweeper) releaseHeld(ctx context.Context, now time.Time) (int, error) {
 	all, err := w.cfg.HealthStore.ListHealth(ctx)
 	if err != nil {
@@ -374,8 +375,8 @@ func (w *Sweeper) releaseHeld(ctx context.Context, now time.Time) (int, error) {
 	released := 0
 	for _, h := range all {
 		slow := w.cfg.Breakers.Policy(h.Provider).SlowCallAfter
-		for _, key := range h.HeldKeys() {
-			if now.Sub(h.HoldSince(key)) < slow {
+		for _, key := range append(h.HeldKeys(), h.OverdueKeys()...) {
+			if _, over := h.Overdue[key]; !over && now.Sub(h.HoldSince(key)) < slow {
 				continue
 			}
 			id, n, ok := job.ParseAttemptKey(key)

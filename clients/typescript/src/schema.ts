@@ -1023,8 +1023,11 @@ export interface components {
          *     status in the provider's words, the tier it runs in, when onejob last
          *     heard of it (the submit, a poll or a webhook) and when it asks next if
          *     no webhook comes first, how often it asked, whether the work was
-         *     found again after its submit's answer was lost, and when onejob asked
-         *     the provider to cancel it (its job was cancelled).
+         *     found again after its submit's answer was lost, when onejob asked
+         *     the provider to cancel it (its job was cancelled, or the work outlived
+         *     its deadline), and the work's deadline: past it, onejob gives the work
+         *     up (asks the provider once more, to cancel it, and ends the attempt
+         *     failed, class settled, unless the answer ends it).
          */
         RemoteWork: {
             id: string;
@@ -1037,6 +1040,7 @@ export interface components {
             polls: number;
             found: boolean;
             cancel_requested_at?: components["schemas"]["Timestamp"];
+            deadline?: components["schemas"]["Timestamp"];
         };
         Job: {
             id: components["schemas"]["JobID"];
@@ -1161,6 +1165,14 @@ export interface components {
              *     with held, against its max_concurrent.
              */
             running: number;
+            /**
+             * Format: int32
+             * @description Calls of cancelled jobs still running or unknown past the
+             *     provider's max_processing_time plus its slow_call_after since
+             *     they began: they no longer count against its max_concurrent or
+             *     any owner's share, and are shown here until their attempts end.
+             */
+            overdue: number;
             /**
              * @description Owners whose own calls failed at it often enough to have opened
              *     it had they come from several owners; their jobs wait until

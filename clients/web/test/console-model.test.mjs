@@ -117,6 +117,10 @@ test("a provider's health: its state, why, failures in a stable order, counts, a
     state: "open", why: `5 failures within 1m0s; takes attempts again from ${at(30_000)} (cooldown 30 s, trip 1)`,
     failures: "3 unknown, 1 slow, 2 mystery", counts: "2 held, 0 probes, opened 1 time", override: "", actions: ["open", "closed"],
   });
+  // Cancelled jobs' calls past the provider's max_processing_time: shown
+  // as overdue, beside what still holds it.
+  assert.equal(describeProvider({ name: "p", state: "closed", held: 1, overdue: 3, probes: 0, opened: 0 }).counts,
+    "1 held, 3 overdue, 0 probes, opened 0 times");
   const forced = describeProvider({
     name: "p", state: "open", breaker_state: "closed", forced: { state: "open", by: "op", reason: "status page", at: at(0) },
   });
@@ -170,4 +174,6 @@ test("an asynchronous attempt's work at its provider: id, status, when heard, wh
   assert.match(remoteLines({ ...r, found: false, status: undefined, cancel_requested_at: at(90_000) })[1], /; cancel asked /);
   assert.equal(remoteLines({ ...r, found: false, status: undefined })[0], "at provider: resp_1, tier now");
   assert.match(remoteLines({ ...r, status: "completed" }, false)[1], /^heard .+, 2 polls$/, "an ended attempt asks nothing next");
+  assert.match(remoteLines({ ...r, deadline: at(1_200_000) })[1], /; asks next .+; given up .+$/, "open work shows its deadline");
+  assert.match(remoteLines({ ...r, deadline: at(1_200_000) }, false)[1], /^heard .+, 2 polls$/, "ended work no deadline");
 });

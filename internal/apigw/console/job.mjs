@@ -113,9 +113,11 @@ export function remoteLines(r, open = true) {
     return [];
   }
   const next = r.cancel_requested_at ? `; cancel asked ${clock(r.cancel_requested_at)}` : open ? `; asks next ${clock(r.next_poll_at)}` : "";
+  // Past its deadline the work is given up (issue 40).
+  const deadline = open && r.deadline ? `; given up ${clock(r.deadline)}` : "";
   return [
     `at provider: ${r.id}${r.status ? ` (${r.status})` : ""}, tier ${r.tier}${r.found ? ", found after a lost submit" : ""}`,
-    `heard ${clock(r.heard_at)}, ${r.polls} polls${next}`,
+    `heard ${clock(r.heard_at)}, ${r.polls} polls${next}${deadline}`,
   ];
 }
 

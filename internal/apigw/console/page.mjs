@@ -13,7 +13,7 @@
  *   error?: Failure, hedge?: boolean, provider_request_id?: string, outcome?: string, unknown_since?: string,
  *   usage?: AttemptUsage, resolution?: Resolution, remote?: Remote}} Attempt
  * @typedef {{id: string, status?: string, tier: string, submitted_at: string, heard_at: string, next_poll_at: string,
- *   polls: number, found: boolean, cancel_requested_at?: string}} Remote
+ *   polls: number, found: boolean, cancel_requested_at?: string, deadline?: string}} Remote
  * @typedef {{input_tokens?: number, output_tokens?: number, latency_ms?: number, attempts?: number}} JobUsage
  * @typedef {{id: string, type: string, status: string, input?: unknown, providers?: string[], created_at: string,
  *   updated_at?: string, version?: number, attempts?: Attempt[], result?: unknown, completed_by?: number,
@@ -22,7 +22,7 @@
  * @typedef {{state: string, by: string, reason: string, at: string}} Forced
  * @typedef {{name: string, state: string, breaker_state?: string, since?: string, reason?: string, open_until?: string,
  *   cooldown_seconds?: number, trips?: number, window_start?: string, failures?: Record<string, number>, held?: number,
- *   probes?: number, opened?: number, forced?: Forced, updated_at?: string}} Provider
+ *   overdue?: number, probes?: number, opened?: number, forced?: Forced, updated_at?: string}} Provider
  * @typedef {{provider: string, jobs: Job[], since: string}} BlockedGroup
  * @typedef {{job_id: string, owner: string, attempt: number, unknown_since: string, result: string}} BulkAttempt
  * @typedef {{dry_run: boolean, matched: number, resolved: number, conflicts: number, scanned: number,

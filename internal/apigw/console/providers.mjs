@@ -30,7 +30,10 @@ export function describeProvider(p) {
     p.forced && p.breaker_state && p.breaker_state !== p.state ? `its breaker alone: ${p.breaker_state}` : "",
   ].filter(Boolean).join("; ");
   const plural = (/** @type {number} */ n, /** @type {string} */ w) => `${n} ${w}${n === 1 ? "" : "s"}`;
-  const counts = `${p.held ?? 0} held, ${plural(p.probes ?? 0, "probe")}, opened ${plural(p.opened ?? 0, "time")}`;
+  // Overdue: cancelled jobs' calls past the provider's max_processing_time,
+  // which no longer count against it (shown only when there are some).
+  const overdue = (p.overdue ?? 0) > 0 ? `, ${p.overdue} overdue` : "";
+  const counts = `${p.held ?? 0} held${overdue}, ${plural(p.probes ?? 0, "probe")}, opened ${plural(p.opened ?? 0, "time")}`;
   const override = p.forced ? `forced ${p.forced.state} by ${p.forced.by} at ${p.forced.at}: ${p.forced.reason}` : "";
   /** @type {("open" | "closed" | "auto")[]} */
   const actions = [];

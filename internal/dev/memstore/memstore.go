@@ -639,6 +639,7 @@ func cloneHealth(h job.Health) job.Health {
 	}
 	h.Probes, h.Held, h.Backoff = times(h.Probes), times(h.Held), times(h.Backoff)
 	h.Running, h.Waiters, h.RateWaiters = times(h.Running), times(h.Waiters), times(h.RateWaiters)
+	h.Overdue = times(h.Overdue)
 	h.PausedUntil = h.PausedUntil.UTC()
 	if len(h.Rate) == 0 {
 		h.Rate = nil

@@ -58,6 +58,9 @@ var expected = map[string]expectation{
 	// function verifies tokens itself (no authorizer in front of a
 	// function URL) and refuses before reading anything.
 	"stream-no-token.json": {status: 401},
+	// Its schedule's event: the pass over the work at providers (the
+	// by_poll index read; nothing is due in the seeded world).
+	"events-poll.json": {output: map[string]any{"jobs": 0.0, "ended": 0.0, "abandoned": 0.0}},
 }
 
 // TestEveryEvent is `make invoke` for every file in events/: the real
@@ -157,11 +160,11 @@ func TestEveryEvent(t *testing.T) {
 			if res.Response.Status != 200 || res.Response.FunctionError != "" {
 				t.Fatalf("RIE %d, function error %q: %s\nlogs:\n%s", res.Response.Status, res.Response.FunctionError, res.Response.Body, res.Logs)
 			}
-			switch fn {
-			case "api", "events":
-				checkAPI(t, event, res, want)
-			case "stream":
+			switch {
+			case fn == "stream":
 				checkStream(t, res, want)
+			case want.status != 0:
+				checkAPI(t, event, res, want)
 			default:
 				checkOutput(t, res, want)
 			}

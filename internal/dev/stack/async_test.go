@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
 	"github.com/onejob/onejob/clients/go/webhooks"
+	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
@@ -22,53 +24,77 @@ import (
 	"github.com/onejob/onejob/internal/provider/openai"
 )
 
-// asyncSpeed compresses the asynchronous provider's clock and onejob's poll
-// schedule alike, so each run of the drill asks the provider as often as a
-// deployment would (job.DefaultPollSchedule) while its 2 minutes of work
+// asyncSpeed compresses the asynchronous providers' clocks and onejob's
+// poll schedule, its pass's period and its waits' graces alike, so each
+// run of the drill asks the provider as often as a deployment would
+// (job.DefaultPollSchedule, deploy.PollEvery) while its 10 minutes of work
 // pass in 5 s.
-const asyncSpeed = 24
+const (
+	asyncSpeed = 120
+	asyncWork  = 10 * time.Minute
+)
 
 // TestAsyncJobsOnTheLocalStack drives the asynchronous demo provider
 // (OpenAI's Responses API in background mode, simulated) through the whole
-// local stack, as deployed: the API, the state machine's Run → Hold → Wait
-// loop, the run function's submit and polls, and the events function taking
-// the provider's signed webhooks. Two owners; one phase after the other,
-// since the provider's switches (dropped webhooks, a lost answer) are its
-// own, not a job's.
+// local stack, as deployed: the API, the state machine's run, which submits
+// and ends its execution with the job parked, the events function taking
+// the provider's signed webhooks and its scheduled pass polling and
+// cancelling. Two owners; one phase after the other, since the provider's
+// switches (dropped webhooks, a lost answer) are its own, not a job's.
 func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 	t.Parallel()
 	d := job.DefaultPollSchedule()
-	s := ownStack(t, "async", stack.Config{AsyncWork: 2 * time.Minute, AsyncSpeed: asyncSpeed,
-		Poll: job.PollSchedule{First: d.First / asyncSpeed, Last: d.Last / asyncSpeed}})
+	s := ownStack(t, "async", stack.Config{AsyncWork: asyncWork, AsyncSpeed: asyncSpeed,
+		Poll: job.PollSchedule{First: d.First / asyncSpeed, Last: d.Last / asyncSpeed}, PassInterval: deploy.PollEvery / asyncSpeed,
+		RemoteGrace: job.DefaultRemoteGrace / asyncSpeed, CancelGrace: job.DefaultCancelGrace / asyncSpeed})
 	alice, bob := newClient(t, s, "async-alice"), newClient(t, s, "async-bob")
 	const bound = 2 * time.Minute // only bounds a failure
 
-	// The provider works 2 minutes (its clock); the run function is billed
-	// for the submit and the polls only, and the webhook ends the job.
+	// Whatever the provider's latency, a job costs the same: one state
+	// transition (its run submits and parks), and its run function is
+	// billed for the submit alone. alice's work ends at once, bob's after
+	// the provider worked 10 minutes (its clock); each webhook ends its
+	// job.
 	runBilled, runs := s.Lambda.Billed("run"), s.Lambda.Invocations("run")
-	j := alice.submit("demo-async", "async-webhook", nil)
-	done := alice.await(j.ID, bound, "succeeded", func(j apiclient.Job) bool { return j.Status == string(job.StatusSucceeded) })
-	awaitExecution(t, s, j.ID)
-	billed, invoked := s.Lambda.Billed("run")-runBilled, s.Lambda.Invocations("run")-runs
-	transitions, err := s.SFN.StateTransitions(t.Context(), j.ID)
-	if err != nil {
+	fast := alice.submit("demo-async", "async-webhook-fast", nil)
+	slow := bob.submit("demo-async", "async-webhook", nil)
+	fastWork := awaitStored(t, s, fast.ID, bound, func(j job.Job) bool { return len(j.Attempts) == 1 && j.Attempts[0].Remote != nil })
+	if err := s.AsyncSim.Complete(fastWork.Attempts[0].Remote.ID); err != nil {
 		t.Fatal(err)
 	}
-	stored := storedJob(t, s, j.ID)
-	rem := stored.Attempts[0].Remote
-	key := stored.Attempts[0].SentKey()
-	t.Logf("webhook: provider worked %s (its clock), run function billed %s in %d invocations, %d polls, %d state transitions",
-		2*time.Minute, billed, invoked, rem.Polls, transitions)
-	if billed >= time.Second || string(done.Result) == "" {
-		t.Fatalf("run function billed %s (want under 1 s); result %s", billed, done.Result)
+	var latency [2]time.Duration
+	var transitions [2]int
+	for i, c := range []struct {
+		who *client
+		id  string
+	}{{alice, fast.ID}, {bob, slow.ID}} {
+		done := c.who.await(c.id, bound, "succeeded", func(j apiclient.Job) bool { return j.Status == string(job.StatusSucceeded) })
+		awaitExecution(t, s, c.id)
+		if string(done.Result) == "" {
+			t.Fatalf("job %s: no result", c.id)
+		}
+		stored := storedJob(t, s, c.id)
+		latency[i] = stored.Attempts[0].Usage.Latency * asyncSpeed
+		transitions[i] = jobTransitions(t, s, stored)
+		rem := stored.Attempts[0].Remote
+		if !loggedLine(logsOf(s), `"msg":"provider_event"`, rem.ID, `"outcome":"applied"`) {
+			t.Fatalf("no webhook of work %s was applied by the events function", rem.ID)
+		}
+		if key := stored.Attempts[0].SentKey(); s.AsyncSim.Executed(openai.MetadataKey, key) > 1 || len(s.AsyncSim.ByMetadata(openai.MetadataKey, key)) != 1 {
+			t.Fatalf("the work ran %d times, %d responses", s.AsyncSim.Executed(openai.MetadataKey, key), len(s.AsyncSim.ByMetadata(openai.MetadataKey, key)))
+		}
 	}
-	if !loggedLine(logsOf(s), `"msg":"provider_event"`, rem.ID, `"outcome":"applied"`) {
-		t.Fatalf("no webhook of work %s was applied by the events function", rem.ID)
+	billed, invoked := s.Lambda.Billed("run")-runBilled, s.Lambda.Invocations("run")-runs
+	t.Logf("webhook: provider worked %s and %s (its clock), %d and %d state transitions; run function billed %s in %d invocations for both",
+		latency[0].Round(time.Second), latency[1].Round(time.Second), transitions[0], transitions[1], billed, invoked)
+	if transitions[0] != transitions[1] || transitions[1] > 3 || latency[1] < asyncWork {
+		t.Fatalf("state transitions %v at latencies %v: want the same, at most 3, and the slow one %s", transitions, latency, asyncWork)
 	}
-	if n := s.AsyncSim.Executed(openai.MetadataKey, key); n != 1 || len(s.AsyncSim.ByMetadata(openai.MetadataKey, key)) != 1 {
-		t.Fatalf("the work ran %d times, %d responses", n, len(s.AsyncSim.ByMetadata(openai.MetadataKey, key)))
+	if billed >= time.Second || invoked != 2 {
+		t.Fatalf("run function billed %s in %d invocations for two jobs (want under 1 s, one each)", billed, invoked)
 	}
-
+	j := slow
+	rem := storedJob(t, s, j.ID).Attempts[0].Remote
 	// A duplicate, a forged and a replayed delivery change nothing.
 	var ev sim.WebhookEventRecord
 	for _, e := range s.AsyncSim.Events() {
@@ -112,13 +138,18 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 		t.Fatalf("a repeated, forged or replayed delivery wrote the job (revision %d → %d)", before.Revision, after.Revision)
 	}
 
-	// Its webhook lost, the job still ends: the run asks by id.
+	// Its webhook lost, the job still ends: the scheduled pass asks by
+	// id, and the job costs the same one transition.
 	s.AsyncSim.DropWebhooks(true)
 	lost := bob.submit("demo-async", "async-no-webhook", nil)
 	bob.await(lost.ID, bound, "succeeded by polling", func(j apiclient.Job) bool { return j.Status == string(job.StatusSucceeded) })
 	s.AsyncSim.DropWebhooks(false)
-	if r := storedJob(t, s, lost.ID).Attempts[0].Remote; r == nil || r.Polls == 0 {
+	polled := storedJob(t, s, lost.ID)
+	if r := polled.Attempts[0].Remote; r == nil || r.Polls == 0 {
 		t.Fatalf("ended without a poll: %+v", r)
+	}
+	if n := jobTransitions(t, s, polled); n != transitions[1] {
+		t.Fatalf("the job ended by polling made %d state transitions, the one its webhook ended %d", n, transitions[1])
 	}
 
 	// A submit whose answer was lost: the attempt is unknown, nothing is
@@ -135,7 +166,8 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 			len(s.AsyncSim.ByMetadata(openai.MetadataKey, fk)), s.AsyncSim.Executed(openai.MetadataKey, fk))
 	}
 
-	// Cancelling the job cancels its work at the provider, once.
+	// Cancelling the parked job: the scheduled pass cancels its work at
+	// the provider, once.
 	c := bob.submit("demo-async", "async-cancel", nil)
 	awaitStored(t, s, c.ID, bound, func(j job.Job) bool { return len(j.Attempts) == 1 && j.Attempts[0].Remote != nil })
 	if code, _, body := bob.do(http.MethodPost, "/v1/jobs/"+c.ID+"/cancel", "", map[string]any{}); code != http.StatusOK {
@@ -331,6 +363,31 @@ func awaitStored(t *testing.T, s *stack.Stack, id string, timeout time.Duration,
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// jobTransitions sums the state transitions of every execution the job's
+// name rule gives it (job.ExecutionName: its ID, and one per end of its
+// work at a provider that woke it).
+func jobTransitions(t *testing.T, s *stack.Stack, j job.Job) int {
+	t.Helper()
+	names := []string{j.ID}
+	for _, a := range j.Attempts {
+		if a.Remote != nil && !a.State.Open() {
+			names = append(names, j.ID+"-"+strconv.Itoa(a.Number))
+		}
+	}
+	total := 0
+	for _, name := range names {
+		n, err := s.SFN.StateTransitions(t.Context(), name)
+		if err != nil && strings.Contains(err.Error(), "404") {
+			continue // no run was woken by that end
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	return total
 }
 
 // awaitExecution waits until the job's execution has ended, and checks it

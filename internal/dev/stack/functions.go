@@ -225,7 +225,7 @@ func (s *Stack) composeRun(ctx context.Context, cfg Config, fc functionClients) 
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := s.tasks(cfg, engine, store, providers, breakers, nil, store)
+	tasks, err := s.tasks(cfg, engine, store, providers, breakers, nil, store, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -234,20 +234,46 @@ func (s *Stack) composeRun(ctx context.Context, cfg Config, fc functionClients) 
 
 // composeEvents is functions/events/main.go: providers' webhooks, read
 // back from the provider, applied to the job.
-func (s *Stack) composeEvents(ctx context.Context, cfg Config, fc functionClients) (*apigw.Handler, error) {
+// Its schedule's pass over the work at providers is the Poller (the
+// stack runs it every Config.PassInterval); the jobs it, or a webhook,
+// wakes are started through its own Step Functions client.
+func (s *Stack) composeEvents(ctx context.Context, cfg Config, fc functionClients) (*apigw.Handler, *lifecycle.Poller, error) {
 	store, engine, err := s.engine(cfg, fc, deploy.FnEvents)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	providers, err := adapters.NewRegistry(ctx, fc.providers, fc.providerSecrets, fc.providerOptions)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	tasks, err := s.tasks(cfg, engine, store, providers, nil, store, nil)
+	client, err := fc.stepFunctions(deploy.FnEvents, stepfn.APIRetryer())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return apigw.NewEvents(apigw.EventsConfig{Events: tasks, Logger: cfg.Logger})
+	starter, err := stepfn.NewStarter(stepfn.StarterConfig{Client: client, StateMachineARN: fc.stateMachineARN,
+		RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}),
+		Timeout:        stepfn.APIStartTimeout, Logger: cfg.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	tasks, err := s.tasks(cfg, engine, store, providers, nil, store, nil, starter)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := apigw.NewEvents(apigw.EventsConfig{Events: tasks, Logger: cfg.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	// The pass also stops counting cancelled jobs' hung calls past their
+	// provider's max_processing_time: it reads the providers' own limits.
+	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, PolicyFunc: providers.HealthPolicy,
+		Logger: cfg.Logger, Events: s.Metrics})
+	if err != nil {
+		return nil, nil, err
+	}
+	poller, err := lifecycle.NewPoller(lifecycle.PollerConfig{Tasks: tasks, Due: store, Breakers: breakers, HealthStore: store,
+		Logger: cfg.Logger})
+	return h, poller, err
 }
 
 // composeHold is functions/hold/main.go: no providers.
@@ -260,7 +286,7 @@ func (s *Stack) composeHold(_ context.Context, cfg Config, fc functionClients) (
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := s.tasks(cfg, engine, store, none, nil, nil, nil)
+	tasks, err := s.tasks(cfg, engine, store, none, nil, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -271,10 +297,11 @@ func (s *Stack) composeHold(_ context.Context, cfg Config, fc functionClients) (
 // only for the events function's, streams (the log of streamed jobs) only
 // for the run function's: the others call no provider that streams.
 func (s *Stack) tasks(cfg Config, engine *lifecycle.Engine, store *dynamo.Store, providers *provider.Registry,
-	breakers *lifecycle.Breakers, inbound lifecycle.InboundLog, streams lifecycle.StreamStore) (*lifecycle.Tasks, error) {
+	breakers *lifecycle.Breakers, inbound lifecycle.InboundLog, streams lifecycle.StreamStore, starter lifecycle.Starter) (*lifecycle.Tasks, error) {
 	return lifecycle.NewTasks(lifecycle.TasksConfig{Namespace: deploy.Namespace(s.Tables.Jobs), Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog},
 		Providers: providers, Certifications: store, Inbound: inbound, Wait: cfg.Wait, Poll: cfg.Poll, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace,
-		Breakers: breakers, MaxProviderWait: cfg.MaxProviderWait, Streams: streams, Logger: cfg.Logger})
+		Breakers: breakers, MaxProviderWait: cfg.MaxProviderWait, Streams: streams, Logger: cfg.Logger, Starter: starter,
+		RemoteGrace: cfg.RemoteGrace, CancelGrace: cfg.CancelGrace})
 }
 
 // composeSweeper is functions/sweeper/main.go. Locally it also restarts

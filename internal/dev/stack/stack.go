@@ -111,6 +111,13 @@ type Config struct {
 	AsyncWork  time.Duration
 	AsyncSpeed int
 	Poll       job.PollSchedule
+	// PassInterval runs the events function's scheduled pass over the
+	// work at providers (polls, cancels, deadlines: lifecycle.Poller);
+	// 0 disables it. RemoteGrace and CancelGrace bound the wait on such
+	// work (lifecycle.TasksConfig's; zero: the deployed defaults), which
+	// a drill compresses with its provider's clock.
+	PassInterval             time.Duration
+	RemoteGrace, CancelGrace time.Duration
 	// AsyncURL is a Responses simulator already running (one that outlives
 	// the stack: the kill -9 drill's); its webhook secret is then read as
 	// any provider secret, from sim.DemoAsyncSecretRef. Empty starts one.
@@ -307,6 +314,9 @@ type Stack struct {
 	Sweeper *lifecycle.Sweeper
 	// Notifier is the notify function's.
 	Notifier *lifecycle.Notifier
+	// Poller is the events function's scheduled pass over the work at
+	// providers.
+	Poller *lifecycle.Poller
 	// APIURL is the HTTP API's base URL; StreamURL where jobs' streams
 	// are served (every job view's stream_url starts with it).
 	APIURL    string
@@ -583,6 +593,22 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			}
 		})
 	}
+	if cfg.PassInterval > 0 {
+		s.wg.Go(func() {
+			t := time.NewTicker(cfg.PassInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-bg.Done():
+					return
+				case <-t.C:
+					if _, err := s.Poller.Pass(bg); err != nil && bg.Err() == nil {
+						log.Warn("poll_pass_failed", "error", err.Error())
+					}
+				}
+			}
+		})
+	}
 	if cfg.NotifyInterval > 0 {
 		s.wg.Go(func() {
 			// Every NotifyInterval while there is work; idle, the wait
@@ -773,10 +799,11 @@ func (s *Stack) apiHandler(ctx context.Context, cfg Config, fc functionClients) 
 	if err != nil {
 		return nil, err
 	}
-	events, err := s.composeEvents(ctx, cfg, fc)
+	events, poller, err := s.composeEvents(ctx, cfg, fc)
 	if err != nil {
 		return nil, fmt.Errorf("function %s: %w", deploy.FnEvents, err)
 	}
+	s.Poller = poller
 	return apigwlocal.NewServer(apigwlocal.ServerConfig{Handler: h, Tokens: tokens, Logger: cfg.Logger,
 		CORSOrigins: cfg.CORSOrigins, Mounts: mounts, Functions: map[string]*apigw.Handler{apigw.FnEvents: events}})
 }

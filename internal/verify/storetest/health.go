@@ -152,6 +152,12 @@ var healthTests = []test{
 		if h.State != job.ProviderClosed || h.Backoff["mallory"].IsZero() || h.Owners["mallory"].Failures != 4 || h.Owners["bob"].Answered != 3 {
 			t.Fatalf("after mallory's failures: %+v", h)
 		}
+		// Issue 40: a cancelled job's hung call, overdue, counts no more
+		// and is kept as such, with since when it held the provider.
+		c, _ = job.DecideHealth(h, job.HealthEvent{Kind: job.HealthOverdue, Attempt: "job_0/1"}, p, at(5))
+		if h = save(c); !h.Overdue["job_0/1"].Equal(at(3)) || h.HeldBy["job_0/1"] != "" {
+			t.Fatalf("after the overdue hold: %+v", h)
+		}
 	}},
 	{"RateSpendAndPausesSurviveTheRoundTrip", func(t *testing.T, fresh func(*testing.T) Store) {
 		// Issue 26: a declared rate's slots by owner (the no-owner count
