@@ -15,25 +15,32 @@ import (
 	"github.com/onejob/onejob/internal/job"
 )
 
-// Issue 29: what a long job costs while it waits, synchronous (one run
-// holds the provider call) against asynchronous (submit, then the execution
-// waits in its Hold → Wait → Run loop and polls by the work's id). Nothing
-// here is measured on its own: every row is the happy path measured in the
-// same run plus the design's counts, taken from the code (the poll and wait
-// schedules, the call timeout, the state machine's loop) and priced as the
-// cost table prices a scenario.
+// Issues 29 and 40: what a long job costs while it waits, synchronous (one
+// run holds the provider call) against asynchronous (the run submits and
+// ends its execution with the job parked; the webhook, or the scheduled
+// pass polling by the work's id, applies its end, and a run is started
+// only if the job then needs one). Nothing here is measured on its own:
+// every row is the happy path measured in the same run plus the design's
+// counts, taken from the code (the poll and wait schedules, the pass's
+// period, the work's deadline, the call timeout, the state machine's loop)
+// and priced as the cost table prices a scenario.
 
 // longJobLatencies are the provider latencies the section prices.
-var longJobLatencies = []time.Duration{2 * time.Second, 30 * time.Second, 10 * time.Minute}
+var longJobLatencies = []time.Duration{2 * time.Second, 30 * time.Second, 10 * time.Minute, 8 * time.Hour}
 
 // silentWindow is how long a silent attempt is priced for.
 const silentWindow = time.Hour
+
+// fallbackLatency is when the asynchronous work that fails, and so wakes
+// its job for a fallback, ends (any latency costs the same).
+const fallbackLatency = 10 * time.Minute
 
 // Cases of a long job's row.
 const (
 	caseAnswer   = "answered"
 	caseWebhook  = "webhook arrives"
 	casePolling  = "webhook lost (polling only)"
+	caseFallback = "work failed, synchronous fallback"
 	caseSilent   = "provider silent, first hour"
 	modeSync     = "sync"
 	modeAsync    = "async"
@@ -42,6 +49,17 @@ const (
 	// function's billed time (the happy path never holds).
 	holdFromRow = "unknown then resolved"
 )
+
+// tierFor is the tier a job whose provider takes latency must wait in:
+// work given up before it ended would never answer (job.RemotePolicy).
+func tierFor(latency time.Duration) job.Tier {
+	for _, t := range job.Tiers() {
+		if (job.RemotePolicy{}).Deadline(time.Time{}, t).Sub(time.Time{}) > latency {
+			return t
+		}
+	}
+	return job.TierFlex8h
+}
 
 // longJobInputs is everything the section's rows are computed from, printed
 // with them so a reader can check them.
@@ -68,9 +86,15 @@ type longJobInputs struct {
 	Loop       []string `json:"loop"`
 	BeforeWait int      `json:"states_entered_before_the_wait"`
 	// PollFirstS and PollLastS are job.DefaultPollSchedule's (tier now);
-	// WaitStepsS job.DefaultWait's.
+	// WaitStepsS job.DefaultWait's. PassEveryS is the scheduled pass's
+	// period (deploy.PollEvery): a poll is made by the first pass at or
+	// after it is due. DeadlineS is when work of tier now is given up
+	// (job.RemotePolicy's defaults: the provider's max_processing_time,
+	// 10 min, plus 10 min).
 	PollFirstS float64   `json:"poll_first_s"`
 	PollLastS  float64   `json:"poll_last_s"`
+	PassEveryS float64   `json:"pass_every_s"`
+	DeadlineS  float64   `json:"deadline_s"`
 	WaitStepsS []float64 `json:"wait_steps_s"`
 	WindowS    float64   `json:"silent_window_s"`
 	// Base is the happy path as measured: the job's create and its first
@@ -85,11 +109,11 @@ type longJobRow struct {
 	Mode     string  `json:"mode"`
 	Case     string  `json:"case"`
 	LatencyS float64 `json:"provider_latency_s"`
-	// Turns is how many runs the wait loop makes after the first (async:
-	// polls, the last finding the work or the job ended; sync: checks of
-	// an unknown attempt), at Times: seconds after the submit (async) or
-	// after the call timeout (sync). HeldS is how long one run holds the
-	// provider call.
+	// Turns is, sync, how many runs the wait loop makes after the first
+	// (checks of an unknown attempt), at Times: seconds after the call
+	// timeout; async, how many polls the scheduled pass makes (the last,
+	// polling only, finding the work ended), at Times: seconds after the
+	// submit. HeldS is how long one run holds the provider call.
 	Turns  int       `json:"loop_turns"`
 	TimesS []float64 `json:"turn_times_s,omitempty"`
 	HeldS  float64   `json:"call_held_s"`
@@ -176,14 +200,17 @@ func aslLoop(definition []byte, from, errName string) (loop []string, beforeWait
 }
 
 // pollTimes is when an asynchronous attempt's provider is asked about its
-// work, as time since the submit, by schedule s: every time before until,
-// and the first at or after it. The execution's wait is at least a second
-// (job.Next's remote wait).
-func pollTimes(s job.PollSchedule, tier job.Tier, until time.Duration) []time.Duration {
+// work, as time since the submit, by schedule s and the scheduled pass
+// that makes the polls every pass (the submit taken at a pass, the worst
+// phase): every time before until, and the first at or after it. Each
+// poll is made by the first pass at or after it is due, and the next is
+// due from then.
+func pollTimes(s job.PollSchedule, tier job.Tier, until, pass time.Duration) []time.Duration {
 	var out []time.Duration
 	var t time.Duration
 	for {
-		t += max(time.Second, s.Next(t, tier))
+		due := t + max(time.Second, s.Next(t, tier))
+		t = (due + pass - 1) / pass * pass
 		out = append(out, t)
 		if t >= until {
 			return out
@@ -240,6 +267,29 @@ func (t *tally) invoke(fn string, n, msEach float64) {
 	}
 	t.inv[fn] += n
 	t.ms[fn] += n * msEach
+}
+
+// polls adds n questions of the scheduled pass about the job's work: each
+// a read of its due entry (by_poll) and of the job, and the billed time
+// of one (the happy path's run: a read, a provider call, a write); the
+// pass's invocation, once a minute for the whole deployment, is no job's.
+// What the question writes is the caller's.
+func (t *tally) polls(n int) {
+	if n == 0 {
+		return
+	}
+	t.ms[deploy.FnEvents] += float64(n) * t.in.RunMS
+	t.reads += float64(2 * n)
+}
+
+// webhook adds a provider's webhook taken by the events function: one API
+// request and invocation (billed as the create), the delivery taken by
+// its webhook-id (a write of 1 WRU) and the job read.
+func (t *tally) webhook() {
+	t.api++
+	t.invoke(deploy.FnEvents, 1, t.in.APIMS)
+	t.smallWrites++
+	t.reads++
 }
 
 // loops adds n turns of the wait loop: each enters the loop's states, and
@@ -300,11 +350,12 @@ func baseRequests(b perJob) (reads, writes float64) {
 // measured in this run, the state machine definition and the code.
 func longJobInputsFrom(rows []perJob, definition []byte) (longJobInputs, error) {
 	in := longJobInputs{MemoryMB: map[string]int{}, CallTimeoutS: deploy.CallTimeout.Seconds(), WindowS: silentWindow.Seconds(),
-		PollFirstS: job.DefaultPollSchedule().First.Seconds(), PollLastS: job.DefaultPollSchedule().Last.Seconds()}
+		PollFirstS: job.DefaultPollSchedule().First.Seconds(), PollLastS: job.DefaultPollSchedule().Last.Seconds(),
+		PassEveryS: deploy.PollEvery.Seconds(), DeadlineS: (job.RemotePolicy{}).Deadline(time.Time{}, job.TierNow).Sub(time.Time{}).Seconds()}
 	for _, s := range job.DefaultWait().Steps {
 		in.WaitStepsS = append(in.WaitStepsS, s.Seconds())
 	}
-	for _, fn := range []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold} {
+	for _, fn := range []string{deploy.FnAPI, deploy.FnRun, deploy.FnHold, deploy.FnEvents} {
 		f, ok := deploy.Lookup(fn)
 		if !ok {
 			return in, fmt.Errorf("no function %s", fn)
@@ -377,33 +428,65 @@ func syncAttempt(in longJobInputs, latency time.Duration) longJobRow {
 	return r
 }
 
-// asyncAttempt is an asynchronous attempt whose work ends after latency.
-// The submitting run is billed as the happy path's run, plus one write (the
-// work's id). The execution then turns its wait loop once per poll: each
-// poll before the end reads the job, asks the provider and writes what it
-// heard (one write). With the webhook the job ends at latency through the
-// API (one request and invocation; the delivery taken by its webhook-id,
-// one small write (lifecycle.InboundLog); one read; its outcome write is
-// the happy path's), and the next poll's run reads the job done and ends
-// the execution. Without it, the first poll at or after latency reads the work
-// ended and writes the outcome (the happy path's write).
+// asyncAttempt is an asynchronous attempt whose work ends after latency,
+// in the tier that latency needs (tierFor). The submitting run is billed
+// as the happy path's run, plus one write (the work's id), and ends its
+// execution: the job is parked, and its one state transition is the happy
+// path's, whatever the latency. Each poll before the end is a question of
+// the scheduled pass (polls) and a write of what it heard. With the
+// webhook the job ends at latency through the events function (one API
+// request and invocation, billed as the create, one read, one write of
+// 1 WRU: the delivery taken by its webhook-id, review N-L1; the outcome
+// write is the happy path's), and no run is started: the job is done.
+// Without it, the first poll at or after latency reads the work ended and
+// writes the outcome (the happy path's write).
 func asyncAttempt(in longJobInputs, latency time.Duration, webhook bool) longJobRow {
 	t := newTally(in)
-	times := pollTimes(job.DefaultPollSchedule(), job.TierNow, latency)
+	pass := time.Duration(in.PassEveryS * float64(time.Second))
+	times := pollTimes(job.DefaultPollSchedule(), tierFor(latency), latency, pass)
 	heard := before(times, latency)
 	t.writes++ // the work's id
-	t.loops(heard + 1)
+	t.polls(heard)
 	t.writes += float64(heard)
-	kase, ends := casePolling, times[len(times)-1]
+	kase, ends, turns := casePolling, times[len(times)-1], len(times)
 	if webhook {
-		kase, ends = caseWebhook, latency
-		t.api++
-		t.invoke(deploy.FnAPI, 1, in.APIMS)
-		t.smallWrites++
-		t.reads++
+		kase, ends, turns = caseWebhook, latency, heard
+		t.webhook()
+	} else {
+		t.polls(1)
 	}
 	r := t.row(modeAsync, kase, latency)
-	r.Turns, r.TimesS, r.EndsAtS = len(times), seconds(times), ends.Seconds()
+	r.Turns, r.TimesS, r.EndsAtS = turns, seconds(times[:turns]), ends.Seconds()
+	if tier := tierFor(latency); tier != job.TierNow {
+		r.Note = fmt.Sprintf("tier %s: its work's deadline %s", tier, (job.RemotePolicy{}).Deadline(time.Time{}, tier).Sub(time.Time{}))
+	}
+	return r
+}
+
+// asyncFallback is asynchronous work that fails at fallbackLatency (its
+// webhook says so) on a job with a synchronous fallback left: the events
+// function writes the failure and starts the run the job needs (its
+// execution named <job_id>-1: StartExecution is not billed, the Run state
+// is one transition), which reads the job, launches the fallback (a write,
+// and its ledger copy) and completes the job by the happy path's outcome
+// write. +1 transition and one run, whatever the latency.
+func asyncFallback(in longJobInputs) longJobRow {
+	t := newTally(in)
+	pass := time.Duration(in.PassEveryS * float64(time.Second))
+	times := pollTimes(job.DefaultPollSchedule(), tierFor(fallbackLatency), fallbackLatency, pass)
+	heard := before(times, fallbackLatency)
+	t.writes++ // the work's id
+	t.polls(heard)
+	t.writes += float64(heard)
+	t.webhook()
+	t.writes++ // attempt 1 failed
+	t.transitions++
+	t.invoke(deploy.FnRun, 1, in.RunMS)
+	t.reads++
+	t.writes += 2 // attempt 2 launched, and its ledger copy
+	r := t.row(modeAsync, caseFallback, fallbackLatency)
+	r.Turns, r.TimesS, r.EndsAtS = heard, seconds(times[:heard]), fallbackLatency.Seconds()
+	r.Note = "the webhook's failure wakes the job: one more run (execution <job_id>-1), one more transition"
 	return r
 }
 
@@ -427,19 +510,31 @@ func silentSync(in longJobInputs) longJobRow {
 }
 
 // silentAsync is an asynchronous attempt whose work never ends and whose
-// webhook never comes, over the window: polled on the schedule, each poll
-// a read and a write; its hold reads too. The write of the work's id is
-// counted as the happy path's outcome write (no outcome is written).
+// webhook never comes: polled by the pass until its deadline (DeadlineS:
+// job.RemotePolicy's, tier now), each poll a question and a write; at the
+// deadline the pass asks the provider to cancel (the cancel recorded, a
+// write) and gives the work up (job.DecideAbandon, a write), and starts
+// the run the job then needs, which reads it and, no provider left, fails
+// it (the happy path's outcome write): one more transition and run. The
+// job ends at its deadline, within the window.
 func silentAsync(in longJobInputs) longJobRow {
 	t := newTally(in)
-	window := time.Duration(in.WindowS * float64(time.Second))
-	times := pollTimes(job.DefaultPollSchedule(), job.TierNow, window)
-	polls := before(times, window)
-	t.loops(polls)
+	pass := time.Duration(in.PassEveryS * float64(time.Second))
+	deadline := time.Duration(in.DeadlineS * float64(time.Second))
+	times := pollTimes(job.DefaultPollSchedule(), job.TierNow, deadline, pass)
+	polls := before(times, deadline)
+	t.writes++ // the work's id
+	t.polls(polls)
 	t.writes += float64(polls)
-	t.waitOpen()
+	t.polls(1)      // the deadline's question (the cancel)
+	t.writes += 2   // the cancel asked, the work given up
+	t.transitions++ // the woken run
+	t.invoke(deploy.FnRun, 1, in.RunMS)
+	t.reads++
+	ends := (deadline + pass - 1) / pass * pass
 	r := t.row(modeAsync, caseSilent, 0)
-	r.Turns, r.TimesS = polls, seconds(times[:polls])
+	r.Turns, r.TimesS, r.EndsAtS = polls, seconds(times[:polls]), ends.Seconds()
+	r.Note = fmt.Sprintf("given up at its deadline (%s: max_processing_time + 10 min), the job woken and failed", dur(in.DeadlineS))
 	return r
 }
 
@@ -450,13 +545,18 @@ func longJobRows(in longJobInputs) []longJobRow {
 	var out []longJobRow
 	for _, l := range longJobLatencies {
 		s := syncAttempt(in, l)
+		s.RatioToSync = 1
 		out = append(out, s)
 		for _, webhook := range []bool{true, false} {
 			a := asyncAttempt(in, l, webhook)
 			a.RatioToSync = ratio(a.CostPerMillion.Total, s.CostPerMillion.Total)
 			out = append(out, a)
 		}
-		out[len(out)-3].RatioToSync = 1
+		if l == fallbackLatency {
+			f := asyncFallback(in)
+			f.RatioToSync = ratio(f.CostPerMillion.Total, s.CostPerMillion.Total)
+			out = append(out, f)
+		}
 	}
 	s, a := silentSync(in), silentAsync(in)
 	s.RatioToSync, a.RatioToSync = 1, ratio(a.CostPerMillion.Total, s.CostPerMillion.Total)
@@ -502,7 +602,7 @@ func round4(f float64) float64 { return math.Round(f*10000) / 10000 }
 // row's loop turns.
 func printLongJobs(w io.Writer, l longJobs) {
 	in := l.Inputs
-	section(w, "Long jobs (issue 29): per job and USD per million jobs, synchronous vs asynchronous by provider latency, and an attempt whose provider goes silent (first hour)")
+	section(w, "Long jobs (issues 29, 40): per job and USD per million jobs, synchronous vs asynchronous (parked) by provider latency, a fallback after failed work, and an attempt whose provider goes silent (first hour)")
 	var mem []string
 	for _, fn := range sortedKeys(in.MemoryMB) {
 		mem = append(mem, fmt.Sprintf("%s %d MB", fn, in.MemoryMB[fn]))
@@ -517,13 +617,16 @@ func printLongJobs(w io.Writer, l longJobs) {
 		"an added read %.2f RRU, an added write %.2f WRU (the happy path's means)\n",
 		strings.Join(mem, ", "), b.APIRequests, b.StateTransitions, b.DynamoRequests, max(0, b.ReadUnits-b.ReadBacks),
 		b.WriteUnits+b.IndexWriteUnits, in.RunMS, in.APIMS, in.HoldMS, in.HoldFrom, in.RRUPerRead, in.WRUPerWrite)
-	fmt.Fprintf(w, "design: call timeout %s (deploy.CallTimeout); wait loop after a run that does not end the job: %s, %d transitions a turn "+
-		"(statemachine/onejob.asl.json: Run's Catch of WaitOpen, and of States.Timeout), %d entered before its wait; polls (job.DefaultPollSchedule, tier now): "+
-		"after %s, then at the work's age (the wait doubles), at most every %s; checks of an unknown attempt (job.DefaultWait): %s\n",
-		dur(in.CallTimeoutS), strings.Join(in.Loop, " → "), len(in.Loop), in.BeforeWait, dur(in.PollFirstS), dur(in.PollLastS),
-		strings.Join(steps, ", "))
+	fmt.Fprintf(w, "design: call timeout %s (deploy.CallTimeout); wait loop of a synchronous attempt unknown past it: %s, %d transitions a turn "+
+		"(statemachine/onejob.asl.json: Run's Catch of WaitOpen, and of States.Timeout), %d entered before its wait; checks of an unknown attempt "+
+		"(job.DefaultWait): %s. Asynchronous: the run submits and ends its execution (parked: no transition while the work runs); "+
+		"polls by the scheduled pass every %s (deploy.PollEvery; job.DefaultPollSchedule: after %s, then at the work's age, at most every %s, "+
+		"made by the first pass after), each a slice of the pass's invocation, two reads and a write; work of tier now given up at %s "+
+		"(job.RemotePolicy)\n",
+		dur(in.CallTimeoutS), strings.Join(in.Loop, " → "), len(in.Loop), in.BeforeWait, strings.Join(steps, ", "), dur(in.PassEveryS),
+		dur(in.PollFirstS), dur(in.PollLastS), dur(in.DeadlineS))
 	tw := table(w)
-	fmt.Fprintln(tw, "mode\tprovider latency\tcase\tcall held\tloop turns\tjob ends at\tLambda invocations\tLambda GB-s\ttransitions\tDDB reads\tDDB writes\tAPI requests\t"+
+	fmt.Fprintln(tw, "mode\tprovider latency\tcase\tcall held\tturns (sync loop, async polls)\tjob ends at\tLambda invocations\tLambda GB-s\ttransitions\tDDB reads\tDDB writes\tAPI requests\t"+
 		"Lambda requests\tLambda duration\tStep Functions\tDynamoDB\tAPI Gateway\ttotal USD\t×sync\t")
 	for _, r := range l.Rows {
 		latency, ends := dur(r.LatencyS), "-"
@@ -543,7 +646,7 @@ func printLongJobs(w io.Writer, l longJobs) {
 			r.APIRequests, c.LambdaReq, c.LambdaGBs, c.StepFunctions, c.DynamoDB, c.APIGateway, c.Total, r.RatioToSync)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "loop turns at (after the submit; sync: after the call timeout):")
+	fmt.Fprintln(w, "loop turns (sync: checks after the call timeout) and polls (async: after the submit) at:")
 	for _, r := range l.Rows {
 		if r.Turns == 0 {
 			continue
@@ -563,8 +666,8 @@ func printLongJobs(w io.Writer, l longJobs) {
 			fmt.Fprintf(w, "note: %s, %s, %s: %s\n", r.Mode, dur(r.LatencyS), r.Case, r.Note)
 		}
 	}
-	fmt.Fprintln(w, "note: every row is the happy path's counts plus the design's (README); a poll's or a check's run is billed as the happy path's run, "+
-		"its provider answering at once. A provider that hangs on a question holds that run up to the settle timeout instead.")
+	fmt.Fprintln(w, "note: every row is the happy path's counts plus the design's (README); a check's run and a poll of the pass are billed as the happy path's run, "+
+		"the provider answering at once. A provider that hangs on a question holds that run, or that slice of the pass, up to the settle timeout instead.")
 }
 
 // dur prints seconds as a duration.

@@ -76,25 +76,41 @@ func TestPollTimes(t *testing.T) {
 		name  string
 		tier  job.Tier
 		until time.Duration
+		pass  time.Duration
 		want  []float64 // seconds after the submit
 	}{
-		{"BeforeTheFirstPoll", job.TierNow, 2 * time.Second, []float64{30}},
-		{"OnAPoll", job.TierNow, time.Minute, []float64{30, 60}},
-		// 30 s at first, then the work's age: the wait doubles.
-		{"Doubling", job.TierNow, 100 * time.Second, []float64{30, 60, 120}},
-		{"TenMinutes", job.TierNow, 10 * time.Minute, []float64{30, 60, 120, 240, 480, 960}},
+		// Due at 30 s, made by the pass at 60 s.
+		{"BeforeTheFirstPoll", job.TierNow, 2 * time.Second, time.Minute, []float64{60}},
+		{"OnAPoll", job.TierNow, time.Minute, time.Minute, []float64{60}},
+		// Then at the work's age from the last poll: the wait doubles.
+		{"Doubling", job.TierNow, 100 * time.Second, time.Minute, []float64{60, 120}},
+		{"TenMinutes", job.TierNow, 10 * time.Minute, time.Minute, []float64{60, 120, 240, 480, 960}},
 		// Past 30 min of age the wait is the 30-min cap.
-		{"AnHour", job.TierNow, time.Hour, []float64{30, 60, 120, 240, 480, 960, 1920, 3720}},
+		{"AnHour", job.TierNow, time.Hour, time.Minute, []float64{60, 120, 240, 480, 960, 1920, 3720}},
 		// An 8-h window's cap is a quarter of it: 2 h.
-		{"Flex8hCap", job.TierFlex8h, 3 * time.Hour, []float64{30, 60, 120, 240, 480, 960, 1920, 3840, 7680, 14880}},
+		{"Flex8hCap", job.TierFlex8h, 3 * time.Hour, time.Minute, []float64{60, 120, 240, 480, 960, 1920, 3840, 7680, 14880}},
+		// A pass every second makes the schedule's own times.
+		{"AFinePass", job.TierNow, 100 * time.Second, time.Second, []float64{30, 60, 120}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := seconds(pollTimes(job.DefaultPollSchedule(), tc.tier, tc.until)); !slices.Equal(got, tc.want) {
+			if got := seconds(pollTimes(job.DefaultPollSchedule(), tc.tier, tc.until, tc.pass)); !slices.Equal(got, tc.want) {
 				t.Fatalf("pollTimes = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestTierFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		latency time.Duration
+		want    job.Tier
+	}{{2 * time.Second, job.TierNow}, {10 * time.Minute, job.TierNow}, {time.Hour, job.TierFlex2h}, {8 * time.Hour, job.TierFlex8h}} {
+		if got := tierFor(tc.latency); got != tc.want {
+			t.Errorf("tierFor(%s) = %s, want %s", tc.latency, got, tc.want)
+		}
 	}
 }
 
@@ -159,7 +175,8 @@ func TestLongJobInputs(t *testing.T) {
 	if in.RunMS != 100 || in.APIMS != 40 || in.HoldMS != 10 || in.HoldFrom != "unknown then resolved" ||
 		in.RRUPerRead != 1 || in.WRUPerWrite != 2 || in.CallTimeoutS != 240 || in.BeforeWait != 2 ||
 		!slices.Equal(in.Loop, []string{"Hold", "Wait", "Run"}) || in.PollFirstS != 30 || in.PollLastS != 1800 ||
-		in.MemoryMB["run"] != 256 || !slices.Equal(in.WaitStepsS, []float64{60, 900, 7200, 28800}) {
+		in.PassEveryS != 60 || in.DeadlineS != 1200 || in.MemoryMB["run"] != 256 || in.MemoryMB["events"] != 256 ||
+		!slices.Equal(in.WaitStepsS, []float64{60, 900, 7200, 28800}) {
 		t.Fatalf("inputs = %+v", in)
 	}
 	if _, err := longJobInputsFrom(nil, []byte(`{}`)); err == nil {
@@ -192,44 +209,65 @@ func TestLongJobRows(t *testing.T) {
 		// more of run. GB-s (40+2,100)/1000·0.25 = 0.535.
 		{"sync/2s/answered", want{0, 2, 2, map[string]float64{"api": 1, "run": 1}, map[string]float64{"api": 40, "run": 2100}, 1, 2, 4, 1,
 			costRow{DynamoDB: 2 + 8*2, StepFunctions: 3, LambdaReq: 8, LambdaGBs: 2.68, APIGateway: 6, Total: 37.67}}},
-		// Submit, a poll at 30 s finding the job done (the webhook ended
-		// it at 2 s): one turn (3 transitions, hold and run, 2 reads),
-		// the id's write; the webhook's request, invocation, read, and
-		// the delivery taken by its id (a write of 1 WRU).
-		// GB-s (80+200+10)/1000·0.25 = 0.0725.
-		{"async/2s/webhook arrives", want{1, 0, 2, map[string]float64{"api": 2, "run": 2, "hold": 1},
-			map[string]float64{"api": 80, "run": 200, "hold": 10}, 4, 5, 6, 2,
-			costRow{DynamoDB: 5 + 10*2 + 1*2, StepFunctions: 12, LambdaReq: 20, LambdaGBs: 0.36, APIGateway: 12, Total: 71.36}}},
-		{"async/2s/webhook lost (polling only)", want{1, 0, 30, map[string]float64{"api": 1, "run": 2, "hold": 1},
-			map[string]float64{"api": 40, "run": 200, "hold": 10}, 4, 4, 5, 1,
-			costRow{DynamoDB: 4 + 10*2, StepFunctions: 12, LambdaReq: 16, LambdaGBs: 0.31, APIGateway: 6, Total: 58.31}}},
-		// The first poll, at 30 s, finds it ended: the same turn as at 2 s.
-		{"async/30s/webhook arrives", want{1, 0, 30, map[string]float64{"api": 2, "run": 2, "hold": 1},
-			map[string]float64{"api": 80, "run": 200, "hold": 10}, 4, 5, 6, 2,
-			costRow{DynamoDB: 5 + 10*2 + 1*2, StepFunctions: 12, LambdaReq: 20, LambdaGBs: 0.36, APIGateway: 12, Total: 71.36}}},
-		{"async/30s/webhook lost (polling only)", want{1, 0, 30, map[string]float64{"api": 1, "run": 2, "hold": 1},
-			map[string]float64{"api": 40, "run": 200, "hold": 10}, 4, 4, 5, 1,
-			costRow{DynamoDB: 4 + 10*2, StepFunctions: 12, LambdaReq: 16, LambdaGBs: 0.31, APIGateway: 6, Total: 58.31}}},
+		// The run submits and parks: the happy path's one transition and
+		// run, the id's write. The webhook ends the job at 2 s: an API
+		// request and an events invocation (40 ms), a read, the delivery
+		// taken by its id (1 WRU). No poll was due. GB-s
+		// (40+100+40)/1000·0.25 = 0.045.
+		{"async/2s/webhook arrives", want{0, 0, 2, map[string]float64{"api": 1, "run": 1, "events": 1},
+			map[string]float64{"api": 40, "run": 100, "events": 40}, 1, 3, 6, 2,
+			costRow{DynamoDB: 3 + (8+1*2+1)*2, StepFunctions: 3, LambdaReq: 12, LambdaGBs: 0.22, APIGateway: 12, Total: 52.23}}},
+		// Polling only: the pass's poll at 60 s (due at 30 s) reads the
+		// entry and the job (2 reads) and writes the outcome (the happy
+		// path's write), billed as a run (100 ms of the events function;
+		// its invocation is the deployment's, no job's).
+		{"async/2s/webhook lost (polling only)", want{1, 0, 60, map[string]float64{"api": 1, "run": 1},
+			map[string]float64{"api": 40, "run": 100, "events": 100}, 1, 4, 5, 1,
+			costRow{DynamoDB: 4 + (8+1*2)*2, StepFunctions: 3, LambdaReq: 8, LambdaGBs: 0.3, APIGateway: 6, Total: 41.3}}},
+		// The first poll, at 60 s, finds the work ended at 30 s.
+		{"async/30s/webhook lost (polling only)", want{1, 0, 60, map[string]float64{"api": 1, "run": 1},
+			map[string]float64{"api": 40, "run": 100, "events": 100}, 1, 4, 5, 1,
+			costRow{DynamoDB: 4 + (8+1*2)*2, StepFunctions: 3, LambdaReq: 8, LambdaGBs: 0.3, APIGateway: 6, Total: 41.3}}},
 		// Past the call timeout: held 4 min, unknown, checked 1 and 16 min
 		// later; the second check finds the answer (ends at 20 min).
 		{"sync/10m0s/answered", want{2, 240, 1200, map[string]float64{"api": 1, "run": 3, "hold": 2},
 			map[string]float64{"api": 40, "run": 240300, "hold": 20}, 7, 6, 5, 1,
 			costRow{DynamoDB: 6 + 10*2, StepFunctions: 21, LambdaReq: 24, LambdaGBs: 300.45, APIGateway: 6, Total: 377.45}}},
-		// Polls at 30 s and 1, 2, 4 and 8 min hear it running; the one at
-		// 16 min ends it.
-		{"async/10m0s/webhook lost (polling only)", want{6, 0, 960, map[string]float64{"api": 1, "run": 7, "hold": 6},
-			map[string]float64{"api": 40, "run": 700, "hold": 60}, 19, 14, 10, 1,
-			costRow{DynamoDB: 14 + 20*2, StepFunctions: 57, LambdaReq: 56, LambdaGBs: 1, APIGateway: 6, Total: 174}}},
+		// Polls at 1, 2, 4 and 8 min hear it running (2 reads and a write
+		// each); the one at 16 min ends it. Still one transition.
+		{"async/10m0s/webhook lost (polling only)", want{5, 0, 960, map[string]float64{"api": 1, "run": 1},
+			map[string]float64{"api": 40, "run": 100, "events": 500}, 1, 12, 9, 1,
+			costRow{DynamoDB: 12 + (8+5*2)*2, StepFunctions: 3, LambdaReq: 8, LambdaGBs: 0.8, APIGateway: 6, Total: 65.8}}},
+		// The 4 polls before 10 min, then the webhook.
+		{"async/10m0s/webhook arrives", want{4, 0, 600, map[string]float64{"api": 1, "run": 1, "events": 1},
+			map[string]float64{"api": 40, "run": 100, "events": 440}, 1, 11, 10, 2,
+			costRow{DynamoDB: 11 + (8+5*2+1)*2, StepFunctions: 3, LambdaReq: 12, LambdaGBs: 0.73, APIGateway: 12, Total: 76.72}}},
+		// The work fails at 10 min (its webhook): the failure written,
+		// the job woken: one more run (100 ms, a read) and transition,
+		// the fallback launched and recorded (2 writes), its answer the
+		// happy path's outcome write.
+		{"async/10m0s/work failed, synchronous fallback", want{4, 0, 600, map[string]float64{"api": 1, "run": 2, "events": 1},
+			map[string]float64{"api": 40, "run": 200, "events": 440}, 2, 12, 13, 2,
+			costRow{DynamoDB: 12 + (8+8*2+1)*2, StepFunctions: 6, LambdaReq: 16, LambdaGBs: 0.85, APIGateway: 12, Total: 96.85}}},
+		// 8 hours: tier 8h (its deadline 8 h 20 min), polled at 1, 2, 4,
+		// 8, 16, 32, 64, 128 min, then every 2 h (a quarter of the
+		// window): 10 polls before 8 h, the 11th ends it. One transition.
+		{"async/8h0m0s/webhook lost (polling only)", want{11, 0, 29280, map[string]float64{"api": 1, "run": 1},
+			map[string]float64{"api": 40, "run": 100, "events": 1100}, 1, 24, 15, 1,
+			costRow{DynamoDB: 24 + (8+11*2)*2, StepFunctions: 3, LambdaReq: 8, LambdaGBs: 1.55, APIGateway: 6, Total: 102.55}}},
 		// Held 4 min, checked at 1 and 16 min after it, then held, waiting
 		// (2 h) when the hour ends: 2 turns and a hold and wait.
 		{"sync/0/provider silent, first hour", want{2, 240, 0, map[string]float64{"api": 1, "run": 3, "hold": 3},
 			map[string]float64{"api": 40, "run": 240300, "hold": 30}, 9, 7, 4, 1,
 			costRow{DynamoDB: 7 + 8*2, StepFunctions: 27, LambdaReq: 28, LambdaGBs: 300.46, APIGateway: 6, Total: 384.46}}},
-		// 7 polls in the hour (the 8th at 3,720 s), each a read and a
-		// write, with their hold's read; then held, waiting.
-		{"async/0/provider silent, first hour", want{7, 0, 0, map[string]float64{"api": 1, "run": 8, "hold": 8},
-			map[string]float64{"api": 40, "run": 800, "hold": 80}, 24, 17, 11, 1,
-			costRow{DynamoDB: 17 + 22*2, StepFunctions: 72, LambdaReq: 68, LambdaGBs: 1.15, APIGateway: 6, Total: 208.15}}},
+		// Never ends: polled at 1, 2, 4, 8 and 16 min; at its deadline,
+		// 20 min, the pass asks to cancel (2 reads) and gives it up (2
+		// writes: the cancel asked, the attempt failed), and wakes the
+		// job: one more run and transition, which fails it (the happy
+		// path's outcome write). It ends at 20 min, not waiting for ever.
+		{"async/0/provider silent, first hour", want{5, 0, 1200, map[string]float64{"api": 1, "run": 2},
+			map[string]float64{"api": 40, "run": 200, "events": 600}, 2, 15, 12, 1,
+			costRow{DynamoDB: 15 + (8+8*2)*2, StepFunctions: 6, LambdaReq: 12, LambdaGBs: 1.05, APIGateway: 6, Total: 88.05}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -268,8 +306,16 @@ func TestLongJobRows(t *testing.T) {
 			t.Errorf("%s %s %s: ×sync %v, want %v", r.Mode, dur(r.LatencyS), r.Case, r.RatioToSync, want)
 		}
 	}
-	if len(rows) != 3*len(longJobLatencies)+2 {
+	if len(rows) != 3*len(longJobLatencies)+1+2 {
 		t.Errorf("%d rows", len(rows))
+	}
+	// Issue 40: an asynchronous job's orchestration is at most 3 state
+	// transitions whatever its provider's latency: 1 parked, 2 with a
+	// woken run.
+	for _, r := range rows {
+		if r.Mode == modeAsync && r.StateTransitions > 3 {
+			t.Errorf("async %s %s: %v state transitions", dur(r.LatencyS), r.Case, r.StateTransitions)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,29 +103,39 @@ func TestOneOwnerCannotTakeTheProviders(t *testing.T) {
 		heavyJobs, hang, lightJobs, took, view.Providers)
 }
 
-// Issue 26's second drill (review H2 and H4): 16 jobs of 8 owners hang on
-// both providers and are cancelled while their calls are unknown. The
-// cancel gives no slot back while the calls may run; once the providers
-// finish the work, the reconciler settles every attempt with no operator,
-// the providers hold nothing, the cancelled jobs leave the open index and
-// their owners' slots come back, and a new owner's jobs succeed.
+// Issue 26's second drill (review H2 and H4), and issue 40's: 16 jobs of
+// 8 owners hang on both providers, which answer "in progress" to every
+// question about them, and are cancelled while their calls are unknown.
+// The cancel gives no slot back at once; once the providers'
+// max_processing_time and margin (job.OverdueAfter) have passed since the
+// calls, no slot of them counts as held (overdue, as operators see them)
+// and a new owner's 5 jobs each succeed within 5 s while the calls still
+// hang. Once the providers finish the work, the reconciler settles every
+// attempt with no operator, the providers hold nothing, not even overdue,
+// the cancelled jobs leave the open index and their owners' slots come
+// back, and a new owner's jobs succeed.
 func TestCancelledJobsFreeTheProviders(t *testing.T) {
 	t.Parallel()
 	const (
-		owners  = 8
-		perOne  = 2
-		hang    = 15 * time.Second // bounds a failure only: the work is held (sim Hold)
-		settled = 2 * time.Minute  // bounds a failure only
+		owners     = 8
+		perOne     = 2
+		newcomer   = 5
+		processing = 3 * time.Second  // the demo providers' declared max_processing_time here
+		hang       = 15 * time.Second // bounds a failure only: the work is held (sim Hold)
+		settled    = 2 * time.Minute  // bounds a failure only
+		each       = 5 * time.Second  // a newcomer's job, the issue's bound
+		pass       = 250 * time.Millisecond
 	)
 	// The demo's bulkhead (8 at a time at each provider, an owner's share
 	// of it) and its tracking of held calls, but breakers that never open:
 	// with the demo's, whether three hung calls went slow before the last
 	// jobs launched depended on the machine's pace (on a busy one, jobs
 	// then waited out growing cooldowns for a probe, past any bound).
-	s := ownStack(t, "cancelled", stack.Config{CertifyDemo: true, SweepInterval: time.Second,
+	s := ownStack(t, "cancelled", stack.Config{CertifyDemo: true, SweepInterval: time.Second, PassInterval: pass,
 		DemoProviders: func(c provider.Config) provider.Config {
 			for i := range c.Providers {
 				c.Providers[i].Breaker = &provider.BreakerConfig{Failures: 1_000_000}
+				c.Providers[i].MaxProcessingTime = processing.String()
 			}
 			return c
 		}})
@@ -161,13 +172,14 @@ func TestCancelledJobsFreeTheProviders(t *testing.T) {
 			t.Fatalf("cancel %s: %d %s", h.id, code, body)
 		}
 	}
-	held := func() (n int) {
+	holds := func() (n, overdue int) {
 		t.Helper()
 		_, _, body := admin.do(http.MethodGet, "/v1/admin/providers", "", nil)
 		var view struct {
 			Providers []struct {
 				Held    int `json:"held"`
 				Running int `json:"running"`
+				Overdue int `json:"overdue"`
 			} `json:"providers"`
 		}
 		if err := json.Unmarshal(body, &view); err != nil {
@@ -175,11 +187,75 @@ func TestCancelledJobsFreeTheProviders(t *testing.T) {
 		}
 		for _, p := range view.Providers {
 			n += p.Held + p.Running
+			overdue += p.Overdue
 		}
-		return n
+		return n, overdue
 	}
-	if n := held(); n == 0 {
+	held := func() int { n, _ := holds(); return n }
+	hungCalls := held()
+	if hungCalls == 0 {
 		t.Fatal("the cancelled jobs' calls, still unknown, hold nothing")
+	}
+
+	// Issue 40: the providers still answer "in progress" about every call,
+	// but past their max_processing_time and margin since the calls began
+	// no slot of them counts: the scheduled pass declares them overdue.
+	var lastCall time.Time
+	for _, h := range jobs {
+		for _, a := range storedJob(t, s, h.id).Attempts {
+			if a.StartedAt.After(lastCall) {
+				lastCall = a.StartedAt
+			}
+		}
+	}
+	// (An attempt the reconciler settled meanwhile, its hold released, is
+	// freed too: every hold ends overdue or released.)
+	for {
+		n, overdue := holds()
+		if n == 0 && overdue > 0 {
+			break
+		}
+		if time.Since(lastCall) > settled {
+			t.Fatalf("%d calls still hold the providers, %d overdue, %s after the last call began (max_processing_time %s)",
+				n, overdue, time.Since(lastCall).Round(time.Second), processing)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	freedAfter := time.Since(lastCall).Round(100 * time.Millisecond)
+	// None was declared before its bound.
+	for _, line := range strings.Split(logsOf(s), "\n") {
+		if !strings.Contains(line, `"msg":"hold_overdue"`) {
+			continue
+		}
+		var e struct {
+			Time      time.Time `json:"time"`
+			StartedAt time.Time `json:"started_at"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatal(err)
+		}
+		if over := processing + time.Second; e.Time.Sub(e.StartedAt) < over { // the demo's slow_call_after: 1 s
+			t.Fatalf("a hold declared overdue %s after its call began, before %s: %s", e.Time.Sub(e.StartedAt), over, line)
+		}
+	}
+	// A new owner's jobs each succeed within 5 s while those calls hang.
+	fresh := newClient(t, s, "cancelled-newcomer")
+	var tookEach []time.Duration
+	for i := range newcomer {
+		began := time.Now()
+		j := fresh.submit("demo", fmt.Sprintf("while-hung-%d", i), nil)
+		fresh.await(j.ID, settled, "succeeded", func(j apiclient.Job) bool { return j.Status == string(job.StatusSucceeded) })
+		took := time.Since(began).Round(10 * time.Millisecond)
+		if took > each {
+			t.Errorf("the new owner's job %d took %s, past %s", i, took, each)
+		}
+		tookEach = append(tookEach, took)
+	}
+	overdueCalls := 0
+	if n, overdue := holds(); n != 0 || overdue == 0 {
+		t.Fatalf("after the new owner's jobs: %d held, %d overdue; want none held, the hung calls overdue", n, overdue)
+	} else {
+		overdueCalls = overdue
 	}
 	// The providers finish the work; from then on the holds must end with
 	// no operator.
@@ -194,9 +270,13 @@ func TestCancelledJobsFreeTheProviders(t *testing.T) {
 		}
 	}
 	finished := time.Now()
-	for held() > 0 {
+	for {
+		n, overdue := holds()
+		if n+overdue == 0 {
+			break
+		}
 		if time.Since(finished) > settled {
-			t.Fatalf("%d attempts still hold the providers %s after they finished", held(), settled)
+			t.Fatalf("%d attempts still hold the providers, %d overdue, %s after they finished", n, overdue, settled)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -217,11 +297,11 @@ func TestCancelledJobsFreeTheProviders(t *testing.T) {
 			t.Errorf("%s executed attempt keys more than once: %v", name, st.ExecutedMoreThanOnce)
 		}
 	}
-	fresh := newClient(t, s, "cancelled-newcomer")
 	for i := range 3 {
 		j := fresh.submit("demo", fmt.Sprintf("after-%d", i), nil)
 		fresh.await(j.ID, settled, "succeeded", func(j apiclient.Job) bool { return j.Status == string(job.StatusSucceeded) })
 	}
-	t.Logf("cancelled jobs: %d jobs of %d owners cancelled while unknown; every hold ended %s after the providers finished, no operator",
-		len(jobs), owners, freedIn)
+	t.Logf("cancelled jobs: %d jobs of %d owners cancelled while unknown, %d calls holding the providers then; %d overdue, none held, %s after the last began "+
+		"(max_processing_time %s + 1 s); a new owner's %d jobs took %v while they hung; every hold ended %s after the providers finished, no operator",
+		len(jobs), owners, hungCalls, overdueCalls, freedAfter, processing, newcomer, tookEach, freedIn)
 }
