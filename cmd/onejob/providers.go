@@ -67,6 +67,7 @@ type providerView struct {
 	WindowStart     string         `json:"window_start"`
 	Failures        map[string]int `json:"failures"`
 	Held            int            `json:"held"`
+	Overdue         int            `json:"overdue"`
 	Probes          int            `json:"probes"`
 	Opened          int            `json:"opened"`
 	Forced          *forcedView    `json:"forced"`
@@ -181,7 +182,13 @@ func writeProviders(out io.Writer, providers []providerView) error {
 			failures += " since " + p.WindowStart
 		}
 		detail("failures", failures)
-		detail("counts", fmt.Sprintf("%s held, %s, opened %s", fmt.Sprint(p.Held), plural(fmt.Sprint(p.Probes), "probe"),
+		// Overdue: cancelled jobs' calls past the provider's
+		// max_processing_time, no longer counted (shown when there are).
+		overdue := ""
+		if p.Overdue > 0 {
+			overdue = fmt.Sprintf(", %d overdue", p.Overdue)
+		}
+		detail("counts", fmt.Sprintf("%s held%s, %s, opened %s", fmt.Sprint(p.Held), overdue, plural(fmt.Sprint(p.Probes), "probe"),
 			plural(fmt.Sprint(p.Opened), "time")))
 	}
 	_, err := io.WriteString(out, b.String())

@@ -281,6 +281,15 @@ func TestWriteProviders(t *testing.T) {
 				"   failures    none\n" +
 				"   counts      0 held, 1 probe, opened 1 time\n",
 		},
+		{
+			// Issue 40: cancelled jobs' calls past the provider's
+			// max_processing_time count no more, and show as overdue.
+			name: "OverdueHolds",
+			doc:  `{"name":"p","state":"closed","breaker_state":"closed","failures":{},"held":1,"overdue":3,"probes":0,"opened":0}`,
+			want: "p  closed  since -\n" +
+				"   failures    none\n" +
+				"   counts      1 held, 3 overdue, 0 probes, opened 0 times\n",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

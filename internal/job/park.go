@@ -148,6 +148,31 @@ const (
 // DueKinds lists every due kind.
 func DueKinds() []DueKind { return []DueKind{DueDeadline, DueCancel, DuePoll} }
 
+// DueAction is what the scheduled pass does for one due kind, and the
+// decisions that record it: the table docs/state-machines.md draws.
+type DueAction struct {
+	Kind DueKind
+	// When it is due, the question the provider is asked, and what its
+	// answer does.
+	When, Asks, Then string
+	By               []string
+}
+
+// DueActions describes each due kind, in DueKinds' order.
+func DueActions() []DueAction {
+	return []DueAction{
+		{DueDeadline, "Remote.Deadline passed (its tier's window + max_processing_time + grace; a cancel's grace)",
+			"cancel (if never asked), else retrieve", "ended: applied as the webhook's; else the attempt is given up",
+			[]string{"DecideCancelRemote", "DecideAbandon"}},
+		{DueCancel, "its job finished (cancelled, or won by another attempt) and no cancel was asked",
+			"cancel, once (recorded first)", "cancelled: the attempt ends cancelled; not yet: polled on",
+			[]string{"DecideCancelRemote", "DecideRemoteCancelled", "DecideHeard"}},
+		{DuePoll, "Remote.NextPollAt passed (PollSchedule, made by the first pass after)",
+			"retrieve", "ended: applied as the webhook's; else (or a foreign or failed answer) the next poll is decided",
+			[]string{"DecideHeard", "DecideComplete", "DecideCallFailed", "DecideRemoteCancelled"}},
+	}
+}
+
 // Due is one thing the scheduled pass does now.
 type Due struct {
 	Kind    DueKind

@@ -267,3 +267,18 @@ func mustAttempt(t *testing.T, j job.Job, n int) job.Attempt {
 	}
 	return a
 }
+
+// TestDueActionsCoverEveryKind: the table the docs draw describes each due
+// kind once, in DueKinds' order, with the decisions that record it.
+func TestDueActionsCoverEveryKind(t *testing.T) {
+	t.Parallel()
+	acts := job.DueActions()
+	if len(acts) != len(job.DueKinds()) {
+		t.Fatalf("%d actions for %d kinds", len(acts), len(job.DueKinds()))
+	}
+	for i, k := range job.DueKinds() {
+		if a := acts[i]; a.Kind != k || a.When == "" || a.Asks == "" || a.Then == "" || len(a.By) == 0 {
+			t.Errorf("action %d: %+v, want kind %s described", i, a, k)
+		}
+	}
+}

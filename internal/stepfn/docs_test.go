@@ -16,9 +16,10 @@ import (
 // taskDecisions names, for each task function, the Go that decides what it
 // does: the state machine only sequences.
 var taskDecisions = map[string]string{
-	deploy.FnRun: "`lifecycle.(*Tasks).Run` → `job.Next`, `job.DecideLaunch`, the provider call, `job.DecideComplete` or " +
-		"`job.DecideAttemptFailed` (or `job.DecideCallCancelled` for a streamed call closed when its job was cancelled), " +
-		"`job.NextHedge` and `job.DecideLaunchHedge`, `job.DecideFail`; `job.Plan.Signal` names what comes next",
+	deploy.FnRun: "`lifecycle.(*Tasks).Run` → `job.Next`, `job.DecideLaunch`, the provider call (or an asynchronous provider's submit, " +
+		"`job.DecideSubmitted`), `job.DecideComplete` or `job.DecideAttemptFailed` (or `job.DecideCallCancelled` for a streamed call " +
+		"closed when its job was cancelled), `job.NextHedge` and `job.DecideLaunchHedge`, `job.DecideFail`; `job.Plan.Signal` names " +
+		"what comes next; a job `job.Parked` on work at its providers ends the execution",
 	deploy.FnHold: "`lifecycle.(*Tasks).Hold` → `job.DecideUnknown` for the run's attempts, `job.Next` for the wait",
 }
 
@@ -114,7 +115,35 @@ A ` + "`starting`" + ` or ` + "`unknown`" + ` attempt blocks new attempts. A run
 	renderBreaker(&b)
 	renderStanding(&b)
 	renderDeliveries(&b)
+	renderParked(&b)
 	return b.String()
+}
+
+// renderParked draws the life of work at a provider once its job is
+// parked (issue 40): what the scheduled pass does for each due kind
+// (job.DueActions), and how the job is woken.
+func renderParked(b *strings.Builder) {
+	b.WriteString("\n## Work at a provider (parked jobs)\n\n" +
+		"A run that submitted an attempt to an asynchronous provider, with nothing else open, ends its execution with the job\n" +
+		"parked (`job.Parked`). The provider's webhook, or the scheduled pass over the due work (the sparse `by_poll` index,\n" +
+		"keyed by `job.DueAt`), applies the work's end through the job's compare-and-swap; the pass asks one question per due\n" +
+		"attempt (`job.Dues`):\n\n| due | when | asks the provider | then | decisions |\n|---|---|---|---|---|\n")
+	for _, a := range job.DueActions() {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", a.Kind, a.When, a.Asks, a.Then, "`job."+strings.Join(a.By, "`, `job.")+"`")
+	}
+	b.WriteString("\nWhoever applied an end that leaves the job needing a run (`job.NeedsRun`: no outcome, nothing open) starts it,\n" +
+		"named from the job alone (`job.ExecutionName`: the job ID, then `<job_id>-<n>` for the end of attempt n's work), so two\n" +
+		"appliers start one execution; the sweeper starts one whose start was lost (`job.Stranded`).\n\n```mermaid\nstateDiagram-v2\n" +
+		"    [*] --> parked: Run submits (DecideSubmitted) and ends its execution\n" +
+		"    parked --> parked: due poll, not ended (DecideHeard)\n" +
+		"    parked --> cancelling: due cancel (DecideCancelRemote)\n" +
+		"    cancelling --> cancelling: due poll, not ended (DecideHeard)\n" +
+		"    parked --> ended: webhook or poll, ended\n" +
+		"    cancelling --> ended: cancel confirmed (DecideRemoteCancelled), or ended\n" +
+		"    parked --> abandoned: due deadline (DecideAbandon)\n" +
+		"    cancelling --> abandoned: due deadline (DecideAbandon)\n" +
+		"    ended --> [*]: the job ends, or a run is started (NeedsRun)\n" +
+		"    abandoned --> [*]: the job settles, or a run is started (NeedsRun)\n```\n")
 }
 
 // renderDeliveries draws a webhook delivery's states (job.DeliveryEdges),
