@@ -359,7 +359,7 @@ func TestOperatorsSeeRemoteWork(t *testing.T) {
 	if j, err = e.eng.CancelBy(ctx, id, job.Cancellation{}); err != nil {
 		t.Fatal(err)
 	}
-	if j, err = e.eng.CancelRemoteOn(ctx, j, 1, job.RemotePolicy{}); err != nil {
+	if j, _, err = e.eng.CancelRemoteOn(ctx, j, 1, job.RemotePolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err = e.eng.RemoteCancelledOn(ctx, j, 1, job.Call{ProviderRequestID: "resp_42"}); err != nil {

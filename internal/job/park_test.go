@@ -282,3 +282,15 @@ func TestDueActionsCoverEveryKind(t *testing.T) {
 		}
 	}
 }
+
+// TestFoundWorkKeepsItsLaunchsDeadline: work found again long after its
+// submit's answer was lost is given up counting from the attempt's launch,
+// not from when it was found.
+func TestFoundWorkKeepsItsLaunchsDeadline(t *testing.T) {
+	t.Parallel()
+	lost := after(job.DecideAttemptFailed(submitted(t), 1, job.Failure{Class: job.ClassAmbiguous, Message: "lost"}, "", t0))
+	found := after(job.DecideSubmitted(lost, 1, job.Remote{ID: "resp_1", Tier: job.TierNow, Found: true}, parkPolicy, t0.Add(time.Hour)))
+	if got, want := mustAttempt(t, found, 1).Remote.Deadline, parkPolicy.Deadline(t0, job.TierNow); !got.Equal(want) {
+		t.Fatalf("found work's deadline %s, want %s (from its launch)", got, want)
+	}
+}

@@ -167,7 +167,13 @@ func DecideSubmitted(j Job, n int, r Remote, p RemotePolicy, now time.Time) (Tra
 		r.SubmittedAt = now
 	}
 	r.SubmittedAt, r.CancelAt = r.SubmittedAt.UTC(), time.Time{}
-	r.Deadline = p.Deadline(r.SubmittedAt, r.Tier)
+	// From the attempt's launch if earlier: work found after its submit's
+	// answer was lost was submitted then, not when it was found.
+	since := r.SubmittedAt
+	if !a.StartedAt.IsZero() && a.StartedAt.Before(since) {
+		since = a.StartedAt
+	}
+	r.Deadline = p.Deadline(since, r.Tier)
 	r = r.heard(p.Poll, now)
 	a.Remote = &r
 	a.UpdatedAt = now

@@ -294,10 +294,11 @@ func (e *Engine) HeardOn(ctx context.Context, j job.Job, n int, status string, s
 }
 
 // CancelRemoteOn records that attempt n's work is being cancelled at its
-// provider (job.DecideCancelRemote).
-func (e *Engine) CancelRemoteOn(ctx context.Context, j job.Job, n int, p job.RemotePolicy) (job.Job, error) {
-	_, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideCancelRemote(j, n, p, e.now()) })
-	return j, err
+// provider (job.DecideCancelRemote); recorded reports that this call
+// wrote it, so that its caller alone asks the provider (once).
+func (e *Engine) CancelRemoteOn(ctx context.Context, j job.Job, n int, p job.RemotePolicy) (_ job.Job, recorded bool, _ error) {
+	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideCancelRemote(j, n, p, e.now()) })
+	return j, err == nil && !t.Noop(), err
 }
 
 // AbandonOn ends attempt n, whose work outlived its deadline

@@ -388,3 +388,38 @@ func TestTheHoldOfACancelledHungCallStopsCounting(t *testing.T) {
 		t.Fatal("no hold_overdue log")
 	}
 }
+
+// TestTwoPassesCancelOnce: passes that overlap (a schedule's late tick)
+// over the same cancelled jobs of two owners ask each provider to cancel
+// once: the cancel is recorded first, and only the pass that recorded it
+// asks.
+func TestTwoPassesCancelOnce(t *testing.T) {
+	t.Parallel()
+	r := newDeadlineRig(t, false)
+	var jobs []job.Job
+	for _, o := range []string{"owner-a", "owner-b"} {
+		j, err := r.create(t, o, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.eng.Cancel(t.Context(), j.ID); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if _, err := r.poller.Pass(t.Context()); err != nil {
+				t.Errorf("pass: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, j := range jobs {
+		rem := remoteOf(t, r.get(t, j.ID), 1)
+		if _, cancels := r.prov.asked(rem.ID); cancels != 1 || rem.CancelAt.IsZero() {
+			t.Fatalf("job %s: %d cancels asked, cancel recorded %s; want one", j.Owner, cancels, rem.CancelAt)
+		}
+	}
+}

@@ -219,9 +219,16 @@ func (w *Tasks) act(ctx context.Context, j job.Job, jt JobType, d job.Due) (job.
 			work, err = p.Retrieve(callCtx, a.Remote.ID)
 			break
 		}
-		// Recorded first: the provider is asked to cancel once.
-		if j, err = w.cfg.Engine.CancelRemoteOn(ctx, j, a.Number, w.remotePolicy(a.Provider)); err != nil {
+		// Recorded first: the provider is asked to cancel once, by
+		// whoever recorded it (a pass running beside this one asks how
+		// the work stands instead).
+		var recorded bool
+		if j, recorded, err = w.cfg.Engine.CancelRemoteOn(ctx, j, a.Number, w.remotePolicy(a.Provider)); err != nil {
 			return j, err
+		}
+		if !recorded {
+			work, err = p.Retrieve(callCtx, a.Remote.ID)
+			break
 		}
 		op = "cancel"
 		work, err = p.Cancel(callCtx, a.Remote.ID)
