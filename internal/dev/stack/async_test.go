@@ -152,6 +152,21 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 		t.Fatalf("the job ended by polling made %d state transitions, the one its webhook ended %d", n, transitions[1])
 	}
 
+	// Work that fails wakes its job: the events function, which took the
+	// webhook, starts the run the job then needs (execution <job_id>-1),
+	// which fails it (no provider left): one more transition, 2 in all.
+	s.AsyncSim.SetOutcome(sim.WorkFailed)
+	broken := alice.submit("demo-async", "async-work-fails", nil)
+	alice.await(broken.ID, bound, "failed by its woken run", func(j apiclient.Job) bool { return j.Status == string(job.StatusFailed) })
+	s.AsyncSim.SetOutcome(sim.WorkCompleted)
+	awaitExecution(t, s, broken.ID+"-1")
+	if n := jobTransitions(t, s, storedJob(t, s, broken.ID)); n != 2 {
+		t.Fatalf("a job woken by its failed work made %d state transitions, want 2", n)
+	}
+	if !loggedLine(logsOf(s), `"msg":"job_woken"`, broken.ID, broken.ID+"-1") {
+		t.Fatalf("no job_woken line for %s", broken.ID)
+	}
+
 	// A submit whose answer was lost: the attempt is unknown, nothing is
 	// submitted again, and the webhook finds its work by the key it
 	// carries; the provider ran it once.
@@ -390,11 +405,11 @@ func jobTransitions(t *testing.T, s *stack.Stack, j job.Job) int {
 	return total
 }
 
-// awaitExecution waits until the job's execution has ended, and checks it
-// succeeded.
-func awaitExecution(t *testing.T, s *stack.Stack, jobID string) {
+// awaitExecution waits until the execution named name (a job's ID, or
+// the name of a run that woke it) has ended, and checks it succeeded.
+func awaitExecution(t *testing.T, s *stack.Stack, name string) {
 	t.Helper()
-	arn := strings.Replace(s.SFN.StateMachineARN(), ":stateMachine:", ":execution:", 1) + ":" + jobID
+	arn := strings.Replace(s.SFN.StateMachineARN(), ":stateMachine:", ":execution:", 1) + ":" + name
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		out, err := s.SFNClient.DescribeExecution(t.Context(), &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
