@@ -177,6 +177,9 @@ type Responses struct {
 	lose    int
 	drop    bool
 	creates int
+	// stalled: work never ends and a cancel is never confirmed
+	// (responses_stall.go).
+	stalled bool
 }
 
 // simResponse is one created response.
@@ -254,6 +257,9 @@ func (s *Responses) Step() {
 		}
 		if r.status == "queued" {
 			r.status = "in_progress"
+		}
+		if s.stalled {
+			continue
 		}
 		if s.opts.ProcessingTime > 0 && !now.Before(r.createdAt.Add(s.opts.ProcessingTime)) {
 			s.work(r, now)
@@ -675,7 +681,7 @@ func (s *Responses) cancel(w http.ResponseWriter, id string) {
 	}
 	resp.cancels++
 	var events []*WebhookEventRecord
-	if resp.req.background && !isEnded(resp.status) {
+	if resp.req.background && !isEnded(resp.status) && !s.stalled {
 		now := s.now()
 		resp.status, resp.endedAt = "cancelled", now
 		events = s.emit([]*simResponse{resp}, now)

@@ -587,3 +587,45 @@ func TestNewResponsesValidates(t *testing.T) {
 		})
 	}
 }
+
+// TestStalledWorkNeverEnds: stalled, background work stays in_progress
+// past its processing time and a cancel is never confirmed (the cancel is
+// counted, the work still in progress, no webhook); unstalled, it ends.
+func TestStalledWorkNeverEnds(t *testing.T) {
+	t.Parallel()
+	s, err := sim.NewResponses(sim.ResponsesOptions{Oracle: sim.Fixed{GoodOutput: []byte(`{"a":1}`)}, ProcessingTime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	s.Stall(true)
+	post := func(path, body string) map[string]any {
+		t.Helper()
+		resp, err := srv.Client().Post(srv.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	created := post("/v1/responses", `{"model":"gpt-4.1-mini","input":"hi","background":true,"store":true}`)
+	id, _ := created["id"].(string)
+	s.Advance(time.Hour)
+	if got := post("/v1/responses/"+id+"/cancel", `{}`); got["status"] != "in_progress" {
+		t.Fatalf("a stalled cancel answered %v", got["status"])
+	}
+	if rec, _ := s.Get(id); rec.Status != "in_progress" || rec.Cancels != 1 || rec.Executions != 0 || len(s.Events()) != 0 {
+		t.Fatalf("stalled: %+v, %d events", rec, len(s.Events()))
+	}
+	s.Stall(false)
+	s.Step()
+	if rec, _ := s.Get(id); rec.Status != "completed" || rec.Executions != 1 {
+		t.Fatalf("unstalled: %+v", rec)
+	}
+}

@@ -44,9 +44,15 @@ const (
 func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 	t.Parallel()
 	d := job.DefaultPollSchedule()
+	// The providers declare 30 minutes of max_processing_time (their
+	// clock), so work is given up 40 minutes after its submit (20 s here);
+	// each owner's spend is budgeted, so what stuck work holds shows.
+	price := job.Price{Version: "demo-async", Input: 10 * job.NanosPerUSD, Output: 100 * job.NanosPerUSD}
 	s := ownStack(t, "async", stack.Config{AsyncWork: asyncWork, AsyncSpeed: asyncSpeed,
 		Poll: job.PollSchedule{First: d.First / asyncSpeed, Last: d.Last / asyncSpeed}, PassInterval: deploy.PollEvery / asyncSpeed,
-		RemoteGrace: job.DefaultRemoteGrace / asyncSpeed, CancelGrace: job.DefaultCancelGrace / asyncSpeed})
+		RemoteGrace: job.DefaultRemoteGrace / asyncSpeed, CancelGrace: job.DefaultCancelGrace / asyncSpeed,
+		AsyncMaxProcessing: 30 * time.Minute / asyncSpeed,
+		Budget: job.Budget{Amount: 10 * job.NanosPerUSD, Period: 24 * time.Hour, Prices: map[string]job.Price{sim.DemoAsync: price, sim.DemoHookAsync: price}}})
 	alice, bob := newClient(t, s, "async-alice"), newClient(t, s, "async-bob")
 	const bound = 2 * time.Minute // only bounds a failure
 
@@ -166,6 +172,51 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 	if !loggedLine(logsOf(s), `"msg":"job_woken"`, broken.ID, broken.ID+"-1") {
 		t.Fatalf("no job_woken line for %s", broken.ID)
 	}
+
+	// Work its provider never ends, and a cancel it never confirms (review
+	// N-M2): three owners' jobs wait on stalled work, and one owner cancels
+	// its job. With no operator, each ends by its deadline (the cancelled
+	// one by its cancel's), the provider asked to cancel each once, and
+	// every owner's unfinished-job slot and budget reservation come back.
+	s.AsyncSim.Stall(true)
+	stalledAt := time.Now()
+	carol := newClient(t, s, "async-carol")
+	stuck := []struct {
+		who   *client
+		owner string
+		id    string
+	}{{who: alice, owner: "async-alice"}, {who: bob, owner: "async-bob"}, {who: carol, owner: "async-carol"}}
+	for i := range stuck {
+		stuck[i].id = stuck[i].who.submit("demo-async", "async-stuck", nil).ID
+	}
+	for _, st := range stuck {
+		awaitStored(t, s, st.id, bound, func(j job.Job) bool { return len(j.Attempts) == 1 && j.Attempts[0].Remote != nil })
+	}
+	if code, _, body := carol.do(http.MethodPost, "/v1/jobs/"+stuck[2].id+"/cancel", "", map[string]any{}); code != http.StatusOK {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	for i, st := range stuck {
+		want := job.StatusFailed
+		if i == 2 {
+			want = job.StatusCancelled
+		}
+		got := awaitStored(t, s, st.id, bound, func(j job.Job) bool { return j.Status == want && !j.Unsettled() })
+		a := got.Attempts[0]
+		rec, _ := s.AsyncSim.Get(a.Remote.ID)
+		if a.State != job.AttemptFailed || a.Outcome != "abandoned" || rec.Cancels != 1 || rec.Executions != 0 {
+			t.Fatalf("%s's stuck job: attempt %s %q %+v; the provider saw %d cancels", st.owner, a.State, a.Outcome, a.Error, rec.Cancels)
+		}
+		u, err := s.Store.Usage(t.Context(), st.owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Unfinished != 0 || u.Budget.Held() != 0 {
+			t.Fatalf("%s after its stuck job ended: %d unfinished, %s USD held", st.owner, u.Unfinished, u.Budget.Held().USD())
+		}
+	}
+	s.AsyncSim.Stall(false)
+	t.Logf("stalled work: 3 owners' jobs ended by their deadlines %s after their submits (deadline 30 min + 10 min of the provider's clock), "+
+		"one cancelled, each asked to cancel once; slots and reservations back, no operator", time.Since(stalledAt).Round(100*time.Millisecond))
 
 	// A submit whose answer was lost: the attempt is unknown, nothing is
 	// submitted again, and the webhook finds its work by the key it

@@ -118,6 +118,10 @@ type Config struct {
 	// a drill compresses with its provider's clock.
 	PassInterval             time.Duration
 	RemoteGrace, CancelGrace time.Duration
+	// AsyncMaxProcessing declares the asynchronous demo providers'
+	// max_processing_time (their own, 1m, when zero): with AsyncSpeed a
+	// drill brings their work's deadline within its time.
+	AsyncMaxProcessing time.Duration
 	// AsyncURL is a Responses simulator already running (one that outlives
 	// the stack: the kill -9 drill's); its webhook secret is then read as
 	// any provider secret, from sim.DemoAsyncSecretRef. Empty starts one.
@@ -436,7 +440,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	providerConfig.Providers = append(providerConfig.Providers, sim.DemoAsyncConfig(asyncURL), sim.DemoHookAsyncConfig(hookAsyncURL, apiURL))
+	asyncConfigs := []provider.ProviderConfig{sim.DemoAsyncConfig(asyncURL), sim.DemoHookAsyncConfig(hookAsyncURL, apiURL)}
+	for i := range asyncConfigs {
+		if cfg.AsyncMaxProcessing > 0 {
+			asyncConfigs[i].MaxProcessingTime = cfg.AsyncMaxProcessing.String()
+		}
+	}
+	providerConfig.Providers = append(providerConfig.Providers, asyncConfigs...)
 	providerOptions := adapters.Options{Logger: log, HTTPClient: providerHTTP, AWSCredentials: cfg.AWSCredentials}
 	s.Providers, err = adapters.NewRegistry(ctx, providerConfig, providerSecrets, providerOptions)
 	if err != nil {
