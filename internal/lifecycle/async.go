@@ -254,26 +254,6 @@ func (w *Tasks) applyEvent(ctx context.Context, providerName string, work provid
 	return outcome, w.wake(ctx, j)
 }
 
-// wake starts the execution a job needs once the work it was parked on
-// ended (job.NeedsRun: a fallback, its failure, a wait for providers are
-// that run's to decide), named from the job alone (job.ExecutionName), so
-// every applier of the same end (a webhook, its redelivery, the pass)
-// starts the same one. Without a starter (the run function: its own
-// execution goes on) it starts nothing. A start that failed is an error:
-// the webhook's provider redelivers, and the sweeper starts a job left
-// stranded (job.Stranded).
-func (w *Tasks) wake(ctx context.Context, j job.Job) error {
-	if w.cfg.Starter == nil || !job.NeedsRun(j) {
-		return nil
-	}
-	started, err := w.cfg.Starter.Start(ctx, j)
-	if err != nil {
-		return fmt.Errorf("%w: start the run of job %s: %w", ErrUnavailable, j.ID, err)
-	}
-	w.log.InfoContext(ctx, "job_woken", "job_id", j.ID, "execution", job.ExecutionName(j), "started", started)
-	return nil
-}
-
 // SubmittedOn records the work attempt n's provider accepted
 // (job.DecideSubmitted).
 func (e *Engine) SubmittedOn(ctx context.Context, j job.Job, n int, r job.Remote, p job.RemotePolicy) (job.Job, error) {

@@ -132,22 +132,6 @@ func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
 	return RunResult{}, fmt.Errorf("%w %s", ErrContention, in.JobID)
 }
 
-// park ends the run of a parked job (job.Parked): only work at providers
-// is open, so the execution ends here, and the webhook or the scheduled
-// pass wakes the job when the work ends; no state transition is spent
-// while it waits.
-func (w *Tasks) park(ctx context.Context, j job.Job) RunResult {
-	var on job.Attempt
-	for _, a := range j.Open() {
-		if on.Remote == nil || a.Remote.NextPollAt.Before(on.Remote.NextPollAt) {
-			on = a
-		}
-	}
-	w.log.InfoContext(ctx, "job_parked", "job_id", j.ID, "attempt", on.Number, "provider", on.Provider,
-		"provider_work_id", on.Remote.ID, "next_poll_at", on.Remote.NextPollAt, "deadline", on.Remote.Deadline)
-	return RunResult{JobID: j.ID, Status: j.Status, Parked: parkedOn(on)}
-}
-
 // maxTokens is the most an attempt of j can use: its rendered request's
 // input bound and every output token its type allows (0 when it does not
 // render: its attempt fails before any call).

@@ -211,12 +211,6 @@ type RunResult struct {
 	Parked string `json:"parked,omitempty"`
 }
 
-// parkedOn says what a parked job waits on.
-func parkedOn(a job.Attempt) string {
-	return fmt.Sprintf("attempt %d's work %s at %s (next poll %s, deadline %s)", a.Number, a.Remote.ID, a.Provider,
-		a.Remote.NextPollAt.UTC().Format(time.RFC3339), a.Remote.Deadline.UTC().Format(time.RFC3339))
-}
-
 // HoldInput names the job and how the run before ended.
 type HoldInput struct {
 	JobID string `json:"job_id"`
