@@ -39,6 +39,9 @@ const (
 	SettleSeconds                = "SettleSeconds"
 	// ProvidersOpened counts breakers opening (the provider-opened alarm).
 	ProvidersOpened = "ProvidersOpened"
+	// AttemptsAbandoned counts attempts whose work at a provider outlived
+	// its deadline and was given up (issue 40, review N-M2).
+	AttemptsAbandoned = "AttemptsAbandoned"
 	// AdmissionsUnread counts attempts let through to a provider whose
 	// health could not be read (one that declares no rate_limit or
 	// max_concurrent: it fails open); AdmissionsUnrecorded the admissions
@@ -153,6 +156,12 @@ func (r *Recorder) AttemptSettled(ctx context.Context, j job.Job, a job.Attempt,
 	}
 	r.attempt(ctx, name, j, a)
 	r.Add(ctx, SettleSeconds, took.Seconds(), "Seconds", map[string]any{"job_id": j.ID, "attempt": a.Number, "provider": a.Provider})
+}
+
+// AttemptAbandoned counts an attempt whose work at its provider was given
+// up at its deadline.
+func (r *Recorder) AttemptAbandoned(ctx context.Context, j job.Job, a job.Attempt) {
+	r.attempt(ctx, AttemptsAbandoned, j, a)
 }
 
 // ProviderOpened counts a provider's breaker opening.

@@ -287,6 +287,7 @@ func (e *Engine) AbandonOn(ctx context.Context, j job.Job, n int) (job.Job, erro
 	t, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideAbandon(j, n, e.now()) })
 	if err == nil && !t.Noop() {
 		a, _ := j.Attempt(n)
+		e.events.AttemptAbandoned(ctx, j, a)
 		e.log.WarnContext(ctx, "attempt_abandoned", "job_id", j.ID, "owner", j.Owner, "attempt", n, "provider", a.Provider,
 			"provider_work_id", a.Remote.ID, "deadline", a.Remote.Deadline, "job_status", string(j.Status), "reason", a.Error.Message)
 	}

@@ -95,6 +95,7 @@ type deadlineRig struct {
 	prov   *stuckProvider
 	clock  *clock
 	logs   *testenv.SyncBuffer
+	events *events
 	ran    map[string]bool // executions run
 }
 
@@ -108,9 +109,9 @@ func newDeadlineRig(t *testing.T, foreign bool) *deadlineRig {
 	}
 	c := &clock{now: t0}
 	r := &deadlineRig{st: memstore.NewAt(c.Now), starts: newExecStarter(), prov: newStuckProvider(stuckName, foreign), clock: c,
-		logs: &testenv.SyncBuffer{}, ran: map[string]bool{}}
+		logs: &testenv.SyncBuffer{}, events: &events{}, ran: map[string]bool{}}
 	log := slog.New(slog.NewJSONHandler(r.logs, nil))
-	r.eng, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: r.st, Owners: r.st, NowFunc: c.Now, Logger: log,
+	r.eng, err = lifecycle.NewEngine(lifecycle.EngineConfig{Store: r.st, Owners: r.st, NowFunc: c.Now, Logger: log, Events: r.events,
 		Quotas: job.Quotas{UnfinishedJobs: 1},
 		Budget: job.Budget{Amount: job.NanosPerUSD, Period: 24 * time.Hour, Prices: map[string]job.Price{stuckName: testPrice, primary: testPrice}}})
 	if err != nil {
@@ -264,6 +265,15 @@ func TestWorkThatNeverEndsEndsByItsDeadline(t *testing.T) {
 	}
 	if n := strings.Count(r.logs.String(), `"msg":"attempt_abandoned"`); n != 3 {
 		t.Errorf("%d attempt_abandoned logs, want 3 (operators are told)", n)
+	}
+	abandoned := 0
+	for _, e := range r.events.list() {
+		if e == "abandoned 1 "+stuckName {
+			abandoned++
+		}
+	}
+	if abandoned != 3 {
+		t.Errorf("%d AttemptsAbandoned metrics, want 3: %v", abandoned, r.events.list())
 	}
 	t.Logf("work never ended: 2 jobs failed at their deadline (%s after the submit), the cancelled one %s after its cancel; executions started %v",
 		deadline.Sub(t0), job.DefaultCancelGrace, r.starts.names())

@@ -149,6 +149,9 @@ func (e *events) AttemptSettled(_ context.Context, _ job.Job, a job.Attempt, too
 	e.add("settled %d by %s after %s", a.Number, a.Resolution.By, took)
 }
 func (e *events) ProviderOpened(_ context.Context, h job.Health) { e.add("opened %s", h.Provider) }
+func (e *events) AttemptAbandoned(_ context.Context, _ job.Job, a job.Attempt) {
+	e.add("abandoned %d %s", a.Number, a.Provider)
+}
 func (e *events) AdmissionUnrecorded(_ context.Context, p string, a job.Admission) {
 	e.add("unrecorded %s admitted=%v", p, a.Allowed)
 }

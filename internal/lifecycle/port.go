@@ -261,6 +261,9 @@ type Events interface {
 	// refused (a.Allowed false: the job waits), or let through a provider
 	// that declares no limits.
 	AdmissionUnrecorded(ctx context.Context, provider string, a job.Admission)
+	// AttemptAbandoned reports an attempt whose work at a provider
+	// outlived its deadline and was given up (job.DecideAbandon).
+	AttemptAbandoned(ctx context.Context, j job.Job, a job.Attempt)
 }
 
 // NoEvents discards every event.
@@ -275,6 +278,7 @@ func (NoEvents) OldestUnknown(context.Context, time.Duration)                   
 func (NoEvents) AttemptSettled(context.Context, job.Job, job.Attempt, time.Duration) {}
 func (NoEvents) ProviderOpened(context.Context, job.Health)                          {}
 func (NoEvents) AdmissionUnrecorded(context.Context, string, job.Admission)          {}
+func (NoEvents) AttemptAbandoned(context.Context, job.Job, job.Attempt)              {}
 
 // StreamStore keeps streamed jobs' text as it forms: the log of each
 // attempt's chunks (job.StreamChunk), one item per (job, attempt, seq),
