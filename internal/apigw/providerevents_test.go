@@ -1,6 +1,9 @@
 package apigw_test
 
 import (
+	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -61,5 +64,39 @@ func TestEventsRouteAnnouncesItsThrottle(t *testing.T) {
 		if _, err := apigw.NewEvents(apigw.EventsConfig{Events: fakeProviderEvents{}, Throttle: half}); err == nil {
 			t.Errorf("throttle %+v accepted", half)
 		}
+	}
+}
+
+// TestWithSchedule: the events function's one handler takes its
+// schedule's event (the pass over due work, issue 40) and API Gateway's
+// requests (the webhook route) apart: only EventBridge's scheduled event
+// runs the pass, a request is served as before.
+func TestWithSchedule(t *testing.T) {
+	t.Parallel()
+	h, err := apigw.NewEvents(apigw.EventsConfig{Events: fakeProviderEvents{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	passes := 0
+	handler := apigw.WithSchedule(h, func(context.Context, json.RawMessage) (string, error) { passes++; return "passed", nil })
+	scheduled := `{"version":"0","id":"e1","detail-type":"Scheduled Event","source":"aws.events","account":"1","time":"2026-12-01T12:00:00Z",` +
+		`"region":"us-east-1","resources":["arn:aws:events:us-east-1:1:rule/onejob-dev-poll"],"detail":{}}`
+	out, err := handler(t.Context(), json.RawMessage(scheduled))
+	if err != nil || out != "passed" || passes != 1 {
+		t.Fatalf("the schedule's event: %v, %v, %d passes", out, err, passes)
+	}
+	req := events.APIGatewayV2HTTPRequest{RawPath: "/v1/provider-events/sim-async", Body: `{"ok":true}`,
+		Headers: map[string]string{"content-type": "application/json"}}
+	req.RequestContext.HTTP.Method, req.RequestContext.RequestID = "POST", "r1"
+	raw, _ := json.Marshal(req)
+	out, err = handler(t.Context(), raw)
+	resp, ok := out.(events.APIGatewayV2HTTPResponse)
+	if err != nil || !ok || resp.StatusCode != 200 || passes != 1 {
+		t.Fatalf("a webhook request: %#v, %v, %d passes", out, err, passes)
+	}
+	// Another source's event that calls itself scheduled is a request.
+	forged := strings.Replace(scheduled, `"aws.events"`, `"someone"`, 1)
+	if _, err := handler(t.Context(), json.RawMessage(forged)); passes != 1 {
+		t.Fatalf("an event of another source ran the pass (%v)", err)
 	}
 }
