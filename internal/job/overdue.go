@@ -45,6 +45,16 @@ func decideOverdue(before Health, key string, now time.Time) (HealthChange, bool
 	delete(h.Held, key)
 	delete(h.Running, key)
 	delete(h.HeldBy, key)
+	// A map left empty is none, as the store reads it back.
+	if len(h.Held) == 0 {
+		h.Held = nil
+	}
+	if len(h.Running) == 0 {
+		h.Running = nil
+	}
+	if len(h.HeldBy) == 0 {
+		h.HeldBy = nil
+	}
 	if h.Overdue == nil {
 		h.Overdue = map[string]time.Time{}
 	}
