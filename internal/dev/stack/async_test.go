@@ -52,7 +52,7 @@ func TestAsyncJobsOnTheLocalStack(t *testing.T) {
 		Poll: job.PollSchedule{First: d.First / asyncSpeed, Last: d.Last / asyncSpeed}, PassInterval: deploy.PollEvery / asyncSpeed,
 		RemoteGrace: job.DefaultRemoteGrace / asyncSpeed, CancelGrace: job.DefaultCancelGrace / asyncSpeed,
 		AsyncMaxProcessing: 30 * time.Minute / asyncSpeed,
-		Budget: job.Budget{Amount: 10 * job.NanosPerUSD, Period: 24 * time.Hour, Prices: map[string]job.Price{sim.DemoAsync: price, sim.DemoHookAsync: price}}})
+		Budget:             job.Budget{Amount: 10 * job.NanosPerUSD, Period: 24 * time.Hour, Prices: map[string]job.Price{sim.DemoAsync: price, sim.DemoHookAsync: price}}})
 	alice, bob := newClient(t, s, "async-alice"), newClient(t, s, "async-bob")
 	const bound = 2 * time.Minute // only bounds a failure
 
