@@ -76,6 +76,7 @@ function parseArgs(argv) {
     exitOnStdinClose: false,
     idleTimeoutMs: 30000,
     lambdaMaxSockets: 128,
+    lambdaConnectTimeoutMs: 5000,
     keepClosed: 1000,
     keepClosedNames: 100000,
   };
@@ -103,6 +104,7 @@ function parseArgs(argv) {
       case '--exit-on-stdin-close': opts.exitOnStdinClose = true; break;
       case '--idle-timeout-ms': opts.idleTimeoutMs = Number(next()); break;
       case '--lambda-max-sockets': opts.lambdaMaxSockets = Number(next()); break;
+      case '--lambda-connect-timeout-ms': opts.lambdaConnectTimeoutMs = Number(next()); break;
       case '--keep-closed': opts.keepClosed = Number(next()); break;
       case '--keep-closed-names': opts.keepClosedNames = Number(next()); break;
       default: throw new Error(`unknown argument ${arg}`);
@@ -111,6 +113,7 @@ function parseArgs(argv) {
   if (!opts.definition) throw new Error('--definition is required');
   if (!Number.isInteger(opts.port) || opts.port < 0) throw new Error('--port must be an integer >= 0');
   for (const [flag, v] of [['--idle-timeout-ms', opts.idleTimeoutMs], ['--lambda-max-sockets', opts.lambdaMaxSockets],
+    ['--lambda-connect-timeout-ms', opts.lambdaConnectTimeoutMs],
     ['--keep-closed', opts.keepClosed], ['--keep-closed-names', opts.keepClosedNames]]) {
     if (!Number.isInteger(v) || v < 1) throw new Error(`${flag} must be a positive integer`);
   }
@@ -245,6 +248,28 @@ const libraryPatches = [
       'requestHandler: config.requestHandler });',
   },
   {
+    // A Lambda invoke that fails before the function answers is reported
+    // as Step Functions reports it, Lambda.<exception>, so the definition's
+    // Retry and Catch rules for Lambda service errors apply; the library
+    // passed the SDK's error on under its own name (a TimeoutError failed
+    // the Hold state, which retries only Lambda.* names, and with it the
+    // execution). A client-side timeout (here also the wait for a free
+    // socket, which stands for AWS Lambda's concurrency limit) is
+    // Lambda.ClientExecutionTimeoutException, an answer of the Lambda
+    // endpoint Lambda.<its error code>, anything else (refused, reset: the
+    // SDK names a reset a TimeoutError too) Lambda.SdkClientException.
+    find: '    const invocationResult = await this.client.send(invokeCommand);',
+    replace: '    let invocationResult;\n' +
+      '    try {\n' +
+      '      invocationResult = await this.client.send(invokeCommand);\n' +
+      '    } catch (err) {\n' +
+      '      const timedOut = err?.name === "TimeoutError" && err?.code !== "ECONNRESET" && err?.code !== "EPIPE";\n' +
+      '      const name = timedOut ? "ClientExecutionTimeoutException"\n' +
+      '        : err?.$metadata?.httpStatusCode && err?.name ? err.name : "SdkClientException";\n' +
+      '      throw Object.assign(new Error(String(err?.message ?? err)), { name: "Lambda." + name });\n' +
+      '    }',
+  },
+  {
     // An abort cuts the retry pause short; without this the state then ran
     // once more, invoking its Lambda after StopExecution.
     find: '        await sleep(waitTimeBeforeRetry, options.abortSignal);',
@@ -296,7 +321,9 @@ const stateMachine = new StateMachine(definition, {
         maxFreeSockets: Math.min(opts.lambdaMaxSockets, 8),
         scheduling: 'lifo',
       }),
-      connectionTimeout: 5000,
+      // Counted from the request, so it includes the wait for one of the
+      // lambdaMaxSockets (see the patch naming Lambda invoke errors).
+      connectionTimeout: opts.lambdaConnectTimeoutMs,
     },
     credentials: {
       accessKeys: {

@@ -83,6 +83,11 @@ type Config struct {
 	// LambdaMaxSockets bounds the connections to LambdaEndpoint (more
 	// concurrent invocations wait for one); default 128.
 	LambdaMaxSockets int
+	// LambdaConnectTimeout bounds the wait for a connection to
+	// LambdaEndpoint, the wait for a free one of LambdaMaxSockets
+	// included; past it the invoke fails as
+	// Lambda.ClientExecutionTimeoutException. Default 5 s.
+	LambdaConnectTimeout time.Duration
 	// KeepClosed is how many closed executions are kept whole (history,
 	// input, output), default 1000; KeepClosedNames how many older ones are
 	// still remembered by name, so StartExecution refuses the name as AWS
@@ -177,6 +182,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.IdleTimeout > 0 {
 		args = append(args, "--idle-timeout-ms", strconv.FormatInt(max(cfg.IdleTimeout.Milliseconds(), 1), 10))
+	}
+	if cfg.LambdaConnectTimeout > 0 {
+		args = append(args, "--lambda-connect-timeout-ms", strconv.FormatInt(max(cfg.LambdaConnectTimeout.Milliseconds(), 1), 10))
 	}
 	for _, f := range []struct {
 		flag string

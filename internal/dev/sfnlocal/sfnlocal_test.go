@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -812,4 +813,65 @@ func TestStartReportsNodeErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLambdaInvokeErrorsAreNamedAsAWS: an invoke that fails before the
+// function answers fails its state as Step Functions names it,
+// Lambda.<exception>, which the definition's Retry and Catch rules match;
+// a wait for a free connection past LambdaConnectTimeout is a client-side
+// timeout. The Lambda endpoint here answers by the job's ID; the subtests
+// run in order on one server with one connection to it.
+func TestLambdaInvokeErrorsAreNamedAsAWS(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	lambdaAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in decideInput
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		switch {
+		case strings.HasPrefix(in.JobID, "throttled"):
+			w.Header().Set("X-Amzn-ErrorType", "TooManyRequestsException")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"Type":"User","message":"Rate Exceeded.","Reason":"ReservedFunctionConcurrentInvocationLimitExceeded"}`))
+		case strings.HasPrefix(in.JobID, "reset"):
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		default: // holds the one connection until the test ends
+			<-release
+		}
+	}))
+	t.Cleanup(lambdaAPI.Close)
+	t.Cleanup(func() { close(release) }) // before the server closes: Close waits for the held request
+	srv, err := sfnlocal.Start(t.Context(), sfnlocal.Config{
+		DefinitionPath:       "internal/dev/sfnlocal/testdata/test.asl.json",
+		Substitutions:        map[string]string{"DecideFunctionArn": fnARN(decideFn), "WorkFunctionArn": fnARN(workFn)},
+		LambdaEndpoint:       lambdaAPI.URL,
+		LambdaMaxSockets:     1,
+		LambdaConnectTimeout: 200 * time.Millisecond,
+		Logger:               testLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{sfn: srv, client: sfn.New(sfn.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.Endpoint()),
+		Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")})}
+	t.Cleanup(s.close)
+
+	failsWith := func(t *testing.T, name, want string) {
+		t.Helper()
+		out := start(t, s, name, inputJSON(t, name, plan{Action: "run", TimeoutSeconds: 5, Mode: "ok"}))
+		closed := waitClosed(t, s, aws.ToString(out.ExecutionArn))
+		if closed.Status != types.ExecutionStatusFailed || aws.ToString(closed.Error) != want {
+			t.Fatalf("%s: %s with error %q (%s), want FAILED with %q", name, closed.Status, aws.ToString(closed.Error),
+				aws.ToString(closed.Cause), want)
+		}
+	}
+	t.Run("TheEndpointsErrorCode", func(t *testing.T) { failsWith(t, "throttled-1", "Lambda.TooManyRequestsException") })
+	t.Run("ConnectionReset", func(t *testing.T) { failsWith(t, "reset-1", "Lambda.SdkClientException") })
+	t.Run("NoFreeConnection", func(t *testing.T) {
+		start(t, s, "held-1", inputJSON(t, "held-1", plan{Action: "run", TimeoutSeconds: 5, Mode: "ok"}))
+		failsWith(t, "waiting-1", "Lambda.ClientExecutionTimeoutException")
+	})
 }
