@@ -47,7 +47,9 @@ func main() {
 	// carries its type's run timeout.
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)
-	// A throttled start is tried again at once, within APIStartTimeout.
+	// A throttled start is tried again at once, within APIStartTimeout;
+	// one still refused is handed to the sweeper function (an asynchronous
+	// invoke), which tries again at once; its schedule is the safety net.
 	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
 		Client: sfn.NewFromConfig(cfg, func(o *sfn.Options) {
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint)
@@ -56,6 +58,8 @@ func main() {
 		StateMachineARN: env.StateMachineARN, RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}),
 		Timeout: stepfn.APIStartTimeout, Logger: log,
 	})
+	deploy.Check(log, err)
+	sweepHandoff, err := lambdainvoke.FromEnv(cfg, env.SweepFunction, os.Getenv)
 	deploy.Check(log, err)
 
 	// Operators read every provider's health and may override it.
@@ -69,7 +73,8 @@ func main() {
 	endpoints, err := lifecycle.NewEndpoints(lifecycle.EndpointsConfig{Store: store, Sealer: sealer, Logger: log})
 	deploy.Check(log, err)
 
-	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog}, Starter: starter, Logger: log,
+	h, err := apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: catalog},
+		Starter: lifecycle.HandoffStarter{Starter: starter, Handoff: sweepHandoff, Logger: log}, Logger: log,
 		Admin: apigw.AdminRule{Claim: env.AdminClaim, Value: env.AdminValue}, Providers: breakers, Notifications: endpoints,
 		// Every job view names where its stream is read: the stream
 		// function's URL (infra/stack gives it; unset, views name none).

@@ -1,12 +1,15 @@
 // Command sweeper runs on a schedule: it starts executions for open jobs
 // that have none (left pending by a crash between create and start) and
-// reports the age of the oldest unknown attempt.
+// reports the age of the oldest unknown attempt. The api also hands it a
+// job whose start failed past its tries, which it starts at once.
 package main
 
 import (
 	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
@@ -45,25 +48,32 @@ func main() {
 	// the API's start, so a repeated start is idempotent.
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)
-	// Throttled, the sweeper slows down (adaptive retry) rather than press on.
-	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
-		Client: sfn.NewFromConfig(cfg, func(o *sfn.Options) {
-			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint)
-			o.Retryer = stepfn.SweepRetryer()
-		}),
-		StateMachineARN: env.StateMachineARN, RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}),
-		Logger: log,
-	})
-	deploy.Check(log, err)
+	// Throttled, a sweep slows down (adaptive retry) rather than press on;
+	// a start the api handed off is tried again at once, a few times.
+	starter := func(retryer aws.Retryer, timeout time.Duration) *stepfn.Starter {
+		s, err := stepfn.NewStarter(stepfn.StarterConfig{
+			Client: sfn.NewFromConfig(cfg, func(o *sfn.Options) {
+				o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint)
+				o.Retryer = retryer
+			}),
+			StateMachineARN: env.StateMachineARN, RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}),
+			Timeout: timeout, Logger: log,
+		})
+		deploy.Check(log, err)
+		return s
+	}
 	// It also releases the attempts a provider's health still counts as
 	// holding it after they closed (default limits suffice: only each
 	// provider's slow bound is read, and only to leave young entries be).
 	metrics := emf.New(os.Stdout, env.Name, nil)
 	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: log, Events: metrics})
 	deploy.Check(log, err)
-	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: deploy.SweepGrace,
+	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter(stepfn.SweepRetryer(), 0),
+		PromptStarter: starter(stepfn.HandoffRetryer(), stepfn.HandoffStartTimeout), Grace: deploy.SweepGrace,
 		Logger: log, Events: metrics, Breakers: breakers, HealthStore: store, Owners: owners(env, store),
 		Endpoints: store})
 	deploy.Check(log, err)
-	lambda.Start(sweeper.Sweep)
+	// A hand-off (lifecycle.HandoffEvent) starts its job at once; the
+	// schedule's event sweeps.
+	lambda.Start(sweeper.Invoked())
 }

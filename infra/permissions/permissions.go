@@ -149,6 +149,9 @@ func All() map[string][]Grant {
 			{Actions: []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, Resource: table(dynamo.DeliveriesTable())},
 			// A cancel records the job's event: handed off (above).
 			handoff,
+			// A start still throttled after its tries is handed to the
+			// sweeper, which tries again at once (lifecycle.HandoffStarter).
+			{Actions: []string{"lambda:InvokeFunction"}, Resource: Resource{Kind: KindFunction, Name: deploy.FnSweeper}},
 			// A new or rotated signing secret is sealed under a fresh
 			// data key; never Decrypt: the API cannot read a secret back.
 			{Actions: []string{"kms:GenerateDataKey"}, Resource: secretsKey},

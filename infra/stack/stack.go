@@ -271,6 +271,8 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	api.AddEnvironment(jsii.String(deploy.EnvStreamURL), streamURL.Url(), nil)
 	sweeper := fns[deploy.FnSweeper]
 	sweeper.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
+	// The api hands it a job whose start failed past its tries.
+	api.AddEnvironment(jsii.String(deploy.EnvSweepFunction), sweeper.FunctionArn(), nil)
 	awsevents.NewRule(stack, jsii.String("SweeperSchedule"), &awsevents.RuleProps{
 		RuleName:    physical(cfg.Env, "sweeper"),
 		Description: jsii.String(fmt.Sprintf("Runs the onejob sweeper every %s", deploy.SweepEvery)),

@@ -406,6 +406,8 @@ func checkFunctions(t *testing.T, s *synthesized) {
 				want[deploy.EnvAdminClaim], want[deploy.EnvAdminValue] = s.cfg.Admin.Claim, s.cfg.Admin.Value
 				// Where the job views say each job's stream is read.
 				want[deploy.EnvStreamURL] = "getatt:url:" + deploy.FnStream + ".FunctionUrl"
+				// A start throttled past its tries is handed to the sweeper.
+				want[deploy.EnvSweepFunction] = "arn:fn:" + deploy.FnSweeper
 			}
 		case deploy.FnStream:
 			// The tokens the HTTP API's authorizer verifies, and the
@@ -802,6 +804,8 @@ func checkIAM(t *testing.T, s *synthesized) {
 			add([]string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:deliveries").
 			// A cancel's event, handed to the notifier at once.
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify).
+			// A start throttled past its tries, handed to the sweeper.
+			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnSweeper).
 			// Seals new signing secrets; no kms:Decrypt (review M4).
 			add([]string{"kms:GenerateDataKey"}, "arn:secretskey").
 			add(xrayLambda, "*"),

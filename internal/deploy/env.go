@@ -41,6 +41,10 @@ const (
 	// that record jobs' events hand them to at once (lifecycle.Handoff);
 	// unset, the notifier's schedule finds them.
 	EnvNotifyFunction = "ONEJOB_NOTIFY_FUNCTION"
+	// EnvSweepFunction names the sweeper function, which the api hands a
+	// job whose start failed past its tries (lifecycle.HandoffStarter);
+	// unset, the sweeper's schedule finds it.
+	EnvSweepFunction = "ONEJOB_SWEEP_FUNCTION"
 	// EnvSecretsKey is the KMS key (ARN) the webhook signing secrets are
 	// sealed with: the api function may only generate data keys with it,
 	// the notify function only decrypt (review M4).
@@ -80,6 +84,8 @@ type Env struct {
 	AdminClaim, AdminValue string
 	// NotifyFunction is the notify function's name (EnvNotifyFunction).
 	NotifyFunction string
+	// SweepFunction is the sweeper function's name (EnvSweepFunction).
+	SweepFunction string
 	// SecretsKey is the KMS key of the webhook secrets (EnvSecretsKey).
 	SecretsKey string
 	// JWTIssuer and JWTAudience are the tokens' issuer and audiences
@@ -176,6 +182,7 @@ func LoadEnv(getenv func(string) string, tables []string) Env {
 		AdminClaim:            getenv(EnvAdminClaim),
 		AdminValue:            getenv(EnvAdminValue),
 		NotifyFunction:        getenv(EnvNotifyFunction),
+		SweepFunction:         getenv(EnvSweepFunction),
 		SecretsKey:            getenv(EnvSecretsKey),
 		JWTIssuer:             getenv(EnvJWTIssuer),
 		JWTAudience:           splitList(getenv(EnvJWTAudience)),

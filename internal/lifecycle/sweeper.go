@@ -2,7 +2,9 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -25,12 +27,17 @@ type SweeperConfig struct {
 	// Grace leaves young jobs to the API's own start.
 	Grace time.Duration
 	// RestartRunning also starts executions for open jobs past their first
-	// attempt. Only where an execution can be lost while its job survives:
-	// the local stack, whose Step Functions keeps executions in memory. In
-	// AWS such a job's execution runs (a start is a no-op) or has closed
-	// (its name can never be used again), so there it would only spend the
-	// account's StartExecution quota, once per open job per sweep.
+	// attempt that were created before the sweeper: only where an
+	// execution can be lost while its job survives, the local stack, whose
+	// Step Functions keeps executions in memory and loses them only with
+	// the stack (whose new sweeper then restarts them). In AWS such a
+	// job's execution runs (a start is a no-op) or has closed (its name
+	// can never be used again), so there it would only spend the account's
+	// StartExecution quota, once per open job per sweep.
 	RestartRunning bool
+	// PromptStarter starts the jobs handed off to the sweeper (Prompt);
+	// Starter when nil.
+	PromptStarter Starter
 	// Limit bounds the open jobs one sweep reads (0 means 1000); the next
 	// sweep goes on after them.
 	Limit int
@@ -67,7 +74,10 @@ type SweeperConfig struct {
 // oldest unknown attempt.
 type Sweeper struct {
 	cfg SweeperConfig
-	mu  sync.Mutex
+	// began is when the sweeper was made: RestartRunning restarts only
+	// the jobs created before.
+	began time.Time
+	mu    sync.Mutex
 	// purged is when the last purge ran.
 	purged time.Time
 	// cursor is where the next sweep reads the open jobs from: a sweep
@@ -103,7 +113,10 @@ func NewSweeper(c SweeperConfig) (*Sweeper, error) {
 	if c.PurgeEvery <= 0 {
 		c.PurgeEvery = 10 * time.Minute
 	}
-	return &Sweeper{cfg: c}, nil
+	if c.PromptStarter == nil {
+		c.PromptStarter = c.Starter
+	}
+	return &Sweeper{cfg: c, began: c.NowFunc()}, nil
 }
 
 // EndpointLister lists an owner's webhook endpoints (NotificationStore's).
@@ -124,6 +137,8 @@ type SweepReport struct {
 	// PurgedJobs and PurgedAttempts count what expired and was deleted.
 	PurgedJobs     int `json:"purged_jobs"`
 	PurgedAttempts int `json:"purged_attempts"`
+	// HandedOff is the job a hand-off named (Prompt); empty for a sweep.
+	HandedOff string `json:"handed_off,omitempty"`
 }
 
 // purgeDue reports whether a purge is due at now, and if so marks it done.
@@ -317,7 +332,11 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 				oldest = max(oldest, now.Sub(a.UnknownSince))
 			}
 		}
-		if !job.Stranded(j, w.cfg.Grace, now) && (!w.cfg.RestartRunning || j.Status == job.StatusPending || job.Parked(j)) {
+		// Locally (RestartRunning) a running job's execution is restarted
+		// too, if the job is older than the sweeper: its execution went with
+		// the stack that ran it.
+		restart := w.cfg.RestartRunning && j.CreatedAt.Before(w.began) && j.Status != job.StatusPending && !job.Parked(j)
+		if !job.Stranded(j, w.cfg.Grace, now) && !restart {
 			// Driven by a live execution, parked on work at its providers
 			// (no execution needed), or not yet past its grace.
 			continue
@@ -360,6 +379,78 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		"oldest_unknown_seconds", rep.OldestUnknownSeconds, "released", rep.Released, "recounted", rep.Recounted,
 		"purged_jobs", rep.PurgedJobs, "purged_attempts", rep.PurgedAttempts)
 	return rep, errors.Join(errs...)
+}
+
+// Prompt starts a job handed off to the sweeper (HandoffStarter: its
+// start failed, throttled past the API's tries) at once, instead of on the
+// schedule after Grace. A job gone, or no longer pending (started
+// meanwhile, or cancelled), is nothing to do; a start that fails again is
+// an error, and the schedule's sweep finds the job.
+func (w *Sweeper) Prompt(ctx context.Context, jobID string) (SweepReport, error) {
+	rep := SweepReport{HandedOff: jobID}
+	j, err := w.cfg.Store.Get(ctx, jobID)
+	if errors.Is(err, job.ErrNotFound) {
+		return rep, nil
+	}
+	if err != nil {
+		return rep, err
+	}
+	if !job.ShouldStart(j) {
+		return rep, nil
+	}
+	rep.Open, rep.Pending = 1, 1
+	started, err := w.cfg.PromptStarter.Start(ctx, j)
+	if err != nil {
+		w.cfg.Logger.WarnContext(ctx, "handoff_start_failed", "job_id", jobID, "error", err.Error())
+		return rep, err
+	}
+	if started {
+		rep.Started = 1
+	}
+	w.cfg.Logger.InfoContext(ctx, "handoff_start_done", "job_id", jobID, "started", started)
+	return rep, nil
+}
+
+// Invoked is the sweeper function's handler: a HandoffEvent starts its job
+// (Prompt); any other input, the schedule's, sweeps (Sweep).
+func (w *Sweeper) Invoked() func(context.Context, json.RawMessage) (SweepReport, error) {
+	return func(ctx context.Context, in json.RawMessage) (SweepReport, error) {
+		var h HandoffEvent
+		if json.Unmarshal(in, &h) == nil && h.JobID != "" {
+			return w.Prompt(ctx, h.JobID)
+		}
+		return w.Sweep(ctx)
+	}
+}
+
+// HandoffStarter starts a job's execution through Starter, and hands a job
+// whose start failed (throttled past the caller's tries, say) to Handoff:
+// deployed, an asynchronous invoke of the sweeper function, which starts
+// it within seconds (Sweeper.Prompt) rather than on the schedule after
+// the sweep's grace. The hand-off carries the job's ID only, so one lost
+// or repeated changes nothing but how soon.
+type HandoffStarter struct {
+	Starter Starter
+	// Handoff reaches the sweeper; nil leaves a failed start to the schedule.
+	Handoff Handoff
+	Logger  *slog.Logger
+}
+
+// Start starts j's execution. A failed start handed off is no error: the
+// job is the sweeper's now (started false); one that could not be handed
+// off either returns both errors.
+func (h HandoffStarter) Start(ctx context.Context, j job.Job) (bool, error) {
+	started, err := h.Starter.Start(ctx, j)
+	if err == nil || h.Handoff == nil {
+		return started, err
+	}
+	if herr := h.Handoff.Handoff(ctx, j.ID); herr != nil {
+		return false, errors.Join(err, fmt.Errorf("hand-off to the sweeper: %w", herr))
+	}
+	if h.Logger != nil {
+		h.Logger.WarnContext(ctx, "execution_start_handed_off", "job_id", j.ID, "error", err.Error())
+	}
+	return false, nil
 }
 
 // releaseHeld releases every attempt a provider's health counts as holding

@@ -10,9 +10,11 @@ import (
 
 // How a start survives throttling. StartExecution has a per-account quota
 // (a bucket that refills a few hundred per second); past it, or on a
-// transient fault, the call fails and a created job would wait for the
-// sweeper. The API therefore tries again at once, a few times, and the
-// sweeper catches up on what is left, slowing down while it is throttled.
+// transient fault, the call fails. The API therefore tries again at once,
+// a few times; a start still refused is handed to the sweeper function
+// (lifecycle.HandoffStarter), which tries it again at once for a few
+// seconds more (Sweeper.Prompt); the scheduled sweep catches up on what is
+// left, slowing down while it is throttled.
 
 // APIStartAttempts is how many times the API tries one start.
 const APIStartAttempts = 6
@@ -31,6 +33,28 @@ func APIRetryer() aws.Retryer {
 		// Lambda gives each instance one request at a time, so a client's
 		// retry quota would only be spent by the request at hand: the
 		// bound is MaxAttempts and APIStartTimeout.
+		o.RateLimiter = ratelimit.None
+	})
+}
+
+// HandoffAttempts and HandoffMaxBackoff are the sweeper's tries of one
+// handed-off start: full jitter under a 500 ms cap between tries (4.5 s at
+// most in all; a quarter of a second, on average, while half the calls
+// are throttled); HandoffStartTimeout bounds them.
+const (
+	HandoffAttempts     = 10
+	HandoffMaxBackoff   = 500 * time.Millisecond
+	HandoffStartTimeout = 15 * time.Second
+)
+
+// HandoffRetryer is the sweeper's retry of a start the API handed off: as
+// the API's, with more tries and longer pauses. Not adaptive: it starts one
+// job, and a client slowed down by an earlier throttle would hold that job
+// for seconds before its first try.
+func HandoffRetryer() aws.Retryer {
+	return retry.NewStandard(func(o *retry.StandardOptions) {
+		o.MaxAttempts = HandoffAttempts
+		o.MaxBackoff = HandoffMaxBackoff
 		o.RateLimiter = ratelimit.None
 	})
 }

@@ -147,6 +147,34 @@ func TestStartSurvivesThrottling(t *testing.T) {
 			t.Fatalf("the later start: started=%v err=%v", started, err)
 		}
 	})
+
+	// The sweeper's starter for a start the API handed off tries
+	// HandoffAttempts times, each pause under HandoffMaxBackoff, then
+	// leaves the job to the scheduled sweep.
+	t.Run("AHandedOffStartTriesLonger", func(t *testing.T) {
+		client := sfn.New(sfn.Options{Region: lambdalocal.DefaultRegion, BaseEndpoint: aws.String(l.srv.Endpoint()),
+			Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""), Retryer: stepfn.HandoffRetryer()})
+		h, err := stepfn.NewStarter(stepfn.StarterConfig{Client: client, StateMachineARN: l.srv.StateMachineARN(),
+			RunTimeoutFunc: func(string) (time.Duration, bool) { return time.Second, true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.srv.SetThrottle(ctx, sfnlocal.Throttle{First: stepfn.HandoffAttempts - 1}); err != nil {
+			t.Fatal(err)
+		}
+		if started, err := h.Start(ctx, demoJob(t, "handed-off")); err != nil || !started {
+			t.Fatalf("after %d throttles: started=%v err=%v", stepfn.HandoffAttempts-1, started, err)
+		}
+		if err := l.srv.SetThrottle(ctx, sfnlocal.Throttle{First: stepfn.HandoffAttempts}); err != nil {
+			t.Fatal(err)
+		}
+		started, err := h.Start(ctx, demoJob(t, "still-throttled"))
+		var api smithy.APIError
+		if started || !errors.As(err, &api) || api.ErrorCode() != "ThrottlingException" {
+			t.Fatalf("after %d throttles: started=%v err=%v, want ThrottlingException", stepfn.HandoffAttempts, started, err)
+		}
+		throttled(t, stepfn.HandoffAttempts)
+	})
 }
 
 func executionARN(stateMachineARN, name string) string {

@@ -50,7 +50,10 @@ var expected = map[string]expectation{
 	"run.json":                           {output: map[string]any{"status": "succeeded"}},
 	"hold.json":                          {output: map[string]any{"wait_seconds": 60.0}},
 	"sweeper.json":                       {output: map[string]any{"open": 1.0, "pending": 1.0, "started": 1.0}, starts: 1},
-	"notify.json":                        {output: map[string]any{"dispatched": 0.0, "created": 0.0, "tried": 0.0, "delivered": 0.0}},
+	// The api's hand-off of a job whose start failed: started at once.
+	"sweeper-handoff.json": {output: map[string]any{"handed_off": "job_6ryn5nabj6d79smk97x5m81a98", "pending": 1.0, "started": 1.0},
+		starts: 1},
+	"notify.json": {output: map[string]any{"dispatched": 0.0, "created": 0.0, "tried": 0.0, "delivered": 0.0}},
 	// A webhook naming a provider that takes none (the demo's are
 	// synchronous): not-found, after the function loaded the providers.
 	"events-provider-event.json": {status: 404},

@@ -48,8 +48,10 @@ import (
 // functionClients hands out a function's SDK clients.
 type functionClients struct {
 	dynamo dynamodb.Options
-	// sfn has its endpoint once the Step Functions server is up.
+	// sfn has its endpoint once the Step Functions server is up;
+	// sweepSFNHTTP is the sweeper's own pool to it.
 	sfn             sfn.Options
+	sweepSFNHTTP    aws.HTTPClient
 	providers       provider.Config
 	providerSecrets provider.SecretSource
 	providerOptions adapters.Options
@@ -60,6 +62,9 @@ type functionClients struct {
 	// nil while the notifier does not run (Config.NotifyInterval 0).
 	lambda        *aws.Config
 	handoffPaused *atomic.Bool
+	// invoke reaches the same endpoint whether or not the notifier runs:
+	// the api hands a job whose start failed to the sweeper function.
+	invoke *aws.Config
 }
 
 // handoff is fn's hand-off of jobs' events to the notify function, as
@@ -71,16 +76,26 @@ func (fc functionClients) handoff(fn string) (lifecycle.Handoff, error) {
 	case fn != deploy.FnAPI && fn != deploy.FnRun && fn != deploy.FnHold:
 		return nil, nil // they record no events
 	}
-	// The adapter signs Lambda's REST call itself (no SDK client to tag):
-	// its HTTP client records each invoke as fn's call.
-	cfg := *fc.lambda
-	cfg.HTTPClient = recordedInvokes{fn: fn, calls: fc.calls, next: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
-	inv, err := lambdainvoke.New(lambdainvoke.Config{AWS: cfg, Endpoint: aws.ToString(cfg.BaseEndpoint),
-		Function: lambdalocal.FunctionARN(region, accountID, deploy.FnNotify)})
+	inv, err := fc.invoker(*fc.lambda, fn, deploy.FnNotify)
 	if err != nil {
 		return nil, err
 	}
 	return pausable{next: inv, paused: fc.handoffPaused}, nil
+}
+
+// sweepHandoff is the api's hand-off of a job whose start failed to the
+// sweeper function, as its main builds it (lambdainvoke).
+func (fc functionClients) sweepHandoff() (lifecycle.Handoff, error) {
+	return fc.invoker(*fc.invoke, deploy.FnAPI, deploy.FnSweeper)
+}
+
+// invoker is fn's asynchronous invoke of the function to. The adapter
+// signs Lambda's REST call itself (no SDK client to tag): its HTTP client
+// records each invoke as fn's call.
+func (fc functionClients) invoker(cfg aws.Config, fn, to string) (*lambdainvoke.Invoker, error) {
+	cfg.HTTPClient = recordedInvokes{fn: fn, calls: fc.calls, next: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	return lambdainvoke.New(lambdainvoke.Config{AWS: cfg, Endpoint: aws.ToString(cfg.BaseEndpoint),
+		Function: lambdalocal.FunctionARN(region, accountID, to)})
 }
 
 // recordedInvokes records each request as the Lambda Invoke of the
@@ -128,6 +143,9 @@ func (fc functionClients) stepFunctions(fn string, retryer aws.Retryer) (*sfn.Cl
 		return nil, errors.New("the Step Functions server is not up yet")
 	}
 	return sfn.New(fc.sfn, func(o *sfn.Options) {
+		if fn == deploy.FnSweeper {
+			o.HTTPClient = fc.sweepSFNHTTP
+		}
 		o.Retryer = retryer
 		o.APIOptions = append(o.APIOptions, fc.tag(fn)...)
 	}), nil
@@ -165,6 +183,10 @@ func (s *Stack) composeAPI(_ context.Context, cfg Config, fc functionClients) (*
 	if err != nil {
 		return nil, err
 	}
+	sweepHandoff, err := fc.sweepHandoff()
+	if err != nil {
+		return nil, err
+	}
 	// Operators read every provider's health and may override it.
 	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: cfg.Logger})
 	if err != nil {
@@ -181,7 +203,8 @@ func (s *Stack) composeAPI(_ context.Context, cfg Config, fc functionClients) (*
 	if err != nil {
 		return nil, err
 	}
-	return apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: s.Catalog}, Starter: starter, Logger: cfg.Logger,
+	return apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: s.Catalog},
+		Starter: lifecycle.HandoffStarter{Starter: starter, Handoff: sweepHandoff, Logger: cfg.Logger}, Logger: cfg.Logger,
 		Admin: cfg.Admin, Providers: breakers, Notifications: endpoints, StreamBase: s.StreamURL})
 }
 
@@ -306,18 +329,29 @@ func (s *Stack) tasks(cfg Config, engine *lifecycle.Engine, store *dynamo.Store,
 
 // composeSweeper is functions/sweeper/main.go. Locally it also restarts
 // running jobs: the local Step Functions keeps executions in memory, so a
-// restarted stack has lost those of the jobs still open.
+// restarted stack has lost those of the jobs still open (only those older
+// than the sweeper: its own stack's executions are not lost).
 func (s *Stack) composeSweeper(_ context.Context, cfg Config, fc functionClients) (*lifecycle.Sweeper, error) {
 	store, _, err := s.engine(cfg, fc, deploy.FnSweeper)
 	if err != nil {
 		return nil, err
 	}
-	client, err := fc.stepFunctions(deploy.FnSweeper, stepfn.SweepRetryer())
+	// A sweep's starts slow down while throttled; a handed-off start is
+	// tried again at once, a few times (its own client, as deployed).
+	starter := func(retryer aws.Retryer, timeout time.Duration) (*stepfn.Starter, error) {
+		client, err := fc.stepFunctions(deploy.FnSweeper, retryer)
+		if err != nil {
+			return nil, err
+		}
+		return stepfn.NewStarter(stepfn.StarterConfig{Client: client, StateMachineARN: fc.stateMachineARN,
+			RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}), Timeout: timeout,
+			Logger: cfg.Logger})
+	}
+	sweepStarter, err := starter(stepfn.SweepRetryer(), 0)
 	if err != nil {
 		return nil, err
 	}
-	starter, err := stepfn.NewStarter(stepfn.StarterConfig{Client: client, StateMachineARN: fc.stateMachineARN,
-		RunTimeoutFunc: lifecycle.RunTimeouts(jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog}), Logger: cfg.Logger})
+	promptStarter, err := starter(stepfn.HandoffRetryer(), stepfn.HandoffStartTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +368,7 @@ func (s *Stack) composeSweeper(_ context.Context, cfg Config, fc functionClients
 	if *cfg.Quotas != (job.Quotas{}) || cfg.Budget.Enabled() {
 		owners = store
 	}
-	return lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter, Grace: cfg.SweepGrace,
+	return lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: sweepStarter, PromptStarter: promptStarter, Grace: cfg.SweepGrace,
 		RestartRunning: true, Logger: cfg.Logger, Events: s.Metrics, Breakers: breakers, HealthStore: store, Owners: owners,
 		Endpoints: store, Purger: s.Store})
 }

@@ -464,17 +464,23 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 
-	// The API's starts, the sweeper's and the stack's own calls share one
-	// pool to the Step Functions server, which lets an idle connection go
-	// before the server would close it.
+	// The API's starts and the stack's own calls share one pool to the
+	// Step Functions server, which lets an idle connection go before the
+	// server would close it; the sweeper has its own, as a function has
+	// in AWS, so that the starts handed to it never wait for the API's
+	// connections, nor the API's for theirs.
 	sfnHTTP := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 		pooled(tr, sfnConns, sfnIdleConns, cfg.IdleTimeout/2)
+	})
+	sweepSFNHTTP := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		pooled(tr, sweepSFNConns, sweepSFNConns, cfg.IdleTimeout/2)
 	})
 	fc := functionClients{
 		dynamo: dynamoOptions,
 		sfn: sfn.Options{Region: region, Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
 			HTTPClient: sfnHTTP},
-		providers: providerConfig, providerSecrets: providerSecrets, providerOptions: providerOptions,
+		sweepSFNHTTP: sweepSFNHTTP,
+		providers:    providerConfig, providerSecrets: providerSecrets, providerOptions: providerOptions,
 		calls: s.calls, stateMachineARN: smARN, handoffPaused: &s.handoffPaused,
 	}
 
@@ -485,9 +491,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	lambdaURL := "http://" + lambdaListener.Addr().String()
+	fc.invoke = &aws.Config{Region: region, Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
+		BaseEndpoint: aws.String(lambdaURL)}
 	if cfg.NotifyInterval > 0 || cfg.NotifyHandoff {
-		fc.lambda = &aws.Config{Region: region, Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
-			BaseEndpoint: aws.String(lambdaURL)}
+		fc.lambda = fc.invoke
 	}
 	// The notifier: on a schedule (below), and as the notify function
 	// the others hand jobs' events to.
@@ -496,11 +503,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("function %s: %w", deploy.FnNotify, err)
 	}
 
-	// Task functions behind a local Lambda Invoke endpoint.
+	// Task functions behind a local Lambda Invoke endpoint, and the two
+	// the others hand jobs to: the notifier, and the sweeper (composed
+	// below, once Step Functions is up; the api that hands it jobs starts
+	// after it).
 	tasks := map[string]func() lambda.Handler{
 		deploy.FnNotify: func() lambda.Handler {
 			return lambda.NewHandler(s.Notifier.Invoked(deploy.NotifyBudget, notifyPause))
 		},
+		deploy.FnSweeper: func() lambda.Handler { return lambda.NewHandler(s.Sweeper.Invoked()) },
 	}
 	for fn, compose := range map[string]func(context.Context, Config, functionClients) (func() lambda.Handler, error){
 		deploy.FnRun: s.composeRun, deploy.FnHold: s.composeHold,
@@ -682,10 +693,11 @@ const (
 	// endpoint, so at most this many task invocations run at once (it
 	// keeps at most 8 of them idle).
 	lambdaConns = 128
-	// sfnConns: the API's and the sweeper's connections to the Step
-	// Functions server, sfnIdleConns of them kept idle.
-	sfnConns     = 32
-	sfnIdleConns = 16
+	// sfnConns: the API's connections to the Step Functions server,
+	// sfnIdleConns of them kept idle; sweepSFNConns the sweeper's.
+	sfnConns      = 32
+	sfnIdleConns  = 16
+	sweepSFNConns = 8
 	// providerIdleConns: idle connections kept per provider; calls are
 	// not bounded (a provider call waiting for a connection would spend
 	// its attempt's time).
