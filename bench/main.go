@@ -22,7 +22,9 @@
 //     goes silent: derived from the happy path's counts and the design's
 //     schedules (issue 29);
 //   - 500 creates while half of the StartExecution calls are throttled: every
-//     job started exactly once, and the delays from create to start;
+//     job started exactly once (by the API, or the sweeper function it hands
+//     a refused start to), and the delays from create to start, next to the
+//     same burst unthrottled;
 //   - each function's binary size and cold init under the AWS Lambda Runtime
 //     Interface Emulator, as ratios to an empty aws-lambda-go function.
 //
@@ -36,12 +38,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,6 +67,44 @@ type options struct {
 	coldRuns        int
 	drillJobs       int
 	skipFunctions   bool
+	// only names the sections to run (sectionNames); empty runs them all.
+	only map[string]bool
+}
+
+// The sections of the bench, in the order they run; -only picks some.
+const (
+	sectionThroughput = "throughput" // throughput, idempotency storm, worst-case bodies
+	sectionPerJob     = "perjob"     // per job, cost, long jobs, waiting
+	sectionThrottling = "throttling" // the throttling drill
+	sectionFunctions  = "functions"  // function sizes and cold init
+)
+
+var sectionNames = []string{sectionThroughput, sectionPerJob, sectionThrottling, sectionFunctions}
+
+// parseOnly reads -only: a comma-separated list of section names. The
+// functions section starts its functions against the per-job section's
+// stack, so it needs that one too.
+func parseOnly(list string) (map[string]bool, error) {
+	only := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(sectionNames, name) {
+			return nil, fmt.Errorf("-only: unknown section %q (want some of %s)", name, strings.Join(sectionNames, ", "))
+		}
+		only[name] = true
+	}
+	if only[sectionFunctions] && !only[sectionPerJob] {
+		return nil, fmt.Errorf("-only: %s needs %s (its functions run against that section's stack)", sectionFunctions, sectionPerJob)
+	}
+	return only, nil
+}
+
+// runs reports whether the section is to run.
+func (o options) runs(section string) bool {
+	return len(o.only) == 0 || o.only[section]
 }
 
 // report is the JSON document.
@@ -82,7 +124,9 @@ type report struct {
 	WaitVsPoll         []waitRow        `json:"wait_vs_poll"`
 	LongJobs           *longJobs        `json:"long_jobs,omitempty"`
 	Bodies             []bodyRow        `json:"worst_case_bodies"`
-	Functions          []functionRow    `json:"functions"`
+	// Failures are the sections that did not finish.
+	Failures  []failure     `json:"failures,omitempty"`
+	Functions []functionRow `json:"functions"`
 }
 
 func main() {
@@ -97,8 +141,14 @@ func main() {
 	flag.IntVar(&o.coldRuns, "cold-runs", 3, "cold starts per function under the emulator")
 	flag.IntVar(&o.drillJobs, "drill", 500, "jobs in the throttling drill (0 skips it)")
 	flag.BoolVar(&o.skipFunctions, "skip-functions", false, "skip function sizes and cold starts")
+	only := flag.String("only", "", "run only these sections, comma-separated: "+strings.Join(sectionNames, ", ")+" (functions needs perjob)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	var err error
+	if o.only, err = parseOnly(*only); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -164,51 +214,132 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	slog.Info("phase 1/4: API throughput, idempotency storm, worst-case bodies")
-	if rep.Throughput, rep.Storms, err = measureThroughput(ctx, o, dyn.Endpoint(), stackLog); err != nil {
-		return fmt.Errorf("throughput: %w", err)
+	funcs := sectionFuncs{
+		throughput: func(ctx context.Context) ([]throughputRow, []stormResult, []bodyRow, error) {
+			rows, storms, err := measureThroughput(ctx, o, dyn.Endpoint(), stackLog)
+			if err != nil {
+				return rows, storms, nil, err
+			}
+			bodies, err := measureBodies(ctx, o, dyn.Endpoint(), stackLog)
+			if err != nil {
+				err = fmt.Errorf("bodies: %w", err)
+			}
+			return rows, storms, bodies, err
+		},
+		perJob: func(ctx context.Context) (perJobResult, error) {
+			rows, waits, cost, closeCost, err := measurePerJob(ctx, o, dyn.Endpoint(), stackLog)
+			if err != nil {
+				return perJobResult{}, err
+			}
+			res := perJobResult{rows: rows, waits: waits, close: closeCost,
+				env: functionEnv{dynamo: dyn.Endpoint(), sfn: cost.SFN.Endpoint(), stateARN: cost.SFN.StateMachineARN(),
+					tables: dynamo.NamesWithPrefix("bench-cost")}}
+			definition, err := os.ReadFile(filepath.Join(o.root, sfnlocal.DefaultDefinitionPath))
+			if err != nil {
+				return res, fmt.Errorf("long jobs: %w", err)
+			}
+			if res.long, err = measureLongJobs(rows, definition, rep.Prices); err != nil {
+				return res, fmt.Errorf("long jobs: %w", err)
+			}
+			return res, nil
+		},
+		throttling: func(ctx context.Context) (throttleDrill, error) {
+			return measureThrottling(ctx, o, dyn.Endpoint(), stackLog)
+		},
+		functions: func(ctx context.Context, env functionEnv) ([]functionRow, error) {
+			return measureFunctions(ctx, o, tmp, env)
+		},
 	}
-	if rep.Bodies, err = measureBodies(ctx, o, dyn.Endpoint(), stackLog); err != nil {
-		return fmt.Errorf("bodies: %w", err)
-	}
-	slog.Info("phase 2/4: per-job requests, transitions and cost; waiting vs polling")
-	perJobs, waits, cost, closeCost, err := measurePerJob(ctx, o, dyn.Endpoint(), stackLog)
-	if err != nil {
-		return fmt.Errorf("per job: %w", err)
-	}
-	defer closeCost()
-	rep.PerJob = perJobs
-	rep.CostPerMillionJobs = costs(perJobs, rep.Prices)
-	rep.WaitVsPoll = waits
-	definition, err := os.ReadFile(filepath.Join(o.root, sfnlocal.DefaultDefinitionPath))
-	if err != nil {
-		return fmt.Errorf("long jobs: %w", err)
-	}
-	if rep.LongJobs, err = measureLongJobs(perJobs, definition, rep.Prices); err != nil {
-		return fmt.Errorf("long jobs: %w", err)
-	}
-
-	if o.drillJobs > 0 {
-		slog.Info("phase 3/4: starts under throttling")
-		drill, err := measureThrottling(ctx, o, dyn.Endpoint(), stackLog)
-		if err != nil {
-			return fmt.Errorf("throttling drill: %w", err)
-		}
-		rep.Throttling = &drill
-	}
-
-	if !o.skipFunctions {
-		slog.Info("phase 4/4: function sizes and cold init under the Runtime Interface Emulator")
-		names := dynamo.NamesWithPrefix("bench-cost")
-		env := functionEnv{dynamo: dyn.Endpoint(), sfn: cost.SFN.Endpoint(), stateARN: cost.SFN.StateMachineARN(),
-			tables: names}
-		if rep.Functions, err = measureFunctions(ctx, o, tmp, env); err != nil {
-			return fmt.Errorf("functions: %w", err)
-		}
-	}
+	measure(ctx, o, funcs, &rep)
 	rep.Seconds = round2(time.Since(started).Seconds())
+	return finish(os.Stdout, o, rep, ctx.Err())
+}
 
-	printReport(os.Stdout, rep)
+// sectionFuncs measure the sections: run wires the real ones, the bench's
+// tests fakes.
+type sectionFuncs struct {
+	throughput func(context.Context) ([]throughputRow, []stormResult, []bodyRow, error)
+	perJob     func(context.Context) (perJobResult, error)
+	throttling func(context.Context) (throttleDrill, error)
+	functions  func(context.Context, functionEnv) ([]functionRow, error)
+}
+
+// perJobResult is what the per-job section measured, and the stack the
+// functions section runs its functions against (close ends it).
+type perJobResult struct {
+	rows  []perJob
+	waits []waitRow
+	long  *longJobs
+	env   functionEnv
+	close func()
+}
+
+// failure is a section that did not finish; the report keeps what it and
+// the others measured.
+type failure struct {
+	Section string `json:"section"`
+	Error   string `json:"error"`
+}
+
+// measure runs the selected sections in order into rep. A section that
+// fails is recorded and the next runs (a failed drill is marked in its own
+// figures), so the report printed at the end shows everything measured;
+// after an interrupt nothing more starts.
+func measure(ctx context.Context, o options, f sectionFuncs, rep *report) {
+	fail := func(section string, err error) {
+		rep.Failures = append(rep.Failures, failure{Section: section, Error: err.Error()})
+	}
+	if o.runs(sectionThroughput) && ctx.Err() == nil {
+		slog.Info("phase 1/4: API throughput, idempotency storm, worst-case bodies")
+		var err error
+		if rep.Throughput, rep.Storms, rep.Bodies, err = f.throughput(ctx); err != nil {
+			fail(sectionThroughput, err)
+		}
+	}
+	var perJobs perJobResult
+	perJobDone := false
+	if o.runs(sectionPerJob) && ctx.Err() == nil {
+		slog.Info("phase 2/4: per-job requests, transitions and cost; waiting vs polling")
+		var err error
+		perJobs, err = f.perJob(ctx)
+		if perJobs.close != nil {
+			defer perJobs.close()
+		}
+		rep.PerJob, rep.WaitVsPoll, rep.LongJobs = perJobs.rows, perJobs.waits, perJobs.long
+		if len(perJobs.rows) > 0 {
+			rep.CostPerMillionJobs = costs(perJobs.rows, rep.Prices)
+		}
+		if err != nil {
+			fail(sectionPerJob, err)
+		}
+		perJobDone = err == nil
+	}
+	if o.runs(sectionThrottling) && o.drillJobs > 0 && ctx.Err() == nil {
+		slog.Info("phase 3/4: starts under throttling")
+		d, err := f.throttling(ctx)
+		if err != nil {
+			d.Failed = err.Error()
+		}
+		rep.Throttling = &d
+	}
+	if o.runs(sectionFunctions) && !o.skipFunctions && ctx.Err() == nil {
+		slog.Info("phase 4/4: function sizes and cold init under the Runtime Interface Emulator")
+		if !perJobDone {
+			fail(sectionFunctions, errors.New("not run: it needs the per-job section's stack"))
+			return
+		}
+		var err error
+		if rep.Functions, err = f.functions(ctx, perJobs.env); err != nil {
+			fail(sectionFunctions, err)
+		}
+	}
+}
+
+// finish prints the report and writes its JSON, whatever failed, then
+// fails the run for each section that did not finish and each measurement
+// that contradicts the system's guarantees.
+func finish(w io.Writer, o options, rep report, interrupted error) error {
+	printReport(w, rep)
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -216,8 +347,12 @@ func run(ctx context.Context, o options) error {
 	if err := os.WriteFile(o.out, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("\nwrote %s (stack logs: %s) in %.0f s\n", o.out, o.logPath, rep.Seconds)
-	return errors.Join(ctx.Err(), checkReport(rep))
+	fmt.Fprintf(w, "\nwrote %s (stack logs: %s) in %.0f s\n", o.out, o.logPath, rep.Seconds)
+	errs := []error{interrupted}
+	for _, f := range rep.Failures {
+		errs = append(errs, fmt.Errorf("%s: %s", f.Section, f.Error))
+	}
+	return errors.Join(append(errs, checkReport(rep))...)
 }
 
 // checkReport fails the run when a measurement contradicts the system's

@@ -10,7 +10,50 @@ import (
 func printReport(w io.Writer, r report) {
 	fmt.Fprintf(w, "onejob bench — %s, %v/%v, %v CPUs, %v, node %v\n", r.GeneratedAt, r.Host["goos"], r.Host["goarch"],
 		r.Host["cpus"], r.Host["go"], r.Host["node"])
+	if r.Throttling != nil && r.Throttling.Failed != "" {
+		fmt.Fprintf(w, "FAILED: throttling drill: %s (its figures below are of what it saw)\n", r.Throttling.Failed)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "FAILED: %s: %s (its tables are missing or partial)\n", f.Section, f.Error)
+	}
 
+	if len(r.Throughput) > 0 {
+		printThroughput(w, r)
+	}
+	if len(r.PerJob) > 0 {
+		printPerJob(w, r)
+	}
+
+	if d := r.Throttling; d != nil {
+		printThrottling(w, *d)
+	}
+
+	if len(r.CostPerMillionJobs) > 0 {
+		printCost(w, r)
+	}
+
+	if len(r.Functions) > 0 {
+		section(w, "Functions: size (make build, linux/arm64) and cold init under aws-lambda-rie (host-arch build), medians")
+		tw := table(w)
+		fmt.Fprintln(tw, "function\tarm64 bytes\t×empty\tamd64 bytes\tcold start ms\t×empty\tinit ms\t×empty\tfirst invoke ms\twarm invoke ms\t")
+		for _, f := range r.Functions {
+			arm := "missing (run make build)"
+			if f.ARM64Bytes > 0 {
+				arm = fmt.Sprintf("%d", f.ARM64Bytes)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%.1f\t%.2f\t%.1f\t%.2f\t%.2f\t%.2f\t\n", f.Name, arm, f.SizeRatio, f.AMD64Bytes,
+				f.ColdMS, f.ColdRatio, f.InitMS, f.InitRatio, f.FirstMS, f.WarmMS)
+		}
+		tw.Flush()
+	}
+
+	section(w, "Notes")
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "- %s\n", n)
+	}
+}
+
+func printThroughput(w io.Writer, r report) {
 	section(w, "POST /v1/jobs vs dynalite conditional PutItem of the same job item, same concurrency (closed loop)")
 	tw := table(w)
 	fmt.Fprintln(tw, "clients\tstarter\tPutItem/s\tp50 ms\tp99 ms\tAPI/s\tp50 ms\tp99 ms\tthroughput ×PutItem\tp50 ×PutItem\tp99 ×PutItem\tdrain after\t")
@@ -51,9 +94,11 @@ func printReport(w io.Writer, r report) {
 		}
 		tw.Flush()
 	}
+}
 
+func printPerJob(w io.Writer, r report) {
 	section(w, "Per job (averages): DynamoDB, Step Functions, Lambda, API Gateway")
-	tw = table(w)
+	tw := table(w)
 	fmt.Fprintln(tw, "scenario\tjobs\tDDB requests\tby operation\tRRU\tWRU\t+index WRU\tcond. failed\ttransitions\tLambda invocations\tLambda billed ms\tAPI requests\t")
 	for _, p := range r.PerJob {
 		var ops []string
@@ -104,19 +149,11 @@ func printReport(w io.Writer, r report) {
 		}
 		tw.Flush()
 	}
+}
 
-	if d := r.Throttling; d != nil {
-		section(w, fmt.Sprintf("Starts under throttling: %d creates (%d clients) while %.0f%% of StartExecution calls are throttled",
-			d.Jobs, d.Concurrency, 100*d.ThrottleShare))
-		tw = table(w)
-		fmt.Fprintln(tw, "started\tstarted twice\tsucceeded\tthrottled calls\tstarted by sweeper\tcreate→start p50 ms\tp99 ms\tmax ms\tcreate p99 ms\tlocal sweep\t")
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\tevery %s, grace %s\t\n", d.Started, d.StartedTwice, d.Succeeded,
-			d.ThrottledStarts, d.BySweeper, d.P50Millis, d.P99Millis, d.MaxMillis, d.CreateP99MS, d.SweepInterval, d.SweepGrace)
-		tw.Flush()
-	}
-
+func printCost(w io.Writer, r report) {
 	section(w, "Prices used (us-east-1, on-demand, first tier; looked up "+r.PricesCheckedOn+")")
-	tw = table(w)
+	tw := table(w)
 	fmt.Fprintln(tw, "item\tUSD\tper\teffective\tnumber on an AWS page\tsource\t")
 	for _, k := range sortedKeys(r.Prices) {
 		p := r.Prices[k]
@@ -150,25 +187,33 @@ func printReport(w io.Writer, r report) {
 			x.DynamoReads, x.ReadUnits, c.APIGateway, c.LambdaReq, c.LambdaGBs, c.DynamoDB, c.Total, x.RatioToHeld, x.LatencyAtMostMS)
 	}
 	tw.Flush()
+}
 
-	if len(r.Functions) > 0 {
-		section(w, "Functions: size (make build, linux/arm64) and cold init under aws-lambda-rie (host-arch build), medians")
-		tw = table(w)
-		fmt.Fprintln(tw, "function\tarm64 bytes\t×empty\tamd64 bytes\tcold start ms\t×empty\tinit ms\t×empty\tfirst invoke ms\twarm invoke ms\t")
-		for _, f := range r.Functions {
-			arm := "missing (run make build)"
-			if f.ARM64Bytes > 0 {
-				arm = fmt.Sprintf("%d", f.ARM64Bytes)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%.1f\t%.2f\t%.1f\t%.2f\t%.2f\t%.2f\t\n", f.Name, arm, f.SizeRatio, f.AMD64Bytes,
-				f.ColdMS, f.ColdRatio, f.InitMS, f.InitRatio, f.FirstMS, f.WarmMS)
-		}
-		tw.Flush()
+func printThrottling(w io.Writer, d throttleDrill) {
+	title := fmt.Sprintf("Starts under throttling: %d creates (%d clients) while %.0f%% of StartExecution calls are throttled",
+		d.Jobs, d.Concurrency, 100*d.ThrottleShare)
+	if d.Failed != "" {
+		title += " — FAILED: " + d.Failed
 	}
-
-	section(w, "Notes")
-	for _, n := range r.Notes {
-		fmt.Fprintf(w, "- %s\n", n)
+	section(w, title)
+	tw := table(w)
+	fmt.Fprintln(tw, "settled\tstarted\tstarted twice\tsucceeded\tthrottled calls\thanded off\tstarted by hand-off\tby sweep\tcreate→start p50 ms\tp99 ms\tmax ms\tcreate p99 ms\tlocal sweep\t")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\tevery %s, grace %s\t\n", d.Settled, d.Started,
+		d.StartedTwice, d.Succeeded, d.ThrottledStarts, d.HandedOff, d.ByHandoff, d.BySweeper, d.P50Millis, d.P99Millis, d.MaxMillis,
+		d.CreateP99MS, d.SweepInterval, d.SweepGrace)
+	tw.Flush()
+	fmt.Fprintf(w, "baseline (the same burst just before, nothing throttled): create→start p50 %.1f ms, p99 %.1f ms, max %.1f ms; drill p99 ×baseline %.2f\n",
+		d.BaselineP50Millis, d.BaselineP99Millis, d.BaselineMaxMillis, d.P99Ratio)
+	if d.HandedOff > 0 {
+		fmt.Fprintf(w, "a hand-off: the sweeper function billed %.0f ms; USD %.2f per million handed-off jobs (its invocation, that time at 256 MB, one read); jobs started by the API pay nothing\n",
+			d.HandoffBilledMS, d.HandoffUSDPerMillion)
+	}
+	if len(d.Slowest) > 0 {
+		var slow []string
+		for _, x := range d.Slowest[:min(len(d.Slowest), 5)] {
+			slow = append(slow, fmt.Sprintf("%.0f ms (%s)", x.DelayMS, x.By))
+		}
+		fmt.Fprintf(w, "slowest starts: %s\n", strings.Join(slow, ", "))
 	}
 }
 
