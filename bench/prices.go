@@ -66,8 +66,9 @@ func prices() map[string]price {
 	}
 }
 
-// lambdaMemoryGB is every function's memory (deploy.Functions, which
-// infra/stack deploys: 256 MB); a test keeps the two equal.
+// lambdaMemoryGB is the memory of every function the bench prices
+// (deploy.Functions, which infra/stack deploys: 256 MB; the stream
+// function, which no bench row runs, has less); a test keeps them equal.
 const lambdaMemoryGB = 0.25
 
 // deployedCallTimeout is how long the deployed run function waits on a
