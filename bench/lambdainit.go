@@ -161,11 +161,17 @@ func invokePayload(root, name string) ([]byte, error) {
 		return os.ReadFile(filepath.Join(root, "events", "api-get-job.json"))
 	case "events":
 		return os.ReadFile(filepath.Join(root, "events", "events-provider-event.json"))
+	case "stream":
+		return os.ReadFile(filepath.Join(root, "events", "stream-no-token.json"))
 	case "sweeper", baselineFunction:
 		return []byte(`{}`), nil
 	}
 	return []byte(`{"job_id":"job_bench_cold_start","attempt":1}`), nil
 }
+
+// The tokens' issuer and audience make invoke gives the stream function
+// (here, rie is also coldStart's path to the emulator).
+const localIssuer, localAudience = rie.LocalIssuer, rie.LocalAudience
 
 type coldMeasure struct {
 	cold, init, first, warm float64
@@ -211,6 +217,12 @@ func coldStart(ctx context.Context, rie, bin, name string, env functionEnv, payl
 	}
 	for logical, table := range env.tables.ByLogical() {
 		cmd.Env = append(cmd.Env, deploy.TableEnv(logical)+"="+table)
+	}
+	// The stream function verifies tokens itself: the issuer make invoke
+	// gives it (nothing is fetched from it at init, nor for a request
+	// without a token).
+	if f, ok := deploy.Lookup(name); ok && f.Needs&deploy.NeedIssuer != 0 {
+		cmd.Env = append(cmd.Env, deploy.EnvJWTIssuer+"="+localIssuer, deploy.EnvJWTAudience+"="+localAudience)
 	}
 	var stdout testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stdout
