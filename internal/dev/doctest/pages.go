@@ -46,6 +46,10 @@ type Page struct {
 	Name      string
 	Blocks    []Block
 	Citations []Citation
+	// Links are its links and images into the checkout (CheckLinks).
+	Links []Link
+	// anchors are its headings' fragments, for its #fragment links.
+	anchors map[string]bool
 	// Problems are what the page breaks of the marks' rules.
 	Problems []error
 }
@@ -151,6 +155,11 @@ func Parse(name string, src []byte) Page {
 			}
 			p.Blocks = append(p.Blocks, b)
 			return ast.WalkSkipChildren, nil
+		case *ast.Link, *ast.Image:
+			if l, ok := linkAt(n, lineAt); ok {
+				p.Links = append(p.Links, l)
+			}
+			return ast.WalkContinue, nil
 		case *ast.CodeSpan:
 			var parts []string
 			start := -1
@@ -170,6 +179,7 @@ func Parse(name string, src []byte) Page {
 		}
 		return ast.WalkContinue, nil
 	})
+	p.anchors = Anchors(src)
 	p.Problems = p.check()
 	return p
 }
