@@ -5,8 +5,9 @@
 // mermaid diagram is generated and held by its own test. A figure names
 // the row it comes from in a code span: `bench:TABLE/ROW` (a `make bench`
 // row, checked by bench's tests against the bench's own names) or
-// `test:Name` (a test that logs it). CONTRIBUTING.md, "Docs that are
-// tested", is the authors' side of it.
+// `test:Name` (a test that logs it). A link into the checkout leads to a
+// file that is there and, with a fragment, to one of its headings.
+// CONTRIBUTING.md, "Docs that are tested", is the authors' side of it.
 package doctest
 
 import (
