@@ -335,3 +335,38 @@ func TestThePagesLinksResolve(t *testing.T) {
 		}
 	}
 }
+
+// TestThePagesAreSizedToRead: the README stays a front door and each page
+// under docs/ a comfortable read; a subject that outgrows its page gets a
+// page of its own (CONTRIBUTING.md, "Where docs go").
+func TestThePagesAreSizedToRead(t *testing.T) {
+	t.Parallel()
+	root := testenv.MustRoot(t)
+	names, err := Pages(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		limit := maxPageLines
+		switch {
+		case name == "README.md":
+			limit = maxReadmeLines
+		case !strings.HasPrefix(name, "docs/"):
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(src), "\n"); n > limit {
+			t.Errorf("%s has %d lines, over %d: move a subject to a page of its own under docs/ and link it", name, n, limit)
+		}
+	}
+}
+
+// The bounds TestThePagesAreSizedToRead holds the pages to: about 200 and
+// about 400 lines, with room for a paragraph.
+const (
+	maxReadmeLines = 215
+	maxPageLines   = 440
+)
