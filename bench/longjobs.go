@@ -666,7 +666,7 @@ func printLongJobs(w io.Writer, l longJobs) {
 			fmt.Fprintf(w, "note: %s, %s, %s: %s\n", r.Mode, dur(r.LatencyS), r.Case, r.Note)
 		}
 	}
-	fmt.Fprintln(w, "note: every row is the happy path's counts plus the design's (README); a check's run and a poll of the pass are billed as the happy path's run, "+
+	fmt.Fprintln(w, "note: every row is the happy path's counts plus the design's (docs/long-jobs.md); a check's run and a poll of the pass are billed as the happy path's run, "+
 		"the provider answering at once. A provider that hangs on a question holds that run, or that slice of the pass, up to the settle timeout instead.")
 }
 

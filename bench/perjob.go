@@ -146,7 +146,7 @@ type perJob struct {
 	// after its event (the write that ended the job) each event's first
 	// try reached the endpoint. Without a hand-off the bench runs the
 	// passes as soon as the jobs settled; deployed, the schedule adds up
-	// to a minute (README).
+	// to a minute (docs/webhooks.md).
 	FirstTryP50MS float64 `json:"first_try_p50_ms,omitempty"`
 	FirstTryP99MS float64 `json:"first_try_p99_ms,omitempty"`
 }

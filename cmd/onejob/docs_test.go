@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -62,6 +64,10 @@ func TestDocs(t *testing.T) {
 	}
 	s := doctest.Session{Dir: root, Env: env, Setup: strings.Join(exports, "\n"), Port: port[1]}
 
+	t.Run("TheBannerIsTheTour", func(t *testing.T) {
+		checkBannerIsTheTour(t, banner, pages)
+	})
+
 	blocks := 0
 	for _, p := range runnable {
 		t.Run(strings.NewReplacer("/", "_", ".", "_").Replace(p.Name), func(t *testing.T) {
@@ -95,4 +101,80 @@ func TestDocs(t *testing.T) {
 		}
 		t.Logf("docs: %d pages, %d run blocks ran; %d with a route renamed failed", len(runnable), blocks, renamed)
 	})
+}
+
+// checkBannerIsTheTour holds what `make run` prints to README.md's tour:
+// each command of the banner's tour is one of the README's run blocks
+// (make run's port and a job's ID as the README writes them), and the
+// console's link, as printed, serves the console the tour shows.
+func checkBannerIsTheTour(t *testing.T, banner string, pages []doctest.Page) {
+	t.Helper()
+	var readme strings.Builder
+	for _, p := range pages {
+		if p.Name == "README.md" {
+			for _, b := range p.RunBlocks() {
+				readme.WriteString(joinedCommand(b.Text) + "\n")
+			}
+		}
+	}
+	port := regexp.MustCompile(`(http://)?127\.0\.0\.1:\d+`)
+	cmds := tourCommands(banner)
+	if len(cmds) < 3 {
+		t.Fatalf("the banner's tour has %d commands, want the submit, the watch and the listener:\n%s", len(cmds), banner)
+	}
+	for _, c := range cmds {
+		c = strings.ReplaceAll(port.ReplaceAllString(c, "localhost:"+doctest.DefaultPort), "JOB_ID", "$ID")
+		if !strings.Contains(readme.String(), c) {
+			t.Errorf("make run prints %q, which no run block of README.md's tour runs", c)
+		}
+	}
+
+	m := regexp.MustCompile(`(?m)^\s+console\s+(http://127\.0\.0\.1:\d+/console)#token=\S+$`).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("no console link in the banner:\n%s", banner)
+	}
+	if !strings.Contains(readme.String(), "localhost:"+doctest.DefaultPort+"/console") {
+		t.Error("README.md's tour fetches no /console")
+	}
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(string(body), "<title>onejob console</title>") || !strings.Contains(string(body), "console.mjs") {
+		t.Errorf("the printed console link %s answered %d %s:\n%.300s", m[1], resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+}
+
+// tourCommands are the commands the banner's tour shows (the lines after
+// "take README.md's five-minute tour" up to the next blank line), each on
+// one line, without the notes in parentheses beside them.
+func tourCommands(banner string) []string {
+	_, tour, ok := strings.Cut(banner, "five-minute tour")
+	if !ok {
+		return nil
+	}
+	_, tour, _ = strings.Cut(tour, "\n\n")
+	tour, _, _ = strings.Cut(tour, "\n\n")
+	note := regexp.MustCompile(`\s{2,}\(.*\)$`)
+	var cmds []string
+	var cur strings.Builder
+	for _, line := range strings.Split(tour, "\n") {
+		line = note.ReplaceAllString(strings.TrimSpace(line), "")
+		cont := strings.HasSuffix(line, "\\")
+		cur.WriteString(strings.TrimSuffix(line, "\\") + " ")
+		if !cont {
+			cmds = append(cmds, joinedCommand(cur.String()))
+			cur.Reset()
+		}
+	}
+	return cmds
+}
+
+// joinedCommand is a command with its continuation lines joined and its spaces
+// collapsed.
+func joinedCommand(cmd string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(cmd, "\\\n", " ")), " ")
 }

@@ -188,52 +188,18 @@ func runCommand(ctx context.Context, args []string) error {
   job streams     %s   (each job's stream_url: its answer as it forms)
   Step Functions  %s   (real statemachine/onejob.asl.json)
   DynamoDB        %s, tables %s-*
-  providers       sim-primary, sim-fallback (loopback simulators; sim-fallback certified for demo)%s
+  providers       sim-primary, sim-fallback (loopback simulators at %s; sim-fallback certified for demo)%s
   webhook secrets sealed with %s (%s; the API holds its public half only)
 
-Submit a job (token for user-1, valid 24 h):
-
-  export TOKEN=%s
-  curl -s -X POST %s/v1/jobs \
-    -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
-    -H "Idempotency-Key: my-first-job" \
-    -d '{"type":"demo","input":{"prompt":"hello onejob"}}'
-
-Watch it (replace JOB_ID with the "id" printed above):
-
-  curl -s %s/v1/jobs/JOB_ID -H "Authorization: Bearer $TOKEN"
-
-Or with the CLI (onejob jobs -h lists its commands):
-
-  export ONEJOB_API_URL=%s ONEJOB_TOKEN=$TOKEN
-  go run ./cmd/onejob jobs submit --type demo --input '{"prompt":"hello onejob"}'
-  go run ./cmd/onejob jobs watch JOB_ID
-
-Be told when jobs end (signed webhooks to your app, one line per event here):
-
-  go run ./cmd/onejob webhooks listen --forward-to http://localhost:3000/hooks
-
-Script the providers through the input, e.g. a failing primary that falls back:
-  -d '{"type":"demo","input":{"prompt":"hi","simulate":{"sim-primary":{"outcome":"error"}}}}'
-A long job on the asynchronous provider (sim-async, OpenAI's background mode
-simulated: submitted, then waited for with nothing running; its webhook ends
-it after 30 s, and operators see its work in onejob jobs attempts):
-  go run ./cmd/onejob jobs submit --type demo-async --input '{"prompt":"a long one"}'
-(--tier 2h or 8h: a cheaper completion window; demo-hook-async runs the same
-on sim-hook-async, a webhook-async receiver that calls back when done)
-or a timeout that leaves attempt 1 unknown until an operator resolves it:
-  -d '{"type":"demo","input":{"prompt":"hi","simulate":{"sim-primary":{"outcome":"timeout"}}}}'
-  curl -s -X POST %s/v1/jobs/JOB_ID/attempts/1/resolve -H "Authorization: Bearer %s" \
-    -H "Content-Type: application/json" -d '{"outcome":"failed","reason":"checked with the provider"}'
-
 %s
 %s
 %s
+%s
+More in docs/development.md: scripting the simulators, long jobs, real providers.
 Ctrl-C stops everything.
-`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.StreamURL, s.SFN.Endpoint(), dynamoText, *prefix, providersText(local, s.Catalog),
+`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.StreamURL, s.SFN.Endpoint(), dynamoText, *prefix, s.SimURL, providersText(local, s.Catalog),
 		*secretsKey, map[bool]string{true: "made now", false: "kept from an earlier run"}[keyMade],
-		user, s.APIURL, s.APIURL, s.APIURL, s.APIURL, admin,
-		consoleText(s.APIURL, admin), pagesText(s, user), secretText(settings))
+		tourText(s.APIURL, s.SimURL, binDir(), user, admin), consoleText(s.APIURL, admin), pagesText(s, user), secretText(settings))
 	<-ctx.Done()
 	fmt.Println("\nstopping…")
 	return nil
@@ -306,9 +272,53 @@ func secretText(settings apigwlocal.LocalSettings) string {
 		origin = "from " + apigwlocal.EnvLocalSecret
 	}
 	return fmt.Sprintf("Tokens are signed with a secret %s; mint more with\n\n"+
-		"  %s=%s go run ./cmd/onejob token --sub user-2 [--scope jobs:admin]\n"+
-		"  (or: go run ./cmd/onejob token --secret %s --sub user-2)\n",
+		"  %s=%s onejob token --sub user-2 [--scope jobs:admin]\n"+
+		"  (or: onejob token --secret %s --sub user-2)\n",
 		origin, apigwlocal.EnvLocalSecret, settings.JWTSecret, settings.JWTSecret)
+}
+
+// tourText is what a reader pastes into another terminal (the exports:
+// onejob on the PATH, the API, the simulators, user-1's token and an
+// operator's) and the first steps of README.md's tour, as its run blocks
+// write them (TestDocs/TheBannerIsTheTour holds the two together).
+func tourText(apiURL, simURL, bin, user, admin string) string {
+	return fmt.Sprintf(`In another terminal, paste (tokens for user-1 and an operator, valid 24 h; onejob on the PATH):
+
+  export PATH=%s:$PATH ONEJOB_API_URL=%s SIM_URL=%s
+  export TOKEN=%s
+  export ADMIN=%s
+  export ONEJOB_TOKEN=$TOKEN
+
+then take README.md's five-minute tour: submit a job, watch it, open the console, get a webhook,
+brown out a provider:
+
+  curl -s -X POST %s/v1/jobs \
+    -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
+    -H "Idempotency-Key: my-first-job" \
+    -d '{"type":"demo","input":{"prompt":"hello onejob"}}'
+  onejob jobs watch JOB_ID          (JOB_ID: the "id" it answered)
+  onejob webhooks listen            (signed webhooks, a line each; --forward-to URL sends them to your app)
+`, shellWord(bin), apiURL, simURL, user, admin, apiURL)
+}
+
+// binDir is the folder of the running onejob (make run's bin/), for the
+// reader's PATH.
+func binDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin"
+	}
+	return filepath.Dir(exe)
+}
+
+// shellWord is s as one word of a shell, quoted only when it must be.
+func shellWord(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+@%=:,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // consoleText is the link to the operator console, which the API itself

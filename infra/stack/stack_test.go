@@ -709,17 +709,17 @@ func checkAlarms(t *testing.T, s *synthesized) {
 	for id := range topics {
 		topic = "ref:" + id
 	}
-	readme, err := os.ReadFile(filepath.Join(testenv.MustRoot(t), "README.md"))
+	readme, err := os.ReadFile(filepath.Join(testenv.MustRoot(t), "docs", "operating.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	metrics := map[string]bool{}
 	for id, r := range resources(s, "AWS::CloudWatch::Alarm") {
 		p := props(r)
-		// Every alarm says in the README what it means and what to do.
+		// Every alarm says in docs/operating.md what it means and what to do.
 		name, _ := p["AlarmName"].(string)
 		if row := "| `onejob-<env>-" + strings.TrimPrefix(name, "onejob-"+s.env+"-") + "` |"; !strings.Contains(string(readme), row) {
-			t.Errorf("%s (%s): no row %s in the README's alarm table", id, name, row)
+			t.Errorf("%s (%s): no row %s in docs/operating.md's alarm table", id, name, row)
 		}
 		for _, a := range list(p["AlarmActions"]) {
 			if s.sym(a) != topic {

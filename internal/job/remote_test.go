@@ -29,7 +29,7 @@ func TestPollSchedule(t *testing.T) {
 		}
 	}
 	// The asks while work runs 10 min, and in its first hour, as
-	// the README and the bench say.
+	// docs/long-jobs.md and the bench say.
 	asks := func(until time.Duration) int {
 		n, age := 0, time.Duration(0)
 		for {

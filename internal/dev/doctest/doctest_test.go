@@ -276,3 +276,97 @@ func testFuncs(root string) (map[string][]string, error) {
 	})
 	return out, err
 }
+
+func TestSlug(t *testing.T) {
+	t.Parallel()
+	for heading, want := range map[string]string{
+		"What onejob guarantees": "what-onejob-guarantees",
+		"4. A webhook":           "4-a-webhook",
+		"Feedback: make check, make test, and where the time goes":    "feedback-make-check-make-test-and-where-the-time-goes",
+		"An owner's standing at a provider (fair share and back-off)": "an-owners-standing-at-a-provider-fair-share-and-back-off",
+		"How to …": "how-to-",
+		"The asynchronous variant: webhook-async":        "the-asynchronous-variant-webhook-async",
+		"Limits per owner, and how long things are kept": "limits-per-owner-and-how-long-things-are-kept",
+		"snake_case Über":                                "snake_case-über",
+	} {
+		if got := Slug(heading); got != want {
+			t.Errorf("Slug(%q) = %q, want %q", heading, got, want)
+		}
+	}
+	a := Anchors([]byte("# On `make run`, and the drills\n\n## Notes\n\n## Notes\n\ntext\n"))
+	for _, want := range []string{"on-make-run-and-the-drills", "notes", "notes-1"} {
+		if !a[want] {
+			t.Errorf("no anchor %q in %v", want, a)
+		}
+	}
+}
+
+// TestThePagesLinksResolve: every link of README.md, CONTRIBUTING.md and
+// docs/ into the checkout names a file or folder that is there, and its
+// fragment a heading of that file.
+func TestThePagesLinksResolve(t *testing.T) {
+	t.Parallel()
+	root := testenv.MustRoot(t)
+	pages, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := 0
+	for _, p := range pages {
+		for _, err := range CheckLinks(root, p) {
+			t.Error(err)
+		}
+		links += len(p.Links)
+	}
+	if links == 0 {
+		t.Fatal("no page links anywhere")
+	}
+	bogus := Parse("docs/bogus.md", []byte("# Here\n\nSee [here](#here), [the API](api.md#routes), [a folder](../clients/typescript),\n"+
+		"[gone](api.md#no-such-heading), [no file](nowhere.md), [out](../../etc/passwd), [a fragment of Go](../go.mod#x),\n"+
+		"[missing anchor](#elsewhere) and ![an image](missing.png); [outside](https://example.com/x#y) is not followed.\n"))
+	errs := CheckLinks(root, bogus)
+	want := []string{"no heading #no-such-heading", "no docs/nowhere.md", "leaves the checkout", "which has no headings", "no heading #elsewhere", "no docs/missing.png"}
+	if len(errs) != len(want) {
+		t.Fatalf("bogus links: %v, want %d errors", errs, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(errs[i].Error(), w) || !strings.HasPrefix(errs[i].Error(), "docs/bogus.md:") {
+			t.Errorf("error %d = %v, want one saying %q with its place", i, errs[i], w)
+		}
+	}
+}
+
+// TestThePagesAreSizedToRead: the README stays a front door and each page
+// under docs/ a comfortable read; a subject that outgrows its page gets a
+// page of its own (CONTRIBUTING.md, "Where docs go").
+func TestThePagesAreSizedToRead(t *testing.T) {
+	t.Parallel()
+	root := testenv.MustRoot(t)
+	names, err := Pages(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		limit := maxPageLines
+		switch {
+		case name == "README.md":
+			limit = maxReadmeLines
+		case !strings.HasPrefix(name, "docs/"):
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(src), "\n"); n > limit {
+			t.Errorf("%s has %d lines, over %d: move a subject to a page of its own under docs/ and link it", name, n, limit)
+		}
+	}
+}
+
+// The bounds TestThePagesAreSizedToRead holds the pages to: about 200 and
+// about 400 lines, with room for a paragraph.
+const (
+	maxReadmeLines = 215
+	maxPageLines   = 440
+)

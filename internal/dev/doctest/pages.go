@@ -5,8 +5,9 @@
 // mermaid diagram is generated and held by its own test. A figure names
 // the row it comes from in a code span: `bench:TABLE/ROW` (a `make bench`
 // row, checked by bench's tests against the bench's own names) or
-// `test:Name` (a test that logs it). CONTRIBUTING.md, "Docs that are
-// tested", is the authors' side of it.
+// `test:Name` (a test that logs it). A link into the checkout leads to a
+// file that is there and, with a fragment, to one of its headings.
+// CONTRIBUTING.md, "Docs that are tested", is the authors' side of it.
 package doctest
 
 import (
@@ -46,6 +47,10 @@ type Page struct {
 	Name      string
 	Blocks    []Block
 	Citations []Citation
+	// Links are its links and images into the checkout (CheckLinks).
+	Links []Link
+	// anchors are its headings' fragments, for its #fragment links.
+	anchors map[string]bool
 	// Problems are what the page breaks of the marks' rules.
 	Problems []error
 }
@@ -151,6 +156,11 @@ func Parse(name string, src []byte) Page {
 			}
 			p.Blocks = append(p.Blocks, b)
 			return ast.WalkSkipChildren, nil
+		case *ast.Link, *ast.Image:
+			if l, ok := linkAt(n, lineAt); ok {
+				p.Links = append(p.Links, l)
+			}
+			return ast.WalkContinue, nil
 		case *ast.CodeSpan:
 			var parts []string
 			start := -1
@@ -170,6 +180,7 @@ func Parse(name string, src []byte) Page {
 		}
 		return ast.WalkContinue, nil
 	})
+	p.anchors = Anchors(src)
 	p.Problems = p.check()
 	return p
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // Issue 26's rate drill, scaled in time so that it stays lean (make run's
-// README drill is the same at 60 requests per minute): both demo providers
+// drill in docs/sharing.md is the same at 60 requests per minute): both demo providers
 // declare 3 requests per 2 s; one owner submits 30 jobs, then two others
 // 24 each. The rate is low enough to bind on two busy cores: at 6 per 2 s
 // a loaded run's stack could not keep up with it, nobody waited for the
