@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -91,7 +92,7 @@ func NewClient(cfg ClientConfig) (*bedrockruntime.Client, error) {
 	if httpClient == nil {
 		httpClient = &http.Client{Transport: awshttp.NewBuildableClient().GetTransport()}
 	}
-	opts.HTTPClient = provider.NoRedirects(httpClient)
+	opts.HTTPClient = plainBodies{provider.NoRedirects(httpClient)}
 	opts.APIOptions = append(opts.APIOptions, cfg.APIOptions...)
 	return bedrockruntime.New(opts), nil
 }
@@ -427,3 +428,25 @@ func classifyCode(code string, status int) provider.Class {
 	}
 	return provider.ClassAmbiguous
 }
+
+// plainBodies sends each request's body as a plain reader. The SDK wraps
+// a body in smithy-go's safe closer and closes it as soon as the answer's
+// headers are in; closed, its WriteTo returns io.EOF, which net/http's
+// writer (still reading the body to its end) takes for a failed write and
+// closes the connection under the event stream being read: "use of closed
+// network connection" mid-answer, 1 in 30 streams under -race here
+// (TestConformance/StreamRepeat). A plain reader's Read after close
+// returns (0, io.EOF), a clean end.
+type plainBodies struct{ c *http.Client }
+
+func (p plainBodies) Do(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = plainBody{req.Body}
+	}
+	return p.c.Do(req)
+}
+
+type plainBody struct{ rc io.ReadCloser }
+
+func (b plainBody) Read(p []byte) (int, error) { return b.rc.Read(p) }
+func (b plainBody) Close() error               { return b.rc.Close() }

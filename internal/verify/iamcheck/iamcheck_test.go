@@ -94,6 +94,7 @@ func TestCheck(t *testing.T) {
 		deploy.FnSweeper: {allow("dynamodb:BatchGetItem", jobsArn)},
 		deploy.FnNotify:  {allow("dynamodb:GetItem", jobsArn)},
 		deploy.FnEvents:  {allow("dynamodb:UpdateItem", jobsArn)},
+		deploy.FnStream:  {allow("dynamodb:GetItem", jobsArn)},
 	})
 	calls := []awscalls.Recorded{
 		call(deploy.FnAPI, "dynamodb:GetItem", table("jobs", "")),
@@ -109,6 +110,7 @@ func TestCheck(t *testing.T) {
 		call(deploy.FnSweeper, "states:StartExecution", permissions.Resource{Kind: permissions.KindStateMachine}),
 		call(deploy.FnNotify, "dynamodb:GetItem", table("jobs", "")),
 		call(deploy.FnEvents, "dynamodb:UpdateItem", table("jobs", "")),
+		call(deploy.FnStream, "dynamodb:GetItem", table("jobs", "")),
 	}
 	rep, err := Check([]*Template{tmpl}, calls, 1)
 	if err != nil {
