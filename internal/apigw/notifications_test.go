@@ -299,6 +299,23 @@ func TestEventTypesAreDocumented(t *testing.T) {
 	}
 }
 
+// TestWaitReasonsAreDocumented holds openapi.yaml's Waiting reason enum to
+// job.WaitReasons, the reason the API adds for an unknown attempt first.
+func TestWaitReasonsAreDocumented(t *testing.T) {
+	t.Parallel()
+	var doc []string
+	for _, v := range loadContract(t).doc.Components.Schemas["Waiting"].Value.Properties["reason"].Value.Enum {
+		doc = append(doc, v.(string))
+	}
+	want := []string{"attempt_unknown"}
+	for _, r := range job.WaitReasons() {
+		want = append(want, string(r))
+	}
+	if strings.Join(doc, ",") != strings.Join(want, ",") {
+		t.Errorf("openapi.yaml's Waiting reason %v, want attempt_unknown then job.WaitReasons %v", doc, want)
+	}
+}
+
 // TestDeliveryStatesAreDocumented holds openapi.yaml's Delivery state enum
 // to the one list, job.DeliveryStates, and the endpoint's backlog bound to
 // job.MaxEndpointBacklog.

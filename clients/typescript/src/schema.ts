@@ -1116,11 +1116,14 @@ export interface components {
          *     account declares (shared fairly between the owners waiting), or a
          *     `429` from the provider, which pauses it for everyone for its
          *     `Retry-After`; its jobs start as the rate allows (bounded as
-         *     `providers_unavailable`).
+         *     `providers_unavailable`). `budget_exhausted`: the owner's budget has
+         *     too little left for the next attempt's worst case; its jobs start as
+         *     other attempts settle what they reserved, or when the budget's
+         *     window ends.
          */
         Waiting: {
             /** @enum {string} */
-            reason: "attempt_unknown" | "providers_unavailable" | "owner_backoff" | "fair_share" | "rate_limited";
+            reason: "attempt_unknown" | "providers_unavailable" | "owner_backoff" | "fair_share" | "rate_limited" | "budget_exhausted";
             since?: components["schemas"]["Timestamp"];
             until?: components["schemas"]["Timestamp"];
             /** Format: int32 */
