@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // maxTries bounds the decide-and-write loop; each lost round means another
@@ -41,6 +43,10 @@ type EngineConfig struct {
 	// so their first tries start at once; nil leaves them to the
 	// notifier's schedule.
 	Handoff Handoff
+	// Tracer records spans (the create's context kept with its job, a
+	// span per write); nil: none, and a job keeps only the trace context
+	// its request carried (job.Request.Trace).
+	Tracer Tracer
 }
 
 // Engine creates jobs and executes their transitions: read, let package job
@@ -55,6 +61,7 @@ type Engine struct {
 	notify  bool
 	budget  job.Budget
 	handoff Handoff
+	tracer  Tracer
 }
 
 // NewEngine checks that a store is given and defaults the rest.
@@ -87,8 +94,12 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		return nil, errors.New("lifecycle: budgets need an owner store")
 	}
 	return &Engine{store: c.Store, now: c.NowFunc, log: c.Logger, events: c.Events, owners: c.Owners, quotas: c.Quotas,
-		notify: c.Notifications, budget: c.Budget, handoff: c.Handoff}, nil
+		notify: c.Notifications, budget: c.Budget, handoff: c.Handoff, tracer: c.Tracer}, nil
 }
+
+// Tracer is the engine's tracer (nil: none), which the other use cases
+// built on it share.
+func (e *Engine) Tracer() Tracer { return e.tracer }
 
 // Quotas are the engine's per-owner bounds.
 func (e *Engine) Quotas() job.Quotas { return e.quotas }
@@ -102,10 +113,49 @@ func (e *Engine) Quotas() job.Quotas { return e.quotas }
 // refused with a *job.QuotaError — unless the key names a job already,
 // which is answered as a replay: a quota never refuses a job that exists.
 // A create that turns out a replay or a conflict gives its count back.
-func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, error) {
+func (e *Engine) Create(ctx context.Context, r job.Request) (_ job.Job, replayed bool, err error) {
+	// The create's span, a child of the client's context, is the job's
+	// trace context: the parent of every later span of the job.
+	base := ctx
+	ctx, span := startSpan(ctx, e.tracer, semconv.SpanCreate, job.Job{Trace: r.Trace})
+	var created job.Job
+	defer func() {
+		if replayed {
+			e.replayed(base, span, created)
+		} else if err == nil {
+			span.Job(created)
+		}
+		span.End(err)
+	}()
+	created, replayed, err = e.create(ctx, r)
+	return created, replayed, err
+}
+
+// replayed records a replay in the original job's trace: a span that is a
+// child of its stored context, linked to the replay's request, which is
+// linked back to it.
+func (e *Engine) replayed(ctx context.Context, request Span, j job.Job) {
+	if e.tracer == nil {
+		return
+	}
+	if j.Trace.IsZero() {
+		request.Job(j)
+		return
+	}
+	rctx, span := e.tracer.Start(ctx, semconv.SpanReplay, j)
+	span.Link(e.tracer.Context(rctx))
+	request.Link(e.tracer.Context(rctx))
+	span.End(nil)
+}
+
+func (e *Engine) create(ctx context.Context, r job.Request) (job.Job, bool, error) {
 	j, err := job.New(r, e.now())
 	if err != nil {
 		return job.Job{}, false, err
+	}
+	j.Trace = r.Trace
+	if e.tracer != nil {
+		j.Trace = e.tracer.Context(ctx)
 	}
 	if !e.counting() && !e.budget.Enabled() {
 		if e.notify {
@@ -280,7 +330,7 @@ func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job
 		if err != nil {
 			return job.Transition{}, j, err
 		}
-		res, err := e.store.Apply(ctx, t)
+		res, err := e.apply(ctx, t)
 		if err != nil {
 			return job.Transition{}, j, err
 		}
@@ -303,6 +353,24 @@ func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job
 		j = res.Job
 	}
 	return job.Transition{}, j, fmt.Errorf("%w %s", ErrContention, id)
+}
+
+// apply executes t in a span of its own (the compare-and-swap of an
+// outcome among them), whose store requests are its children.
+func (e *Engine) apply(ctx context.Context, t job.Transition) (Applied, error) {
+	if e.tracer == nil || t.Noop() {
+		return e.store.Apply(ctx, t)
+	}
+	ctx, span := e.tracer.Start(ctx, semconv.SpanWritePre+string(t.Kind()), t.Before())
+	if n := t.AttemptNumber(); n != 0 {
+		if a, ok := t.After().Attempt(n); ok {
+			span.Attempt(a)
+		}
+	}
+	res, err := e.store.Apply(ctx, t)
+	span.Event(semconv.Transition, semconv.Transition, string(t.Kind()), semconv.Won, strconv.FormatBool(res.OK))
+	span.End(err)
+	return res, err
 }
 
 // StartAttempt starts the next attempt on provider. It is refused with a
@@ -366,7 +434,7 @@ func (e *Engine) launchOn(ctx context.Context, j job.Job, provider string, decid
 	if err != nil {
 		return j, job.Attempt{}, false, err
 	}
-	res, err := e.store.Apply(ctx, t)
+	res, err := e.apply(ctx, t)
 	if err != nil || !res.OK {
 		return res.Job, job.Attempt{}, false, err
 	}

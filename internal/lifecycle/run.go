@@ -8,6 +8,7 @@ import (
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // maxRounds bounds Run's decide-and-act loop; each round means another
@@ -26,7 +27,14 @@ const maxRounds = 16
 // (job.Parked; RunResult.Parked says which); otherwise the run reports
 // what comes next as a job.Signal: the next attempt (in a new run, with its
 // own timeout), or a wait on an open attempt.
-func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
+func (w *Tasks) Run(ctx context.Context, in RunInput) (_ RunResult, err error) {
+	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanRun, job.Job{ID: in.JobID, Trace: traceOf(in.ExecutionTrace, in.Execution)})
+	defer func() { span.End(err) }()
+	ctx = withSpan(ctx, span)
+	return w.run(ctx, in)
+}
+
+func (w *Tasks) run(ctx context.Context, in RunInput) (RunResult, error) {
 	var deadline time.Time
 	if in.TimeoutSeconds > 0 {
 		deadline = w.now().Add(time.Duration(in.TimeoutSeconds) * time.Second)
@@ -388,7 +396,21 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, av
 // compare-and-swap (won or discarded) or failed with its class. It returns
 // the job after that write, and only store errors. Under a declared rate
 // an attempt not sent by sendBy is not sent at all (job.RateLimit.SendBy).
-func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (job.Job, error) {
+func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (_ job.Job, err error) {
+	// The attempt's span: its call's and its end's writes are children.
+	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanAttempt, j)
+	span.Attempt(a)
+	defer func() {
+		if b, ok := j.Attempt(a.Number); ok {
+			span.Attempt(b)
+		}
+		span.End(err)
+	}()
+	j, err = w.callAttempt(ctx, j, jt, a, certs, sendBy)
+	return j, err
+}
+
+func (w *Tasks) callAttempt(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (job.Job, error) {
 	if job.NeedsCertification(j, a.Provider) {
 		// The gate, again at call time: never call an unproven fallback.
 		ok := certs.ask(a.Provider)
@@ -441,11 +463,13 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 	var resp provider.Response
 	var end streamEnd
 	sp, streamed := w.streamer(j, p)
+	callCtx, callSpan := startCall(callCtx, w.cfg.Engine.Tracer(), j, a, req)
 	if streamed {
 		resp, end, err = w.stream(callCtx, j, jt, a, sp, req)
 	} else {
 		resp, err = p.Call(callCtx, req)
 	}
+	callSpan.End(resp, err)
 	close(ended)
 	latency := w.now().Sub(start)
 	attrs := []any{"job_id", j.ID, "attempt", a.Number, "provider", a.Provider, "latency_ms", latency.Milliseconds(), "ok", err == nil}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // Starter starts a job's execution. It must be idempotent (an execution
@@ -43,7 +44,9 @@ type SweeperConfig struct {
 	Limit int
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
-	Logger  *slog.Logger
+	// Tracer records each restart in its job's trace (nil: none).
+	Tracer Tracer
+	Logger *slog.Logger
 	// Events receives the age of the oldest unknown attempt; NoEvents when nil.
 	Events Events
 	// Breakers, when set, has each sweep release the attempts a provider's
@@ -341,7 +344,7 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 			// (no execution needed), or not yet past its grace.
 			continue
 		}
-		started, err := w.cfg.Starter.Start(ctx, j)
+		started, err := w.restart(ctx, j)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -451,6 +454,13 @@ func (h HandoffStarter) Start(ctx context.Context, j job.Job) (bool, error) {
 		h.Logger.WarnContext(ctx, "execution_start_handed_off", "job_id", j.ID, "error", err.Error())
 	}
 	return false, nil
+}
+
+// restart starts j's execution again, in a span of j's trace.
+func (w *Sweeper) restart(ctx context.Context, j job.Job) (started bool, err error) {
+	ctx, span := startSpan(ctx, w.cfg.Tracer, semconv.SpanRestart, j)
+	defer func() { span.End(err) }()
+	return w.cfg.Starter.Start(ctx, j)
 }
 
 // releaseHeld releases every attempt a provider's health counts as holding

@@ -1,0 +1,97 @@
+package lifecycle
+
+import (
+	"context"
+
+	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/provider"
+)
+
+// Tracer records the use cases' spans (issue 42): one per use case and
+// per attempt, each provider call as a client span, each job write as a
+// span of its own. internal/tracing adapts OpenTelemetry to it; nil in a
+// config records nothing and keeps no trace context, at no cost. A span
+// starts as a child of ctx's span or, when ctx carries none, of the job's
+// trace context (job.Job.Trace): so a run, a hold, a settlement or a
+// delivery, whenever it happens, is in the job's trace.
+type Tracer interface {
+	// Start starts the span of use case name (internal/tracing/semconv's
+	// Span* names) on job j (zero: a create, before its job exists).
+	Start(ctx context.Context, name string, j job.Job) (context.Context, Span)
+	// Call starts the client span of attempt a's call to its provider,
+	// whose requests carry its context (propagate.Inject).
+	Call(ctx context.Context, j job.Job, a job.Attempt, req provider.Request) (context.Context, CallSpan)
+	// Context is ctx's span context as a job keeps it (zero: none).
+	Context(ctx context.Context) job.TraceContext
+}
+
+// Span is a use case's span.
+type Span interface {
+	// Job names the job the span is about (once it exists).
+	Job(j job.Job)
+	// Attempt names the attempt the span is about, and its state now.
+	Attempt(a job.Attempt)
+	// Event records a decision made in the span (a breaker's, an
+	// admission's) with what it said.
+	Event(name string, attrs ...string)
+	// Link links the span to another trace context (a replay's request).
+	Link(t job.TraceContext)
+	// End ends the span, failed when err is not nil.
+	End(err error)
+}
+
+// CallSpan is a provider call's span.
+type CallSpan interface {
+	// End ends the span with what the call answered.
+	End(resp provider.Response, err error)
+}
+
+// noSpan is every span when no Tracer is configured.
+type noSpan struct{}
+
+func (noSpan) Job(job.Job)             {}
+func (noSpan) Attempt(job.Attempt)     {}
+func (noSpan) Event(string, ...string) {}
+func (noSpan) Link(job.TraceContext)   {}
+func (noSpan) End(error)               {}
+
+// noCall is every call's span when no Tracer is configured.
+type noCall struct{}
+
+func (noCall) End(provider.Response, error) {}
+
+// startSpan starts a span of t, or none when t is nil.
+func startSpan(ctx context.Context, t Tracer, name string, j job.Job) (context.Context, Span) {
+	if t == nil {
+		return ctx, noSpan{}
+	}
+	return t.Start(ctx, name, j)
+}
+
+// startCall starts a provider call's span of t, or none when t is nil.
+func startCall(ctx context.Context, t Tracer, j job.Job, a job.Attempt, req provider.Request) (context.Context, CallSpan) {
+	if t == nil {
+		return ctx, noCall{}
+	}
+	return t.Call(ctx, j, a, req)
+}
+
+// spanKey keeps a use case's span in its ctx, for the decisions made deep
+// under it (breakers' and admissions'), which record events on it.
+type spanKey struct{}
+
+// withSpan keeps s in ctx for the decisions made under it.
+func withSpan(ctx context.Context, s Span) context.Context {
+	if _, none := s.(noSpan); none {
+		return ctx
+	}
+	return context.WithValue(ctx, spanKey{}, s)
+}
+
+// spanOf is the span withSpan kept in ctx (noSpan when none).
+func spanOf(ctx context.Context) Span {
+	if s, ok := ctx.Value(spanKey{}).(Span); ok {
+		return s
+	}
+	return noSpan{}
+}
