@@ -121,7 +121,7 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (_ job.Job, replayed
 	var created job.Job
 	defer func() {
 		if replayed {
-			e.replayed(base, span, created)
+			e.replayed(base, ctx, span, created)
 		} else if err == nil {
 			span.Job(created)
 		}
@@ -134,16 +134,16 @@ func (e *Engine) Create(ctx context.Context, r job.Request) (_ job.Job, replayed
 // replayed records a replay in the original job's trace: a span that is a
 // child of its stored context, linked to the replay's request, which is
 // linked back to it.
-func (e *Engine) replayed(ctx context.Context, request Span, j job.Job) {
+func (e *Engine) replayed(base, requestCtx context.Context, request Span, j job.Job) {
 	if e.tracer == nil {
 		return
 	}
+	request.Job(j)
 	if j.Trace.IsZero() {
-		request.Job(j)
 		return
 	}
-	rctx, span := e.tracer.Start(ctx, semconv.SpanReplay, j)
-	span.Link(e.tracer.Context(rctx))
+	rctx, span := e.tracer.Start(base, semconv.SpanReplay, j)
+	span.Link(e.tracer.Context(requestCtx))
 	request.Link(e.tracer.Context(rctx))
 	span.End(nil)
 }

@@ -67,8 +67,13 @@ type childTracer struct {
 	t trace.Tracer
 }
 
+// Start records the SDK's operation spans (DynamoDB.UpdateItem,
+// SFN.StartExecution: CLIENT spans) under a recorded parent; its internal
+// steps (serializing, signing, each retry attempt: eleven a call) are not
+// recorded, which would multiply what a trace costs by ten.
 func (c childTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
+	cfg := trace.NewSpanStartConfig(opts...)
+	if !trace.SpanFromContext(ctx).IsRecording() || cfg.SpanKind() != trace.SpanKindClient {
 		return noop.NewTracerProvider().Tracer("").Start(ctx, name, opts...)
 	}
 	return c.t.Start(ctx, name, opts...)
