@@ -399,6 +399,7 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, av
 func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (_ job.Job, err error) {
 	// The attempt's span: its call's and its end's writes are children.
 	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanAttempt, j)
+	ctx = withSpan(ctx, span)
 	span.Attempt(a)
 	defer func() {
 		if b, ok := j.Attempt(a.Number); ok {
@@ -494,6 +495,7 @@ func (w *Tasks) observeCall(ctx context.Context, owner string, a job.Attempt, er
 		return
 	}
 	kind := healthKind(err)
+	spanOf(ctx).Event(semconv.EventObserved, semconv.Provider, a.Provider, semconv.Outcome, string(kind))
 	e := job.HealthEvent{Kind: kind, Attempt: a.IdempotencyKey(), Owner: owner}
 	var ce *provider.CallError
 	if kind == job.HealthRateLimited && errors.As(err, &ce) {

@@ -399,6 +399,7 @@ func (v *availability) available(provider string) job.Admission {
 		// starts no attempt (no key), and its answer stands for the run.
 		a = v.breakers.Admit(v.ctx, provider, "", v.owner)
 		if !a.Allowed {
+			spanOf(v.ctx).Event(semconv.EventRefused, semconv.Provider, provider, semconv.Reason, a.Reason)
 			v.refused[provider] = a
 		}
 	}
@@ -413,9 +414,11 @@ func (v *availability) admit(provider, key string) bool {
 	}
 	a := v.breakers.AdmitTokens(v.ctx, provider, key, v.owner, v.tokens)
 	if !a.Allowed {
+		spanOf(v.ctx).Event(semconv.EventRefused, semconv.Provider, provider, semconv.Reason, a.Reason)
 		v.refused[provider] = a
 		return false
 	}
+	spanOf(v.ctx).Event(semconv.EventAdmitted, semconv.Provider, provider)
 	if v.admitted == nil {
 		v.admitted = map[string]time.Time{}
 	}

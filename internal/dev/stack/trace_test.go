@@ -139,6 +139,16 @@ func TestOneTracePerJob(t *testing.T) {
 				}
 			}
 		}
+		// The breakers' decisions are events on the spans they were made in.
+		events := map[string]int{}
+		for _, sp := range trace {
+			for _, e := range sp.Events {
+				events[sp.Name+": "+e.Name]++
+			}
+		}
+		if events[semconv.SpanRun+": "+semconv.EventAdmitted] < 2 || events[semconv.SpanAttempt+": "+semconv.EventObserved] != 2 {
+			t.Errorf("trace %s: events %v, want each attempt's admission on its run and each call's observation on its attempt", tr.traceID, events)
+		}
 		for _, fn := range []string{"onejob-api", "onejob-run", "onejob-notify"} {
 			if !services[fn] {
 				t.Errorf("trace %s: no span of %s (%v)", tr.traceID, fn, services)
