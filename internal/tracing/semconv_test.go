@@ -72,8 +72,8 @@ func TestProviderSpansFollowTheGenAIConventions(t *testing.T) {
 	listed := slices.Concat(specRequired, specConditional, specRecommended, specOptIn)
 	cases := []struct {
 		kind, model, base, op, system, name string
-		err                                  error
-		want                                 []string
+		err                                 error
+		want                                []string
 	}{
 		{provider.KindOpenAI, "gpt-4o-2024-08-06", "", "chat", "openai", "chat gpt-4o-2024-08-06", nil,
 			[]string{"gen_ai.request.model", "gen_ai.response.model", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "server.address", "server.port", "gen_ai.output.type"}},
