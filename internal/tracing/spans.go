@@ -52,6 +52,16 @@ func (t *Tracing) AWS() smithytracing.TracerProvider {
 	return smithyoteltracing.Adapt(childrenOnly{tp: t.provider})
 }
 
+// TraceAWS sets an AWS SDK client's tracer provider (&o.TracerProvider in
+// its options function) to AWS(), leaving it as it is when t is nil: the
+// SDK resolves its no-op before the options functions run, so a nil set
+// there would be called.
+func (t *Tracing) TraceAWS(p *smithytracing.TracerProvider) {
+	if t != nil {
+		*p = t.AWS()
+	}
+}
+
 // childrenOnly starts spans only under a recorded parent.
 type childrenOnly struct {
 	embedded.TracerProvider

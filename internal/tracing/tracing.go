@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -84,13 +83,7 @@ func New(ctx context.Context, c Config) (*Tracing, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("tracing: OTLP endpoint %q must be an http(s) URL", c.Endpoint)
 		}
-		opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(c.Endpoint)}
-		if c.HTTPClient != nil {
-			opts = append(opts, otlptracehttp.WithHTTPClient(c.HTTPClient))
-		}
-		if exp, err = otlptracehttp.New(ctx, opts...); err != nil {
-			return nil, fmt.Errorf("tracing: %w", err)
-		}
+		exp = newExporter(c.Endpoint, c.HTTPClient)
 	}
 	var sampled sdktrace.SpanProcessor
 	if c.Batch {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	smithytracing "github.com/aws/smithy-go/tracing"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/onejob/onejob/internal/job"
@@ -25,6 +26,13 @@ func TestOffIsNil(t *testing.T) {
 	}
 	if tr.Tracer(nil) != nil || tr.AWS() != nil || tr.Provider() != nil || tr.Flush(context.Background()) != nil {
 		t.Error("a nil Tracing is not off everywhere")
+	}
+	// Off, an AWS client keeps the SDK's own no-op (a nil set in its
+	// options function would be called: a panic on every request).
+	var p smithytracing.TracerProvider = smithytracing.NopTracerProvider{}
+	tr.TraceAWS(&p)
+	if p == nil {
+		t.Error("TraceAWS of a nil Tracing cleared the SDK's tracer provider")
 	}
 	var want lifecycle.Tracer
 	if got := tr.Tracer(nil); got != want {

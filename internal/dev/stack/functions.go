@@ -139,7 +139,7 @@ func (fc functionClients) tag(fn string) []func(*middleware.Stack) error {
 func (fc functionClients) dynamoDB(fn string) *dynamodb.Client {
 	return dynamodb.New(fc.dynamo, func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, fc.tag(fn)...)
-		o.TracerProvider = fc.traces[fn].AWS()
+		fc.traces[fn].TraceAWS(&o.TracerProvider)
 	})
 }
 
@@ -154,7 +154,7 @@ func (fc functionClients) stepFunctions(fn string, retryer aws.Retryer) (*sfn.Cl
 		}
 		o.Retryer = retryer
 		o.APIOptions = append(o.APIOptions, fc.tag(fn)...)
-		o.TracerProvider = fc.traces[fn].AWS()
+		fc.traces[fn].TraceAWS(&o.TracerProvider)
 	}), nil
 }
 
