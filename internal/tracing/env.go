@@ -85,3 +85,12 @@ func (s sigv4) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return s.next.RoundTrip(signed)
 }
+
+// XRayTraceID is a W3C trace ID (32 hex digits) as X-Ray and its CLI name
+// it (1-<first 8>-<last 24>): what `aws xray batch-get-traces` takes.
+func XRayTraceID(w3c string) string {
+	if len(w3c) != 32 {
+		return ""
+	}
+	return "1-" + w3c[:8] + "-" + w3c[8:]
+}
