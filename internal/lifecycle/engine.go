@@ -1,15 +1,16 @@
 package lifecycle
 
+// Long file: the engine's use cases share one decide-and-write loop
+// (runOn) and read best together; tracing's parts are in trace.go.
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
-	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // maxTries bounds the decide-and-write loop; each lost round means another
@@ -43,9 +44,8 @@ type EngineConfig struct {
 	// so their first tries start at once; nil leaves them to the
 	// notifier's schedule.
 	Handoff Handoff
-	// Tracer records spans (the create's context kept with its job, a
-	// span per write); nil: none, and a job keeps only the trace context
-	// its request carried (job.Request.Trace).
+	// Tracer records spans (trace.go); nil: none, and a job keeps only the
+	// trace context its request carried (job.Request.Trace).
 	Tracer Tracer
 }
 
@@ -97,10 +97,6 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		notify: c.Notifications, budget: c.Budget, handoff: c.Handoff, tracer: c.Tracer}, nil
 }
 
-// Tracer is the engine's tracer (nil: none), which the other use cases
-// built on it share.
-func (e *Engine) Tracer() Tracer { return e.tracer }
-
 // Quotas are the engine's per-owner bounds.
 func (e *Engine) Quotas() job.Quotas { return e.quotas }
 
@@ -113,39 +109,10 @@ func (e *Engine) Quotas() job.Quotas { return e.quotas }
 // refused with a *job.QuotaError — unless the key names a job already,
 // which is answered as a replay: a quota never refuses a job that exists.
 // A create that turns out a replay or a conflict gives its count back.
-func (e *Engine) Create(ctx context.Context, r job.Request) (_ job.Job, replayed bool, err error) {
-	// The create's span, a child of the client's context, is the job's
-	// trace context: the parent of every later span of the job.
-	base := ctx
-	ctx, span := startSpan(ctx, e.tracer, semconv.SpanCreate, job.Job{Trace: r.Trace})
-	var created job.Job
-	defer func() {
-		if replayed {
-			e.replayed(base, ctx, span, created)
-		} else if err == nil {
-			span.Job(created)
-		}
-		span.End(err)
-	}()
-	created, replayed, err = e.create(ctx, r)
-	return created, replayed, err
-}
-
-// replayed records a replay in the original job's trace: a span that is a
-// child of its stored context, linked to the replay's request, which is
-// linked back to it.
-func (e *Engine) replayed(base, requestCtx context.Context, request Span, j job.Job) {
-	if e.tracer == nil {
-		return
-	}
-	request.Job(j)
-	if j.Trace.IsZero() {
-		return
-	}
-	rctx, span := e.tracer.Start(base, semconv.SpanReplay, j)
-	span.Link(e.tracer.Context(requestCtx))
-	request.Link(e.tracer.Context(rctx))
-	span.End(nil)
+func (e *Engine) Create(ctx context.Context, r job.Request) (created job.Job, replayed bool, err error) {
+	ctx, end := e.createSpan(ctx, r)
+	defer func() { end(created, replayed, err) }()
+	return e.create(ctx, r)
 }
 
 func (e *Engine) create(ctx context.Context, r job.Request) (job.Job, bool, error) {
@@ -153,10 +120,7 @@ func (e *Engine) create(ctx context.Context, r job.Request) (job.Job, bool, erro
 	if err != nil {
 		return job.Job{}, false, err
 	}
-	j.Trace = r.Trace
-	if e.tracer != nil {
-		j.Trace = e.tracer.Context(ctx)
-	}
+	j.Trace = e.traceOf(ctx, r)
 	if !e.counting() && !e.budget.Enabled() {
 		if e.notify {
 			u, err := e.owners.Usage(ctx, j.Owner)
@@ -353,24 +317,6 @@ func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job
 		j = res.Job
 	}
 	return job.Transition{}, j, fmt.Errorf("%w %s", ErrContention, id)
-}
-
-// apply executes t in a span of its own (the compare-and-swap of an
-// outcome among them), whose store requests are its children.
-func (e *Engine) apply(ctx context.Context, t job.Transition) (Applied, error) {
-	if e.tracer == nil || t.Noop() {
-		return e.store.Apply(ctx, t)
-	}
-	ctx, span := e.tracer.Start(ctx, semconv.SpanWritePre+string(t.Kind()), t.Before())
-	if n := t.AttemptNumber(); n != 0 {
-		if a, ok := t.After().Attempt(n); ok {
-			span.Attempt(a)
-		}
-	}
-	res, err := e.store.Apply(ctx, t)
-	span.Event(semconv.Transition, semconv.Transition, string(t.Kind()), semconv.Won, strconv.FormatBool(res.OK))
-	span.End(err)
-	return res, err
 }
 
 // StartAttempt starts the next attempt on provider. It is refused with a

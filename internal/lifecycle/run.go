@@ -392,25 +392,7 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, av
 	return j, a, certs, ok, err
 }
 
-// call calls attempt a's provider and records how it ended: completed by
-// compare-and-swap (won or discarded) or failed with its class. It returns
-// the job after that write, and only store errors. Under a declared rate
-// an attempt not sent by sendBy is not sent at all (job.RateLimit.SendBy).
-func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (_ job.Job, err error) {
-	// The attempt's span: its call's and its end's writes are children.
-	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanAttempt, j)
-	ctx = withSpan(ctx, span)
-	span.Attempt(a)
-	defer func() {
-		if b, ok := j.Attempt(a.Number); ok {
-			span.Attempt(b)
-		}
-		span.End(err)
-	}()
-	j, err = w.callAttempt(ctx, j, jt, a, certs, sendBy)
-	return j, err
-}
-
+// callAttempt is call (trace.go: the attempt's span) without its span.
 func (w *Tasks) callAttempt(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (job.Job, error) {
 	if job.NeedsCertification(j, a.Provider) {
 		// The gate, again at call time: never call an unproven fallback.

@@ -2,9 +2,12 @@ package lifecycle
 
 import (
 	"context"
+	"strconv"
+	"time"
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // Tracer records the use cases' spans (issue 42): one per use case and
@@ -94,4 +97,87 @@ func spanOf(ctx context.Context) Span {
 		return s
 	}
 	return noSpan{}
+}
+
+// call calls attempt a's provider and records how it ended: completed by
+// compare-and-swap (won or discarded) or failed with its class. It returns
+// the job after that write, and only store errors. Under a declared rate
+// an attempt not sent by sendBy is not sent at all (job.RateLimit.SendBy).
+func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (_ job.Job, err error) {
+	// The attempt's span: its call's and its end's writes are children.
+	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanAttempt, j)
+	ctx = withSpan(ctx, span)
+	span.Attempt(a)
+	defer func() {
+		if b, ok := j.Attempt(a.Number); ok {
+			span.Attempt(b)
+		}
+		span.End(err)
+	}()
+	j, err = w.callAttempt(ctx, j, jt, a, certs, sendBy)
+	return j, err
+}
+
+// Tracer is the engine's tracer (nil: none), which the other use cases
+// built on it share.
+func (e *Engine) Tracer() Tracer { return e.tracer }
+
+// traceOf is the trace context a job created under ctx keeps: its
+// create's span, or, without a tracer, the client's (r.Trace).
+func (e *Engine) traceOf(ctx context.Context, r job.Request) job.TraceContext {
+	if e.tracer == nil {
+		return r.Trace
+	}
+	return e.tracer.Context(ctx)
+}
+
+// createSpan starts a create's span, a child of the client's context
+// (r.Trace): the job's trace context, the parent of every later span of
+// the job. end ends it with what the create did.
+func (e *Engine) createSpan(ctx context.Context, r job.Request) (context.Context, func(job.Job, bool, error)) {
+	base := ctx
+	ctx, span := startSpan(ctx, e.tracer, semconv.SpanCreate, job.Job{Trace: r.Trace})
+	return ctx, func(created job.Job, replayed bool, err error) {
+		if replayed {
+			e.replayed(base, ctx, span, created)
+		} else if err == nil {
+			span.Job(created)
+		}
+		span.End(err)
+	}
+}
+
+// replayed records a replay in the original job's trace: a span that is a
+// child of its stored context, linked to the replay's request, which is
+// linked back to it.
+func (e *Engine) replayed(base, requestCtx context.Context, request Span, j job.Job) {
+	if e.tracer == nil {
+		return
+	}
+	request.Job(j)
+	if j.Trace.IsZero() {
+		return
+	}
+	rctx, span := e.tracer.Start(base, semconv.SpanReplay, j)
+	span.Link(e.tracer.Context(requestCtx))
+	request.Link(e.tracer.Context(rctx))
+	span.End(nil)
+}
+
+// apply executes t in a span of its own (the compare-and-swap of an
+// outcome among them), whose store requests are its children.
+func (e *Engine) apply(ctx context.Context, t job.Transition) (Applied, error) {
+	if e.tracer == nil || t.Noop() {
+		return e.store.Apply(ctx, t)
+	}
+	ctx, span := e.tracer.Start(ctx, semconv.SpanWritePre+string(t.Kind()), t.Before())
+	if n := t.AttemptNumber(); n != 0 {
+		if a, ok := t.After().Attempt(n); ok {
+			span.Attempt(a)
+		}
+	}
+	res, err := e.store.Apply(ctx, t)
+	span.Event(semconv.Transition, semconv.Transition, string(t.Kind()), semconv.Won, strconv.FormatBool(res.OK))
+	span.End(err)
+	return res, err
 }
