@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -93,3 +94,43 @@ type (
 	commonValueBool   = commonpb.AnyValue_BoolValue
 	commonValueDouble = commonpb.AnyValue_DoubleValue
 )
+
+// BenchmarkAJobsSpans is what tracing adds to one job's functions, at
+// the ratio each sub-benchmark names: the spans of a run (the run, two
+// attempts, two provider calls, three writes), ended, and the
+// invocation's flush to a loopback OTLP receiver (an export only when
+// the head kept the trace). README "One trace per job" quotes it.
+func BenchmarkAJobsSpans(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	defer srv.Close()
+	for _, ratio := range []float64{0, 0.05, 1} {
+		b.Run(fmt.Sprintf("ratio=%v", ratio), func(b *testing.B) {
+			tr, err := New(context.Background(), Config{Endpoint: srv.URL + "/v1/traces", Ratio: ratio})
+			if err != nil {
+				b.Fatal(err)
+			}
+			spans := tr.Tracer(describeAll(provider.KindWebhook, "", srv.URL))
+			j := job.Job{ID: "job_1", Type: "demo"}
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx, run := spans.Start(context.Background(), semconv.SpanRun, j)
+				for n := 1; n <= 2; n++ {
+					a := job.Attempt{Number: n, Provider: "p"}
+					actx, at := spans.Start(ctx, semconv.SpanAttempt, j)
+					at.Attempt(a)
+					_, call := spans.Call(actx, j, a, secretRequest)
+					call.End(provider.Response{Model: "m", Usage: &provider.Usage{InputTokens: 10, OutputTokens: 5}}, nil)
+					_, w := spans.Start(actx, semconv.SpanWritePre+"complete", j)
+					w.End(nil)
+					at.End(nil)
+				}
+				_, w := spans.Start(ctx, semconv.SpanWritePre+"start_attempt", j)
+				w.End(nil)
+				run.End(nil)
+				if err := tr.Flush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
