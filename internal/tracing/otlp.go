@@ -183,7 +183,7 @@ func anyValue(v attribute.Value) []byte {
 		b = message(b, 5, arr)
 	default:
 		b = appendTag(b, 1, wireBytes)
-		b = appendString(b, v.Emit())
+		b = appendString(b, v.String())
 	}
 	return b
 }
