@@ -15,25 +15,7 @@ import (
 // writer made progress or an attempt ended.
 const maxRounds = 16
 
-// Run drives a job's attempts as far as one step of the state machine may:
-// it decides (job.Next), starts the next attempt and claims it in one write
-// (job.DecideLaunch), calls the provider with the attempt's identity as the
-// downstream idempotency key — hedging beside it when the job type says so —
-// checks the answer against the contract and completes the job by
-// compare-and-swap itself, so an answer arriving after the state machine
-// gave up on the run still counts, or is discarded as a lost race. A job
-// that ends (succeeded, or failed with no provider left) returns normally
-// and the execution ends, as does a job parked on work at its providers
-// (job.Parked; RunResult.Parked says which); otherwise the run reports
-// what comes next as a job.Signal: the next attempt (in a new run, with its
-// own timeout), or a wait on an open attempt.
-func (w *Tasks) Run(ctx context.Context, in RunInput) (_ RunResult, err error) {
-	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanRun, job.Job{ID: in.JobID, Trace: traceOf(in.ExecutionTrace, in.Execution)})
-	defer func() { span.End(err) }()
-	ctx = withSpan(ctx, span)
-	return w.run(ctx, in)
-}
-
+// run is Run (trace.go: with the run's span).
 func (w *Tasks) run(ctx context.Context, in RunInput) (RunResult, error) {
 	var deadline time.Time
 	if in.TimeoutSeconds > 0 {
