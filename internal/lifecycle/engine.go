@@ -1,8 +1,5 @@
 package lifecycle
 
-// Long file: the engine's use cases share one decide-and-write loop
-// (runOn) and read best together; tracing's parts are in trace.go.
-
 import (
 	"context"
 	"errors"
