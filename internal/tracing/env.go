@@ -17,10 +17,17 @@ import (
 	"github.com/onejob/onejob/internal/deploy"
 )
 
+// SigningService is the service an export to X-Ray's OTLP endpoint is
+// SigV4-signed for, and so the IAM service prefix of the actions the
+// function's role needs (infra/permissions.Spans, held to this by
+// infra/stack's tests: the export is no AWS SDK call, so make iam-check
+// cannot see it).
+const SigningService = "xray"
+
 // FromEnv is a deployed function's tracing (service is its name): off
 // (nil) unless deploy.EnvTraceRatio is set; exporting to X-Ray's OTLP
 // endpoint in the function's region, each export SigV4-signed with the
-// function's role (xray:PutSpans), unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+// function's role (permissions.Spans), unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 // names another collector (then unsigned). Spans are exported when each
 // invocation flushes (Flushing): a frozen sandbox runs nothing.
 func FromEnv(ctx context.Context, getenv func(string) string, service string, cfg aws.Config) (*Tracing, error) {
@@ -49,7 +56,7 @@ func XRayEndpoint(region string) string {
 	return "https://xray." + region + ".amazonaws.com/v1/traces"
 }
 
-// SigV4Client signs each request for X-Ray (service "xray") with creds.
+// SigV4Client signs each request for X-Ray (SigningService) with creds.
 func SigV4Client(creds aws.CredentialsProvider, region string) *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: sigv4{creds: creds, region: region, signer: v4.NewSigner(),
 		next: http.DefaultTransport.(*http.Transport).Clone()}}
@@ -80,7 +87,7 @@ func (s sigv4) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: credentials: %w", err)
 	}
-	if err := s.signer.SignHTTP(r.Context(), creds, signed, hex.EncodeToString(sum[:]), "xray", s.region, time.Now()); err != nil {
+	if err := s.signer.SignHTTP(r.Context(), creds, signed, hex.EncodeToString(sum[:]), SigningService, s.region, time.Now()); err != nil {
 		return nil, err
 	}
 	return s.next.RoundTrip(signed)

@@ -75,7 +75,7 @@ func TestSigV4Client(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
-	if !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential=AKID/") || !strings.Contains(auth, "/eu-west-1/xray/aws4_request") || body != "spans" {
+	if !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential=AKID/") || !strings.Contains(auth, "/eu-west-1/"+SigningService+"/aws4_request") || SigningService != "xray" || body != "spans" {
 		t.Errorf("Authorization %q, body %q", auth, body)
 	}
 	if XRayEndpoint("eu-west-1") != "https://xray.eu-west-1.amazonaws.com/v1/traces" {
