@@ -23,8 +23,19 @@ import (
 // charges for the traces kept, per million jobs.
 
 // DefaultTraceRatio is the head sampling ratio the bench calls the
-// default: one trace in twenty (README, "One trace per job").
+// default: one trace in twenty (docs/tracing.md).
 const DefaultTraceRatio = 0.05
+
+// tracingMode is a row of the tracing table: tracing off (ratio 0), or
+// exporting at a head sampling ratio.
+type tracingMode struct {
+	name  string
+	ratio float64
+}
+
+func tracingModes() []tracingMode {
+	return []tracingMode{{"off", 0}, {"default ratio", DefaultTraceRatio}, {"every trace", 1}}
+}
 
 // tracingJobs is how many happy-path jobs each row runs, tracingClients at once.
 const (
@@ -85,10 +96,7 @@ func measureTracing(ctx context.Context, o options, dynamoURL string) ([]tracing
 	collector := httptest.NewServer(spans.Handler())
 	defer collector.Close()
 	var rows []tracingRow
-	for _, m := range []struct {
-		name  string
-		ratio float64
-	}{{"off", 0}, {"default ratio", DefaultTraceRatio}, {"every trace", 1}} {
+	for _, m := range tracingModes() {
 		inv := &invocations{by: map[string][]time.Duration{}}
 		log := slog.New(captureHandler{next: slog.NewJSONHandler(io.Discard, nil), observe: inv.observe})
 		cfg := stack.Config{Root: o.root, APIAddr: "127.0.0.1:0", DynamoEndpoint: dynamoURL, TablePrefix: fmt.Sprintf("bench-trace-%d", len(rows)),

@@ -269,7 +269,7 @@ func TestParseDemoRate(t *testing.T) {
 }
 
 // TestOTLPEndpoint: --otlp, else the traces variable as it is, else the
-// base variable with /v1/traces (the README's commands); none: off.
+// base variable with /v1/traces (docs/tracing.md's commands); none: off.
 func TestOTLPEndpoint(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

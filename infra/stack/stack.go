@@ -265,7 +265,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 	// an account, and so may other applications), CloudFormation refuses
 	// to create it where it is already on, and deleting a stack that
 	// owned it would turn span ingestion off for all of them. An operator
-	// turns it on once (README: One trace per job).
+	// turns it on once (docs/tracing.md).
 
 	api := fns[deploy.FnAPI]
 	api.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)

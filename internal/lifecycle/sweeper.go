@@ -402,7 +402,7 @@ func (w *Sweeper) Prompt(ctx context.Context, jobID string) (SweepReport, error)
 		return rep, nil
 	}
 	rep.Open, rep.Pending = 1, 1
-	started, err := w.cfg.PromptStarter.Start(ctx, j)
+	started, err := w.start(ctx, w.cfg.PromptStarter, semconv.SpanHandoff, j)
 	if err != nil {
 		w.cfg.Logger.WarnContext(ctx, "handoff_start_failed", "job_id", jobID, "error", err.Error())
 		return rep, err
@@ -457,10 +457,15 @@ func (h HandoffStarter) Start(ctx context.Context, j job.Job) (bool, error) {
 }
 
 // restart starts j's execution again, in a span of j's trace.
-func (w *Sweeper) restart(ctx context.Context, j job.Job) (started bool, err error) {
-	ctx, span := startSpan(ctx, w.cfg.Tracer, semconv.SpanRestart, j)
+func (w *Sweeper) restart(ctx context.Context, j job.Job) (bool, error) {
+	return w.start(ctx, w.cfg.Starter, semconv.SpanRestart, j)
+}
+
+// start starts j's execution through s, in a span of j's trace named name.
+func (w *Sweeper) start(ctx context.Context, s Starter, name string, j job.Job) (started bool, err error) {
+	ctx, span := startSpan(ctx, w.cfg.Tracer, name, j)
 	defer func() { span.End(err) }()
-	return w.cfg.Starter.Start(ctx, j)
+	return s.Start(ctx, j)
 }
 
 // releaseHeld releases every attempt a provider's health counts as holding

@@ -81,7 +81,7 @@ func TestSigV4Client(t *testing.T) {
 	if XRayEndpoint("eu-west-1") != "https://xray.eu-west-1.amazonaws.com/v1/traces" {
 		t.Error(XRayEndpoint("eu-west-1"))
 	}
-	// The README's example: the W3C trace ID as X-Ray's CLI takes it.
+	// docs/tracing.md's example: the W3C trace ID as X-Ray's CLI takes it.
 	if got := XRayTraceID("4bf92f3577b34da6a3ce929d0e0e4736"); got != "1-4bf92f35-77b34da6a3ce929d0e0e4736" {
 		t.Errorf("XRayTraceID = %q", got)
 	}

@@ -99,7 +99,7 @@ type (
 // the ratio each sub-benchmark names: the spans of a run (the run, two
 // attempts, two provider calls, three writes), ended, and the
 // invocation's flush to a loopback OTLP receiver (an export only when
-// the head kept the trace). README "One trace per job" quotes it.
+// the head kept the trace). docs/tracing.md quotes it.
 func BenchmarkAJobsSpans(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
 	defer srv.Close()

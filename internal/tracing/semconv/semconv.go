@@ -85,6 +85,9 @@ const (
 	SpanHold     = "hold"
 	SpanSettle   = "settle"
 	SpanRestart  = "restart"
+	SpanHandoff  = "start handed off" // the sweeper's start of a job the api handed it
+	SpanPoll     = "poll"             // the scheduled pass's work on one parked job
+	SpanWake     = "wake"             // the start of the run a parked job needs
 	SpanDeliver  = "deliver"
 	SpanEvent    = "provider event"
 	SpanWritePre = "write " // + the transition's kind
