@@ -75,11 +75,12 @@ type options struct {
 const (
 	sectionThroughput = "throughput" // throughput, idempotency storm, worst-case bodies
 	sectionPerJob     = "perjob"     // per job, cost, long jobs, waiting
+	sectionTracing    = "tracing"    // one trace per job: tracing off, at the default ratio, every trace
 	sectionThrottling = "throttling" // the throttling drill
 	sectionFunctions  = "functions"  // function sizes and cold init
 )
 
-var sectionNames = []string{sectionThroughput, sectionPerJob, sectionThrottling, sectionFunctions}
+var sectionNames = []string{sectionThroughput, sectionPerJob, sectionTracing, sectionThrottling, sectionFunctions}
 
 // parseOnly reads -only: a comma-separated list of section names. The
 // functions section starts its functions against the per-job section's
@@ -127,6 +128,7 @@ type report struct {
 	// Failures are the sections that did not finish.
 	Failures  []failure     `json:"failures,omitempty"`
 	Functions []functionRow `json:"functions"`
+	Tracing   []tracingRow  `json:"tracing,omitempty"`
 }
 
 func main() {
@@ -243,6 +245,9 @@ func run(ctx context.Context, o options) error {
 			}
 			return res, nil
 		},
+		tracing: func(ctx context.Context) ([]tracingRow, error) {
+			return measureTracing(ctx, o, dyn.Endpoint())
+		},
 		throttling: func(ctx context.Context) (throttleDrill, error) {
 			return measureThrottling(ctx, o, dyn.Endpoint(), stackLog)
 		},
@@ -260,6 +265,7 @@ func run(ctx context.Context, o options) error {
 type sectionFuncs struct {
 	throughput func(context.Context) ([]throughputRow, []stormResult, []bodyRow, error)
 	perJob     func(context.Context) (perJobResult, error)
+	tracing    func(context.Context) ([]tracingRow, error)
 	throttling func(context.Context) (throttleDrill, error)
 	functions  func(context.Context, functionEnv) ([]functionRow, error)
 }
@@ -314,6 +320,13 @@ func measure(ctx context.Context, o options, f sectionFuncs, rep *report) {
 		}
 		perJobDone = err == nil
 	}
+	if o.runs(sectionTracing) && f.tracing != nil && ctx.Err() == nil {
+		slog.Info("phase 2/4: one trace per job: tracing off, at the default ratio, every trace")
+		var err error
+		if rep.Tracing, err = f.tracing(ctx); err != nil {
+			fail(sectionTracing, err)
+		}
+	}
 	if o.runs(sectionThrottling) && o.drillJobs > 0 && ctx.Err() == nil {
 		slog.Info("phase 3/4: starts under throttling")
 		d, err := f.throttling(ctx)
@@ -359,6 +372,9 @@ func finish(w io.Writer, o options, rep report, interrupted error) error {
 // guarantees (it asserts facts, never timings).
 func checkReport(rep report) error {
 	var errs []error
+	if err := checkTracing(rep.Tracing); err != nil {
+		errs = append(errs, err)
+	}
 	for _, s := range rep.Storms {
 		if s.Errors > 0 || s.Created != 1 || s.JobIDs != 1 || s.Created+s.Replayed != s.Requests {
 			errs = append(errs, fmt.Errorf("storm (starter %s): %d errors, %d created, %d replayed, %d job IDs; want 1 job",

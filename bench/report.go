@@ -24,6 +24,10 @@ func printReport(w io.Writer, r report) {
 		printPerJob(w, r)
 	}
 
+	if len(r.Tracing) > 0 {
+		printTracing(w, r.Tracing)
+	}
+
 	if d := r.Throttling; d != nil {
 		printThrottling(w, *d)
 	}

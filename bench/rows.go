@@ -26,6 +26,10 @@ func benchRows(root string) (map[string][]string, error) {
 	for _, b := range worstBodies() {
 		bodyNames = append(bodyNames, b.name)
 	}
+	var tracingNames []string
+	for _, m := range tracingModes() {
+		tracingNames = append(tracingNames, m.name)
+	}
 	functions, err := functionNames(root)
 	if err != nil {
 		return nil, err
@@ -41,6 +45,7 @@ func benchRows(root string) (map[string][]string, error) {
 		"cost_per_million_jobs_usd": costNames,
 		"long_jobs":                 nil,
 		"wait_vs_poll":              waitNames,
+		"tracing":                   tracingNames,
 		"functions":                 append([]string{baselineFunction}, functions...),
 	}, nil
 }

@@ -65,8 +65,18 @@ func runCommand(ctx context.Context, args []string) error {
 	firstToken := fs.Duration("demo-first-token", 0, "the demo providers' streamed answers: how long to their first delta (a job created with \"stream\": true)")
 	tokenRate := fs.Float64("demo-token-rate", 0, "the demo providers' streamed answers: deltas a second after the first (0: at once)")
 	streamAddr := fs.String("stream-addr", "127.0.0.1:0", "where jobs' streams are served (GET /v1/jobs/{id}/stream, each job's stream_url: its own origin, as the stream function's URL is deployed)")
+	otlp := fs.String("otlp", "", "export every function's spans to this OTLP/HTTP collector (http://127.0.0.1:4318, or its /v1/traces URL; default: $"+
+		envOTLPTraces+", else $"+envOTLP+"; none: tracing off)")
+	traceRatio := fs.Float64("trace-ratio", 1, "with --otlp: the head sampling ratio of new traces (errors and slow work are kept whatever it says)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	otlpURL, err := otlpEndpoint(*otlp, os.Getenv)
+	if err != nil {
+		return err
+	}
+	if *traceRatio <= 0 || *traceRatio > 1 {
+		return fmt.Errorf("--trace-ratio %v: want more than 0, at most 1", *traceRatio)
 	}
 	if *firstToken < 0 || *firstToken > sim.MaxDemoLatency || *tokenRate < 0 {
 		return fmt.Errorf("--demo-first-token %s, --demo-token-rate %v: want a duration up to %s and a rate not negative", *firstToken, *tokenRate, sim.MaxDemoLatency)
@@ -162,6 +172,7 @@ func runCommand(ctx context.Context, args []string) error {
 		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders, AsyncURL: *asyncProvider,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
 		DemoStream: sim.StreamOptions{FirstToken: *firstToken, TokenRate: *tokenRate},
+		OTLP:       otlpURL, TraceRatio: *traceRatio,
 	})
 	if err != nil {
 		return err
@@ -441,4 +452,35 @@ func parseDemoRate(v string) (provider.RateLimitConfig, error) {
 		return provider.RateLimitConfig{}, fmt.Errorf("--demo-rate %q: want REQUESTS/PERIOD, such as 60/1m", v)
 	}
 	return provider.RateLimitConfig{Requests: requests, Per: per}, nil
+}
+
+// The OpenTelemetry exporter's standard variables: the collector's base
+// URL (its traces at /v1/traces), or the traces URL itself.
+const (
+	envOTLP       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	envOTLPTraces = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+)
+
+// otlpEndpoint is the traces URL to export to: flag, else the traces
+// variable, else the base variable with /v1/traces; "" when none is set.
+func otlpEndpoint(flag string, getenv func(string) string) (string, error) {
+	raw, base := flag, true
+	if raw == "" {
+		if raw = getenv(envOTLPTraces); raw != "" {
+			base = false
+		} else {
+			raw = getenv(envOTLP)
+		}
+	}
+	if raw == "" {
+		return "", nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("OTLP endpoint %q: want an http(s) URL", raw)
+	}
+	if base && (u.Path == "" || u.Path == "/") {
+		u.Path = "/v1/traces"
+	}
+	return u.String(), nil
 }

@@ -267,3 +267,28 @@ func TestParseDemoRate(t *testing.T) {
 		})
 	}
 }
+
+// TestOTLPEndpoint: --otlp, else the traces variable as it is, else the
+// base variable with /v1/traces (docs/tracing.md's commands); none: off.
+func TestOTLPEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		flag string
+		env  map[string]string
+		want string
+		bad  bool
+	}{
+		{"", nil, "", false},
+		{"http://127.0.0.1:4318", nil, "http://127.0.0.1:4318/v1/traces", false},
+		{"http://127.0.0.1:4318/v1/traces", nil, "http://127.0.0.1:4318/v1/traces", false},
+		{"", map[string]string{envOTLP: "http://collector:4318"}, "http://collector:4318/v1/traces", false},
+		{"", map[string]string{envOTLP: "http://a:4318", envOTLPTraces: "http://b:4318/custom"}, "http://b:4318/custom", false},
+		{"http://flag:4318", map[string]string{envOTLP: "http://a:4318"}, "http://flag:4318/v1/traces", false},
+		{"127.0.0.1:4318", nil, "", true},
+	} {
+		got, err := otlpEndpoint(tc.flag, func(k string) string { return tc.env[k] })
+		if got != tc.want || (err != nil) != tc.bad {
+			t.Errorf("otlpEndpoint(%q, %v) = %q, %v; want %q", tc.flag, tc.env, got, err, tc.want)
+		}
+	}
+}

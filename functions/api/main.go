@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -19,6 +20,7 @@ import (
 	"github.com/onejob/onejob/internal/lambdainvoke"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/stepfn"
+	"github.com/onejob/onejob/internal/tracing"
 )
 
 func main() {
@@ -27,9 +29,13 @@ func main() {
 	deploy.Check(log, env.Validate(deploy.NeedStateMachine|deploy.NeedSecretsKey))
 	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
 	deploy.Check(log, err)
+	// Spans (issue 42): off unless the environment sets a sample ratio.
+	tr, err := tracing.FromEnv(context.Background(), os.Getenv, deploy.FnAPI, cfg)
+	deploy.Check(log, err)
 
 	store, err := dynamo.New(dynamo.Config{
 		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			tr.TraceAWS(&o.TracerProvider)
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
 		}),
 		Tables: dynamo.NamesFrom(env.Table), Logger: log,
@@ -39,7 +45,7 @@ func main() {
 	// invoke); its schedule is the safety net.
 	handoff, err := lambdainvoke.FromEnv(cfg, env.NotifyFunction, os.Getenv)
 	deploy.Check(log, err)
-	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
+	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Tracer: tr.Tracer(nil), Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
 		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(), Handoff: handoff,
 		Notifications: true})
 	deploy.Check(log, err)
@@ -52,6 +58,7 @@ func main() {
 	// invoke), which tries again at once; its schedule is the safety net.
 	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
 		Client: sfn.NewFromConfig(cfg, func(o *sfn.Options) {
+			tr.TraceAWS(&o.TracerProvider)
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint)
 			o.Retryer = stepfn.APIRetryer()
 		}),
@@ -80,5 +87,5 @@ func main() {
 		// function's URL (infra/stack gives it; unset, views name none).
 		StreamBase: env.StreamURL})
 	deploy.Check(log, err)
-	lambda.Start(h.Handle)
+	lambda.Start(tracing.Flushing(tr, h.Handle))
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/stepfn"
+	"github.com/onejob/onejob/internal/tracing"
 )
 
 func main() {
@@ -36,9 +37,13 @@ func main() {
 	deploy.Check(log, env.Validate(deploy.NeedStateMachine))
 	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
 	deploy.Check(log, err)
+	// Spans (issue 42): off unless the environment sets a sample ratio.
+	tr, err := tracing.FromEnv(context.Background(), os.Getenv, deploy.FnEvents, cfg)
+	deploy.Check(log, err)
 
 	store, err := dynamo.New(dynamo.Config{
 		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			tr.TraceAWS(&o.TracerProvider)
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
 		}),
 		Tables: dynamo.NamesFrom(env.Table), Logger: log,
@@ -48,7 +53,7 @@ func main() {
 	handoff, err := lambdainvoke.FromEnv(cfg, env.NotifyFunction, os.Getenv)
 	deploy.Check(log, err)
 	metrics := emf.New(os.Stdout, env.Name, nil)
-	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: metrics,
+	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Tracer: tr.Tracer(nil), Store: store, Logger: log, Events: metrics,
 		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(), Handoff: handoff})
 	deploy.Check(log, err)
 	catalog, err := jobtype.Load()
@@ -64,6 +69,7 @@ func main() {
 	// execution started here (issue 40), within API Gateway's time.
 	starter, err := stepfn.NewStarter(stepfn.StarterConfig{
 		Client: sfn.NewFromConfig(cfg, func(o *sfn.Options) {
+			tr.TraceAWS(&o.TracerProvider)
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint)
 			o.Retryer = stepfn.APIRetryer()
 		}),
@@ -88,5 +94,5 @@ func main() {
 	deploy.Check(log, err)
 	poller, err := lifecycle.NewPoller(lifecycle.PollerConfig{Tasks: tasks, Due: store, Breakers: breakers, HealthStore: store, Logger: log})
 	deploy.Check(log, err)
-	lambda.Start(apigw.WithSchedule(h, poller.Invoked(deploy.PollBudget)))
+	lambda.Start(tracing.Flushing(tr, apigw.WithSchedule(h, poller.Invoked(deploy.PollBudget))))
 }

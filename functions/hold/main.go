@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -17,6 +18,7 @@ import (
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/stepfn"
+	"github.com/onejob/onejob/internal/tracing"
 )
 
 func main() {
@@ -25,9 +27,13 @@ func main() {
 	deploy.Check(log, env.Validate(0))
 	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
 	deploy.Check(log, err)
+	// Spans (issue 42): off unless the environment sets a sample ratio.
+	tr, err := tracing.FromEnv(context.Background(), os.Getenv, deploy.FnHold, cfg)
+	deploy.Check(log, err)
 
 	store, err := dynamo.New(dynamo.Config{
 		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			tr.TraceAWS(&o.TracerProvider)
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
 		}),
 		Tables: dynamo.NamesFrom(env.Table), Logger: log,
@@ -37,7 +43,7 @@ func main() {
 	// invoke); its schedule is the safety net.
 	handoff, err := lambdainvoke.FromEnv(cfg, env.NotifyFunction, os.Getenv)
 	deploy.Check(log, err)
-	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
+	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Tracer: tr.Tracer(nil), Store: store, Logger: log, Events: emf.New(os.Stdout, env.Name, nil),
 		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(), Handoff: handoff})
 	deploy.Check(log, err)
 	catalog, err := jobtype.Load()
@@ -51,5 +57,5 @@ func main() {
 		Certifications: store, CallTimeout: deploy.CallTimeout, Logger: log,
 	})
 	deploy.Check(log, err)
-	lambda.Start(stepfn.Hold(tasks))
+	lambda.Start(tracing.Flushing(tr, stepfn.Hold(tasks)))
 }

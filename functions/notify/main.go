@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/onejob/onejob/internal/kmsseal"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/notifyhttp"
+	"github.com/onejob/onejob/internal/tracing"
 )
 
 func main() {
@@ -29,9 +31,13 @@ func main() {
 	deploy.Check(log, env.Validate(deploy.NeedSecretsKey))
 	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
 	deploy.Check(log, err)
+	// Spans (issue 42): off unless the environment sets a sample ratio.
+	tr, err := tracing.FromEnv(context.Background(), os.Getenv, deploy.FnNotify, cfg)
+	deploy.Check(log, err)
 
 	store, err := dynamo.New(dynamo.Config{
 		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			tr.TraceAWS(&o.TracerProvider)
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
 		}),
 		Tables: dynamo.NamesFrom(env.Table), Logger: log,
@@ -44,10 +50,10 @@ func main() {
 	// The endpoints' secrets are sealed with KMS: this role alone decrypts.
 	opener, err := kmsseal.FromEnv(cfg, env.SecretsKey, os.Getenv)
 	deploy.Check(log, err)
-	notifier, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: store, Notices: store, Sender: sender, Opener: opener,
+	notifier, err := lifecycle.NewNotifier(lifecycle.NotifierConfig{Tracer: tr.Tracer(nil), Store: store, Notices: store, Sender: sender, Opener: opener,
 		BodyFunc: apigw.NotificationBody, Logger: log, Events: emf.New(os.Stdout, env.Name, nil)})
 	deploy.Check(log, err)
 	// A hand-off (lifecycle.HandoffEvent) tries one job's new events at
 	// once; the schedule's event drains whatever is due.
-	lambda.Start(notifier.Invoked(deploy.NotifyBudget, time.Second))
+	lambda.Start(tracing.Flushing(tr, notifier.Invoked(deploy.NotifyBudget, time.Second)))
 }

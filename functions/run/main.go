@@ -19,8 +19,10 @@ import (
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/lambdainvoke"
 	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/stepfn"
+	"github.com/onejob/onejob/internal/tracing"
 )
 
 func main() {
@@ -30,9 +32,13 @@ func main() {
 	deploy.Check(log, env.Validate(0))
 	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
 	deploy.Check(log, err)
+	// Spans (issue 42): off unless the environment sets a sample ratio.
+	tr, err := tracing.FromEnv(context.Background(), os.Getenv, deploy.FnRun, cfg)
+	deploy.Check(log, err)
 
 	store, err := dynamo.New(dynamo.Config{
 		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			tr.TraceAWS(&o.TracerProvider)
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
 		}),
 		Tables: dynamo.NamesFrom(env.Table), Logger: log,
@@ -43,14 +49,18 @@ func main() {
 	// invoke); its schedule is the safety net.
 	handoff, err := lambdainvoke.FromEnv(cfg, env.NotifyFunction, os.Getenv)
 	deploy.Check(log, err)
+	// The engine's tracer describes provider calls by their configuration,
+	// loaded below, before any call.
+	var providers *provider.Registry
+	describe := func(name string) (provider.ProviderConfig, bool) { return providers.Configured(name) }
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: log, Events: metrics,
-		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(), Handoff: handoff})
+		Owners: store, Quotas: env.Quotas(), Budget: env.Budget(), Handoff: handoff, Tracer: tr.Tracer(describe)})
 	deploy.Check(log, err)
 	catalog, err := jobtype.Load()
 	deploy.Check(log, err)
 	// Only this function calls providers, so only it reads their
 	// configuration (and links their adapters).
-	providers, err := adapters.Load(ctx, adapters.Source{
+	providers, err = adapters.Load(ctx, adapters.Source{
 		JSON: env.Providers, SecretARN: env.ProvidersSecretARN, AWSCredentials: cfg.Credentials, Logger: log,
 		Secrets: secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SECRETS_MANAGER", o.BaseEndpoint)
@@ -70,5 +80,5 @@ func main() {
 		Certifications: store, CallTimeout: deploy.CallTimeout, Breakers: breakers, Streams: store, Logger: log,
 	})
 	deploy.Check(log, err)
-	lambda.Start(stepfn.Run(tasks))
+	lambda.Start(tracing.Flushing(tr, stepfn.Run(tasks)))
 }

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/onejob/onejob/internal/jobtype"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/stepfn"
+	"github.com/onejob/onejob/internal/tracing"
 )
 
 // owners is the store of the owners' counters when quotas or budgets are
@@ -36,9 +38,13 @@ func main() {
 	deploy.Check(log, env.Validate(deploy.NeedStateMachine))
 	cfg, err := deploy.LambdaAWSConfig(os.Getenv)
 	deploy.Check(log, err)
+	// Spans (issue 42): off unless the environment sets a sample ratio.
+	tr, err := tracing.FromEnv(context.Background(), os.Getenv, deploy.FnSweeper, cfg)
+	deploy.Check(log, err)
 
 	store, err := dynamo.New(dynamo.Config{
 		Client: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			tr.TraceAWS(&o.TracerProvider)
 			o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "DYNAMODB", o.BaseEndpoint)
 		}),
 		Tables: dynamo.NamesFrom(env.Table), Logger: log,
@@ -53,6 +59,7 @@ func main() {
 	starter := func(retryer aws.Retryer, timeout time.Duration) *stepfn.Starter {
 		s, err := stepfn.NewStarter(stepfn.StarterConfig{
 			Client: sfn.NewFromConfig(cfg, func(o *sfn.Options) {
+				tr.TraceAWS(&o.TracerProvider)
 				o.BaseEndpoint = deploy.ServiceEndpoint(os.Getenv, "SFN", o.BaseEndpoint)
 				o.Retryer = retryer
 			}),
@@ -68,12 +75,12 @@ func main() {
 	metrics := emf.New(os.Stdout, env.Name, nil)
 	breakers, err := lifecycle.NewBreakers(lifecycle.BreakersConfig{Store: store, Logger: log, Events: metrics})
 	deploy.Check(log, err)
-	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: starter(stepfn.SweepRetryer(), 0),
+	sweeper, err := lifecycle.NewSweeper(lifecycle.SweeperConfig{Tracer: tr.Tracer(nil), Store: store, Starter: starter(stepfn.SweepRetryer(), 0),
 		PromptStarter: starter(stepfn.HandoffRetryer(), stepfn.HandoffStartTimeout), Grace: deploy.SweepGrace,
 		Logger: log, Events: metrics, Breakers: breakers, HealthStore: store, Owners: owners(env, store),
 		Endpoints: store})
 	deploy.Check(log, err)
 	// A hand-off (lifecycle.HandoffEvent) starts its job at once; the
 	// schedule's event sweeps.
-	lambda.Start(sweeper.Invoked())
+	lambda.Start(tracing.Flushing(tr, sweeper.Invoked()))
 }

@@ -31,6 +31,9 @@ const (
 	KindFunction Kind = "function"
 	// KindModel is a Bedrock model, by model ID (a bedrock provider's calls).
 	KindModel Kind = "model"
+	// KindTraces is the account's X-Ray traces: sending spans to X-Ray's
+	// OTLP endpoint takes no resource ARN ("*").
+	KindTraces Kind = "traces"
 	// KindUnknown is what a call named that is none of the stack's
 	// resources; Name holds what it named. No grant covers it.
 	KindUnknown Kind = "unknown"
@@ -243,6 +246,31 @@ func All() map[string][]Grant {
 			{Actions: []string{"dynamodb:UpdateItem", "dynamodb:GetItem"}, Resource: table(dynamo.OwnersTable())},
 		},
 	}
+}
+
+// Spans is what a function's role needs to export its spans to X-Ray's
+// OTLP endpoint (internal/tracing: POST /v1/traces, SigV4-signed for
+// tracing.SigningService), granted to the Traced functions of an
+// environment that traces (cdk.json traceSampleRatio). The X-Ray service
+// authorization reference lists both actions at Write level;
+// PutSpansForIndexing is what lets Transaction Search index a span as a
+// trace summary. X-Ray's OTLP endpoint page names no action: these are
+// the X-Ray service authorization reference's span ingestion actions
+// (which of them the endpoint checks is unconfirmed, so both), and the
+// roles' active tracing grants PutTraceSegments besides (infra/stack),
+// the action AWS's own managed policy for API-key trace ingestion names.
+// The export is no AWS SDK call, so make iam-check cannot see it:
+// infra/stack's tests hold this grant to the exporter's signing service.
+func Spans() Grant {
+	return Grant{Actions: []string{"xray:PutSpans", "xray:PutSpansForIndexing"}, Resource: Resource{Kind: KindTraces}}
+}
+
+// Traced lists the functions that export spans when their environment
+// traces: those whose main sets tracing up (tracing.FromEnv), which
+// infra/stack's tests hold to the functions linking internal/tracing.
+// Each gets deploy.EnvTraceRatio and Spans.
+func Traced() []string {
+	return []string{deploy.FnAPI, deploy.FnEvents, deploy.FnHold, deploy.FnNotify, deploy.FnRun, deploy.FnSweeper}
 }
 
 // Forbid is a grant no function may hold, whatever All says.

@@ -203,6 +203,15 @@ type Config struct {
 	// (cdk.json budget; nil: spend is not budgeted). The functions get it
 	// as deploy.EnvBudget.
 	Budget *deploy.BudgetConfig
+
+	// TraceSampleRatio is the head sampling ratio of the traces the
+	// functions start (cdk.json traceSampleRatio, 0 to 1; issue 42): the
+	// traced functions (permissions.Traced) get it as
+	// deploy.EnvTraceRatio and the grant to export spans
+	// (permissions.Spans). Errors and slow work are kept whatever it
+	// says (internal/tracing's tail rule), so 0 still traces those. Nil:
+	// tracing off, no variable, no grant.
+	TraceSampleRatio *float64
 }
 
 // envSettings is the per-environment block in cdk.json.
@@ -222,7 +231,8 @@ type envSettings struct {
 		CreatesPerMinute int `json:"createsPerMinute"`
 		CreateBurst      int `json:"createBurst"`
 	} `json:"quotas"`
-	Budget *deploy.BudgetConfig `json:"budget"`
+	Budget           *deploy.BudgetConfig `json:"budget"`
+	TraceSampleRatio *float64             `json:"traceSampleRatio"`
 	// Throttle and ReservedConcurrency replace the profile's defaults
 	// when given (the whole object: a partial one would be a typo).
 	Throttle            *Throttle      `json:"throttle"`
@@ -312,6 +322,7 @@ func LoadConfig(lookup func(key string) any, getenv func(string) string) (Config
 			Creates: job.CreateRate{PerMinute: q.CreatesPerMinute, Burst: q.CreateBurst}}
 	}
 	cfg.Budget = s.Budget
+	cfg.TraceSampleRatio = s.TraceSampleRatio
 
 	if v := contextString(lookup, ContextJWTIssuer); v != "" {
 		cfg.JWTIssuer = v
@@ -433,6 +444,10 @@ func (c Config) Validate() error {
 		}
 	}
 	where := ContextEnvironments + "." + c.Env
+	// NaN fails both comparisons, so it is refused too.
+	if r := c.TraceSampleRatio; r != nil && !(*r >= 0 && *r <= 1) {
+		bad("trace sample ratio %v must be from 0 to 1 (%s.traceSampleRatio; leave it out to turn tracing off)", *r, where)
+	}
 	if c.Throttle.Rate <= 0 || c.Throttle.Rate > maxThrottleRate {
 		bad("throttle rate %v must be in (0, %d] requests per second (%s.throttle.rate; %s)", c.Throttle.Rate, maxThrottleRate, where, accountRaiseHint)
 	}

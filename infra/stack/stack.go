@@ -140,6 +140,9 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		if spec.Name == deploy.FnRun || spec.Name == deploy.FnEvents {
 			vars[deploy.EnvProvidersSecretARN] = jsii.String(secretArn)
 		}
+		if cfg.TraceSampleRatio != nil && slices.Contains(permissions.Traced(), spec.Name) {
+			vars[deploy.EnvTraceRatio] = jsii.String(strconv.FormatFloat(*cfg.TraceSampleRatio, 'f', -1, 64))
+		}
 		if spec.Name == deploy.FnStream {
 			// It verifies the tokens the HTTP API's JWT authorizer
 			// verifies (newHTTPAPI), with the same issuer and audiences.
@@ -236,6 +239,8 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 				return nil, fmt.Errorf("grant on unknown function %q", r.Name)
 			}
 			return f.FunctionArn(), nil
+		case permissions.KindTraces:
+			return jsii.String("*"), nil
 		}
 		return nil, fmt.Errorf("grant on unknown resource kind %q", r.Kind)
 	}
@@ -244,7 +249,7 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 		return nil, fmt.Errorf("infra/permissions covers functions %v, the stack deploys %v", got, want)
 	}
 	for _, name := range deploy.Names() {
-		for _, g := range all[name] {
+		for _, g := range grantsOf(cfg, all, name) {
 			arn, err := arnOf(g.Resource)
 			if err != nil {
 				return nil, fmt.Errorf("function %s: %w", name, err)
@@ -252,6 +257,15 @@ func New(scope constructs.Construct, cfg Config) (awscdk.Stack, error) {
 			allow(fns[name], g, arn)
 		}
 	}
+	// Traces go to X-Ray's OTLP endpoint (internal/tracing), which needs
+	// CloudWatch Transaction Search on in the account and region. The
+	// stack does not own that setting (AWS::XRay::TransactionSearchConfig
+	// and the aws/spans resource policy it needs): it is one per account
+	// and region, shared by every stack there (dev and staging may share
+	// an account, and so may other applications), CloudFormation refuses
+	// to create it where it is already on, and deleting a stack that
+	// owned it would turn span ingestion off for all of them. An operator
+	// turns it on once (docs/tracing.md).
 
 	api := fns[deploy.FnAPI]
 	api.AddEnvironment(jsii.String(deploy.EnvStateMachineARN), sm.StateMachineArn(), nil)
@@ -400,7 +414,8 @@ func newFunction(stack awscdk.Stack, cfg Config, spec deploy.Function, vars map[
 		Resources: jsii.Strings(*logs.LogGroupArn()),
 	}))
 	suppressStar(role, "X-Ray's PutTraceSegments and PutTelemetryRecords take no resource ARN; CDK grants exactly these "+
-		"for active tracing.")
+		"for active tracing. Nor do PutSpans and PutSpansForIndexing, which a traced function's export of its spans to "+
+		"X-Ray's OTLP endpoint needs (infra/permissions.Spans).")
 	props := &awslambda.FunctionProps{
 		FunctionName: physical(cfg.Env, spec.Name),
 		Role:         role,
@@ -444,6 +459,17 @@ func allow(fn awslambda.Function, g permissions.Grant, resource *string) {
 		}
 	}
 	fn.AddToRolePolicy(awsiam.NewPolicyStatement(props))
+}
+
+// grantsOf is fn's grants in cfg's environment: its entry in
+// infra/permissions, and the grant to export spans when the environment
+// traces and fn is one of the traced functions.
+func grantsOf(cfg Config, all map[string][]permissions.Grant, fn string) []permissions.Grant {
+	gs := slices.Clone(all[fn])
+	if cfg.TraceSampleRatio != nil && slices.Contains(permissions.Traced(), fn) {
+		gs = append(gs, permissions.Spans())
+	}
+	return gs
 }
 
 func indexArn(t awsdynamodb.TableV2, index string) *string {

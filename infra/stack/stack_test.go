@@ -84,6 +84,7 @@ func TestStack(t *testing.T) {
 			t.Run("stream url", func(t *testing.T) { t.Parallel(); checkStreamURL(t, s) })
 			t.Run("cdk-nag", func(t *testing.T) { t.Parallel(); checkNag(t, s) })
 			t.Run("guards", func(t *testing.T) { t.Parallel(); checkGuards(t, s) })
+			t.Run("tracing", func(t *testing.T) { t.Parallel(); checkTracing(t, s) })
 		})
 	}
 	// One cfn-lint for the three templates: its start (loading the resource
@@ -431,6 +432,11 @@ func checkFunctions(t *testing.T, s *synthesized) {
 		// The api seals the webhook secrets with this key, notify opens them.
 		if short == deploy.FnAPI || short == deploy.FnNotify {
 			want[deploy.EnvSecretsKey] = "arn:secretskey"
+		}
+		// The traced functions, in an environment that traces, sample
+		// at its ratio (issue 42).
+		if r := s.cfg.TraceSampleRatio; r != nil && slices.Contains(permissions.Traced(), short) {
+			want[deploy.EnvTraceRatio] = strconv.FormatFloat(*r, 'f', -1, 64)
 		}
 		if !reflect.DeepEqual(vars, want) {
 			t.Errorf("%s: environment\n got %v\nwant %v", fname, vars, want)
@@ -876,6 +882,13 @@ func checkIAM(t *testing.T, s *synthesized) {
 	for _, name := range deploy.Names() {
 		if g := want["fn:"+name]; g != nil {
 			g.add([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, "arn:logs:"+name)
+		}
+	}
+	// In an environment that traces, the traced functions export their
+	// spans to X-Ray's OTLP endpoint (issue 42).
+	if s.cfg.TraceSampleRatio != nil {
+		for _, name := range permissions.Traced() {
+			want["fn:"+name].add([]string{"xray:PutSpans", "xray:PutSpansForIndexing"}, "*")
 		}
 	}
 	// Review L5: the notifier's updates of jobs and endpoints may name

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/lifecycle"
 )
 
 // AdminScope in the scope claim makes the caller an operator unless
@@ -69,6 +70,9 @@ type Config struct {
 	// it, so a client never builds one. https, or http on loopback; empty:
 	// the deployment serves no streams, and views carry none.
 	StreamBase string
+	// Tracer records a create's start of its execution in its job's
+	// trace; nil: Jobs' own (a *lifecycle.Engine's), none without.
+	Tracer lifecycle.Tracer
 }
 
 // Handler serves the API's routes.
@@ -94,6 +98,7 @@ type Handler struct {
 	owners         Owners
 	providerEvents ProviderEvents
 	streamBase     string
+	tracer         lifecycle.Tracer
 }
 
 // New validates the configuration.
@@ -114,6 +119,11 @@ func New(c Config) (*Handler, error) {
 		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin, providers: c.Providers,
 		notifications: c.Notifications, owners: c.Owners, providerEvents: c.ProviderEvents, streamBase: c.StreamBase}
 	h.routes = routes()
+	if h.tracer = c.Tracer; h.tracer == nil {
+		if t, ok := c.Jobs.(interface{ Tracer() lifecycle.Tracer }); ok {
+			h.tracer = t.Tracer()
+		}
+	}
 	var b job.Budget
 	if c.Owners != nil {
 		b = c.Owners.Budget()

@@ -16,6 +16,8 @@ import (
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/tracing/propagate"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 func (h *Handler) createJob(ctx context.Context, r *request) (reply, error) {
@@ -41,6 +43,9 @@ func (h *Handler) createJob(ctx context.Context, r *request) (reply, error) {
 		return reply{}, err
 	}
 	req.Owner, req.IdempotencyKey = r.owner, key
+	// The client's W3C trace context, if valid (a malformed one is
+	// ignored, never refused): the parent of the job's trace.
+	req.Trace = propagate.Parse(r.headers[propagate.Traceparent], r.headers[propagate.Tracestate])
 	j, replayed, err := h.jobs.Create(ctx, req)
 	if err != nil {
 		rep := reply{}
@@ -50,7 +55,7 @@ func (h *Handler) createJob(ctx context.Context, r *request) (reply, error) {
 		}
 		return rep, err
 	}
-	h.start(ctx, r, j)
+	h.startTraced(ctx, r, j)
 	rep := reply{status: http.StatusCreated, body: r.viewer().job(j), jobID: j.ID,
 		headers: map[string]string{"Location": "/v1/jobs/" + j.ID}}
 	if replayed {
@@ -58,6 +63,17 @@ func (h *Handler) createJob(ctx context.Context, r *request) (reply, error) {
 		rep.headers = map[string]string{"Idempotent-Replayed": "true"}
 	}
 	return rep, nil
+}
+
+// startTraced starts j's execution in a span of j's trace.
+func (h *Handler) startTraced(ctx context.Context, r *request, j job.Job) {
+	if h.tracer == nil {
+		h.start(ctx, r, j)
+		return
+	}
+	ctx, span := h.tracer.Start(ctx, semconv.SpanStart, j)
+	h.start(ctx, r, j)
+	span.End(nil)
 }
 
 // decodeCreate turns a checked body into a request, reporting every

@@ -65,6 +65,16 @@ const (
 	// which puts each job's stream_url (<url>/v1/jobs/{id}/stream) in its
 	// view; unset, views carry none.
 	EnvStreamURL = "ONEJOB_STREAM_URL"
+	// EnvTraceRatio turns tracing on (issue 42): the head sampling ratio
+	// of new traces, 0..1 (errors and slow work are kept whatever it
+	// says; infra/ does not set it yet); unset: off, no
+	// span, no stored context. Spans go to X-Ray's OTLP endpoint in the
+	// function's region, SigV4-signed, unless
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT names another collector.
+	EnvTraceRatio = "ONEJOB_TRACE_RATIO"
+	// EnvTraceContent, "true", puts prompts and outputs on provider spans
+	// (the GenAI conventions' opt-in attributes); never by default.
+	EnvTraceContent = "ONEJOB_TRACE_CONTENT"
 )
 
 // TableEnv is the variable holding a table's physical name, by its logical

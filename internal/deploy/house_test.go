@@ -25,9 +25,14 @@ var layers = []layer{
 	{"internal/jobtype/checkexpr", nil},
 	{"clients/go/webhooks", nil},
 	{"internal/apigw/console", nil},
-	{"internal/provider", []string{"internal/job", "clients/go/webhooks"}},
+	// Tracing's vocabulary (issue 42): attribute names, constants only;
+	// W3C propagation on the OpenTelemetry API, which the port and the
+	// adapters that send requests use.
+	{"internal/tracing/semconv", nil},
+	{"internal/tracing/propagate", []string{"internal/job"}},
+	{"internal/provider", []string{"internal/job", "clients/go/webhooks", "internal/tracing/propagate"}},
 	{"internal/jobtype", []string{"internal/job", "internal/jobtype/checkexpr", "internal/provider"}},
-	{"internal/lifecycle", []string{"internal/job", "internal/jobtype", "internal/jobtype/checkexpr", "internal/provider"}},
+	{"internal/lifecycle", []string{"internal/job", "internal/jobtype", "internal/jobtype/checkexpr", "internal/provider", "internal/tracing/semconv"}},
 	{"internal/deploy", []string{"internal/job", "internal/provider"}},
 	// One adapter per provider API, on the port; adapters (the registry's
 	// factories) wires them.
@@ -48,6 +53,7 @@ var layers = []layer{
 	// handler takes where no authorizer verifies tokens, answering in
 	// that port's terms (apigw.TokenVerifier, Claims, AuthError).
 	{"internal/jwtverify", append([]string{"internal/apigw"}, adapter...)},
+	{"internal/tracing", adapter},
 	{"functions/*", []string{"internal/*", "clients/*"}},
 }
 
@@ -57,7 +63,8 @@ type layer struct {
 }
 
 // adapter is what an adapter may import.
-var adapter = []string{"internal/job", "internal/jobtype", "internal/lifecycle", "internal/provider", "internal/deploy", "clients/go/webhooks"}
+var adapter = []string{"internal/job", "internal/jobtype", "internal/lifecycle", "internal/provider", "internal/deploy", "clients/go/webhooks",
+	"internal/tracing/propagate", "internal/tracing/semconv"}
 
 // outside is what is not in the house: local runs and tests, the CLI, the
 // bench, the CDK app.

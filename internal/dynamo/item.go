@@ -100,6 +100,10 @@ const (
 	aFound       = "found"
 	aCancelAt    = "cancel_at"
 	aDeadline    = "deadline"
+	// aTrace and aTraceState are the job's trace context (job.TraceContext):
+	// written by the create, only for a job that has one.
+	aTrace      = "trace"
+	aTraceState = "trace_state"
 )
 
 // PollShards spreads jobs with work at a provider over partitions of
@@ -220,6 +224,14 @@ func encodeJob(j job.Job) map[string]types.AttributeValue {
 	}
 	if r := j.Reservation; r != nil {
 		item[aReservation] = encodeSpend(*r)
+	}
+	// Only a traced job carries its context: the others' items (and so
+	// their cost) are as they were.
+	if !j.Trace.IsZero() {
+		item[aTrace] = avS(j.Trace.Parent)
+		if j.Trace.State != "" {
+			item[aTraceState] = avS(j.Trace.State)
+		}
 	}
 	return item
 }
@@ -418,6 +430,7 @@ func decodeJob(item map[string]types.AttributeValue) (job.Job, error) {
 		Outbox:         d.outbox(aOutbox),
 		Dispatched:     int(d.num(aDispatched, false)),
 		Reservation:    d.spend(aReservation),
+		Trace:          job.TraceContext{Parent: d.str(aTrace, false), State: d.str(aTraceState, false)},
 	}
 	if v, ok := item[aNotify].(*types.AttributeValueMemberBOOL); ok {
 		j.Notify = v.Value

@@ -401,6 +401,12 @@ func encodeDelivery(d job.Delivery) map[string]types.AttributeValue {
 		item[AttrNextAt] = avS(d.NextAt.UTC().Format(nextAtOrdering))
 		item[AttrDueShard] = avS(DueShard(d.JobID))
 	}
+	if !d.Trace.IsZero() {
+		item[aTrace] = avS(d.Trace.Parent)
+		if d.Trace.State != "" {
+			item[aTraceState] = avS(d.Trace.State)
+		}
+	}
 	return item
 }
 
@@ -411,6 +417,7 @@ func decodeDelivery(item map[string]types.AttributeValue) (job.Delivery, error) 
 		EndpointID: d.str(AttrEndpointID, true), Type: job.EventType(d.str(aType, true)), Body: []byte(d.str(dBody, true)),
 		State: job.DeliveryState(d.str(aState, true)), CreatedAt: d.time(aCreatedAt, true), From: int(d.num(dFrom, false)),
 		Revision: d.num(aRevision, true),
+		Trace:    job.TraceContext{Parent: d.str(aTrace, false), State: d.str(aTraceState, false)},
 	}
 	if s := d.num(aExpiresAt, false); s > 0 {
 		out.ExpiresAt = time.Unix(s, 0).UTC()

@@ -44,6 +44,10 @@ type Delivery struct {
 	From      int
 	Revision  int64
 	ExpiresAt time.Time
+	// Trace is its job's trace context (Job.Trace), the parent of each
+	// try's span, which its request carries: only a traced job's
+	// deliveries keep one.
+	Trace TraceContext
 }
 
 // Key names the delivery among its job's: "<message>-<endpoint>" (both IDs
@@ -103,7 +107,8 @@ const DeliveryRetention = 30 * 24 * time.Hour
 func NewDelivery(j Job, n Notice, e Endpoint, body []byte, now time.Time) Delivery {
 	now = now.UTC()
 	return Delivery{JobID: j.ID, Owner: j.Owner, MessageID: n.ID, EndpointID: e.ID, Type: n.Type, Body: body,
-		State: DeliveryPending, NextAt: now, CreatedAt: now, Revision: 1, ExpiresAt: now.Add(DeliveryRetention).Truncate(time.Second)}
+		State: DeliveryPending, NextAt: now, CreatedAt: now, Revision: 1, ExpiresAt: now.Add(DeliveryRetention).Truncate(time.Second),
+		Trace: j.Trace}
 }
 
 // Delivered reports whether a status counts as delivered: 2xx only (3xx

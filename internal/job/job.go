@@ -82,7 +82,23 @@ type Job struct {
 	// one asked for, so a replay with another value gets the job as it was
 	// created.
 	Stream bool
+	// Trace is the job's trace context: its create's span as W3C Trace
+	// Context keeps it, the parent of every later span of the job (runs,
+	// holds, settlements, deliveries). Empty for a job created with
+	// tracing off and no client traceparent: its item is as before.
+	Trace TraceContext
 }
+
+// TraceContext is a W3C Trace Context as a job keeps it: the traceparent
+// and tracestate header values, opaque to the rules (internal/tracing
+// validates and reads them).
+type TraceContext struct {
+	Parent string
+	State  string
+}
+
+// IsZero reports a job without a trace context.
+func (t TraceContext) IsZero() bool { return t.Parent == "" }
 
 // Retention bounds: a finished job, and so its idempotency key, is kept
 // for its type's retention, 30 days unless the type says otherwise, from a

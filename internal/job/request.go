@@ -32,6 +32,10 @@ type Request struct {
 	// Stream asks for the job's answer as it forms (Job.Stream); it is not
 	// part of the request's fingerprint.
 	Stream bool
+	// Trace is the trace context the client sent (W3C traceparent,
+	// validated where it was read; zero: none). No part of the request's
+	// identity: a replay carrying another is the same request.
+	Trace TraceContext
 }
 
 // Limits on a request, checked before anything is written.

@@ -16,7 +16,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -104,7 +103,7 @@ type Type struct {
 	outputSchema    *jsonschema.Schema
 	outputKeys      map[string]bool // top-level properties of the output schema
 	rejectsExtra    bool            // the schema itself forbids unknown keys
-	prompt          *template.Template
+	prompt          *prompt
 	checks          []compiledCheck
 	timeout         time.Duration
 	hedgeAfter      time.Duration

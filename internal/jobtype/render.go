@@ -5,31 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"text/template"
 
 	"github.com/onejob/onejob/internal/provider"
 )
 
 // ErrRender is wrapped when an input cannot be rendered into a prompt.
 var ErrRender = errors.New("render prompt")
-
-// parseTemplate parses a prompt template. Missing keys are errors, so a
-// renamed input field cannot silently render as "<no value>"; optional fields
-// are read with {{with index . "field"}}{{.}}{{end}}, which yields nothing
-// when absent ({{index . "field"}} alone renders "<no value>", which a
-// contract run refuses).
-func parseTemplate(name, text string) (*template.Template, error) {
-	return template.New(name).
-		Option("missingkey=error").
-		Funcs(template.FuncMap{
-			// json embeds a value as JSON, for structured inputs.
-			"json": func(v any) (string, error) {
-				b, err := json.Marshal(v)
-				return string(b), err
-			},
-		}).
-		Parse(text)
-}
 
 // Render renders the system prompt and the prompt template over a (valid)
 // input.
@@ -39,7 +20,7 @@ func (t *Type) Render(input json.RawMessage) (system, prompt string, err error) 
 		return "", "", fmt.Errorf("%w: %s: input: %w", ErrRender, t.Name(), err)
 	}
 	var b strings.Builder
-	if err := t.prompt.Execute(&b, data); err != nil {
+	if err := t.prompt.execute(&b, data); err != nil {
 		return "", "", fmt.Errorf("%w: %s: %w", ErrRender, t.Name(), err)
 	}
 	return t.spec.SystemPrompt, b.String(), nil

@@ -41,6 +41,9 @@ type EngineConfig struct {
 	// so their first tries start at once; nil leaves them to the
 	// notifier's schedule.
 	Handoff Handoff
+	// Tracer records spans (trace.go); nil: none, and a job keeps only the
+	// trace context its request carried (job.Request.Trace).
+	Tracer Tracer
 }
 
 // Engine creates jobs and executes their transitions: read, let package job
@@ -55,6 +58,7 @@ type Engine struct {
 	notify  bool
 	budget  job.Budget
 	handoff Handoff
+	tracer  Tracer
 }
 
 // NewEngine checks that a store is given and defaults the rest.
@@ -87,7 +91,7 @@ func NewEngine(c EngineConfig) (*Engine, error) {
 		return nil, errors.New("lifecycle: budgets need an owner store")
 	}
 	return &Engine{store: c.Store, now: c.NowFunc, log: c.Logger, events: c.Events, owners: c.Owners, quotas: c.Quotas,
-		notify: c.Notifications, budget: c.Budget, handoff: c.Handoff}, nil
+		notify: c.Notifications, budget: c.Budget, handoff: c.Handoff, tracer: c.Tracer}, nil
 }
 
 // Quotas are the engine's per-owner bounds.
@@ -102,11 +106,18 @@ func (e *Engine) Quotas() job.Quotas { return e.quotas }
 // refused with a *job.QuotaError — unless the key names a job already,
 // which is answered as a replay: a quota never refuses a job that exists.
 // A create that turns out a replay or a conflict gives its count back.
-func (e *Engine) Create(ctx context.Context, r job.Request) (job.Job, bool, error) {
+func (e *Engine) Create(ctx context.Context, r job.Request) (created job.Job, replayed bool, err error) {
+	ctx, end := e.createSpan(ctx, r)
+	defer func() { end(created, replayed, err) }()
+	return e.create(ctx, r)
+}
+
+func (e *Engine) create(ctx context.Context, r job.Request) (job.Job, bool, error) {
 	j, err := job.New(r, e.now())
 	if err != nil {
 		return job.Job{}, false, err
 	}
+	j.Trace = e.traceOf(ctx, r)
 	if !e.counting() && !e.budget.Enabled() {
 		if e.notify {
 			u, err := e.owners.Usage(ctx, j.Owner)
@@ -280,7 +291,7 @@ func (e *Engine) runOn(ctx context.Context, j job.Job, decide func(job.Job) (job
 		if err != nil {
 			return job.Transition{}, j, err
 		}
-		res, err := e.store.Apply(ctx, t)
+		res, err := e.apply(ctx, t)
 		if err != nil {
 			return job.Transition{}, j, err
 		}
@@ -366,7 +377,7 @@ func (e *Engine) launchOn(ctx context.Context, j job.Job, provider string, decid
 	if err != nil {
 		return j, job.Attempt{}, false, err
 	}
-	res, err := e.store.Apply(ctx, t)
+	res, err := e.apply(ctx, t)
 	if err != nil || !res.OK {
 		return res.Job, job.Attempt{}, false, err
 	}

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // NotificationStore keeps owners' endpoints and the deliveries of their
@@ -133,6 +135,9 @@ type NotifierConfig struct {
 	NowFunc    func() time.Time
 	Logger     *slog.Logger
 	Events     NotificationEvents
+	// Tracer records each try in its job's trace, whose request carries
+	// the try's span (nil: none).
+	Tracer Tracer
 }
 
 // Notifier fans the events jobs record out into deliveries and tries the
@@ -451,7 +456,7 @@ func (n *Notifier) deliver(ctx context.Context, d job.Delivery) (tried, delivere
 		log.ErrorContext(ctx, "endpoint_secret_unopened", "owner", d.Owner, "endpoint_id", d.EndpointID, "error", err.Error())
 		return false, false, err
 	}
-	res := n.cfg.Sender.Send(ctx, Message{URL: e.URL, ID: d.MessageID, Secrets: secrets, Body: d.Body, Timeout: e.TryTimeout()})
+	res := n.send(ctx, d, Message{URL: e.URL, ID: d.MessageID, Secrets: secrets, Body: d.Body, Timeout: e.TryTimeout()})
 	now = n.cfg.NowFunc()
 	after := job.DecideTry(claimed, res, n.cfg.Schedule, now)
 	saved, err := n.cfg.Notices.SaveDelivery(ctx, claimed, after)
@@ -492,6 +497,24 @@ func (n *Notifier) deliver(ctx context.Context, d job.Delivery) (tried, delivere
 		}
 	}
 	return true, after.State == job.DeliveryDelivered, nil
+}
+
+// send tries d once, in a span of its job's trace (days later too: the
+// delivery keeps its job's context) whose context the request carries.
+func (n *Notifier) send(ctx context.Context, d job.Delivery, m Message) job.TryResult {
+	if n.cfg.Tracer == nil {
+		return n.cfg.Sender.Send(ctx, m)
+	}
+	ctx, span := n.cfg.Tracer.Start(ctx, semconv.SpanDeliver, job.Job{ID: d.JobID, Trace: d.Trace})
+	span.Event(semconv.SpanDeliver, semconv.Delivery, d.MessageID, semconv.Endpoint, d.EndpointID, semconv.EventType, string(d.Type))
+	res := n.cfg.Sender.Send(ctx, m)
+	var err error
+	if !job.Delivered(res.Status) {
+		err = fmt.Errorf("delivery try: status %d %s", res.Status, res.Error)
+	}
+	span.Event(semconv.SpanDeliver, semconv.Status, strconv.Itoa(res.Status))
+	span.End(err)
+	return res
 }
 
 // Drain runs passes until one finds nothing to do (no notice to fan out,

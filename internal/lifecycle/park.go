@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // A job whose open attempts are all work at providers is parked (issue
@@ -43,10 +44,12 @@ func parkedOn(a job.Attempt) string {
 // execution goes on) it starts nothing. A start that failed is an error:
 // the webhook's provider redelivers, and the sweeper starts a job left
 // stranded (job.Stranded).
-func (w *Tasks) wake(ctx context.Context, j job.Job) error {
+func (w *Tasks) wake(ctx context.Context, j job.Job) (err error) {
 	if w.cfg.Starter == nil || !job.NeedsRun(j) {
 		return nil
 	}
+	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanWake, j)
+	defer func() { span.End(err) }()
 	started, err := w.cfg.Starter.Start(ctx, j)
 	if err != nil {
 		return fmt.Errorf("%w: start the run of job %s: %w", ErrUnavailable, j.ID, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // DueStore finds the jobs whose work at a provider is due (job.DueAt): a
@@ -158,7 +159,11 @@ func (p *Poller) Invoked(budget time.Duration) func(context.Context, json.RawMes
 
 // passJob does what is due of j's work (j as DueJobs read it,
 // consistently), then wakes the job if that left it needing a run.
-func (w *Tasks) passJob(ctx context.Context, j job.Job, now time.Time) (PollReport, error) {
+func (w *Tasks) passJob(ctx context.Context, j job.Job, now time.Time) (_ PollReport, err error) {
+	// A span of the job's trace: its questions' writes and its wake are
+	// children.
+	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanPoll, j)
+	defer func() { span.End(err) }()
 	rep := PollReport{Asked: map[job.DueKind]int{}}
 	jt, ok := w.cfg.Catalog.Lookup(j.Type)
 	if !ok {

@@ -8,25 +8,15 @@ import (
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // maxRounds bounds Run's decide-and-act loop; each round means another
 // writer made progress or an attempt ended.
 const maxRounds = 16
 
-// Run drives a job's attempts as far as one step of the state machine may:
-// it decides (job.Next), starts the next attempt and claims it in one write
-// (job.DecideLaunch), calls the provider with the attempt's identity as the
-// downstream idempotency key — hedging beside it when the job type says so —
-// checks the answer against the contract and completes the job by
-// compare-and-swap itself, so an answer arriving after the state machine
-// gave up on the run still counts, or is discarded as a lost race. A job
-// that ends (succeeded, or failed with no provider left) returns normally
-// and the execution ends, as does a job parked on work at its providers
-// (job.Parked; RunResult.Parked says which); otherwise the run reports
-// what comes next as a job.Signal: the next attempt (in a new run, with its
-// own timeout), or a wait on an open attempt.
-func (w *Tasks) Run(ctx context.Context, in RunInput) (RunResult, error) {
+// run is Run (trace.go: with the run's span).
+func (w *Tasks) run(ctx context.Context, in RunInput) (RunResult, error) {
 	var deadline time.Time
 	if in.TimeoutSeconds > 0 {
 		deadline = w.now().Add(time.Duration(in.TimeoutSeconds) * time.Second)
@@ -384,11 +374,8 @@ func (w *Tasks) startHedge(ctx context.Context, id string, jt JobType, n int, av
 	return j, a, certs, ok, err
 }
 
-// call calls attempt a's provider and records how it ended: completed by
-// compare-and-swap (won or discarded) or failed with its class. It returns
-// the job after that write, and only store errors. Under a declared rate
-// an attempt not sent by sendBy is not sent at all (job.RateLimit.SendBy).
-func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (job.Job, error) {
+// callAttempt is call (trace.go: the attempt's span) without its span.
+func (w *Tasks) callAttempt(ctx context.Context, j job.Job, jt JobType, a job.Attempt, certs *certified, sendBy time.Time) (job.Job, error) {
 	if job.NeedsCertification(j, a.Provider) {
 		// The gate, again at call time: never call an unproven fallback.
 		ok := certs.ask(a.Provider)
@@ -441,11 +428,13 @@ func (w *Tasks) call(ctx context.Context, j job.Job, jt JobType, a job.Attempt, 
 	var resp provider.Response
 	var end streamEnd
 	sp, streamed := w.streamer(j, p)
+	callCtx, callSpan := startCall(callCtx, w.cfg.Engine.Tracer(), j, a, req)
 	if streamed {
 		resp, end, err = w.stream(callCtx, j, jt, a, sp, req)
 	} else {
 		resp, err = p.Call(callCtx, req)
 	}
+	callSpan.End(resp, err)
 	close(ended)
 	latency := w.now().Sub(start)
 	attrs := []any{"job_id", j.ID, "attempt", a.Number, "provider", a.Provider, "latency_ms", latency.Milliseconds(), "ok", err == nil}
@@ -470,6 +459,7 @@ func (w *Tasks) observeCall(ctx context.Context, owner string, a job.Attempt, er
 		return
 	}
 	kind := healthKind(err)
+	spanOf(ctx).Event(semconv.EventObserved, semconv.Provider, a.Provider, semconv.Outcome, string(kind))
 	e := job.HealthEvent{Kind: kind, Attempt: a.IdempotencyKey(), Owner: owner}
 	var ce *provider.CallError
 	if kind == job.HealthRateLimited && errors.As(err, &ce) {

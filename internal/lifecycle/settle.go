@@ -8,6 +8,7 @@ import (
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // The reconciler: a run that finds its job blocked on an unknown attempt
@@ -30,7 +31,21 @@ import (
 // settled reports a write that ended the attempt (the job may go on at
 // once); nothing proven, or a provider that could not answer this time,
 // is not an error: the job waits and a later run asks again.
-func (w *Tasks) settle(ctx context.Context, j job.Job, jt JobType, a job.Attempt) (_ job.Job, settled bool, _ error) {
+func (w *Tasks) settle(ctx context.Context, j job.Job, jt JobType, a job.Attempt) (_ job.Job, settled bool, err error) {
+	// The reconciler's span, in the job's trace however late it comes.
+	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanSettle, j)
+	span.Attempt(a)
+	defer func() {
+		if b, ok := j.Attempt(a.Number); ok {
+			span.Attempt(b)
+		}
+		span.End(err)
+	}()
+	j, settled, err = w.settleOn(ctx, j, jt, a)
+	return j, settled, err
+}
+
+func (w *Tasks) settleOn(ctx context.Context, j job.Job, jt JobType, a job.Attempt) (_ job.Job, settled bool, _ error) {
 	pol := w.healthPolicy(a.Provider)
 	sp := job.SettlePolicy{MaxProcessingTime: pol.MaxProcessingTime, AtDeadline: jt.SettleAtDeadline(), DeadlineGrace: job.DefaultDeadlineGrace}
 	ev, detail, refusal := job.EvidenceNone, "its API offers no way to ask about an earlier request", job.Class("")

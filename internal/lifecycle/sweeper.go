@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // Starter starts a job's execution. It must be idempotent (an execution
@@ -43,7 +44,9 @@ type SweeperConfig struct {
 	Limit int
 	// NowFunc is the clock; time.Now when nil.
 	NowFunc func() time.Time
-	Logger  *slog.Logger
+	// Tracer records each restart in its job's trace (nil: none).
+	Tracer Tracer
+	Logger *slog.Logger
 	// Events receives the age of the oldest unknown attempt; NoEvents when nil.
 	Events Events
 	// Breakers, when set, has each sweep release the attempts a provider's
@@ -341,7 +344,7 @@ func (w *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 			// (no execution needed), or not yet past its grace.
 			continue
 		}
-		started, err := w.cfg.Starter.Start(ctx, j)
+		started, err := w.restart(ctx, j)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -399,7 +402,7 @@ func (w *Sweeper) Prompt(ctx context.Context, jobID string) (SweepReport, error)
 		return rep, nil
 	}
 	rep.Open, rep.Pending = 1, 1
-	started, err := w.cfg.PromptStarter.Start(ctx, j)
+	started, err := w.start(ctx, w.cfg.PromptStarter, semconv.SpanHandoff, j)
 	if err != nil {
 		w.cfg.Logger.WarnContext(ctx, "handoff_start_failed", "job_id", jobID, "error", err.Error())
 		return rep, err
@@ -451,6 +454,18 @@ func (h HandoffStarter) Start(ctx context.Context, j job.Job) (bool, error) {
 		h.Logger.WarnContext(ctx, "execution_start_handed_off", "job_id", j.ID, "error", err.Error())
 	}
 	return false, nil
+}
+
+// restart starts j's execution again, in a span of j's trace.
+func (w *Sweeper) restart(ctx context.Context, j job.Job) (bool, error) {
+	return w.start(ctx, w.cfg.Starter, semconv.SpanRestart, j)
+}
+
+// start starts j's execution through s, in a span of j's trace named name.
+func (w *Sweeper) start(ctx context.Context, s Starter, name string, j job.Job) (started bool, err error) {
+	ctx, span := startSpan(ctx, w.cfg.Tracer, name, j)
+	defer func() { span.End(err) }()
+	return s.Start(ctx, j)
 }
 
 // releaseHeld releases every attempt a provider's health counts as holding

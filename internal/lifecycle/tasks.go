@@ -14,6 +14,7 @@ import (
 
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/provider"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 // JobType is what the tasks need of a job type's contract.
@@ -192,12 +193,41 @@ type RunInput struct {
 	// state machine has given up on the run, so it records what it learns
 	// but starts nothing more.
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// ExecutionTrace is the job's trace context in the execution's input
+	// (NewRunInput): only a traced job's input carries one.
+	ExecutionTrace
+	// Execution is the execution's input as the state machine hands it
+	// to each task ($$.Execution.Input, which always exists, where a path
+	// to a field a job without a trace context lacks would fail the state).
+	Execution *ExecutionTrace `json:"execution,omitempty"`
+}
+
+// ExecutionTrace is the W3C trace context an execution carries.
+type ExecutionTrace struct {
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
+}
+
+// trace is the trace context a task's input carries (zero: none).
+func traceOf(own ExecutionTrace, exec *ExecutionTrace) job.TraceContext {
+	if own.Traceparent == "" && exec != nil {
+		own = *exec
+	}
+	return job.TraceContext{Parent: own.Traceparent, State: own.Tracestate}
 }
 
 // NewRunInput is the run input of a job's execution; Step Functions
 // timeouts are whole seconds.
 func NewRunInput(jobID string, runTimeout time.Duration) RunInput {
 	return RunInput{JobID: jobID, TimeoutSeconds: ceilSeconds(runTimeout)}
+}
+
+// WithTrace is in carrying the job's trace context t (zero: none, and the
+// input is as before): fixed for the job, as its ID and timeout are, so a
+// repeated start has the same input.
+func (in RunInput) WithTrace(t job.TraceContext) RunInput {
+	in.ExecutionTrace = ExecutionTrace{Traceparent: t.Parent, Tracestate: t.State}
+	return in
 }
 
 // RunResult reports a job the run saw done, or parked: its execution
@@ -216,6 +246,8 @@ type HoldInput struct {
 	JobID string `json:"job_id"`
 	// Error is the error name the state machine caught from the run.
 	Error string `json:"error,omitempty"`
+	// Execution is the execution's input (RunInput.Execution).
+	Execution *ExecutionTrace `json:"execution,omitempty"`
 }
 
 // HoldResult is how long the state machine waits before the next run.
@@ -367,6 +399,7 @@ func (v *availability) available(provider string) job.Admission {
 		// starts no attempt (no key), and its answer stands for the run.
 		a = v.breakers.Admit(v.ctx, provider, "", v.owner)
 		if !a.Allowed {
+			spanOf(v.ctx).Event(semconv.EventRefused, semconv.Provider, provider, semconv.Reason, a.Reason)
 			v.refused[provider] = a
 		}
 	}
@@ -381,9 +414,11 @@ func (v *availability) admit(provider, key string) bool {
 	}
 	a := v.breakers.AdmitTokens(v.ctx, provider, key, v.owner, v.tokens)
 	if !a.Allowed {
+		spanOf(v.ctx).Event(semconv.EventRefused, semconv.Provider, provider, semconv.Reason, a.Reason)
 		v.refused[provider] = a
 		return false
 	}
+	spanOf(v.ctx).Event(semconv.EventAdmitted, semconv.Provider, provider)
 	if v.admitted == nil {
 		v.admitted = map[string]time.Time{}
 	}
@@ -405,7 +440,9 @@ func (w *Tasks) observe(ctx context.Context, owner string, a job.Attempt, kind j
 // its provider and fails as retryable instead). Then it decides how long
 // the state machine waits before the next run: the wait schedule while an
 // attempt is open, none otherwise.
-func (w *Tasks) Hold(ctx context.Context, in HoldInput) (HoldResult, error) {
+func (w *Tasks) Hold(ctx context.Context, in HoldInput) (_ HoldResult, err error) {
+	ctx, span := startSpan(ctx, w.cfg.Engine.Tracer(), semconv.SpanHold, job.Job{ID: in.JobID, Trace: traceOf(ExecutionTrace{}, in.Execution)})
+	defer func() { span.End(err) }()
 	j, jt, err := w.load(ctx, in.JobID)
 	if err != nil {
 		return HoldResult{}, err

@@ -32,6 +32,8 @@ import (
 	"github.com/onejob/onejob/clients/go/webhooks"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
+
+	"github.com/onejob/onejob/internal/tracing/propagate"
 )
 
 // DefaultTimeout bounds one try (Svix's 15 s).
@@ -130,6 +132,9 @@ func (s *Sender) Send(ctx context.Context, m lifecycle.Message) job.TryResult {
 	req.Header = h
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", s.cfg.UserAgent)
+	// The try's span, for a receiver to join its job's trace (issue 42;
+	// nothing for an untraced job).
+	propagate.Inject(ctx, req.Header)
 	resp, err := s.client.Do(req)
 	latency := s.cfg.NowFunc().Sub(start)
 	if err != nil {

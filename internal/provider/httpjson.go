@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/onejob/onejob/internal/tracing/propagate"
 )
 
 // DefaultMaxResponseBytes bounds how much of a provider answer is read; a
@@ -113,6 +115,9 @@ func (c *JSONClient) open(ctx context.Context, method, url string, header http.H
 		hreq.Header.Set("Content-Type", "application/json")
 	}
 	hreq.Header.Set("Accept", accept)
+	// The call's span (issue 42): a provider that traces joins the job's
+	// trace; nothing without one.
+	propagate.Inject(ctx, hreq.Header)
 
 	resp, err := c.client().Do(hreq)
 	if err != nil {

@@ -72,11 +72,12 @@ func NewStarter(c StarterConfig) (*Starter, error) {
 // does not know.
 const DefaultRunTimeout = time.Minute
 
-// ExecutionInput is the input of a job's execution: its ID and each run's
-// timeout, both fixed for the job, so a repeated start has the same input
-// and is idempotent.
-func ExecutionInput(jobID string, runTimeout time.Duration) string {
-	b, _ := json.Marshal(lifecycle.NewRunInput(jobID, runTimeout))
+// ExecutionInput is the input of a job's execution: its ID, each run's
+// timeout and its trace context (only a traced job's input carries one),
+// all fixed for the job, so a repeated start has the same input and is
+// idempotent.
+func ExecutionInput(j job.Job, runTimeout time.Duration) string {
+	b, _ := json.Marshal(lifecycle.NewRunInput(j.ID, runTimeout).WithTrace(j.Trace))
 	return string(b)
 }
 
@@ -100,7 +101,7 @@ func (s *Starter) Start(ctx context.Context, j job.Job) (started bool, err error
 	out, err := s.startExecution(ctx, &sfn.StartExecutionInput{
 		StateMachineArn: aws.String(s.arn),
 		Name:            aws.String(name),
-		Input:           aws.String(ExecutionInput(id, timeout)),
+		Input:           aws.String(ExecutionInput(j, timeout)),
 	})
 	var exists *types.ExecutionAlreadyExists
 	if errors.As(err, &exists) {

@@ -27,6 +27,23 @@ const (
 	HeaderSignature = "webhook-signature"
 )
 
+// W3C Trace Context headers: a delivery of a traced job carries the
+// traceparent (and tracestate) of the span that sent it, beside the
+// Standard Webhooks headers (which define none), so a receiver that traces
+// can make its handling a child of it and join the job's trace. They are
+// not signed: use them to correlate, never to decide.
+const (
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
+)
+
+// TraceContext returns a delivery's traceparent and tracestate header
+// values ("" when the job was not traced), for the receiver's own tracing
+// (an OpenTelemetry propagator reads them from the headers as they are).
+func TraceContext(h http.Header) (traceparent, tracestate string) {
+	return h.Get(HeaderTraceparent), h.Get(HeaderTracestate)
+}
+
 // SecretPrefix starts every symmetric secret.
 const SecretPrefix = "whsec_"
 

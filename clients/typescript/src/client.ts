@@ -27,6 +27,14 @@ export interface ClientOptions {
   waitSeconds?: number;
   /** Told before every retry, e.g. to show "retrying…". */
   onRetry?: (retry: RetryInfo) => void;
+  /**
+   * The W3C traceparent a create carries (called for each submit): the
+   * app's current span, from its OpenTelemetry, so the job's trace is a
+   * child of the click that made it; or newTraceparent, to start one per
+   * submit. None unless given (onejob then starts the job's trace itself
+   * when it traces).
+   */
+  traceparent?: () => string | undefined;
 }
 
 /** One retry about to happen. */
@@ -86,6 +94,7 @@ export class OnejobClient {
   readonly #newKey: () => string;
   readonly #waitSeconds: number;
   readonly #onRetry: ((retry: RetryInfo) => void) | undefined;
+  readonly #traceparent: (() => string | undefined) | undefined;
   /** Per intent, the making of its key in progress (one key per intent, even for concurrent submits). */
   readonly #making = new Map<string, Promise<StoredIntent>>();
 
@@ -110,6 +119,7 @@ export class OnejobClient {
     this.#newKey = options.newKey ?? randomKey;
     this.#waitSeconds = clampWait(options.waitSeconds ?? maxWaitSeconds);
     this.#onRetry = options.onRetry;
+    this.#traceparent = options.traceparent;
   }
 
   /**
@@ -126,8 +136,13 @@ export class OnejobClient {
   async submit(intent: string, body?: CreateJobRequest, options: CallOptions = {}): Promise<Submission> {
     const stored = await this.#intentFor(intent, body);
     const sent = body ?? stored.body;
+    const headers: Record<string, string> = { "Content-Type": "application/json", "Idempotency-Key": stored.key };
+    const traceparent = this.#traceparent?.();
+    if (traceparent) {
+      headers["traceparent"] = traceparent;
+    }
     const res = await this.#request("POST", "/v1/jobs", {
-      headers: { "Content-Type": "application/json", "Idempotency-Key": stored.key },
+      headers,
       body: JSON.stringify(sent),
       signal: options.signal,
     });
@@ -358,4 +373,23 @@ export function randomKey(): string {
   }
   const b = c.getRandomValues(new Uint8Array(16));
   return "ik_" + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * A new W3C traceparent: version 00, 128 random bits of trace ID, 64 of
+ * span ID, sampled. Pass it as ClientOptions.traceparent to start a trace
+ * for each submit when the app has no tracing of its own.
+ */
+export function newTraceparent(): string {
+  const hex = (n: number) => {
+    const b = new Uint8Array(n);
+    crypto.getRandomValues(b);
+    return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  };
+  let trace = hex(16);
+  let span = hex(8);
+  // All-zero IDs are invalid (W3C Trace Context); astronomically unlikely.
+  while (/^0+$/.test(trace)) trace = hex(16);
+  while (/^0+$/.test(span)) span = hex(8);
+  return `00-${trace}-${span}-01`;
 }

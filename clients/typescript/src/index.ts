@@ -1,7 +1,7 @@
 // @onejob/client: the client half of onejob's contract, for browsers, Node
 // and React Native. No dependency beyond fetch. Node's file-backed key
 // store is in "@onejob/client/node".
-export { OnejobClient, maxWaitSeconds, problemOf, randomKey } from "./client.js";
+export { OnejobClient, maxWaitSeconds, newTraceparent, problemOf, randomKey } from "./client.js";
 export type { CallOptions, ClientOptions, ListQuery, RetryInfo, Submission, WaitOptions } from "./client.js";
 export { IdempotencyKeyReusedError, NetworkError, ProblemError, problemBase } from "./errors.js";
 export { MemoryKeyStore, StorageKeyStore, isStoredIntent } from "./keystore.js";

@@ -10,7 +10,7 @@ import { isCreate, startProxy } from "../../harness/proxy.mjs";
 import { startStack } from "../../harness/stack.mjs";
 import {
   FileKeyStore, IdempotencyKeyReusedError, MemoryKeyStore, NetworkError, OnejobClient, ProblemError, StorageKeyStore,
-  backoffDelay, parseRetryAfter,
+  backoffDelay, newTraceparent, parseRetryAfter,
 } from "../dist/node.js";
 
 let stack;
@@ -53,6 +53,18 @@ describe("submit", () => {
     assert.match(first.key, /^ik_[0-9a-f]{32}$/, "128 random bits");
     assert.equal((await c.intent("form-1")).jobId, first.job.id);
     assert.deepEqual((await jobsOf("ts-same")).map((j) => j.id), [first.job.id]);
+  });
+
+  test("a create carries the app's traceparent; none unless the app gives one", async () => {
+    const tp = newTraceparent();
+    assert.match(tp, /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+    assert.notEqual(newTraceparent(), tp, "each is new");
+    const traced = await clientFor("ts-trace", { traceparent: () => tp });
+    const got = await traced.submit("form-t", demo("traced"));
+    assert.deepEqual(createsWith(got.key).map((e) => e.headers["traceparent"]), [tp]);
+    const plain = await clientFor("ts-trace");
+    const other = await plain.submit("form-p", demo("plain"));
+    assert.deepEqual(createsWith(other.key).map((e) => e.headers["traceparent"]), [undefined]);
   });
 
   test("the key is made once and stored before the first send, even for concurrent submits", async () => {

@@ -27,6 +27,8 @@ type Delivery struct {
 	// Status is what the receiver answered.
 	Status int
 	At     time.Time
+	// Traceparent is the delivery's W3C traceparent ("" for an untraced job).
+	Traceparent string
 }
 
 // Receiver serves on 127.0.0.1.
@@ -81,6 +83,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	d := Delivery{Path: req.URL.Path, ID: req.Header.Get(webhooks.HeaderID), Timestamp: req.Header.Get(webhooks.HeaderTimestamp),
 		Signature: req.Header.Get(webhooks.HeaderSignature), Body: body, At: time.Now()}
+	d.Traceparent, _ = webhooks.TraceContext(req.Header)
 	r.mu.Lock()
 	secret, ok := r.secrets[d.Path]
 	d.Verified = webhooks.ErrBadSecret

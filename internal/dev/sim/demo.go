@@ -247,6 +247,9 @@ func DemoConfig(baseURL string) provider.Config {
 type Arrival struct {
 	At    time.Time
 	JobID string
+	// Traceparent is the request's W3C traceparent: the span that called
+	// ("" for an untraced job).
+	Traceparent string
 }
 
 // Arrivals returns the requests the provider received (the last MaxCalls),
@@ -425,7 +428,9 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		script = wide
 	}
 	if r.Header.Get(webhook.HeaderLookup) != webhook.LookupOnly {
-		d.count(func() { st.arrivals = remember(st.arrivals, Arrival{At: time.Now(), JobID: body.JobID}) })
+		d.count(func() {
+			st.arrivals = remember(st.arrivals, Arrival{At: time.Now(), JobID: body.JobID, Traceparent: r.Header.Get("traceparent")})
+		})
 	}
 	if script.Outcome == OutcomeRateLimited {
 		d.count(func() { st.limited++ })

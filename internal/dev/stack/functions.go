@@ -32,6 +32,7 @@ import (
 	"github.com/onejob/onejob/internal/provider"
 	"github.com/onejob/onejob/internal/provider/adapters"
 	"github.com/onejob/onejob/internal/stepfn"
+	"github.com/onejob/onejob/internal/tracing"
 )
 
 // The deployed functions, each composed here as its functions/<fn>/main.go
@@ -65,6 +66,8 @@ type functionClients struct {
 	// invoke reaches the same endpoint whether or not the notifier runs:
 	// the api hands a job whose start failed to the sweeper function.
 	invoke *aws.Config
+	// traces are the functions' tracer providers (nil each: off).
+	traces map[string]*tracing.Tracing
 }
 
 // handoff is fn's hand-off of jobs' events to the notify function, as
@@ -134,7 +137,10 @@ func (fc functionClients) tag(fn string) []func(*middleware.Stack) error {
 }
 
 func (fc functionClients) dynamoDB(fn string) *dynamodb.Client {
-	return dynamodb.New(fc.dynamo, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, fc.tag(fn)...) })
+	return dynamodb.New(fc.dynamo, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, fc.tag(fn)...)
+		fc.traces[fn].TraceAWS(&o.TracerProvider)
+	})
 }
 
 // stepFunctions is fn's Step Functions client, retrying as fn does in AWS.
@@ -148,6 +154,7 @@ func (fc functionClients) stepFunctions(fn string, retryer aws.Retryer) (*sfn.Cl
 		}
 		o.Retryer = retryer
 		o.APIOptions = append(o.APIOptions, fc.tag(fn)...)
+		fc.traces[fn].TraceAWS(&o.TracerProvider)
 	}), nil
 }
 
@@ -163,7 +170,8 @@ func (s *Stack) engine(cfg Config, fc functionClients, fn string) (*dynamo.Store
 		return nil, nil, err
 	}
 	engine, err := lifecycle.NewEngine(lifecycle.EngineConfig{Store: store, Logger: cfg.Logger, Events: s.Metrics,
-		Owners: store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff, Budget: cfg.Budget, Handoff: handoff})
+		Owners: store, Quotas: *cfg.Quotas, Notifications: !cfg.NotificationsOff, Budget: cfg.Budget, Handoff: handoff,
+		Tracer: fc.tracer(fn)})
 	return store, engine, err
 }
 
@@ -370,7 +378,7 @@ func (s *Stack) composeSweeper(_ context.Context, cfg Config, fc functionClients
 	}
 	return lifecycle.NewSweeper(lifecycle.SweeperConfig{Store: store, Starter: sweepStarter, PromptStarter: promptStarter, Grace: cfg.SweepGrace,
 		RestartRunning: true, Logger: cfg.Logger, Events: s.Metrics, Breakers: breakers, HealthStore: store, Owners: owners,
-		Endpoints: store, Purger: s.Store})
+		Endpoints: store, Purger: s.Store, Tracer: fc.tracer(deploy.FnSweeper)})
 }
 
 // composeNotify is functions/notify/main.go, with the local schedule and
@@ -390,7 +398,7 @@ func (s *Stack) composeNotify(_ context.Context, cfg Config, fc functionClients)
 	}
 	return lifecycle.NewNotifier(lifecycle.NotifierConfig{Store: store, Notices: store, Sender: sender, Opener: opener,
 		BodyFunc: apigw.NotificationBody, Schedule: cfg.NotifySchedule, DisableAfter: cfg.NotifyDisableAfter,
-		Lease: notifyLease, Limit: cfg.NotifyLimit, Logger: cfg.Logger, Events: s.Metrics})
+		Lease: notifyLease, Limit: cfg.NotifyLimit, Logger: cfg.Logger, Events: s.Metrics, Tracer: fc.tracer(deploy.FnNotify)})
 }
 
 // notifyLease: locally a delivery claimed by a notifier that died (a

@@ -20,10 +20,13 @@ import (
 
 // notifyStack runs the notifier every 250 ms on the retry schedule
 // compressed 3600 times (5 s, 5 min, 30 min … become 1 ms, 83 ms, 0.5 s …).
+// It is traced: every function exports its spans to the package's OTLP
+// receiver (TestOneTracePerJob).
 func notifyStack(t *testing.T) *stack.Stack {
 	t.Helper()
+	_, otlp := spans()
 	return sharedStack(t, "notify", stack.Config{CertifyDemo: true, SweepInterval: sharedSweep,
-		NotifyInterval: 250 * time.Millisecond, NotifySchedule: job.DefaultRetrySchedule().Scaled(3600)})
+		NotifyInterval: 250 * time.Millisecond, NotifySchedule: job.DefaultRetrySchedule().Scaled(3600), OTLP: otlp})
 }
 
 // unblock cancels jobs left blocked on an unknown attempt, so their

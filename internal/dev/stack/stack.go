@@ -192,6 +192,12 @@ type Config struct {
 	// CORSOrigins may call the API from a browser; empty means
 	// apigwlocal.DefaultCORSOrigins (this machine, any port).
 	CORSOrigins []string
+	// OTLP is where every function exports its spans (an OTLP/HTTP
+	// traces URL: onejob run --otlp, OTEL_EXPORTER_OTLP_ENDPOINT); empty:
+	// tracing off, as deployed without a sample ratio.
+	OTLP string
+	// TraceRatio is the head sampling ratio; 0: every trace.
+	TraceRatio float64
 }
 
 func (c *Config) defaults() error {
@@ -483,6 +489,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		providers:    providerConfig, providerSecrets: providerSecrets, providerOptions: providerOptions,
 		calls: s.calls, stateMachineARN: smARN, handoffPaused: &s.handoffPaused,
 	}
+	var closeTraces func() error
+	if fc.traces, closeTraces, err = traces(ctx, cfg); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, closeTraces)
 
 	// The local Lambda Invoke endpoint's address is taken first: the
 	// functions that hand jobs' events to the notify function call it.
@@ -519,6 +530,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		if tasks[fn], err = compose(ctx, cfg, fc); err != nil {
 			return nil, fmt.Errorf("function %s: %w", fn, err)
 		}
+		tasks[fn] = flushing(fc.traces[fn], tasks[fn])
 	}
 	s.Lambda, err = lambdalocal.NewHandler(lambdalocal.Config{
 		Factories: tasks, DefaultTimeout: cfg.CallTimeout + 15*time.Second,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,11 +19,14 @@ import (
 
 	"github.com/onejob/onejob/internal/dev/apiclient"
 	"github.com/onejob/onejob/internal/dev/dynalite"
+	"github.com/onejob/onejob/internal/dev/otlprecv"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/testenv"
 	"github.com/onejob/onejob/internal/dynamo"
 	"github.com/onejob/onejob/internal/job"
 	"github.com/onejob/onejob/internal/lifecycle"
+	"github.com/onejob/onejob/internal/tracing/propagate"
+	"github.com/onejob/onejob/internal/tracing/semconv"
 )
 
 const (
@@ -128,9 +132,16 @@ func TestCrashRecovery(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	base := "http://" + addr
 	user := newClient(t, base, secret, owner)
+	// Both runs export their spans to this test's OTLP receiver, which
+	// outlives the kill (issue 42: a settlement after the restart lands in
+	// its job's trace).
+	spans := otlprecv.NewStore(0)
+	collector := httptest.NewServer(spans.Handler())
+	defer collector.Close()
+	otlp := []string{"--otlp", collector.URL + "/v1/traces"}
 
 	// ---- run 1: load, then kill -9 mid-flight ---------------------------
-	run1 := startOnejob(t, root, bin, data, addr, secret, filepath.Join(tmp, "run1.log"))
+	run1 := startOnejob(t, root, bin, data, addr, secret, filepath.Join(tmp, "run1.log"), otlp...)
 	if err := user.waitReady(ctx, run1); err != nil {
 		t.Fatalf("run 1: %v\n%s", err, tail(run1.log+".stdout"))
 	}
@@ -250,7 +261,7 @@ func TestCrashRecovery(t *testing.T) {
 
 	// ---- run 2: same data folder ---------------------------------------
 	restarted := time.Now()
-	run2 := startOnejob(t, root, bin, data, addr, secret, filepath.Join(tmp, "run2.log"))
+	run2 := startOnejob(t, root, bin, data, addr, secret, filepath.Join(tmp, "run2.log"), otlp...)
 	if err := user.waitReady(ctx, run2); err != nil {
 		t.Fatalf("run 2: %v\n%s", err, tail(run2.log+".stdout"))
 	}
@@ -335,6 +346,7 @@ func TestCrashRecovery(t *testing.T) {
 	// Who settled what: only the reconciler ever does here.
 	resolved := map[attemptKey]string{} // settled failed → provider
 	var settledAtCrash, settledLater int
+	var reconciled []attemptKey
 	for _, id := range ids {
 		atts, err := user.attempts(ctx, id)
 		if err != nil {
@@ -351,6 +363,7 @@ func TestCrashRecovery(t *testing.T) {
 			if a.Resolution.Outcome == "failed" {
 				resolved[k] = a.Provider
 			}
+			reconciled = append(reconciled, k)
 			if wasOpenAtCrash(snapshot, k) {
 				settledAtCrash++
 			} else {
@@ -465,6 +478,8 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		overdueAtCrash++
 	}
+	settledInTrace(ctx, t, spans, snapshot, reconciled)
+
 	// Exactly one job per key, each listed once: the owner's list names the
 	// 200 IDs and no other.
 	listedEach(t, "at the end", listAll(ctx, t, user), ids)
@@ -652,4 +667,71 @@ func tail(path string) string {
 	b, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-20):], "\n")
+}
+
+// settledInTrace holds every reconciler's settlement after the restart to
+// its job's trace (issue 42): its settle span, made by run 2's run
+// function, carries the trace ID of the job's create (the context the
+// crash left on disk with the job) and sits under a run span whose parent
+// is that create's span: the same trace, a child, not a link.
+func settledInTrace(ctx context.Context, t *testing.T, spans *otlprecv.Store, snapshot map[string]job.Job, reconciled []attemptKey) {
+	t.Helper()
+	if len(reconciled) == 0 {
+		t.Log("no attempt was settled by the reconciler in this run: no settlement's trace to check")
+		return
+	}
+	settles := func(all []otlprecv.Span) map[attemptKey]otlprecv.Span {
+		out := map[attemptKey]otlprecv.Span{}
+		for _, sp := range all {
+			if sp.Name == semconv.SpanSettle && sp.Attrs[semconv.Outcome] != string(job.AttemptUnknown) {
+				id, _ := sp.Attrs[semconv.JobID].(string)
+				n, _ := sp.Attrs[semconv.Attempt].(int64)
+				out[attemptKey{id, int(n)}] = sp
+			}
+		}
+		return out
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := spans.Wait(wctx, func(all []otlprecv.Span) bool {
+		got := settles(all)
+		for _, k := range reconciled {
+			if _, ok := got[k]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	got := settles(spans.All())
+	if err != nil {
+		t.Errorf("settle spans: %d of %d reconciled attempts exported: %v", len(got), len(reconciled), err)
+	}
+	inTrace := 0
+	for _, k := range reconciled {
+		sp, ok := got[k]
+		if !ok {
+			continue
+		}
+		stored := propagate.SpanContext(snapshot[k.job].Trace)
+		if !stored.IsValid() {
+			t.Errorf("job %s was on disk without its trace context", k.job)
+			continue
+		}
+		if sp.TraceID != stored.TraceID().String() {
+			t.Errorf("attempt %s was settled in trace %s, not its job's %s", k, sp.TraceID, stored.TraceID())
+			continue
+		}
+		var run otlprecv.Span
+		for _, c := range spans.Trace(sp.TraceID) {
+			if c.SpanID == sp.ParentID {
+				run = c
+			}
+		}
+		if run.Name != semconv.SpanRun || run.ParentID != stored.SpanID().String() {
+			t.Errorf("attempt %s: the settle's parent is %q under %s, not a run under the job's create %s", k, run.Name, run.ParentID, stored.SpanID())
+			continue
+		}
+		inTrace++
+	}
+	t.Logf("run 2: %d attempts settled by the reconciler, each in its job's trace (a child of its create, from the context kept with the job): %d", len(reconciled), inTrace)
 }

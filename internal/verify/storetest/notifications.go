@@ -217,6 +217,8 @@ var notificationTests = []test{
 		j := notifyingJob(t, st, "k")
 		n := job.Notice{ID: job.MessageID(j.ID, job.EventJobCancelled, 0), Type: job.EventJobCancelled, At: at(1)}
 		d := job.NewDelivery(j, n, job.Endpoint{ID: "ep_1"}, []byte(`{"type":"job.cancelled"}`), at(1))
+		// A traced job's delivery keeps its trace context (issue 42).
+		d.Trace = job.TraceContext{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "k=v"}
 		for i, want := range []bool{true, false} {
 			if ok, err := st.AddDelivery(ctx, d); err != nil || ok != want {
 				t.Fatalf("add %d: %v %v", i, ok, err)
@@ -226,7 +228,7 @@ var notificationTests = []test{
 			t.Fatalf("due before its time: %v %v", due, err)
 		}
 		due, err := st.DueDeliveries(ctx, at(1), 10)
-		if err != nil || len(due) != 1 || string(due[0].Body) != string(d.Body) {
+		if err != nil || len(due) != 1 || string(due[0].Body) != string(d.Body) || due[0].Trace != d.Trace {
 			t.Fatalf("due: %+v %v", due, err)
 		}
 		claimed, ok := job.DecideClaim(due[0], time.Minute, at(1))
@@ -248,7 +250,7 @@ var notificationTests = []test{
 		}
 		list, err := st.Deliveries(ctx, j.ID)
 		if err != nil || len(list) != 1 || list[0].State != job.DeliveryDelivered || len(list[0].Tries) != 1 ||
-			list[0].Tries[0].Status != 204 || list[0].Tries[0].Latency != 30*time.Millisecond {
+			list[0].Tries[0].Status != 204 || list[0].Tries[0].Latency != 30*time.Millisecond || list[0].Trace != d.Trace {
 			t.Fatalf("deliveries %+v %v", list, err)
 		}
 		if _, err := st.Delivery(ctx, j.ID, "msg_x-ep_y"); !errors.Is(err, job.ErrNotFound) {

@@ -34,6 +34,38 @@ var createTests = []test{
 			t.Fatalf("store holds %+v, want one job", c)
 		}
 	}},
+	{"KeepsTheJobsTraceContext", func(t *testing.T, fresh func(*testing.T) Store) {
+		// Issue 42: a traced job keeps its create's trace context through
+		// every read, write and replay; a replay carrying another context
+		// changes nothing; a job without one stores none.
+		st := fresh(t)
+		tc := job.TraceContext{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "onejob=1,congo=t61rcWkgMzE"}
+		j := newJob(t, request("a", "k", `{"prompt":"x"}`), at(0))
+		j.Trace = tc
+		j = create(t, st, j)
+		check := func(what string, got job.Job) {
+			t.Helper()
+			if got.Trace != tc {
+				t.Fatalf("%s: trace %+v, want %+v", what, got.Trace, tc)
+			}
+		}
+		check("created", j)
+		check("read", get(t, st, j.ID))
+		j = running(t, st, j, "sim-primary", at(1))
+		check("after a write", j)
+		check("read after a write", get(t, st, j.ID))
+		again := newJob(t, request("a", "k", `{"prompt":"x"}`), at(2))
+		again.Trace = job.TraceContext{Parent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+		if got, replayed, err := st.Create(context.Background(), again); err != nil || !replayed {
+			t.Fatalf("replay: replayed=%v err=%v", replayed, err)
+		} else {
+			check("replayed", got)
+		}
+		plain := create(t, st, newJob(t, request("a", "k2", `{"prompt":"x"}`), at(3)))
+		if !plain.Trace.IsZero() || !get(t, st, plain.ID).Trace.IsZero() {
+			t.Fatalf("a job created without a trace context has %+v", get(t, st, plain.ID).Trace)
+		}
+	}},
 	{"KeepsTheTypesPrimary", func(t *testing.T, fresh func(*testing.T) Store) {
 		// The primary is the job type's, recorded at create: a request
 		// naming only a fallback does not make it the primary, and every
