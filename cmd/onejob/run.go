@@ -20,6 +20,7 @@ import (
 
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/dev/apigwlocal"
+	"github.com/onejob/onejob/internal/dev/otlprecv"
 	"github.com/onejob/onejob/internal/dev/sealbox"
 	"github.com/onejob/onejob/internal/dev/sim"
 	"github.com/onejob/onejob/internal/dev/stack"
@@ -67,7 +68,8 @@ func runCommand(ctx context.Context, args []string) error {
 	streamAddr := fs.String("stream-addr", "127.0.0.1:0", "where jobs' streams are served (GET /v1/jobs/{id}/stream, each job's stream_url: its own origin, as the stream function's URL is deployed)")
 	otlp := fs.String("otlp", "", "export every function's spans to this OTLP/HTTP collector (http://127.0.0.1:4318, or its /v1/traces URL; default: $"+
 		envOTLPTraces+", else $"+envOTLP+"; none: tracing off)")
-	traceRatio := fs.Float64("trace-ratio", 1, "with --otlp: the head sampling ratio of new traces (errors and slow work are kept whatever it says)")
+	traceRatio := fs.Float64("trace-ratio", 1, "the head sampling ratio of new traces (errors and slow work are kept whatever it says)")
+	keepSpans := fs.Bool("keep-spans", true, "keep every function's spans in memory (at most 100,000: the console's trace of a job, GET /v1/jobs/{id}/trace), besides exporting them to --otlp; false with no --otlp: tracing off")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -172,7 +174,7 @@ func runCommand(ctx context.Context, args []string) error {
 		IdleTimeout: *idle, KeepClosedExecutions: *keep, DemoProviders: demoProviders, AsyncURL: *asyncProvider,
 		Logger: slog.New(slog.NewJSONHandler(logOut, nil)), CORSOrigins: settings.CORSOrigins, Admin: settings.Admin,
 		DemoStream: sim.StreamOptions{FirstToken: *firstToken, TokenRate: *tokenRate},
-		OTLP:       otlpURL, TraceRatio: *traceRatio,
+		OTLP:       otlpURL, TraceRatio: *traceRatio, Spans: spanStore(*keepSpans),
 	})
 	if err != nil {
 		return err
@@ -460,6 +462,14 @@ const (
 	envOTLP       = "OTEL_EXPORTER_OTLP_ENDPOINT"
 	envOTLPTraces = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 )
+
+// spanStore is onejob run's own span store (nil: none kept).
+func spanStore(keep bool) *otlprecv.Store {
+	if !keep {
+		return nil
+	}
+	return otlprecv.NewStore(0)
+}
 
 // otlpEndpoint is the traces URL to export to: flag, else the traces
 // variable, else the base variable with /v1/traces; "" when none is set.

@@ -73,6 +73,10 @@ type Config struct {
 	// Tracer records a create's start of its execution in its job's
 	// trace; nil: Jobs' own (a *lifecycle.Engine's), none without.
 	Tracer lifecycle.Tracer
+	// Traces reads jobs' recorded spans for operators (locally onejob
+	// run's span store); nil: the deployment keeps none (the route answers
+	// not-found: traces are read in X-Ray).
+	Traces Traces
 }
 
 // Handler serves the API's routes.
@@ -99,6 +103,7 @@ type Handler struct {
 	providerEvents ProviderEvents
 	streamBase     string
 	tracer         lifecycle.Tracer
+	traces         Traces
 }
 
 // New validates the configuration.
@@ -117,7 +122,8 @@ func New(c Config) (*Handler, error) {
 	}
 	h := &Handler{jobs: c.Jobs, catalog: c.Catalog, starter: c.Starter, now: c.Clock, log: c.Logger,
 		maxResponse: c.MaxResponseBytes, pacer: c.Pacer, waitPoll: c.WaitPoll, admin: c.Admin, providers: c.Providers,
-		notifications: c.Notifications, owners: c.Owners, providerEvents: c.ProviderEvents, streamBase: c.StreamBase}
+		notifications: c.Notifications, owners: c.Owners, providerEvents: c.ProviderEvents, streamBase: c.StreamBase,
+		traces: c.Traces}
 	h.routes = routes()
 	if h.tracer = c.Tracer; h.tracer == nil {
 		if t, ok := c.Jobs.(interface{ Tracer() lifecycle.Tracer }); ok {

@@ -228,6 +228,13 @@ func TestErrorPathsAreDocumented(t *testing.T) {
 		{"DeliveriesNotAnID", "GET /v1/jobs/{id}/deliveries", e, call{method: "GET", path: "/v1/jobs/x/deliveries", token: owner}, 404},
 		{"DeliveriesOtherOwners", "GET /v1/jobs/{id}/deliveries", e, call{method: "GET", path: "/v1/jobs/" + id + "/deliveries", token: other}, 404},
 		{"DeliveriesStoreDown", "GET /v1/jobs/{id}/deliveries", down, call{method: "GET", path: "/v1/jobs/" + absent + "/deliveries", token: owner}, 503},
+		// GET /v1/jobs/{id}/trace (e keeps no spans: not-found, with where to read them)
+		{"TraceWithoutToken", "GET /v1/jobs/{id}/trace", e, call{method: "GET", path: "/v1/jobs/" + id + "/trace"}, 401},
+		{"TraceAsOwner", "GET /v1/jobs/{id}/trace", e, call{method: "GET", path: "/v1/jobs/" + id + "/trace", token: owner}, 403},
+		{"TraceNotAnID", "GET /v1/jobs/{id}/trace", e, call{method: "GET", path: "/v1/jobs/x/trace", token: admin}, 404},
+		{"TraceAbsent", "GET /v1/jobs/{id}/trace", e, call{method: "GET", path: "/v1/jobs/" + absent + "/trace", token: admin}, 404},
+		{"TraceNotKept", "GET /v1/jobs/{id}/trace", e, call{method: "GET", path: "/v1/jobs/" + id + "/trace", token: admin}, 404},
+		{"TraceStoreDown", "GET /v1/jobs/{id}/trace", down, call{method: "GET", path: "/v1/jobs/" + absent + "/trace", token: admin}, 503},
 		// POST /v1/jobs/{id}/deliveries/{delivery}/redeliver
 		{"RedeliverWithoutToken", "POST /v1/jobs/{id}/deliveries/{delivery}/redeliver", e, call{method: "POST", path: "/v1/jobs/" + id + "/deliveries/" + delivery + "/redeliver"}, 401},
 		{"RedeliverAsOwner", "POST /v1/jobs/{id}/deliveries/{delivery}/redeliver", e, call{method: "POST", path: "/v1/jobs/" + id + "/deliveries/" + delivery + "/redeliver", token: owner}, 403},

@@ -51,6 +51,7 @@ func routes() []route {
 		{Route{http.MethodPost, "/v1/jobs/{id}/attempts/{n}/resolve", false, ""}, (*Handler).resolveAttempt},
 		{Route{http.MethodGet, "/v1/jobs/{id}/deliveries", false, ""}, (*Handler).listDeliveries},
 		{Route{http.MethodPost, "/v1/jobs/{id}/deliveries/{delivery}/redeliver", false, ""}, (*Handler).redeliver},
+		{Route{http.MethodGet, "/v1/jobs/{id}/trace", false, ""}, (*Handler).getTrace},
 		{Route{http.MethodPost, "/v1/webhook-endpoints", false, ""}, (*Handler).createEndpoint},
 		{Route{http.MethodGet, "/v1/webhook-endpoints", false, ""}, (*Handler).listEndpoints},
 		{Route{http.MethodGet, "/v1/webhook-endpoints/{id}", false, ""}, (*Handler).getEndpoint},

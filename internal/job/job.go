@@ -100,6 +100,23 @@ type TraceContext struct {
 // IsZero reports a job without a trace context.
 func (t TraceContext) IsZero() bool { return t.Parent == "" }
 
+// TraceID is the trace the context names (the traceparent's second
+// field, 32 hex digits), or empty when it names none.
+func (t TraceContext) TraceID() string {
+	// version "-" trace-id "-" parent-id "-" flags, as W3C lays it out.
+	p := t.Parent
+	if len(p) < 55 || p[2] != '-' || p[35] != '-' || p[52] != '-' {
+		return ""
+	}
+	id := p[3:35]
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return ""
+		}
+	}
+	return id
+}
+
 // Retention bounds: a finished job, and so its idempotency key, is kept
 // for its type's retention, 30 days unless the type says otherwise, from a
 // day (Stripe prunes keys after at least 24 h) to a year.

@@ -128,3 +128,37 @@ func TestLaterStartsJoinTheJobsTrace(t *testing.T) {
 		}
 	})
 }
+
+// spansOf is a TraceReader of one trace's spans.
+type spansOf map[string][]lifecycle.TraceSpan
+
+func (s spansOf) TraceSpans(_ context.Context, id string) ([]lifecycle.TraceSpan, error) {
+	return s[id], nil
+}
+
+// TestTracesOf: a job's trace is the spans recorded under the context it
+// keeps, by start, at most MaxTraceSpans (the earliest); a job keeping no
+// context has none, and its reader is not asked.
+func TestTracesOf(t *testing.T) {
+	t.Parallel()
+	const id = "4bf92f3577b34da6a3ce929d0e0e4736"
+	t0 := time.Date(2026, 12, 7, 21, 0, 0, 0, time.UTC)
+	var many []lifecycle.TraceSpan
+	for i := lifecycle.MaxTraceSpans + 5; i > 0; i-- {
+		many = append(many, lifecycle.TraceSpan{SpanID: fmt.Sprint(i), Start: t0.Add(time.Duration(i) * time.Millisecond)})
+	}
+	traces := lifecycle.Traces{Reader: spansOf{id: many}}
+	j := job.Job{ID: "job_1", Trace: job.TraceContext{Parent: "00-" + id + "-00f067aa0ba902b7-01"}}
+	got, err := traces.Of(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.TraceID != id || !got.Truncated || len(got.Spans) != lifecycle.MaxTraceSpans || got.Spans[0].SpanID != "1" ||
+		got.Spans[len(got.Spans)-1].SpanID != fmt.Sprint(lifecycle.MaxTraceSpans) {
+		t.Fatalf("trace: id %s, truncated %v, %d spans from %s", got.TraceID, got.Truncated, len(got.Spans), got.Spans[0].SpanID)
+	}
+	none, err := lifecycle.Traces{}.Of(context.Background(), job.Job{ID: "job_2"})
+	if err != nil || none.TraceID != "" || len(none.Spans) != 0 {
+		t.Fatalf("an untraced job's trace: %+v, %v", none, err)
+	}
+}

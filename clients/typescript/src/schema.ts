@@ -210,6 +210,39 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{id}/trace": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The job's trace, as recorded (operators).
+         * @description The spans recorded under the job's trace context (issue 42: one
+         *     trace per job, from its create to its webhook deliveries), by start
+         *     time, at most 1000: each with its parent, the function that made it
+         *     (`service`), its start and end, whether it failed, and its
+         *     `onejob.*` and `gen_ai.*` attributes (never a prompt or output).
+         *     A job created with tracing off and no client `traceparent` keeps no
+         *     trace: no `trace_id`, no spans. Spans are exported in batches, so a
+         *     job's latest ones may come a few seconds after it changed. Only a
+         *     deployment that keeps spans answers (`onejob run` does, in memory);
+         *     elsewhere this is not-found and a job's trace is read in X-Ray by
+         *     its trace ID (docs/tracing.md). For operators only.
+         */
+        get: operations["getJobTrace"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{id}/deliveries/{delivery}/redeliver": {
         parameters: {
             query?: never;
@@ -800,6 +833,29 @@ export interface components {
         DeliveryList: {
             job_id: components["schemas"]["JobID"];
             deliveries: components["schemas"]["Delivery"][];
+        };
+        JobTrace: {
+            job_id: components["schemas"]["JobID"];
+            /** @description The job's W3C trace ID; absent when the job keeps no trace. */
+            trace_id?: string;
+            spans: components["schemas"]["Span"][];
+            /** @description More spans were recorded than shown (the earliest 1000 are). */
+            truncated: boolean;
+        };
+        Span: {
+            span_id: string;
+            /** @description Its parent; absent for the trace's root (or a client's span, not recorded here, as its parent). */
+            parent_span_id?: string;
+            name: string;
+            kind: string;
+            /** @description The function that recorded it (onejob-api, onejob-run, …). */
+            service: string;
+            start: components["schemas"]["Timestamp"];
+            end: components["schemas"]["Timestamp"];
+            error: boolean;
+            attributes?: {
+                [key: string]: string;
+            };
         };
         Event: {
             type: components["schemas"]["EventType"];
@@ -2044,6 +2100,38 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getJobTrace: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's ID (`job_` and 1–64 lowercase letters or digits); anything that cannot be one is not-found. */
+                id: components["parameters"]["JobID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job's recorded spans, by start time. */
+            200: {
+                headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobTrace"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];

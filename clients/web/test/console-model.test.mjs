@@ -1,14 +1,15 @@
 // The console's pure functions (internal/apigw/console/console.mjs) under
 // Node: the timeline's layout, attempt roles, usage sums, problem display,
 // the fragment and the token's claims, blocked jobs grouped by provider,
-// provider health, a bulk resolution's window and its summed answers. The page itself is tested in
+// provider health, a bulk resolution's window and its summed answers, a
+// job's trace laid out as a tree of spans. The page itself is tested in
 // Chromium (console.test.mjs).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  attemptRoles, decodeClaims, describeProvider, formatDuration, groupBlocked, layoutTimeline, oldestFirst, parseWindow, problemFields,
-  problemFrom, readFragment, remoteLines, sumBulk, sumUsage,
+  attemptRoles, decodeClaims, describeProvider, formatDuration, groupBlocked, layoutSpans, layoutTimeline, oldestFirst, parseWindow,
+  problemFields, problemFrom, readFragment, remoteLines, sumBulk, sumUsage,
 } from "../../../internal/apigw/console/console.mjs";
 
 const at = (ms) => new Date(Date.UTC(2026, 0, 2, 3, 4, 5) + ms).toISOString();
@@ -176,4 +177,25 @@ test("an asynchronous attempt's work at its provider: id, status, when heard, wh
   assert.match(remoteLines({ ...r, status: "completed" }, false)[1], /^heard .+, 2 polls$/, "an ended attempt asks nothing next");
   assert.match(remoteLines({ ...r, deadline: at(1_200_000) })[1], /; asks next .+; given up .+$/, "open work shows its deadline");
   assert.match(remoteLines({ ...r, deadline: at(1_200_000) }, false)[1], /^heard .+, 2 polls$/, "ended work no deadline");
+});
+
+test("a job's trace: each span under its parent, siblings by start, the client's span (not recorded) a root's parent", () => {
+  const span = (id, parent, start, end, over = {}) => ({ span_id: id, parent_span_id: parent, name: id, kind: "internal",
+    service: "onejob-run", start: at(start), end: at(end), error: false, ...over });
+  const l = layoutSpans([
+    span("call-2", "attempt-2", 700, 900, { kind: "client" }),
+    span("run", "create", 100, 1000),
+    span("attempt-2", "run", 650, 950),
+    span("create", "client", 0, 50, { service: "onejob-api" }),
+    span("attempt-1", "run", 150, 600, { error: true }),
+    span("loop-a", "loop-b", 0, 1), span("loop-b", "loop-a", 0, 1), // a cycle: shown once each, after the tree
+  ]);
+  assert.deepEqual(l.rows.filter((r) => !r.id.startsWith("loop")).map((r) => `${r.id}@${r.depth}`),
+    ["create@0", "run@1", "attempt-1@2", "attempt-2@2", "call-2@3"]);
+  assert.deepEqual(l.rows.slice(5).map((r) => `${r.id}@${r.depth}`), ["loop-a@0", "loop-b@1"]);
+  const byId = Object.fromEntries(l.rows.map((r) => [r.id, r]));
+  assert.equal(l.end - l.start, 1000);
+  assert.deepEqual([byId.run.left, byId.run.width, byId["call-2"].left, byId["call-2"].durationMs], [10, 90, 70, 200]);
+  assert.ok(byId["attempt-1"].error && !byId.run.error);
+  assert.deepEqual(layoutSpans([]).rows, []);
 });

@@ -6,7 +6,9 @@
 // race; it cancels with a reason; it shows problem documents; it shows each
 // provider's health and forces one open and back; it groups blocked jobs by
 // provider and resolves an incident's attempts in bulk (a dry-run count, a
-// reason, a confirmation, the result). Screenshots go to
+// reason, a confirmation, the result); it draws a job's trace, every
+// function's spans under their parents, from onejob run's own span store
+// (no collector). Screenshots go to
 // .local/screenshots/console-*.png.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -177,6 +179,53 @@ test("a hedged job: two lanes, the hedge badged, the winner highlighted, the los
   // Over, so no longer listed as open.
   await page.locator(`#open tr[data-job-id="${job.id}"]`).waitFor({ state: "detached" });
   console.log("screenshot:", await screenshot(page, "console-hedge"));
+  assert.deepEqual(errors, []);
+  assert.deepEqual(await violations(), []);
+  await context.close();
+});
+
+test("a job's trace: every function's spans, each under its parent, in the client's trace, with no collector", async () => {
+  const traceID = "4bf92f3577b34da6a3ce929d0e0e4736";
+  const clientSpan = "00f067aa0ba902b7";
+  const traced = new OnejobClient({ baseUrl: stack.apiUrl, token: await stack.token("console-user"),
+    traceparent: () => `00-${traceID}-${clientSpan}-01` });
+  // The primary fails, the fallback answers: two attempts, two provider calls.
+  const { job } = await traced.submit("console-trace", demo({ "sim-primary": { outcome: "error" } }));
+  await untilStatus(job.id, "succeeded");
+  const { context, page, errors, violations } = await openConsole();
+  await page.fill("#find-id", job.id);
+  await page.click("#find-open");
+  await page.locator('#job[data-status="succeeded"]').waitFor();
+  // Spans are exported in batches: read the trace again until the api's
+  // create, the run function's run and the fallback's call are all in.
+  const deadline = Date.now() + 60_000;
+  const shown = () => page.$$eval("#trace-spans li.span", (lis) => lis.map((li) => ({
+    id: li.dataset.span, parent: li.dataset.parent, name: li.dataset.name, service: li.dataset.service, kind: li.dataset.kind,
+    depth: Number(li.dataset.depth), error: li.dataset.error === "true", label: li.getAttribute("aria-label"),
+    left: parseFloat(li.querySelector(".bar").style.left), width: parseFloat(li.querySelector(".bar").style.width),
+  })));
+  let spans = await shown();
+  const complete = (all) => all.some((sp) => sp.name === "create") && all.some((sp) => sp.name === "run") &&
+    all.filter((sp) => sp.kind === "client" && sp.service === "onejob-run").length >= 2;
+  while (!complete(spans)) {
+    assert.ok(Date.now() < deadline, `the trace never showed the create, a run and both calls: ${JSON.stringify(spans)}`);
+    await Promise.all([page.waitForResponse((r) => r.url().endsWith(`/v1/jobs/${job.id}/trace`)), page.click("#trace-refresh")]);
+    spans = await shown();
+  }
+  console.log("trace:", spans.map((sp) => `${"  ".repeat(sp.depth)}${sp.name} (${sp.service})`).join("\n"));
+  assert.equal(await page.getAttribute("#trace", "data-trace-id"), traceID, "the job's trace is the client's");
+  const ids = new Set(spans.map((sp) => sp.id));
+  const create = spans.find((sp) => sp.name === "create");
+  assert.deepEqual([create.parent, create.depth, create.service], [clientSpan, 0, "onejob-api"], "the create is the client's span's child");
+  for (const sp of spans.filter((x) => x !== create)) {
+    assert.ok(ids.has(sp.parent), `span ${sp.name} (${sp.service}) hangs under a span not in the trace: ${sp.parent}`);
+    const parent = spans.find((x) => x.id === sp.parent);
+    assert.equal(sp.depth, parent.depth + 1, `${sp.name} is drawn under its parent ${parent.name}`);
+    assert.ok(sp.left >= 0 && sp.left + sp.width <= 100.0001, `${sp.name}'s bar is on the axis: ${sp.left} + ${sp.width}`);
+  }
+  const calls = spans.filter((sp) => sp.kind === "client" && sp.service === "onejob-run");
+  assert.ok(calls.some((c) => c.error) && calls.some((c) => !c.error), "the primary's call failed, the fallback's did not");
+  console.log("screenshot:", await screenshot(page, "console-trace"));
   assert.deepEqual(errors, []);
   assert.deepEqual(await violations(), []);
   await context.close();

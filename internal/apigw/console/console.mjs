@@ -24,12 +24,14 @@ import { wireJob } from "./job.mjs";
 import { wireJobs } from "./jobs.mjs";
 import { newPage } from "./page.mjs";
 import { wireProviders } from "./providers.mjs";
+import { wireTrace } from "./trace.mjs";
 
 export { parseWindow, sumBulk } from "./incidents.mjs";
 export { ATTEMPT_STATES, attemptRoles, layoutTimeline, remoteLines, sumUsage } from "./job.mjs";
 export { groupBlocked, oldestFirst } from "./jobs.mjs";
 export { ApiError, formatDuration, problemFields, problemFrom } from "./page.mjs";
 export { describeProvider } from "./providers.mjs";
+export { layoutSpans } from "./trace.mjs";
 
 /** @typedef {import("./page.mjs").Calls} Calls */
 
@@ -85,7 +87,7 @@ export function boot(doc, win) {
   /** @type {Calls} */
   const calls = {
     ...wireJobs(page), ...wireJob(page), ...wireJobActions(page), ...wireProviders(page), ...wireIncidents(page),
-    markOperator,
+    ...wireTrace(page), markOperator,
   };
   Object.assign(page.calls, calls);
   const { refreshQueues, renderQueue, openJob, closeJob, refreshProviders, renderProviders } = calls;

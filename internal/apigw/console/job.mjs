@@ -159,6 +159,7 @@ export function wireJob(page) {
   const refreshQueues = (/** @type {{more?: string}} */ o = {}) => page.calls.refreshQueues(o);
   const closeForms = () => page.calls.closeForms();
   const openResolve = (/** @type {Attempt} */ a) => page.calls.openResolve(a);
+  const showTrace = (/** @type {string} */ id) => page.calls.showTrace(id);
 
   form("find-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -199,12 +200,14 @@ export function wireJob(page) {
     }
     say(`Job ${id}: ${state.open.job.status}, ${state.open.attempts.length} attempt${state.open.attempts.length === 1 ? "" : "s"}.`);
     $("job-title").scrollIntoView({ block: "nearest" });
+    void showTrace(id);
     void follow(state.open);
   }
 
   function closeJob() {
     state.open?.abort.abort();
     state.open = null;
+    page.calls.closeTrace();
     $("job").hidden = true;
     if (state.ticker) {
       clearInterval(state.ticker);
@@ -243,6 +246,7 @@ export function wireJob(page) {
         open.etag = r.etag;
         open.attempts = list.body.attempts ?? [];
         renderJob();
+        void showTrace(open.job.id);
         say(`Job ${open.job.id} changed: ${open.job.status}.`);
       } catch (err) {
         if (signal.aborted) {

@@ -54,6 +54,8 @@
  *   renderProviders: () => void,
  *   syncBulkProviders: () => void,
  *   prefillBulk: (provider: string, since: string) => void,
+ *   showTrace: (id: string) => Promise<void>,
+ *   closeTrace: () => void,
  * }} Calls
  * @typedef {ReturnType<typeof newPage>} Page
  */

@@ -213,7 +213,7 @@ func (s *Stack) composeAPI(_ context.Context, cfg Config, fc functionClients) (*
 	}
 	return apigw.New(apigw.Config{Jobs: engine, Catalog: apigw.JobTypes{Catalog: s.Catalog},
 		Starter: lifecycle.HandoffStarter{Starter: starter, Handoff: sweepHandoff, Logger: cfg.Logger}, Logger: cfg.Logger,
-		Admin: cfg.Admin, Providers: breakers, Notifications: endpoints, StreamBase: s.StreamURL})
+		Admin: cfg.Admin, Providers: breakers, Notifications: endpoints, StreamBase: s.StreamURL, Traces: jobTraces(cfg)})
 }
 
 // composeStream is functions/stream/main.go: jobs' streams, read from

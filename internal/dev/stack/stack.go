@@ -37,6 +37,7 @@ import (
 	"github.com/onejob/onejob/internal/dev/awscalls"
 	"github.com/onejob/onejob/internal/dev/dynalite"
 	"github.com/onejob/onejob/internal/dev/lambdalocal"
+	"github.com/onejob/onejob/internal/dev/otlprecv"
 	"github.com/onejob/onejob/internal/dev/sealbox"
 	"github.com/onejob/onejob/internal/dev/sfnlocal"
 	"github.com/onejob/onejob/internal/dev/sim"
@@ -198,6 +199,10 @@ type Config struct {
 	OTLP string
 	// TraceRatio is the head sampling ratio; 0: every trace.
 	TraceRatio float64
+	// Spans keeps every function's spans (onejob run's own store: the
+	// console's trace timeline reads it, GET /v1/jobs/{id}/trace), besides
+	// exporting them to OTLP if set; nil: none kept.
+	Spans *otlprecv.Store
 }
 
 func (c *Config) defaults() error {

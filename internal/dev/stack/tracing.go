@@ -3,10 +3,13 @@ package stack
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/onejob/onejob/internal/apigw"
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/lifecycle"
 	"github.com/onejob/onejob/internal/provider"
@@ -14,11 +17,23 @@ import (
 )
 
 // traces starts each function's tracer provider when cfg exports spans
-// (Config.OTLP): one per function, so each span names its function
-// (service.name onejob-<fn>), as deployed; nil each when off.
+// (Config.OTLP) or keeps them (Config.Spans): one per function, so each
+// span names its function (service.name onejob-<fn>), as deployed; nil
+// each when off. Kept, they are exported to a loopback receiver into
+// Config.Spans, which passes each export on to Config.OTLP.
 func traces(ctx context.Context, cfg Config) (map[string]*tracing.Tracing, func() error, error) {
 	out := map[string]*tracing.Tracing{}
-	if cfg.OTLP == "" {
+	endpoint, stopReceiver := cfg.OTLP, func() {}
+	if cfg.Spans != nil {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, err
+		}
+		srv := &http.Server{Handler: cfg.Spans.Forwarding(cfg.OTLP, http.DefaultClient), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		endpoint, stopReceiver = "http://"+ln.Addr().String()+"/v1/traces", func() { _ = srv.Close() }
+	}
+	if endpoint == "" {
 		return out, func() error { return nil }, nil
 	}
 	ratio := cfg.TraceRatio
@@ -26,13 +41,15 @@ func traces(ctx context.Context, cfg Config) (map[string]*tracing.Tracing, func(
 		ratio = 1
 	}
 	for _, f := range deploy.Functions() {
-		t, err := tracing.New(ctx, tracing.Config{Endpoint: cfg.OTLP, Ratio: ratio, Service: "onejob-" + f.Name, Batch: true})
+		t, err := tracing.New(ctx, tracing.Config{Endpoint: endpoint, Ratio: ratio, Service: "onejob-" + f.Name, Batch: true})
 		if err != nil {
+			stopReceiver()
 			return nil, nil, err
 		}
 		out[f.Name] = t
 	}
 	return out, func() error {
+		defer stopReceiver()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		for _, t := range out {
@@ -40,6 +57,15 @@ func traces(ctx context.Context, cfg Config) (map[string]*tracing.Tracing, func(
 		}
 		return nil
 	}, nil
+}
+
+// jobTraces are the operators' reads of jobs' traces from Config.Spans
+// (nil when the stack keeps none).
+func jobTraces(cfg Config) apigw.Traces {
+	if cfg.Spans == nil {
+		return nil
+	}
+	return lifecycle.Traces{Reader: cfg.Spans}
 }
 
 // tracer is fn's lifecycle.Tracer (nil: tracing off); its provider calls
