@@ -72,10 +72,10 @@ type Price struct {
 const MaxOverheadInputTokens = 10_000
 
 // Discount is, per completion window, how many percent less a provider
-// charges for work that may wait that long (OpenAI: 2h 30, 8h 40). A
-// struct, not a map, so that a Price (recorded on every spend) stays
-// comparable.
-type Discount struct{ Flex2h, Flex8h int }
+// charges for work that may wait that long (OpenAI background: 2h 30, 8h
+// 40; a batch or a flex tier: 50). A struct, not a map, so that a Price
+// (recorded on every spend) stays comparable.
+type Discount struct{ Flex2h, Flex8h, Batch24h int }
 
 // Of is the discount for tier t, in percent.
 func (d Discount) Of(t Tier) int {
@@ -84,6 +84,8 @@ func (d Discount) Of(t Tier) int {
 		return d.Flex2h
 	case TierFlex8h:
 		return d.Flex8h
+	case TierBatch24h:
+		return d.Batch24h
 	}
 	return 0
 }
@@ -154,7 +156,7 @@ func (b Budget) Validate() error {
 		if p.OverheadInputTokens < 0 || p.OverheadInputTokens > MaxOverheadInputTokens {
 			return fmt.Errorf("budget: the price of %s: the overhead is 0 to %d input tokens", name, MaxOverheadInputTokens)
 		}
-		for _, d := range []int{p.Discount.Flex2h, p.Discount.Flex8h} {
+		for _, d := range []int{p.Discount.Flex2h, p.Discount.Flex8h, p.Discount.Batch24h} {
 			if d < 0 || d > 99 {
 				return fmt.Errorf("budget: the price of %s: a tier's discount is 0 to 99 percent", name)
 			}

@@ -124,7 +124,7 @@ func TestBudgetWorstCaseNeedsAPrice(t *testing.T) {
 
 func TestPriceAtTier(t *testing.T) {
 	t.Parallel()
-	p := job.Price{Version: "2026-12", Input: 1_250, Output: 10_000, Discount: job.Discount{Flex2h: 30, Flex8h: 40}}
+	p := job.Price{Version: "2026-12", Input: 1_250, Output: 10_000, Discount: job.Discount{Flex2h: 30, Flex8h: 40, Batch24h: 50}}
 	for _, c := range []struct {
 		tier job.Tier
 		want job.Price
@@ -134,6 +134,8 @@ func TestPriceAtTier(t *testing.T) {
 		// 875 and 7000 exactly; 750 and 6000 exactly.
 		{job.TierFlex2h, job.Price{Version: "2026-12@2h", Input: 875, Output: 7_000}},
 		{job.TierFlex8h, job.Price{Version: "2026-12@8h", Input: 750, Output: 6_000}},
+		// A batch's half price: 625 and 5000 exactly.
+		{job.TierBatch24h, job.Price{Version: "2026-12@24h", Input: 625, Output: 5_000}},
 	} {
 		if got := p.At(c.tier); got != c.want {
 			t.Errorf("At(%q) = %+v, want %+v", c.tier, got, c.want)
@@ -148,7 +150,7 @@ func TestPriceAtTier(t *testing.T) {
 	if got := plain.At(job.TierFlex8h); got != plain {
 		t.Errorf("a price without discounts at 8h = %+v, want %+v", got, plain)
 	}
-	for _, d := range []job.Discount{{Flex2h: -1}, {Flex8h: 100}} {
+	for _, d := range []job.Discount{{Flex2h: -1}, {Flex8h: 100}, {Batch24h: 100}, {Batch24h: -50}} {
 		b := job.Budget{Period: time.Hour, Prices: map[string]job.Price{"p": {Version: "v", Discount: d}}}
 		if b.Validate() == nil {
 			t.Errorf("discount %+v validated", d)

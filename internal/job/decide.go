@@ -402,6 +402,9 @@ func moveAttempt(a Attempt, to AttemptState, c change, now time.Time) (Attempt, 
 	if a.Remote != nil && call.WorkStatus != "" {
 		r := *a.Remote
 		r.Status, r.HeardAt = boundedStatus(call.WorkStatus), now
+		if r.ID == "" && visibleASCII(call.WorkID, MaxRemoteIDBytes) {
+			r.ID = call.WorkID
+		}
 		a.Remote = &r
 	}
 	return a, nil

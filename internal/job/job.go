@@ -159,6 +159,9 @@ type Call struct {
 	// ended (completed, failed, cancelled …): recorded on the attempt's
 	// Remote with the end, in the same write.
 	WorkStatus string
+	// WorkID is the provider's id of the work the end came from, recorded
+	// on a Remote that had none (a batch line: its batch's).
+	WorkID string
 }
 
 // Usage is what one provider call cost, as the provider reported it, and how

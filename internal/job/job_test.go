@@ -141,7 +141,8 @@ func TestTierIsPartOfTheRequest(t *testing.T) {
 		{job.TierNow, true, "", false},
 		{job.TierFlex2h, false, job.TierFlex2h, false},
 		{job.TierFlex8h, false, job.TierFlex8h, false},
-		{"24h", false, "", true},
+		{job.TierBatch24h, false, job.TierBatch24h, false},
+		{"48h", false, "", true},
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.tier), func(t *testing.T) {
@@ -165,7 +166,8 @@ func TestTierIsPartOfTheRequest(t *testing.T) {
 			}
 		})
 	}
-	if !job.TierFlex2h.Within(job.TierFlex8h) || job.TierFlex8h.Within(job.TierFlex2h) || !job.TierNow.Within(job.TierNow) {
+	if !job.TierFlex2h.Within(job.TierFlex8h) || job.TierFlex8h.Within(job.TierFlex2h) || !job.TierNow.Within(job.TierNow) ||
+		!job.TierFlex8h.Within(job.TierBatch24h) || job.TierBatch24h.Within(job.TierFlex8h) {
 		t.Error("Within does not order the tiers by how long they wait")
 	}
 }
@@ -183,6 +185,8 @@ func TestChooseTier(t *testing.T) {
 		{"Sooner", job.TierNow, job.TierFlex2h, job.TierFlex2h, job.TierNow, false},
 		{"UpToTheLimit", job.TierFlex8h, job.TierNow, job.TierFlex8h, job.TierFlex8h, false},
 		{"BeyondTheLimit", job.TierFlex8h, job.TierNow, job.TierFlex2h, "", true},
+		{"ABatchsWindow", job.TierBatch24h, job.TierNow, job.TierBatch24h, job.TierBatch24h, false},
+		{"ABatchBeyondTheLimit", job.TierBatch24h, job.TierNow, job.TierFlex8h, "", true},
 		{"TypeAllowsOnlyNow", job.TierFlex2h, "", "", "", true},
 		{"Unknown", "1d", job.TierNow, job.TierFlex8h, "", true},
 	}

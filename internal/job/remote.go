@@ -2,6 +2,7 @@ package job
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -9,18 +10,31 @@ import (
 // provider runs it in and what that costs: TierNow is the provider's
 // normal (synchronous, or soonest) mode; TierFlex2h and TierFlex8h are
 // completion windows a provider prices lower (OpenAI's
-// background_options.completion_window, 30% and 40% off).
+// background_options.completion_window, 30% and 40% off; a flex service
+// tier, at batch rates); TierBatch24h is a provider batch's window (OpenAI
+// Batch, Anthropic Message Batches: 50% off), or a flex tier's.
 type Tier string
 
 // Tiers.
 const (
-	TierNow    Tier = "now"
-	TierFlex2h Tier = "2h"
-	TierFlex8h Tier = "8h"
+	TierNow      Tier = "now"
+	TierFlex2h   Tier = "2h"
+	TierFlex8h   Tier = "8h"
+	TierBatch24h Tier = "24h"
 )
 
-// Tiers lists every tier.
-func Tiers() []Tier { return []Tier{TierNow, TierFlex2h, TierFlex8h} }
+// Tiers lists every tier, the soonest first.
+func Tiers() []Tier { return []Tier{TierNow, TierFlex2h, TierFlex8h, TierBatch24h} }
+
+// TierNames is the tiers as a create's refusal names them ("now, 2h, 8h,
+// 24h").
+func TierNames() string {
+	names := make([]string, 0, 4)
+	for _, t := range Tiers() {
+		names = append(names, string(t))
+	}
+	return strings.Join(names, ", ")
+}
 
 // Valid reports whether t is a known tier.
 func (t Tier) Valid() bool {
@@ -44,7 +58,7 @@ func ChooseTier(requested, byDefault, limit Tier) (Tier, string) {
 	case requested == "":
 		return byDefault.OrNow(), ""
 	case !requested.Valid():
-		return "", "must be one of now, 2h, 8h"
+		return "", "must be one of " + TierNames()
 	case !requested.Within(limit.OrNow()):
 		return "", "waits longer than this job type allows (" + string(limit.OrNow()) + ")"
 	}
@@ -67,6 +81,8 @@ func (t Tier) Window() time.Duration {
 		return 2 * time.Hour
 	case TierFlex8h:
 		return 8 * time.Hour
+	case TierBatch24h:
+		return 24 * time.Hour
 	}
 	return 0
 }
@@ -103,7 +119,17 @@ type Remote struct {
 	// answer ends the work, ends the attempt abandoned (DecideAbandon).
 	// Zero for work recorded before deadlines were: never given up.
 	Deadline time.Time
+	// Line is, for an attempt run as a line of a provider batch, the
+	// line's custom_id (its key in the provider's alphabet); Batch is
+	// onejob's batch it was sent in (empty while it is queued). ID is then
+	// the provider's id of that batch, recorded with the line's end. Empty
+	// for work of its own.
+	Line, Batch string
 }
+
+// IsLine reports whether the work is a line of a provider batch: asked
+// about through its batch, never on its own.
+func (r Remote) IsLine() bool { return r.Line != "" }
 
 // Bounds on what a provider says of its work: an ID one can look up, a
 // status word.

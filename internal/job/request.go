@@ -142,7 +142,7 @@ func New(r Request, now time.Time) (Job, error) {
 	case !ValidName(r.Primary):
 		return Job{}, &InvalidError{Field: "primary", Reason: "must name the job type's primary provider"}
 	case r.Tier != "" && !r.Tier.Valid():
-		return Job{}, &InvalidError{Field: "tier", Reason: "must be one of now, 2h, 8h"}
+		return Job{}, &InvalidError{Field: "tier", Reason: "must be one of " + TierNames()}
 	}
 	if problems := checkProviders(r.Providers); len(problems) > 0 {
 		return Job{}, &InvalidError{Field: "providers", Reason: problems[0].Reason}

@@ -27,7 +27,7 @@ var taskDecisions = map[string]string{
 // the attempt states from job.AttemptEdges, the job statuses from
 // job.StatusEdges, the execution from statemachine/onejob.asl.json, a
 // provider's breaker from job.BreakerEdges and job.OverrideEdges, a webhook
-// delivery from job.DeliveryEdges.
+// delivery from job.DeliveryEdges, a provider batch from job.BatchEdges.
 // ONEJOB_UPDATE_DOCS=1 rewrites the file.
 func TestDiagramsAreCurrent(t *testing.T) {
 	t.Parallel()
@@ -116,6 +116,7 @@ A ` + "`starting`" + ` or ` + "`unknown`" + ` attempt blocks new attempts. A run
 	renderStanding(&b)
 	renderDeliveries(&b)
 	renderParked(&b)
+	renderBatches(&b)
 	return b.String()
 }
 
@@ -144,6 +145,27 @@ func renderParked(b *strings.Builder) {
 		"    cancelling --> abandoned: due deadline (DecideAbandon)\n" +
 		"    ended --> [*]: the job ends, or a run is started (NeedsRun)\n" +
 		"    abandoned --> [*]: the job settles, or a run is started (NeedsRun)\n```\n")
+}
+
+// renderBatches draws a provider batch's states (job.BatchEdges), with the
+// bounds of job.DefaultBatchPolicy.
+func renderBatches(b *strings.Builder) {
+	p := job.DefaultBatchPolicy()
+	fmt.Fprintf(b, "\n## Provider batches (a `%s` window on a batch API)\n\n"+
+		"A job that may wait %s, on a provider with a batch API, runs as one line of a provider batch: its attempt is\n"+
+		"launched and claimed as any, then queued (`job.DecideQueued`: nothing of onejob runs for it). The batcher gathers\n"+
+		"one provider's queued lines across owners, up to %d or for %s (`job.DecideBatchDue`), records the batch with its\n"+
+		"lines before anything is sent (`job.NewBatch`), claims each line through its job's compare-and-swap\n"+
+		"(`job.DecideBatched`: a line whose job ended first is dropped, never sent, not billed), submits once, and moves\n"+
+		"the batch along `job.BatchEdges` only. A submit whose answer was lost is looked for by the batch's ID for %s\n"+
+		"before it is sent again. Each line's result reaches its job through the same compare-and-swap as a live answer.\n\n"+
+		"```mermaid\nstateDiagram-v2\n", job.TierBatch24h, job.TierBatch24h.Window(), p.MaxLines, p.MaxGather, p.LostSubmitGrace)
+	fmt.Fprintf(b, "    [*] --> %s: NewBatch (the batcher's, when its lines are due)\n", job.BatchRecorded)
+	for _, e := range job.BatchEdges() {
+		fmt.Fprintf(b, "    %s --> %s: %s\n", e.From, e.To, mermaidLabel(strings.Join(e.By, "; ")))
+	}
+	fmt.Fprintf(b, "    %s --> [*]\n", job.BatchDone)
+	b.WriteString("```\n")
 }
 
 // renderDeliveries draws a webhook delivery's states (job.DeliveryEdges),
