@@ -66,6 +66,17 @@ func (c *JSONClient) PostJSON(ctx context.Context, url string, header http.Heade
 	return c.do(ctx, http.MethodPost, url, header, payload)
 }
 
+// PostBytes POSTs payload as it is, under contentType (a multipart upload,
+// say), and returns the 2xx answer. Any other outcome is a *CallError.
+func (c *JSONClient) PostBytes(ctx context.Context, url string, header http.Header, contentType string, payload []byte) (HTTPResponse, error) {
+	header = header.Clone()
+	if header == nil {
+		header = http.Header{}
+	}
+	header.Set("Content-Type", contentType)
+	return c.do(ctx, http.MethodPost, url, header, payload)
+}
+
 // GetJSON GETs url with the given extra headers and returns the 2xx answer.
 // Any other outcome is a *CallError.
 func (c *JSONClient) GetJSON(ctx context.Context, url string, header http.Header) (HTTPResponse, error) {
@@ -106,13 +117,14 @@ func (c *JSONClient) open(ctx context.Context, method, url string, header http.H
 	// GetBody it cannot rewind the body, so it does not; the lost answer
 	// is an ambiguous outcome, settled as any other.
 	hreq.GetBody = nil
+	if payload != nil {
+		hreq.Header.Set("Content-Type", "application/json")
+	}
 	for k, vs := range header {
+		hreq.Header.Del(k)
 		for _, v := range vs {
 			hreq.Header.Add(k, v)
 		}
-	}
-	if payload != nil {
-		hreq.Header.Set("Content-Type", "application/json")
 	}
 	hreq.Header.Set("Accept", accept)
 	// The call's span (issue 42): a provider that traces joins the job's

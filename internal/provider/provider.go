@@ -33,6 +33,9 @@ type Request struct {
 	// SentAt is when the attempt was first sent (zero: unknown): a lookup
 	// accepts only what was created after it.
 	SentAt time.Time
+	// Tier is the tier the attempt runs at on its provider (RunTier):
+	// empty for now. A flex kind sends a window at its flex service tier.
+	Tier string `json:",omitempty"`
 }
 
 // Response is a provider's answer. Output is not validated here: contract

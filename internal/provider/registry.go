@@ -28,23 +28,44 @@ const (
 	// the asynchronous webhook provider contract
 	// (docs/webhook-provider-contract.md; provider.Async).
 	KindWebhookAsync = "webhook-async"
+	// KindOpenAIFlex is an OpenAI Chat Completions provider that runs the
+	// jobs that may wait (2h, 8h, 24h) at its flex service tier
+	// (service_tier "flex": batch rates, slower, sometimes unavailable),
+	// and those that may not at its default tier.
+	KindOpenAIFlex = "openai-flex"
 )
 
 // Kinds lists every kind.
 func Kinds() []string {
-	return []string{KindOpenAI, KindAnthropic, KindBedrock, KindWebhook, KindOpenAIBackground, KindWebhookAsync}
+	return []string{KindOpenAI, KindAnthropic, KindBedrock, KindWebhook, KindOpenAIBackground, KindWebhookAsync, KindOpenAIFlex}
 }
 
 // RunsTier reports whether a provider of kind runs work that may wait t
-// (a job.Tier: a completion window), and so may charge less for it: only
-// the asynchronous kinds (provider.Async) do, in 2h and 8h; every kind
-// runs now. A price's tier discount on any other kind would reserve and
-// settle below what the provider charges (review N-L7).
+// (a job.Tier: a completion window) in a mode of its own, and so may
+// charge less for it (RunTier): the asynchronous kinds in 2h and 8h (their
+// completion windows), openai and anthropic in 24h (their batch APIs),
+// openai-flex in each (its flex tier); every kind runs now. A price's tier
+// discount on any other kind would reserve and settle below what the
+// provider charges (review N-L7).
 func RunsTier(kind string, t job.Tier) bool {
 	if t.OrNow() == job.TierNow {
 		return slices.Contains(Kinds(), kind)
 	}
-	return (kind == KindOpenAIBackground || kind == KindWebhookAsync) && (t == job.TierFlex2h || t == job.TierFlex8h)
+	_, ok := modes[kind][t]
+	return ok
+}
+
+// DiscountedTiers are the tiers a provider of kind always runs below its
+// standard price (a batch, a flex tier: Mode.Discounted): a price of it
+// must say what each costs.
+func DiscountedTiers(kind string) []job.Tier {
+	var out []job.Tier
+	for _, t := range job.Tiers() {
+		if m, ok := modes[kind][t]; ok && m.Discounted() {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 var (
@@ -64,7 +85,7 @@ type ProviderConfig struct {
 	// Name is what job types list, e.g. "openai-primary".
 	Name string `json:"name"`
 	// Kind selects the adapter: openai, anthropic, bedrock, webhook,
-	// openai-background, webhook-async.
+	// openai-background, webhook-async, openai-flex.
 	Kind string `json:"kind"`
 	// BaseURL is the API base (openai, anthropic), the endpoint URL (webhook,
 	// webhook-async) or an endpoint override (bedrock).
@@ -276,13 +297,13 @@ func (p ProviderConfig) kindProblems(where string) []string {
 			problems = append(problems, fmt.Sprintf("%s: %s applies to kind %s only", where, field, strings.Join(kinds, ", ")))
 		}
 	}
-	only("max_tokens_field", p.MaxTokensField != "", KindOpenAI)
-	only("reasoning", p.Reasoning != nil, KindOpenAI, KindOpenAIBackground)
-	only("encoding", p.Encoding != "", KindOpenAI)
+	only("max_tokens_field", p.MaxTokensField != "", KindOpenAI, KindOpenAIFlex)
+	only("reasoning", p.Reasoning != nil, KindOpenAI, KindOpenAIBackground, KindOpenAIFlex)
+	only("encoding", p.Encoding != "", KindOpenAI, KindOpenAIFlex)
 	only("max_request_bytes", p.MaxRequestBytes != 0, KindWebhook, KindWebhookAsync)
-	only("context_window", p.ContextWindow != 0, KindOpenAI, KindOpenAIBackground, KindAnthropic, KindBedrock)
-	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindOpenAIBackground, KindAnthropic, KindBedrock)
-	only("lookup", p.Lookup, KindOpenAI, KindWebhook)
+	only("context_window", p.ContextWindow != 0, KindOpenAI, KindOpenAIBackground, KindOpenAIFlex, KindAnthropic, KindBedrock)
+	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindOpenAIBackground, KindOpenAIFlex, KindAnthropic, KindBedrock)
+	only("lookup", p.Lookup, KindOpenAI, KindOpenAIFlex, KindWebhook)
 	only("key_retention", p.KeyRetention != "", KindWebhook, KindWebhookAsync)
 	only("webhook_secret_ref", p.WebhookSecretRef != "", KindOpenAIBackground, KindWebhookAsync)
 	only("callback_url", p.CallbackURL != "", KindWebhookAsync)

@@ -49,6 +49,13 @@ func Factories(opts Options) map[string]provider.Factory {
 				HTTPClient: opts.HTTPClient, Logger: opts.Logger, Now: opts.Now,
 			})
 		},
+		provider.KindOpenAIFlex: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
+			return openai.NewProvider(openai.Config{
+				Name: pc.Name, BaseURL: pc.BaseURL, Model: pc.Model, APIKey: cred,
+				MaxTokensField: pc.MaxTokensField, Reasoning: pc.Reasoning, Lookup: pc.Lookup, Flex: true,
+				HTTPClient: opts.HTTPClient, Logger: opts.Logger, Now: opts.Now,
+			})
+		},
 		provider.KindOpenAIBackground: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
 			return openai.NewAsync(openai.Config{
 				Name: pc.Name, BaseURL: pc.BaseURL, Model: pc.Model, APIKey: cred, Reasoning: pc.Reasoning,

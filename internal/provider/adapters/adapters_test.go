@@ -150,14 +150,17 @@ func TestSettlersFromConfig(t *testing.T) {
 	}
 }
 
-// TestOnlyTierKindsRunAsynchronously holds provider.RunsTier, which price
+// TestKindsRunTheirTiers holds provider.RunTier and RunsTier, which price
 // tables are checked against (review N-L7: a tier discount only where the
-// provider runs work in the window), to what each kind's adapter is: the
-// kinds that run 2h and 8h work are exactly the provider.Async ones.
-func TestOnlyTierKindsRunAsynchronously(t *testing.T) {
+// provider runs work in the window), to what each kind's adapter is: it
+// says its kind; the kinds that run work in the background are exactly the
+// provider.Async ones, those that run a day's window as batch lines the
+// provider.Batcher ones, and a flex tier is openai-flex's only.
+func TestKindsRunTheirTiers(t *testing.T) {
 	t.Parallel()
 	cfg, err := provider.ParseConfig([]byte(`{"providers":[
 		{"name":"openai","kind":"openai","base_url":"http://127.0.0.1:9/v1","model":"gpt-4o"},
+		{"name":"openai-flex","kind":"openai-flex","base_url":"http://127.0.0.1:9/v1","model":"o3"},
 		{"name":"anthropic","kind":"anthropic","base_url":"http://127.0.0.1:9","model":"claude-x","credential_ref":"K"},
 		{"name":"bedrock","kind":"bedrock","base_url":"http://127.0.0.1:9","model":"anthropic.claude-x","region":"eu-west-1"},
 		{"name":"webhook","kind":"webhook","base_url":"http://127.0.0.1:9/run"},
@@ -186,17 +189,62 @@ func TestOnlyTierKindsRunAsynchronously(t *testing.T) {
 		if !ok {
 			t.Fatalf("no provider of kind %s", kind)
 		}
+		if k, ok := p.(provider.Kinded); !ok || k.Kind() != kind {
+			t.Fatalf("%s (%T) does not say its kind", kind, p)
+		}
 		_, async := p.(provider.Async)
-		for _, tier := range []job.Tier{job.TierFlex2h, job.TierFlex8h} {
-			if provider.RunsTier(kind, tier) != async {
-				t.Errorf("%s (%T): runs %s %v, asynchronous %v", kind, p, tier, provider.RunsTier(kind, tier), async)
+		_, batches := p.(provider.Batcher)
+		for _, tier := range job.Tiers() {
+			run, mode := provider.ModeFor(p, tier)
+			if !run.Within(tier) || provider.RunsTier(kind, run) != true {
+				t.Errorf("%s runs a %s job at %s", kind, tier, run)
 			}
+			switch mode {
+			case provider.ModeBackground:
+				if !async {
+					t.Errorf("%s (%T) runs %s in the background, but is no provider.Async", kind, p, tier)
+				}
+			case provider.ModeBatch:
+				if !batches || run != job.TierBatch24h {
+					t.Errorf("%s (%T) runs %s as a batch line at %s", kind, p, tier, run)
+				}
+			case provider.ModeFlex:
+				if kind != provider.KindOpenAIFlex {
+					t.Errorf("%s runs %s at a flex tier", kind, tier)
+				}
+			case provider.ModeSync:
+				if async || run != job.TierNow {
+					t.Errorf("%s (%T) runs %s synchronously at %s", kind, p, tier, run)
+				}
+			}
+			if tier != job.TierNow && provider.RunsTier(kind, tier) != (run == tier) {
+				t.Errorf("%s: RunsTier(%s) %v, but it runs it at %s", kind, tier, provider.RunsTier(kind, tier), run)
+			}
+		}
+		if async && batches {
+			t.Errorf("%s is both asynchronous and a batcher", kind)
 		}
 		if !provider.RunsTier(kind, job.TierNow) || !provider.RunsTier(kind, "") {
 			t.Errorf("%s does not run now", kind)
 		}
 	}
-	if provider.RunsTier("grpc", job.TierNow) || provider.RunsTier(provider.KindOpenAIBackground, "24h") {
+	// A job that may wait a day runs on openai and anthropic as a batch
+	// line, on the background kinds in their longest window, on flex at
+	// its flex tier.
+	for kind, want := range map[string]job.Tier{provider.KindOpenAI: job.TierBatch24h, provider.KindAnthropic: job.TierBatch24h,
+		provider.KindOpenAIBackground: job.TierFlex8h, provider.KindWebhookAsync: job.TierFlex8h, provider.KindOpenAIFlex: job.TierBatch24h,
+		provider.KindBedrock: job.TierNow, provider.KindWebhook: job.TierNow} {
+		if run, _ := provider.RunTier(kind, job.TierBatch24h); run != want {
+			t.Errorf("%s runs a 24h job at %s, want %s", kind, run, want)
+		}
+	}
+	if provider.RunsTier("grpc", job.TierNow) || provider.RunsTier(provider.KindOpenAIBackground, "24h") || provider.RunsTier(provider.KindBedrock, "24h") {
 		t.Error("an unknown kind or tier runs")
+	}
+	if got := provider.DiscountedTiers(provider.KindOpenAIFlex); len(got) != 3 {
+		t.Errorf("openai-flex's discounted tiers: %v", got)
+	}
+	if got := provider.DiscountedTiers(provider.KindOpenAIBackground); len(got) != 0 {
+		t.Errorf("openai-background's discounted tiers: %v (its windows' discounts are its price's to say)", got)
 	}
 }

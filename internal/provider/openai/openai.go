@@ -57,6 +57,10 @@ type Config struct {
 	// idempotency key} with every call, so that NewProvider's Lookup can
 	// find the completion again.
 	Lookup bool
+	// Flex (kind openai-flex) sends the attempts that may wait (a request
+	// whose Tier is a window) at the flex service tier: batch rates,
+	// slower answers, and sometimes 429 Resource Unavailable.
+	Flex bool
 	// MaxResponseBytes bounds what is read of an answer, whole or
 	// streamed (0: provider.DefaultMaxResponseBytes).
 	MaxResponseBytes int64
@@ -109,6 +113,26 @@ var reasoningFamilies = []string{"o1", "o3", "o4", "gpt-5"}
 // gpt-5-2025-08-07). Config.Reasoning overrides it.
 func ReasoningModel(model string) bool {
 	for _, f := range reasoningFamilies {
+		if model == f || strings.HasPrefix(model, f+"-") {
+			return true
+		}
+	}
+	return false
+}
+
+// ServiceTierFlex is service_tier's flex value ("Tokens are priced at
+// Batch API rates"; the flex processing guide).
+const ServiceTierFlex = "flex"
+
+// flexFamilies are the model families the flex processing guide and the
+// pricing page offer flex for ("currently only available for o3 and
+// o4-mini", since joined by the gpt-5 family).
+var flexFamilies = []string{"o3", "o4-mini", "gpt-5"}
+
+// FlexModel reports whether model has a flex service tier: one of
+// flexFamilies, alone or followed by "-".
+func FlexModel(model string) bool {
+	for _, f := range flexFamilies {
 		if model == f || strings.HasPrefix(model, f+"-") {
 			return true
 		}
@@ -191,6 +215,8 @@ type ChatRequest struct {
 	// Store and Metadata are sent by a provider with lookup.
 	Store    *bool             `json:"store,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// ServiceTier is "flex" for a flex provider's attempt that may wait.
+	ServiceTier string `json:"service_tier,omitempty"`
 }
 
 // MetadataKey is the metadata key a provider with lookup tags every
@@ -275,6 +301,13 @@ func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 		} else {
 			body.MaxCompletionTokens = &n
 		}
+	}
+	if a.cfg.Flex && req.Tier != "" && req.Tier != "now" {
+		if !FlexModel(a.cfg.Model) {
+			return provider.Prepared{}, provider.ModelRuleError(a.cfg.Name, a.cfg.Model,
+				"it has no flex service tier (flex processing is offered for the o3, o4-mini and gpt-5 families)")
+		}
+		body.ServiceTier = ServiceTierFlex
 	}
 	if a.cfg.Lookup {
 		if len([]rune(req.IdempotencyKey)) > maxMetadataValue {
