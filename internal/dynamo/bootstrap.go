@@ -20,6 +20,8 @@ type TableNames struct {
 	Inbound string
 	// Streams is streamed jobs' log (StreamsTable).
 	Streams string
+	// Batches: the provider batches not done.
+	Batches string
 }
 
 // NamesWithPrefix names every table "<prefix>-<logical>".
@@ -40,6 +42,7 @@ func NamesFrom(name func(logical string) string) TableNames {
 		Deliveries:     name(DeliveriesTable().Logical),
 		Inbound:        name(InboundTable().Logical),
 		Streams:        name(StreamsTable().Logical),
+		Batches:        name(BatchesTable().Logical),
 	}
 }
 
@@ -53,7 +56,7 @@ type namedTable struct {
 func (n TableNames) each() []namedTable {
 	return []namedTable{{JobsTable(), n.Jobs}, {AttemptsTable(), n.Attempts}, {CertificationsTable(), n.Certifications},
 		{ProvidersTable(), n.Providers}, {OwnersTable(), n.Owners}, {EndpointsTable(), n.Endpoints}, {DeliveriesTable(), n.Deliveries},
-		{InboundTable(), n.Inbound}, {StreamsTable(), n.Streams}}
+		{InboundTable(), n.Inbound}, {StreamsTable(), n.Streams}, {BatchesTable(), n.Batches}}
 }
 
 // ByLogical maps each table's logical name to its physical name.

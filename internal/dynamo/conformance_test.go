@@ -40,7 +40,7 @@ func newStoreAt(t *testing.T, h *ddbtest.Harness, now func() time.Time, optFns .
 	}
 	return st, storetest.Store{Interface: st, Purge: st.PurgeExpired, Count: func(t *testing.T) storetest.Counts {
 		t.Helper()
-		return storetest.Counts{Jobs: count(t, names.Jobs), Ledger: count(t, names.Attempts), Inbound: count(t, names.Inbound)}
+		return storetest.Counts{Jobs: count(t, names.Jobs), Ledger: count(t, names.Attempts), Inbound: count(t, names.Inbound), Batches: count(t, names.Batches)}
 	}}
 }
 

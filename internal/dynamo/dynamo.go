@@ -47,6 +47,8 @@ type Store struct {
 	inbound string
 	// streams: streamed jobs' log.
 	streams string
+	// batches: the provider batches not done.
+	batches string
 	log     *slog.Logger
 	now     func() time.Time
 	// reserve is the room every job item keeps for its events
@@ -70,8 +72,8 @@ func New(c Config) (*Store, error) {
 	}
 	t := c.Tables
 	return &Store{db: newClient(c.Client), jobs: t.Jobs, atts: t.Attempts, certs: t.Certifications, providers: t.Providers,
-		owners: t.Owners, endpoints: t.Endpoints, deliveries: t.Deliveries, inbound: t.Inbound, streams: t.Streams, log: c.Logger,
-		now:     c.NowFunc,
+		owners: t.Owners, endpoints: t.Endpoints, deliveries: t.Deliveries, inbound: t.Inbound, streams: t.Streams, batches: t.Batches,
+		log: c.Logger, now: c.NowFunc,
 		reserve: notifyReserve()}, nil
 }
 

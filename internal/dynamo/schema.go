@@ -79,6 +79,7 @@ const (
 	AttrPos = "pos"
 
 	AttrInboundKey = "inbound_key"
+	AttrBatchID    = "batch_id"
 
 	IndexByOwner = "by_owner"
 	IndexByOpen  = "by_open"
@@ -250,8 +251,19 @@ func StreamsTable() TableDef {
 	}
 }
 
+// BatchesTable holds the provider batches onejob sends (lifecycle.BatchStore):
+// one item per batch not done, under its provider, so that the batcher
+// reads a provider's open batches with one query; a batch done is deleted.
+func BatchesTable() TableDef {
+	return TableDef{
+		Logical:      "batches",
+		PartitionKey: KeyAttr{Name: AttrProvider, Type: AttrString},
+		SortKey:      &KeyAttr{Name: AttrBatchID, Type: AttrString},
+	}
+}
+
 // Tables lists every table the service uses.
 func Tables() []TableDef {
 	return []TableDef{JobsTable(), AttemptsTable(), CertificationsTable(), ProvidersTable(), OwnersTable(),
-		EndpointsTable(), DeliveriesTable(), InboundTable(), StreamsTable()}
+		EndpointsTable(), DeliveriesTable(), InboundTable(), StreamsTable(), BatchesTable()}
 }

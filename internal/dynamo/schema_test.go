@@ -24,7 +24,7 @@ func TestTableDefinitionsAreFresh(t *testing.T) {
 	for _, d := range Tables() {
 		logical = append(logical, d.Logical)
 	}
-	if want := []string{"jobs", "attempts", "certifications", "providers", "owners", "endpoints", "deliveries", "inbound", "streams"}; !slices.Equal(logical, want) {
+	if want := []string{"jobs", "attempts", "certifications", "providers", "owners", "endpoints", "deliveries", "inbound", "streams", "batches"}; !slices.Equal(logical, want) {
 		t.Errorf("Tables() = %v, want %v", logical, want)
 	}
 }

@@ -45,6 +45,8 @@ type Store struct {
 	inbound map[inboundKey]inboundRecord
 	// chunks is the streams' log by job, then job.ChunkPos (streams.go).
 	chunks map[string]map[string]job.StreamChunk
+	// batches holds the provider batches not done, by provider then ID.
+	batches map[string]map[string]job.Batch
 	// now is the clock expiry is read against.
 	now func() time.Time
 }
@@ -90,7 +92,8 @@ func New() *Store { return NewAt(time.Now) }
 func NewAt(now func() time.Time) *Store {
 	return &Store{jobs: map[string]*record{}, ledger: map[string]map[int]ledgerEntry{}, certs: map[certKey]job.Certification{},
 		health: map[string]job.Health{}, owners: map[string]*ownerRecord{}, endpoints: map[string]map[string]job.Endpoint{},
-		deliveries: map[string]map[string]job.Delivery{}, inbound: map[inboundKey]inboundRecord{}, now: now}
+		deliveries: map[string]map[string]job.Delivery{}, inbound: map[inboundKey]inboundRecord{},
+		batches: map[string]map[string]job.Batch{}, now: now}
 }
 
 // Create stores j unless its (owner, key) names a job that has not expired,

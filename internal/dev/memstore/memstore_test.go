@@ -13,7 +13,7 @@ func TestConformance(t *testing.T) {
 		st := memstore.NewAt(now)
 		return storetest.Store{Interface: st, Purge: st.PurgeExpired, Count: func(*testing.T) storetest.Counts {
 			jobs, attempts := st.Counts()
-			return storetest.Counts{Jobs: jobs, Ledger: attempts, Inbound: st.InboundCount()}
+			return storetest.Counts{Jobs: jobs, Ledger: attempts, Inbound: st.InboundCount(), Batches: st.BatchCount()}
 		}}
 	})
 }

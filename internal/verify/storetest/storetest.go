@@ -40,6 +40,7 @@ type Interface interface {
 	lifecycle.InboundLog
 	lifecycle.StreamStore
 	lifecycle.DueStore
+	lifecycle.BatchStore
 	lifecycle.Certifications
 	PutCertification(ctx context.Context, c job.Certification) error
 	ListCertifications(ctx context.Context) ([]job.Certification, error)
@@ -50,6 +51,7 @@ type Counts struct {
 	Jobs    int // job items
 	Ledger  int // attempt-ledger items
 	Inbound int // inbound deliveries' items (InboundLog)
+	Batches int // provider batches' items (BatchStore)
 }
 
 // Store is one test's store under test.
@@ -138,6 +140,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T, now func() time.Time) St
 		{"Expiry", expiryTests},
 		{"Inbound", inboundTests},
 		{"Streams", streamTests},
+		{"Batches", batchTests},
 		{"Rules", ruleTests},
 	}
 	for _, g := range groups {
