@@ -292,7 +292,7 @@ func jobsSubmit(ctx context.Context, c *jobsCmd, args []string) error {
 	input := c.fs.String("input", "", "the job's input: JSON, or @file.json (required)")
 	key := c.fs.String("key", "", "the Idempotency-Key naming this intent (default: a new random 128-bit key; submit again with it to replay)")
 	providers := c.fs.String("providers", "", "providers in failover order, comma-separated (default: the type's)")
-	tier := c.fs.String("tier", "", "how long the job may wait: now, 2h or 8h (a cheaper completion window on an asynchronous provider; default: the type's)")
+	tier := c.fs.String("tier", "", "how long the job may wait: now, 2h, 8h or 24h (a cheaper completion window: an asynchronous provider's, a flex tier, a provider batch; default: the type's)")
 	if _, err := c.parse(args); err != nil {
 		return err
 	}

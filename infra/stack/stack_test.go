@@ -1854,7 +1854,7 @@ func TestGuardsConfig(t *testing.T) {
 				"openai-flex": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
 					"kind": "openai-background", "tierDiscountPercent": map[string]any{"2h": 30, "8h": 40}},
 				"anthropic-fallback": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
-					"kind": "anthropic", "overheadInputTokens": 346}}}
+					"kind": "anthropic", "overheadInputTokens": 346, "tierDiscountPercent": map[string]any{"24h": 50}}}}
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -1921,8 +1921,16 @@ func TestGuardsConfig(t *testing.T) {
 		{"DiscountForNoTier", func(m map[string]any) {
 			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
 				"prices": map[string]any{"openai-primary": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
-					"tierDiscountPercent": map[string]any{"24h": 50}}}}
-		}, `"24h" is not a tier with a discount`},
+					"kind": "openai", "tierDiscountPercent": map[string]any{"24h": 50, "48h": 50}}}}
+		}, `"48h" is not a tier with a discount`},
+		// Issue 40: a kind that runs a tier as a batch line or at a flex
+		// tier gives that tier its rate, or its jobs that may wait that
+		// long would be billed at another tier's.
+		{"ABatchKindWithoutItsRate", func(m map[string]any) {
+			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
+				"prices": map[string]any{"openai-primary": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",
+					"kind": "openai"}}}
+		}, "must give 24h its rate"},
 		{"DiscountOfEverything", func(m map[string]any) {
 			m["budget"] = map[string]any{"amountUSD": "1", "period": "24h",
 				"prices": map[string]any{"openai-flex": map[string]any{"version": "v", "inputUSDPerMTok": "1", "outputUSDPerMTok": "1",

@@ -106,7 +106,7 @@ func (h *Handler) decodeCreate(body []byte) (job.Request, error) {
 	if raw, ok := m["tier"]; ok && !isNull(raw) {
 		var s string
 		if json.Unmarshal(raw, &s) != nil || s == "" {
-			errs = append(errs, FieldError{Pointer: "/tier", Detail: "must be one of now, 2h, 8h"})
+			errs = append(errs, FieldError{Pointer: "/tier", Detail: "must be one of " + job.TierNames()})
 		}
 		tier = job.Tier(s)
 	}

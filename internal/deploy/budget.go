@@ -36,10 +36,14 @@ type PriceConfig struct {
 	OutputPerMTok string `json:"outputUSDPerMTok"`
 	// Kind is the priced provider's kind (provider.Kinds), required with a
 	// tier discount: only a kind that runs work in that window
-	// (provider.RunsTier: openai-background, webhook-async) may have one
-	// (review N-L7). Synthesis and every function check it here; those
-	// that read the providers' configuration (run, events) also check it
-	// names the provider's real kind (lifecycle.NewTasks).
+	// (provider.RunsTier) may have one (review N-L7), and a kind that runs
+	// a tier as a batch or at a flex tier (openai and anthropic: 24h;
+	// openai-flex: 2h, 8h, 24h) must give each its rate, or a job that may
+	// wait that long would be billed at another tier's price. It also says
+	// which tier a job runs at (provider.RunTier), so which rate it pays.
+	// Synthesis and every function check it here; those that read the
+	// providers' configuration (run, events) also check it names the
+	// provider's real kind (lifecycle.NewTasks).
 	Kind string `json:"kind,omitempty"`
 	// OverheadInputTokens is what the provider adds to the input of every
 	// request onejob sends it (job.Price.OverheadInputTokens): Anthropic's
@@ -47,9 +51,10 @@ type PriceConfig struct {
 	// models, on the Messages API and on Bedrock. The worst case reserved
 	// counts it, so settlement never charges above the reservation.
 	OverheadInputTokens int `json:"overheadInputTokens,omitempty"`
-	// TierDiscountPercent is, by tier ("2h", "8h"), how many percent less
-	// the provider charges for work that may wait that long (an
-	// asynchronous provider's completion windows; OpenAI: 30 and 40).
+	// TierDiscountPercent is, by tier ("2h", "8h", "24h"), how many percent
+	// less the provider charges for work that may wait that long (an
+	// asynchronous provider's completion windows, OpenAI background: 30
+	// and 40; a batch or a flex tier: 50).
 	TierDiscountPercent map[string]int `json:"tierDiscountPercent,omitempty"`
 }
 
@@ -77,7 +82,7 @@ func (c BudgetConfig) Budget() (job.Budget, error) {
 		if err != nil {
 			return job.Budget{}, fmt.Errorf("price of %s: outputUSDPerMTok: %w", name, err)
 		}
-		price := job.Price{Version: pc.Version, Input: in, Output: out, OverheadInputTokens: pc.OverheadInputTokens}
+		price := job.Price{Version: pc.Version, Input: in, Output: out, OverheadInputTokens: pc.OverheadInputTokens, Kind: pc.Kind}
 		if pc.Kind != "" && !slices.Contains(provider.Kinds(), pc.Kind) {
 			return job.Budget{}, fmt.Errorf("price of %s: kind %q is none of %s", name, pc.Kind, strings.Join(provider.Kinds(), ", "))
 		}
@@ -88,17 +93,37 @@ func (c BudgetConfig) Budget() (job.Budget, error) {
 				price.Discount.Flex2h = d
 			case job.TierFlex8h:
 				price.Discount.Flex8h = d
+			case job.TierBatch24h:
+				price.Discount.Batch24h = d
 			default:
-				return job.Budget{}, fmt.Errorf("price of %s: tierDiscountPercent: %q is not a tier with a discount (2h, 8h)", name, t)
+				return job.Budget{}, fmt.Errorf("price of %s: tierDiscountPercent: %q is not a tier with a discount (2h, 8h, 24h)", name, t)
 			}
 			if d != 0 && !provider.RunsTier(pc.Kind, job.Tier(t)) {
 				return job.Budget{}, fmt.Errorf("price of %s: tierDiscountPercent %s: only a provider that runs work in that window may be priced lower for it "+
-					"(its kind must be %s or %s; this price's kind is %q)", name, t, provider.KindOpenAIBackground, provider.KindWebhookAsync, pc.Kind)
+					"(its kind must be one that runs %s: %s; this price's kind is %q)", name, t, t, strings.Join(tierKinds(job.Tier(t)), ", "), pc.Kind)
+			}
+		}
+		for _, t := range provider.DiscountedTiers(pc.Kind) {
+			if price.Discount.Of(t) <= 0 {
+				_, mode := provider.RunTier(pc.Kind, t)
+				return job.Budget{}, fmt.Errorf("price of %s: a provider of kind %s runs a job that may wait %s as %s work, billed below its standard price: "+
+					"tierDiscountPercent must give %s its rate, or such a job would be billed at another tier's price", name, pc.Kind, t, mode, t)
 			}
 		}
 		b.Prices[name] = price
 	}
 	return b, b.Validate()
+}
+
+// tierKinds are the kinds that run t in a mode of their own.
+func tierKinds(t job.Tier) []string {
+	var out []string
+	for _, k := range provider.Kinds() {
+		if provider.RunsTier(k, t) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // ParseBudget reads EnvBudget's JSON; empty is no budget.

@@ -61,10 +61,14 @@ type Price struct {
 	// its reservation (review N-L3).
 	OverheadInputTokens int
 	// Discount is how much less the provider charges for work that may
-	// wait. Only asynchronous providers run work at a tier: a discount on
-	// another is refused where prices are loaded (deploy.BudgetConfig,
-	// lifecycle.NewTasks).
+	// wait. Only a provider that runs work at a tier (its kind's:
+	// provider.RunsTier) may have one: a discount on another is refused
+	// where prices are loaded (deploy.BudgetConfig, lifecycle.NewTasks).
 	Discount Discount
+	// Kind is the priced provider's kind as the price table declares it
+	// (provider.Kinds; empty: not declared): which tier it runs a job at,
+	// and so which of its prices that job pays (lifecycle prices it).
+	Kind string
 }
 
 // MaxOverheadInputTokens bounds a price's OverheadInputTokens: the largest

@@ -82,8 +82,8 @@ type spec struct {
 	// kept, as a Go duration; DefaultRetention when empty.
 	Retention string `json:"retention,omitempty"`
 	// Tier is how long the type's jobs can wait for their answer (job.Tier:
-	// now, the default, or a completion window an asynchronous provider
-	// prices lower: 2h, 8h) when a create names none.
+	// now, the default, or a completion window its provider prices lower:
+	// 2h, 8h, 24h) when a create names none.
 	Tier string `json:"tier,omitempty"`
 	// MaxTier is the longest a create may ask its job to wait (its
 	// "tier"); Tier when empty, so a create may only ask for sooner.
@@ -353,10 +353,10 @@ func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 		problem("settle_at_deadline cannot be set for a type with side_effects: settling on the clock could act twice")
 	}
 	if s.Tier != "" && !job.Tier(s.Tier).Valid() {
-		problem("tier %q must be one of now, 2h, 8h", s.Tier)
+		problem("tier %q must be one of %s", s.Tier, job.TierNames())
 	}
 	if s.MaxTier != "" && !job.Tier(s.MaxTier).Valid() {
-		problem("max_tier %q must be one of now, 2h, 8h", s.MaxTier)
+		problem("max_tier %q must be one of %s", s.MaxTier, job.TierNames())
 	} else if s.MaxTier != "" && !job.Tier(s.Tier).OrNow().Within(job.Tier(s.MaxTier)) {
 		problem("tier %q waits longer than max_tier %q", s.Tier, s.MaxTier)
 	}
@@ -385,6 +385,10 @@ func loadType(fsys fs.FS, compile compileFunc, file string) (*Type, error) {
 type Lookup[T any] struct {
 	Catalog *Catalog
 }
+
+// Names lists the catalog's types (the lifecycle checks the prices of the
+// providers its types may wait on).
+func (l Lookup[T]) Names() []string { return l.Catalog.Names() }
 
 // Lookup returns the named type as a T; false when the type is unknown (or,
 // a programming error caught by tests, when *Type does not satisfy T).

@@ -378,7 +378,7 @@ func TestLoadRejectsInvalidTypes(t *testing.T) {
 		{"ZeroAttempts", set("max_attempts", 0), "max_attempts"},
 		{"HotTemperature", set("temperature", 1.5), "temperature"},
 		{"NoOutputTokens", set("max_output_tokens", 0), "max_output_tokens"},
-		{"UnknownTier", set("tier", "24h"), `tier "24h" must be one of`},
+		{"UnknownTier", set("tier", "48h"), `tier "48h" must be one of`},
 		{"UnknownMaxTier", set("max_tier", "soon"), `max_tier "soon" must be one of`},
 		{"StreamFieldNotAProperty", set("stream_field", "text"), `stream_field "text": is not a top-level property`},
 		{"StreamFieldNotAString", set("stream_field", "priority"), `stream_field "priority": must be a property of "type": "string"`},

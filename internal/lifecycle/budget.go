@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/onejob/onejob/internal/job"
@@ -31,7 +32,19 @@ func (e *Engine) Budget() job.Budget { return e.budget }
 // has a price (never priced at 0). already: the key was reserved before
 // (a replay of a job that holds it).
 func (e *Engine) reserveFirst(ctx context.Context, j *job.Job, basis job.CostBasis) (already bool, err error) {
-	worst, ok := e.budget.WorstCase(j.Providers, basis, j.Tier.OrNow())
+	var worst job.Money
+	ok := false
+	for _, p := range j.Providers {
+		price, priced, err := e.priceAt(p, j.Tier.OrNow())
+		if err != nil {
+			// The job would run at a tier its provider is not priced
+			// for: refused, never billed at another tier's price.
+			return false, &job.InvalidError{Field: "tier", Reason: err.Error()}
+		}
+		if priced {
+			worst, ok = max(worst, price.WorstCase(basis)), true
+		}
+	}
 	if !ok {
 		return false, &job.InvalidError{Field: "providers",
 			Reason: "none of these providers has a price, and this owner's spend is budgeted: a budgeted job runs only on priced providers"}
@@ -77,11 +90,13 @@ func (e *Engine) ReserveAttempt(ctx context.Context, j job.Job, n int, prov stri
 	if j.Reservation == nil || !e.budget.Enabled() {
 		return nil, nil
 	}
-	price, ok := e.budget.Prices[prov]
-	if !ok {
+	price, ok, err := e.priceAt(prov, j.Tier.OrNow())
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrUnpriced, err)
+	case !ok:
 		return nil, ErrUnpriced
 	}
-	price = price.At(j.Tier.OrNow())
 	if n == 1 {
 		s := *j.Reservation
 		s.Price = price.Rates()
@@ -93,6 +108,42 @@ func (e *Engine) ReserveAttempt(ctx context.Context, j job.Job, n int, prov stri
 		return nil, err
 	}
 	return &job.Spend{Key: key, Price: price.Rates(), Reserved: worst}, nil
+}
+
+// priceAt is provider prov's price for a job that may wait t: its price at
+// the tier the provider runs the job at (provider.RunTier of the price's
+// declared kind; a price that declares none is taken at the job's tier, as
+// prices were before they declared kinds, which lifecycle.NewTasks allows
+// only where that is the tier the provider runs). ok is false when prov
+// has no price. A tier the provider runs in a mode always billed below its
+// standard price (a batch, a flex tier) that its price gives no rate for
+// is a *TierUnpricedError: the job would be billed at another tier's price.
+func (e *Engine) priceAt(prov string, t job.Tier) (job.Price, bool, error) {
+	price, ok := e.budget.Prices[prov]
+	if !ok {
+		return job.Price{}, false, nil
+	}
+	if price.Kind == "" {
+		return price.At(t), true, nil
+	}
+	run, mode := provider.RunTier(price.Kind, t)
+	if mode.Discounted() && price.Discount.Of(run) <= 0 {
+		return job.Price{}, false, &TierUnpricedError{Provider: prov, Tier: t, Run: run, Mode: mode}
+	}
+	return price.At(run), true, nil
+}
+
+// TierUnpricedError refuses a job that would run at a tier its provider's
+// price gives no rate for.
+type TierUnpricedError struct {
+	Provider string
+	Tier     job.Tier
+	Run      job.Tier
+	Mode     provider.Mode
+}
+
+func (e *TierUnpricedError) Error() string {
+	return fmt.Sprintf("provider %s runs a job that may wait %s as %s work (tier %s), and its price gives no rate for that tier", e.Provider, e.Tier, e.Mode, e.Run)
 }
 
 // BudgetRecheck is how soon a refused owner may find room again while its

@@ -147,7 +147,7 @@ func NewTasks(c TasksConfig) (*Tasks, error) {
 	case !validNamespace(c.Namespace):
 		return nil, fmt.Errorf("lifecycle: Namespace %q must be at most 64 letters, digits, '.', '_' or '-'", c.Namespace)
 	}
-	if err := discountsRunInWindows(c.Engine.Budget(), c.Providers); err != nil {
+	if err := pricesFitKinds(c.Engine.Budget(), c.Providers, c.Catalog); err != nil {
 		return nil, err
 	}
 	if len(c.Wait.Steps) == 0 {
@@ -485,24 +485,86 @@ func (w *Tasks) Hold(ctx context.Context, in HoldInput) (_ HoldResult, err error
 	return res, nil
 }
 
-// discountsRunInWindows refuses a price table whose tier discount is on a
-// configured provider that runs no work in a window (not provider.Async):
-// its jobs that may wait would reserve and settle below what it charges
-// (review N-L7). The price's declared kind was checked where the table was
-// read (deploy.BudgetConfig); this is the provider as configured.
-func discountsRunInWindows(b job.Budget, providers Providers) error {
+// pricesFitKinds refuses a price table that would bill a configured
+// provider at another tier's price (review N-L7, issue 40): a price that
+// declares another kind than the provider's; a tier discount on a
+// provider that runs no work at that tier (provider.RunsTier of its kind;
+// for one that says no kind, any but an asynchronous one); a price that
+// declares no kind for a provider whose kind runs some tier as a batch or
+// at a flex tier (its jobs that may wait would be priced at their own
+// tier, not at the one it runs them at). What a declared kind's price
+// must give (each such tier its rate) was checked where the table was read
+// (deploy.BudgetConfig).
+func pricesFitKinds(b job.Budget, providers Providers, c Catalog) error {
+	waits := longestWaits(c)
 	for _, name := range slices.Sorted(maps.Keys(b.Prices)) {
-		if b.Prices[name].Discount == (job.Discount{}) {
-			continue
-		}
+		price := b.Prices[name]
 		p, ok := providers.Get(name)
 		if !ok {
 			continue // not configured here: it runs nothing
 		}
-		if _, async := p.(provider.Async); !async {
-			return fmt.Errorf("lifecycle: the price of %s has a tier discount, but %s runs no work in a completion window "+
-				"(it is not asynchronous): only an asynchronous provider may be priced lower for a tier", name, name)
+		k, kinded := p.(provider.Kinded)
+		if !kinded {
+			if _, async := p.(provider.Async); !async && price.Discount != (job.Discount{}) {
+				return fmt.Errorf("lifecycle: the price of %s has a tier discount, but %s runs no work in a completion window "+
+					"(it is not asynchronous): only an asynchronous provider may be priced lower for a tier", name, name)
+			}
+			continue
+		}
+		kind := k.Kind()
+		switch {
+		case price.Kind != "" && price.Kind != kind:
+			return fmt.Errorf("lifecycle: the price of %s declares kind %s, but %s is of kind %s", name, price.Kind, name, kind)
+		case price.Kind == "" && waitsDiscounted(kind, waits[name]):
+			return fmt.Errorf("lifecycle: the price of %s declares no kind, but %s (kind %s) runs jobs that may wait %s at a rate of their own: "+
+				"declare its kind and give each its rate (tierDiscountPercent)", name, name, kind, provider.DiscountedTiers(kind))
+		}
+		for _, t := range job.Tiers() {
+			if price.Discount.Of(t) != 0 && !provider.RunsTier(kind, t) {
+				return fmt.Errorf("lifecycle: the price of %s has a tier discount for %s, but %s (kind %s) runs no work at that tier: "+
+					"only a provider that runs work at a tier may be priced lower for it", name, t, name, kind)
+			}
 		}
 	}
 	return nil
+}
+
+// longestWaits is, by provider, the longest a job of a type listing it may
+// wait (the type's max_tier), where the catalog lists its types.
+func longestWaits(c Catalog) map[string]job.Tier {
+	out := map[string]job.Tier{}
+	names, ok := c.(interface{ Names() []string })
+	if !ok {
+		return out
+	}
+	for _, n := range names.Names() {
+		jt, ok := c.Lookup(n)
+		if !ok {
+			continue
+		}
+		w, ok := jt.(interface {
+			MaxTier() job.Tier
+			Providers() []string
+		})
+		if !ok {
+			continue
+		}
+		for _, p := range w.Providers() {
+			if !w.MaxTier().Within(out[p].OrNow()) {
+				out[p] = w.MaxTier()
+			}
+		}
+	}
+	return out
+}
+
+// waitsDiscounted reports whether a provider of kind runs, as a batch or
+// at a flex tier, some tier a job may wait up to longest.
+func waitsDiscounted(kind string, longest job.Tier) bool {
+	for _, t := range provider.DiscountedTiers(kind) {
+		if t.Within(longest.OrNow()) {
+			return true
+		}
+	}
+	return false
 }

@@ -939,8 +939,11 @@ export interface components {
             providers?: string[];
             /**
              * @description How long the job may wait for its answer: `now`, or a completion
-             *     window (`2h`, `8h`) an asynchronous provider runs and prices
-             *     lower. Defaults to the job type's tier; at most its `max_tier`
+             *     window its provider runs and prices lower: `2h` and `8h` (an
+             *     asynchronous provider's windows, or a flex service tier), `24h`
+             *     (a line of a provider batch, or a flex service tier: half price).
+             *     A provider runs a job at the longest window it has that does not
+             *     wait longer, and bills that window's rate. Defaults to the job type's tier; at most its `max_tier`
              *     (a longer one is refused, 422 `validation-failed`). Part of the request:
              *     the same key with another tier is 409 `idempotency-key-reused`.
              */
@@ -958,7 +961,7 @@ export interface components {
             stream: boolean;
         };
         /** @enum {string} */
-        Tier: "now" | "2h" | "8h";
+        Tier: "now" | "2h" | "8h" | "24h";
         ResolveRequest: {
             /** @enum {string} */
             outcome: "succeeded" | "failed" | "cancelled";

@@ -99,6 +99,7 @@ type openAIRequest struct {
 	promptTokens int
 	store        bool
 	metadata     map[string]string
+	serviceTier  string
 	stream       bool
 	streamUsage  bool
 }
@@ -244,7 +245,38 @@ func validateOpenAI(body []byte, opts Options) (openAIRequest, *apiError) {
 	if req.stream, req.streamUsage, e = validateOpenAIStream(o); e != nil {
 		return req, e
 	}
+	if o.has("service_tier") {
+		tier, ok := o.str("service_tier")
+		if !ok {
+			return req, oaiType("service_tier", "a string", o["service_tier"])
+		}
+		if !slices.Contains(openAIServiceTiers, tier) {
+			return req, oaiEnum("service_tier", tier, openAIServiceTiers)
+		}
+		if tier == "flex" && !openAIFlexModel(model) {
+			return req, oaiInvalid("service_tier", "", "Unsupported service_tier: flex")
+		}
+		req.serviceTier = tier
+	}
 	return req, nil
+}
+
+// openAIServiceTiers are service_tier's values (the Chat Completions
+// reference: auto, default, flex, scale, priority).
+var openAIServiceTiers = []string{"auto", "default", "flex", "scale", "priority"}
+
+// openAIFlexModel: flex processing is "in beta with limited model
+// availability" (the flex processing guide: o3 and o4-mini at launch; the
+// pricing page since lists the gpt-5 family). Another model's flex request
+// is refused as OpenAI refuses it ("Unsupported service_tier: flex", as
+// openai/codex issue 15099 quotes the 400).
+func openAIFlexModel(model string) bool {
+	for _, f := range []string{"o3", "o4-mini", "gpt-5"} {
+		if model == f || strings.HasPrefix(model, f+"-") {
+			return true
+		}
+	}
+	return false
 }
 
 // OpenAI's Metadata: "Set of 16 key-value pairs ... Keys are strings with a
@@ -440,12 +472,39 @@ func (s *Simulator) OpenAI() http.Handler {
 				c.InputTokens = req.promptTokens
 				c.Store, c.Metadata = req.store, req.metadata
 				c.Stream, c.StreamUsage = req.stream, req.streamUsage
+				c.ServiceTier = req.serviceTier
 			}
 		})
+		if ok && req.serviceTier == "flex" && s.takeFlexBusy() {
+			// No flex capacity: refused before any work, not billed.
+			c.Refused = "resource_unavailable"
+			s.record(&c)
+			w.Header().Set(f.requestIDHeader, c.RequestID)
+			f.refuse(w, c, flexUnavailable())
+			return
+		}
 		if ok {
 			s.serve(w, r, body, &c, f)
 		}
 	})
+}
+
+// flexUnavailable is flex processing's "429 Resource Unavailable" (the
+// flex processing guide: "retry with exponential backoff or ... the
+// default service tier"; requests that fail this way are not billed). Its
+// type and code are the simulator's own reading: OpenAI's guide names
+// only the status and "Resource Unavailable".
+func flexUnavailable() *apiError {
+	return &apiError{status: http.StatusTooManyRequests, typ: "resource_unavailable", code: "resource_unavailable",
+		msg: "Resource Unavailable: no capacity for the flex service tier right now. Retry later, or use the default service tier."}
+}
+
+// servedTier is the service tier an answer says it was served at.
+func servedTier(c Call) string {
+	if c.ServiceTier == "flex" {
+		return "flex"
+	}
+	return "default"
 }
 
 func nullable(s string) any {
@@ -465,7 +524,7 @@ func openAICompletion(c Call, model, content, finishReason string) map[string]an
 		"object":             "chat.completion",
 		"created":            time.Now().Unix(),
 		"model":              model,
-		"service_tier":       "default",
+		"service_tier":       servedTier(c),
 		"system_fingerprint": "fp_sim",
 		"choices": []any{map[string]any{
 			"index":         0,

@@ -136,6 +136,9 @@ type Call struct {
 	// Store and Metadata are the OpenAI request's store and metadata.
 	Store    bool
 	Metadata map[string]string
+	// ServiceTier is the OpenAI request's service_tier ("" when it named
+	// none).
+	ServiceTier string
 	// Stream: the request asked for a streamed answer; StreamUsage: with
 	// its usage (OpenAI's stream_options.include_usage). Events is how
 	// many events the stream had (0 when the answer was written whole).
@@ -187,6 +190,28 @@ type Simulator struct {
 	keys    *executions
 	stored  []storedCompletion // OpenAI completions created with store: true
 	waiters map[string][]chan struct{}
+	// flexBusy is how many more flex requests find no flex capacity.
+	flexBusy int
+}
+
+// SetFlexUnavailable makes the next n OpenAI requests for the flex service
+// tier find no capacity: each is answered 429 Resource Unavailable,
+// unrun and unbilled.
+func (s *Simulator) SetFlexUnavailable(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flexBusy = n
+}
+
+// takeFlexBusy spends one of the flex refusals SetFlexUnavailable asked for.
+func (s *Simulator) takeFlexBusy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.flexBusy <= 0 {
+		return false
+	}
+	s.flexBusy--
+	return true
 }
 
 // New returns a Simulator; an empty mode means ModeGood.
