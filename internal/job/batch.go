@@ -399,13 +399,13 @@ const (
 )
 
 // DecideQueued records that attempt n runs as a line of a provider batch
-// (its provider runs tier t as a batch), under custom_id line: queued until
-// a batcher sends it. Nothing of onejob runs for it meanwhile: its
-// NextPollAt is its deadline (the tier's window plus BatchGrace), when the
-// scheduled pass looks at it if its batch has not ended it. A repeat of the
-// same line changes nothing; an attempt not running, or already waiting on
-// other work, is refused.
-func DecideQueued(j Job, n int, line string, t Tier, now time.Time) (Transition, error) {
+// (its provider runs tier t as a batch), under custom_id line: queued
+// until a batcher sends it, due to be sent once it has waited gather
+// (Remote.NextPollAt; BatchPolicy.MaxGather), when the scheduled pass
+// gathers it with the provider's other lines. Nothing of onejob runs for
+// it meanwhile. A repeat of the same line changes nothing; an attempt not
+// running, or already waiting on other work, is refused.
+func DecideQueued(j Job, n int, line string, t Tier, gather time.Duration, now time.Time) (Transition, error) {
 	a, ok := j.Attempt(n)
 	if !ok {
 		return Transition{}, ErrAttemptNotFound
@@ -417,11 +417,14 @@ func DecideQueued(j Job, n int, line string, t Tier, now time.Time) (Transition,
 		return Transition{}, &RemoteError{Attempt: n, Reason: "the attempt is not waiting to be queued as a batch line"}
 	}
 	now = now.UTC()
-	a.Remote = &Remote{Status: LineQueued, Tier: t, Line: line, SubmittedAt: now, HeardAt: now,
-		NextPollAt: now.Add(t.Window() + BatchGrace)}
+	a.Remote = &Remote{Status: LineQueued, Tier: t, Line: line, SubmittedAt: now, HeardAt: now, NextPollAt: now.Add(gather)}
 	a.UpdatedAt = now
 	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), nil
 }
+
+// LineDeadline is when a line queued at queued is given up if its batch
+// has not ended it: its tier's window plus BatchGrace.
+func LineDeadline(queued time.Time, t Tier) time.Time { return queued.Add(t.Window() + BatchGrace) }
 
 // DecideBatched claims attempt n's queued line for batch: claimed, the line
 // is sent in it (a repeat of the claim changes nothing). It is not claimed
@@ -449,6 +452,9 @@ func DecideBatched(j Job, n int, batch string, now time.Time) (t Transition, cla
 	now = now.UTC()
 	r := *a.Remote
 	r.Batch, r.Status, r.HeardAt = batch, LineBatched, now
+	// Asked about through its batch from now on: nothing is due of it on
+	// its own before its deadline.
+	r.NextPollAt = LineDeadline(r.SubmittedAt, r.Tier)
 	a.Remote = &r
 	a.UpdatedAt = now
 	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), true, nil

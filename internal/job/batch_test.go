@@ -282,7 +282,7 @@ func running(t *testing.T) job.Job {
 func TestDecideQueued(t *testing.T) {
 	t.Parallel()
 	j := running(t)
-	tr, err := job.DecideQueued(j, 1, "ns:line-1", job.TierBatch24h, t0)
+	tr, err := job.DecideQueued(j, 1, "ns:line-1", job.TierBatch24h, 5*time.Minute, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,32 +291,32 @@ func TestDecideQueued(t *testing.T) {
 	if r == nil || !r.IsLine() || r.Line != "ns:line-1" || r.Batch != "" || r.ID != "" || r.Status != job.LineQueued || r.Tier != job.TierBatch24h {
 		t.Fatalf("queued: %+v", r)
 	}
-	// Nothing asks about it on its own: its next look is its deadline,
-	// past the batch's window and its grace, and no poll is due before.
-	if want := t0.Add(24*time.Hour + job.BatchGrace); !r.NextPollAt.Equal(want) {
-		t.Fatalf("deadline %v, want %v", r.NextPollAt, want)
+	// It is due to be sent once it has waited its gathering time; no
+	// poll of its own is ever due.
+	if want := t0.Add(5 * time.Minute); !r.NextPollAt.Equal(want) {
+		t.Fatalf("due at %v, want %v", r.NextPollAt, want)
 	}
 	if a.State != job.AttemptRunning || tr.After().Status != job.StatusRunning {
 		t.Fatalf("the attempt is %s, its job %s: a queued line runs", a.State, tr.After().Status)
 	}
 	// The same line again changes nothing; another, or an attempt not
 	// running, is refused.
-	if again, err := job.DecideQueued(tr.After(), 1, "ns:line-1", job.TierBatch24h, t0); err != nil || !again.Noop() {
+	if again, err := job.DecideQueued(tr.After(), 1, "ns:line-1", job.TierBatch24h, 5*time.Minute, t0); err != nil || !again.Noop() {
 		t.Fatalf("queued again: %v, noop %v", err, again.Noop())
 	}
 	var re *job.RemoteError
-	if _, err := job.DecideQueued(tr.After(), 1, "ns:line-2", job.TierBatch24h, t0); !errors.As(err, &re) {
+	if _, err := job.DecideQueued(tr.After(), 1, "ns:line-2", job.TierBatch24h, 5*time.Minute, t0); !errors.As(err, &re) {
 		t.Fatalf("another line: %v", err)
 	}
 	for _, s := range []job.AttemptState{job.AttemptStarting, job.AttemptFailed, job.AttemptUnknown} {
-		if _, err := job.DecideQueued(withAttemptIn(t, s), 1, "x", job.TierBatch24h, t0); !errors.As(err, &re) {
+		if _, err := job.DecideQueued(withAttemptIn(t, s), 1, "x", job.TierBatch24h, 5*time.Minute, t0); !errors.As(err, &re) {
 			t.Errorf("an attempt %s was queued: %v", s, err)
 		}
 	}
-	if _, err := job.DecideQueued(j, 1, "with space", job.TierBatch24h, t0); !errors.As(err, &re) {
+	if _, err := job.DecideQueued(j, 1, "with space", job.TierBatch24h, 5*time.Minute, t0); !errors.As(err, &re) {
 		t.Errorf("a line with a space was queued: %v", err)
 	}
-	if _, err := job.DecideQueued(j, 2, "x", job.TierBatch24h, t0); !errors.Is(err, job.ErrAttemptNotFound) {
+	if _, err := job.DecideQueued(j, 2, "x", job.TierBatch24h, 5*time.Minute, t0); !errors.Is(err, job.ErrAttemptNotFound) {
 		t.Errorf("attempt 2: %v", err)
 	}
 }
@@ -325,7 +325,7 @@ func TestDecideBatched(t *testing.T) {
 	t.Parallel()
 	queued := func(t *testing.T) job.Job {
 		t.Helper()
-		tr, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, t0)
+		tr, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, 5*time.Minute, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,6 +337,11 @@ func TestDecideBatched(t *testing.T) {
 		a, _ := tr.After().Attempt(1)
 		if err != nil || !claimed || a.Remote.Batch != "bat_1" || a.Remote.Status != job.LineBatched || a.State != job.AttemptRunning {
 			t.Fatalf("claimed %v: %+v, %v", claimed, a.Remote, err)
+		}
+		// Batched, it is asked about through its batch: nothing of it is
+		// due on its own before its deadline.
+		if want := job.LineDeadline(t0, job.TierBatch24h); !a.Remote.NextPollAt.Equal(want) || !want.Equal(t0.Add(25*time.Hour)) {
+			t.Fatalf("batched: next look %v, want %v", a.Remote.NextPollAt, want)
 		}
 		// A repeat of the claim is a no-op, and still its batch's; another
 		// batch does not get it.
@@ -399,7 +404,7 @@ func withSpend(a job.Attempt) job.Attempt {
 // write that ends it.
 func TestALineEndsWithItsBatchsID(t *testing.T) {
 	t.Parallel()
-	q, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, t0)
+	q, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, 5*time.Minute, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,10 +27,11 @@ import (
 
 // submit hands attempt a to its asynchronous provider and records the
 // work's id; work that ended at once is applied at once.
-func (w *Tasks) submit(ctx context.Context, j job.Job, jt JobType, a job.Attempt, p provider.Async, req provider.Request) (job.Job, error) {
+// tier is the one the provider runs the job at (provider.RunTier: the
+// longest of its windows the job may wait).
+func (w *Tasks) submit(ctx context.Context, j job.Job, jt JobType, a job.Attempt, p provider.Async, req provider.Request, tier job.Tier) (job.Job, error) {
 	callCtx, cancel := context.WithTimeout(ctx, min(w.cfg.CallTimeout, w.cfg.SettleTimeout))
 	defer cancel()
-	tier := j.Tier.OrNow()
 	start := w.now()
 	work, err := p.Submit(callCtx, req, string(tier))
 	latency := w.now().Sub(start)

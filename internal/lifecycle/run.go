@@ -395,8 +395,16 @@ func (w *Tasks) callAttempt(ctx context.Context, j job.Job, jt JobType, a job.At
 	if err != nil {
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable, Message: "render prompt: " + err.Error()}, job.Call{})
 	}
+	run, mode := provider.ModeFor(p, j.Tier)
 	if ap, ok := p.(provider.Async); ok {
-		return w.submit(ctx, j, jt, a, ap, req)
+		return w.submit(ctx, j, jt, a, ap, req, run)
+	}
+	if b, ok := p.(provider.Batcher); ok && mode == provider.ModeBatch {
+		// A line of the provider's next batch: nothing is sent now.
+		return w.queue(ctx, j, a, b, run)
+	}
+	if run != job.TierNow {
+		req.Tier = string(run)
 	}
 	pol := w.healthPolicy(a.Provider)
 	if !sendBy.IsZero() && w.now().After(sendBy) {
@@ -409,7 +417,14 @@ func (w *Tasks) callAttempt(ctx context.Context, j job.Job, jt JobType, a job.At
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassRateLimited,
 			Message: fmt.Sprintf("not sent: admitted under %s's declared rate, but not ready to send within %s of its admission", a.Provider, job.RateMargin)}, job.Call{})
 	}
-	callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(p, jt, pol))
+	timeout := w.callTimeout(p, jt, pol)
+	if mode == provider.ModeFlex {
+		// A flex call is slower by design: it waits up to the longest
+		// call the deployment allows (OpenAI asks for 15 minutes), never
+		// cut at a settleable provider's shorter bound.
+		timeout = w.cfg.CallTimeout
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// A call still running past its provider's own slow bound counts
 	// against the provider at once, not when it ends.

@@ -62,6 +62,12 @@ type TasksConfig struct {
 	// Inbound remembers the providers' webhook deliveries taken
 	// (ProviderEvent needs it; the tasks of the state machine do not).
 	Inbound InboundLog
+	// Batches keeps the provider batches (the run queues batch lines
+	// without it; the scheduled pass sends and asks about them with it).
+	Batches BatchStore
+	// Batch bounds how lines are gathered into batches and how a batch
+	// is asked about (job.DefaultBatchPolicy when zero).
+	Batch job.BatchPolicy
 	// Wait spaces the checks of a blocked job.
 	Wait job.WaitSchedule
 	// Poll spaces the questions about an asynchronous attempt's work no
@@ -155,6 +161,12 @@ func NewTasks(c TasksConfig) (*Tasks, error) {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.Batch == (job.BatchPolicy{}) {
+		c.Batch = job.DefaultBatchPolicy()
+	}
+	if err := c.Batch.Validate(); err != nil {
+		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
 	if c.Poll.First <= 0 || c.Poll.Last < c.Poll.First {
 		c.Poll = job.DefaultPollSchedule()
