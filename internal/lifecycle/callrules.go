@@ -72,8 +72,10 @@ func validNamespace(ns string) bool {
 // state machine has given up on the run and the call has counted as slow:
 // its answer is not lost, the reconciler asks for it. Any other provider's
 // late answer only arrives live, so its call runs up to CallTimeout.
-func (w *Tasks) callTimeout(p provider.Provider, jt JobType, pol job.HealthPolicy) time.Duration {
-	if _, ok := p.(provider.Settler); ok {
+// A flex call is slower by design: it waits up to CallTimeout (OpenAI
+// asks for 15 minutes) whatever the provider.
+func (w *Tasks) callTimeout(p provider.Provider, jt JobType, pol job.HealthPolicy, mode provider.Mode) time.Duration {
+	if _, ok := p.(provider.Settler); ok && mode != provider.ModeFlex {
 		return min(w.cfg.CallTimeout, max(RunTimeout(jt), pol.SlowCallAfter)+settleMargin)
 	}
 	return w.cfg.CallTimeout

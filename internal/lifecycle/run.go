@@ -417,14 +417,7 @@ func (w *Tasks) callAttempt(ctx context.Context, j job.Job, jt JobType, a job.At
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassRateLimited,
 			Message: fmt.Sprintf("not sent: admitted under %s's declared rate, but not ready to send within %s of its admission", a.Provider, job.RateMargin)}, job.Call{})
 	}
-	timeout := w.callTimeout(p, jt, pol)
-	if mode == provider.ModeFlex {
-		// A flex call is slower by design: it waits up to the longest
-		// call the deployment allows (OpenAI asks for 15 minutes), never
-		// cut at a settleable provider's shorter bound.
-		timeout = w.cfg.CallTimeout
-	}
-	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(p, jt, pol, mode))
 	defer cancel()
 	// A call still running past its provider's own slow bound counts
 	// against the provider at once, not when it ends.

@@ -151,6 +151,7 @@ var modes = map[string]map[job.Tier]Mode{
 	KindOpenAI:           {job.TierBatch24h: ModeBatch},
 	KindAnthropic:        {job.TierBatch24h: ModeBatch},
 	KindOpenAIFlex:       {job.TierFlex2h: ModeFlex, job.TierFlex8h: ModeFlex, job.TierBatch24h: ModeFlex},
+	KindBedrockFlex:      {job.TierFlex2h: ModeFlex, job.TierFlex8h: ModeFlex, job.TierBatch24h: ModeFlex},
 	KindOpenAIBackground: {job.TierFlex2h: ModeBackground, job.TierFlex8h: ModeBackground},
 	KindWebhookAsync:     {job.TierFlex2h: ModeBackground, job.TierFlex8h: ModeBackground},
 }

@@ -33,11 +33,16 @@ const (
 	// (service_tier "flex": batch rates, slower, sometimes unavailable),
 	// and those that may not at its default tier.
 	KindOpenAIFlex = "openai-flex"
+	// KindBedrockFlex is a Bedrock Converse provider that runs the jobs
+	// that may wait (2h, 8h, 24h) at Bedrock's flex service tier
+	// ("discounted standard pricing"; not offered for Anthropic's models)
+	// and the others at its default tier.
+	KindBedrockFlex = "bedrock-flex"
 )
 
 // Kinds lists every kind.
 func Kinds() []string {
-	return []string{KindOpenAI, KindAnthropic, KindBedrock, KindWebhook, KindOpenAIBackground, KindWebhookAsync, KindOpenAIFlex}
+	return []string{KindOpenAI, KindAnthropic, KindBedrock, KindWebhook, KindOpenAIBackground, KindWebhookAsync, KindOpenAIFlex, KindBedrockFlex}
 }
 
 // RunsTier reports whether a provider of kind runs work that may wait t
@@ -85,7 +90,7 @@ type ProviderConfig struct {
 	// Name is what job types list, e.g. "openai-primary".
 	Name string `json:"name"`
 	// Kind selects the adapter: openai, anthropic, bedrock, webhook,
-	// openai-background, webhook-async, openai-flex.
+	// openai-background, webhook-async, openai-flex, bedrock-flex.
 	Kind string `json:"kind"`
 	// BaseURL is the API base (openai, anthropic), the endpoint URL (webhook,
 	// webhook-async) or an endpoint override (bedrock).
@@ -301,8 +306,8 @@ func (p ProviderConfig) kindProblems(where string) []string {
 	only("reasoning", p.Reasoning != nil, KindOpenAI, KindOpenAIBackground, KindOpenAIFlex)
 	only("encoding", p.Encoding != "", KindOpenAI, KindOpenAIFlex)
 	only("max_request_bytes", p.MaxRequestBytes != 0, KindWebhook, KindWebhookAsync)
-	only("context_window", p.ContextWindow != 0, KindOpenAI, KindOpenAIBackground, KindOpenAIFlex, KindAnthropic, KindBedrock)
-	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindOpenAIBackground, KindOpenAIFlex, KindAnthropic, KindBedrock)
+	only("context_window", p.ContextWindow != 0, KindOpenAI, KindOpenAIBackground, KindOpenAIFlex, KindAnthropic, KindBedrock, KindBedrockFlex)
+	only("max_output_tokens", p.MaxOutputTokens != 0, KindOpenAI, KindOpenAIBackground, KindOpenAIFlex, KindAnthropic, KindBedrock, KindBedrockFlex)
 	only("lookup", p.Lookup, KindOpenAI, KindOpenAIFlex, KindWebhook)
 	only("key_retention", p.KeyRetention != "", KindWebhook, KindWebhookAsync)
 	only("webhook_secret_ref", p.WebhookSecretRef != "", KindOpenAIBackground, KindWebhookAsync)

@@ -88,6 +88,7 @@ type bedrockRequest struct {
 	maxTokens                int
 	metadata                 map[string]string
 	inputTokens              int
+	serviceTier              string
 }
 
 // validateConverse checks a Converse body (or a CountTokens converse input,
@@ -214,8 +215,31 @@ func validateConverse(o object, model string, opts Options, tokensOnly bool) (be
 			req.metadata[k] = v
 		}
 	}
+	if o.has("serviceTier") {
+		st, ok := o.child("serviceTier")
+		if !ok {
+			return req, &apiError{status: http.StatusBadRequest, typ: "SerializationException", msg: "serviceTier must be a structure"}
+		}
+		typ, _ := st.str("type")
+		if !st.has("type") {
+			return req, notNull("serviceTier.type")
+		}
+		if !slices.Contains(bedrockServiceTiers, typ) {
+			return req, constraint("'"+typ+"'", "serviceTier.type", "Member must satisfy enum value set: [priority, default, flex, reserved]")
+		}
+		if typ == "flex" && strings.Contains(model, "anthropic.") {
+			return req, validation("The flex service tier is not supported for this model.")
+		}
+		req.serviceTier = typ
+	}
 	return req, nil
 }
+
+// bedrockServiceTiers are ServiceTierType's values (API_runtime_ServiceTier:
+// priority, default, flex, reserved). Flex "differs by provider" and is
+// not offered for Anthropic's models (AWS re:Post's accepted answer);
+// the refusal's text is the simulator's own.
+var bedrockServiceTiers = []string{"priority", "default", "flex", "reserved"}
 
 func (req *bedrockRequest) validateToolConfig(o object, model string) *apiError {
 	tc, ok := o.child("toolConfig")
@@ -368,6 +392,7 @@ func (s *Simulator) Bedrock() http.Handler {
 				c.System, c.Prompt, c.ToolName, c.Schema, c.Strict = req.system, req.prompt, req.toolName, req.schema, req.strict
 				c.Temperature, c.MaxTokens, c.InputTokens = req.temperature, req.maxTokens, req.inputTokens
 				c.Stream = op == "converse-stream"
+				c.ServiceTier = req.serviceTier
 			}
 		}
 		if op == "count-tokens" {

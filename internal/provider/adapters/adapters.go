@@ -81,6 +81,19 @@ func Factories(opts Options) map[string]provider.Factory {
 			}
 			return bedrock.New(bedrock.Config{Name: pc.Name, ModelID: pc.Model, Client: client, Logger: opts.Logger, Now: opts.Now})
 		},
+		provider.KindBedrockFlex: func(_ context.Context, pc provider.ProviderConfig, _ provider.Secret) (provider.Provider, error) {
+			if opts.AWSCredentials == nil {
+				return nil, ErrNoAWSCredentials
+			}
+			client, err := bedrock.NewClient(bedrock.ClientConfig{
+				Region: pc.Region, BaseEndpoint: pc.BaseURL, Credentials: opts.AWSCredentials, HTTPClient: opts.HTTPClient,
+				APIOptions: opts.AWSAPIOptions,
+			})
+			if err != nil {
+				return nil, err
+			}
+			return bedrock.New(bedrock.Config{Name: pc.Name, ModelID: pc.Model, Client: client, Flex: true, Logger: opts.Logger, Now: opts.Now})
+		},
 		provider.KindWebhook: func(_ context.Context, pc provider.ProviderConfig, cred provider.Secret) (provider.Provider, error) {
 			retention, err := pc.KeyRetentionOf()
 			if err != nil {

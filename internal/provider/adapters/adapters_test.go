@@ -163,6 +163,7 @@ func TestKindsRunTheirTiers(t *testing.T) {
 		{"name":"openai-flex","kind":"openai-flex","base_url":"http://127.0.0.1:9/v1","model":"o3"},
 		{"name":"anthropic","kind":"anthropic","base_url":"http://127.0.0.1:9","model":"claude-x","credential_ref":"K"},
 		{"name":"bedrock","kind":"bedrock","base_url":"http://127.0.0.1:9","model":"anthropic.claude-x","region":"eu-west-1"},
+		{"name":"bedrock-flex","kind":"bedrock-flex","base_url":"http://127.0.0.1:9","model":"amazon.nova-lite-v1:0","region":"eu-west-1"},
 		{"name":"webhook","kind":"webhook","base_url":"http://127.0.0.1:9/run"},
 		{"name":"openai-background","kind":"openai-background","base_url":"http://127.0.0.1:9/v1","model":"gpt-4o",
 			"webhook_secret_ref":"` + whsecRef + `"},
@@ -209,7 +210,7 @@ func TestKindsRunTheirTiers(t *testing.T) {
 					t.Errorf("%s (%T) runs %s as a batch line at %s", kind, p, tier, run)
 				}
 			case provider.ModeFlex:
-				if kind != provider.KindOpenAIFlex {
+				if kind != provider.KindOpenAIFlex && kind != provider.KindBedrockFlex {
 					t.Errorf("%s runs %s at a flex tier", kind, tier)
 				}
 			case provider.ModeSync:
@@ -233,7 +234,7 @@ func TestKindsRunTheirTiers(t *testing.T) {
 	// its flex tier.
 	for kind, want := range map[string]job.Tier{provider.KindOpenAI: job.TierBatch24h, provider.KindAnthropic: job.TierBatch24h,
 		provider.KindOpenAIBackground: job.TierFlex8h, provider.KindWebhookAsync: job.TierFlex8h, provider.KindOpenAIFlex: job.TierBatch24h,
-		provider.KindBedrock: job.TierNow, provider.KindWebhook: job.TierNow} {
+		provider.KindBedrockFlex: job.TierBatch24h, provider.KindBedrock: job.TierNow, provider.KindWebhook: job.TierNow} {
 		if run, _ := provider.RunTier(kind, job.TierBatch24h); run != want {
 			t.Errorf("%s runs a 24h job at %s, want %s", kind, run, want)
 		}

@@ -105,8 +105,11 @@ type Config struct {
 	// MaxStreamBytes bounds what Stream reads of an answer, a quarter of
 	// it an event (0: provider.DefaultMaxResponseBytes).
 	MaxStreamBytes int64
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// Flex (kind bedrock-flex) sends the attempts that may wait (a request
+	// whose Tier is a window) at the flex service tier.
+	Flex   bool
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Adapter calls Converse.
@@ -253,6 +256,13 @@ func (a *Adapter) Prepare(req provider.Request) (provider.Prepared, error) {
 	}
 	if req.MaxOutputTokens > 0 {
 		in.InferenceConfig.MaxTokens = aws.Int32(int32(min(req.MaxOutputTokens, 1<<30)))
+	}
+	if a.cfg.Flex && req.Tier != "" && req.Tier != "now" {
+		if !FlexModel(a.cfg.ModelID) {
+			return provider.Prepared{}, provider.ModelRuleError(a.cfg.Name, a.cfg.ModelID,
+				"Bedrock offers no flex service tier for Anthropic's models (a batch is their half price)")
+		}
+		in.ServiceTier = &types.ServiceTier{Type: types.ServiceTierTypeFlex}
 	}
 	return provider.Prepared{Model: a.cfg.ModelID, Body: in, Notes: notes}, nil
 }
