@@ -94,6 +94,10 @@ type remoteView struct {
 	Found             bool   `json:"found"`
 	CancelRequestedAt string `json:"cancel_requested_at,omitempty"`
 	Deadline          string `json:"deadline,omitempty"`
+	// Batch and Line name a batch line's batch (onejob's) and its line's
+	// custom_id; ID is then the provider's batch, once its end came.
+	Batch string `json:"batch,omitempty"`
+	Line  string `json:"line,omitempty"`
 }
 
 // spendView is what a budgeted attempt set aside and, once it ended, what
@@ -284,7 +288,8 @@ func (v viewer) attempts(jobID string, attempts []job.Attempt) attemptsBody {
 			if r := a.Remote; r != nil {
 				av.Remote = &remoteView{ID: r.ID, Status: r.Status, Tier: string(r.Tier), SubmittedAt: timeView(r.SubmittedAt),
 					HeardAt: timeView(r.HeardAt), NextPollAt: timeView(r.NextPollAt), Polls: r.Polls, Found: r.Found,
-					CancelRequestedAt: timeView(r.CancelAt), Deadline: timeView(r.Deadline)}
+					CancelRequestedAt: timeView(r.CancelAt), Deadline: timeView(r.Deadline),
+					Batch: r.Batch, Line: r.Line}
 			}
 		} else if a.Resolution != nil {
 			// "resolved: <reason>" is the operator's text.

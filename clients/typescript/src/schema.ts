@@ -1087,6 +1087,10 @@ export interface components {
          *     its deadline), and the work's deadline: past it, onejob gives the work
          *     up (asks the provider once more, to cancel it, and ends the attempt
          *     failed, class settled, unless the answer ends it).
+         *     A job that may wait a day on a provider with a batch API runs as a
+         *     line of a provider batch: `line` is its custom_id there, `batch`
+         *     onejob's batch it was sent in (absent while it is queued), and `id`
+         *     the provider's id of that batch once its end came (empty before).
          */
         RemoteWork: {
             id: string;
@@ -1100,6 +1104,8 @@ export interface components {
             found: boolean;
             cancel_requested_at?: components["schemas"]["Timestamp"];
             deadline?: components["schemas"]["Timestamp"];
+            batch?: string;
+            line?: string;
         };
         Job: {
             id: components["schemas"]["JobID"];
