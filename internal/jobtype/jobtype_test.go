@@ -81,7 +81,7 @@ func loadVariant(t *testing.T, typeName string, mutate func(doc map[string]any) 
 func TestLoadPolicy(t *testing.T) {
 	t.Parallel()
 	c := load(t)
-	if got := c.Names(); !reflect.DeepEqual(got, []string{"demo", "demo-async", "demo-hedge", "demo-hook-async", "ticket-triage"}) {
+	if got := c.Names(); !reflect.DeepEqual(got, []string{"demo", "demo-async", "demo-batch", "demo-batch-claude", "demo-flex", "demo-hedge", "demo-hook-async", "ticket-triage"}) {
 		t.Fatalf("Names = %v", got)
 	}
 	tests := []struct {
@@ -111,7 +111,7 @@ func TestLoadPolicy(t *testing.T) {
 	if _, ok := c.Get("nope"); ok {
 		t.Error("Get(nope) found a type")
 	}
-	if got := c.ProviderNames(); !reflect.DeepEqual(got, []string{"anthropic-fallback", "openai-primary", "sim-async", "sim-fallback", "sim-hook-async", "sim-primary"}) {
+	if got := c.ProviderNames(); !reflect.DeepEqual(got, []string{"anthropic-fallback", "openai-primary", "sim-async", "sim-batch-anthropic", "sim-batch-openai", "sim-fallback", "sim-flex", "sim-hook-async", "sim-primary"}) {
 		t.Errorf("ProviderNames = %v", got)
 	}
 	var names []string
