@@ -417,13 +417,15 @@ func DecideQueued(j Job, n int, line string, t Tier, gather time.Duration, now t
 		return Transition{}, &RemoteError{Attempt: n, Reason: "the attempt is not waiting to be queued as a batch line"}
 	}
 	now = now.UTC()
-	a.Remote = &Remote{Status: LineQueued, Tier: t, Line: line, SubmittedAt: now, HeardAt: now, NextPollAt: now.Add(gather)}
+	a.Remote = &Remote{Status: LineQueued, Tier: t, Line: line, SubmittedAt: now, HeardAt: now, NextPollAt: now.Add(gather),
+		Deadline: LineDeadline(now, t)}
 	a.UpdatedAt = now
 	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), nil
 }
 
 // LineDeadline is when a line queued at queued is given up if its batch
-// has not ended it: its tier's window plus BatchGrace.
+// has not ended it (Remote.Deadline, DecideAbandon): its tier's window
+// plus BatchGrace.
 func LineDeadline(queued time.Time, t Tier) time.Time { return queued.Add(t.Window() + BatchGrace) }
 
 // DecideBatched claims attempt n's queued line for batch: claimed, the line

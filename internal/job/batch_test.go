@@ -421,3 +421,69 @@ func TestALineEndsWithItsBatchsID(t *testing.T) {
 		t.Fatalf("ended: %s %+v", a.State, a.Remote)
 	}
 }
+
+// TestALineIsDueOnlyToBeSent: a queued line is due to the batcher once it
+// waited its gathering time, or at once when its job ends first (it is
+// dropped); batched, nothing of it is due on its own (its batch is asked
+// about) until its deadline, when it is given up as any work.
+func TestALineIsDueOnlyToBeSent(t *testing.T) {
+	t.Parallel()
+	gather := 5 * time.Minute
+	q, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, gather, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := q.After()
+	kinds := func(j job.Job, now time.Time) []job.DueKind {
+		var out []job.DueKind
+		for _, d := range job.Dues(j, now) {
+			out = append(out, d.Kind)
+		}
+		return out
+	}
+	if got := kinds(j, t0.Add(gather-time.Second)); len(got) != 0 || !job.DueAt(j).Equal(t0.Add(gather)) {
+		t.Fatalf("before its gathering time: %v, due at %v", got, job.DueAt(j))
+	}
+	if got := kinds(j, t0.Add(gather)); len(got) != 1 || got[0] != job.DueLine {
+		t.Fatalf("after its gathering time: %v", got)
+	}
+	if a, _ := j.Attempt(1); !a.Remote.Deadline.Equal(job.LineDeadline(t0, job.TierBatch24h)) {
+		t.Fatalf("deadline %v", a.Remote.Deadline)
+	}
+	// Its job cancelled first: due at once, to be dropped; never a cancel.
+	c, err := job.DecideCancel(j, t0.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(c.After(), t0.Add(time.Second)); len(got) != 1 || got[0] != job.DueLine || !job.DueAt(c.After()).Equal(t0.Add(time.Second)) {
+		t.Fatalf("cancelled before it was sent: %v, due at %v", got, job.DueAt(c.After()))
+	}
+	b, _, err := job.DecideBatched(j, 1, "bat_1", t0.Add(gather))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := job.LineDeadline(t0, job.TierBatch24h)
+	for _, at := range []time.Time{t0.Add(gather), t0.Add(time.Hour), deadline.Add(-time.Second)} {
+		if got := kinds(b.After(), at); len(got) != 0 {
+			t.Fatalf("batched, at %v: %v", at, got)
+		}
+	}
+	if !job.DueAt(b.After()).Equal(deadline) {
+		t.Fatalf("batched: due at %v, want its deadline %v", job.DueAt(b.After()), deadline)
+	}
+	// Batched, its job cancelled: the rest of its batch is left alone,
+	// nothing is cancelled at the provider.
+	bc, err := job.DecideCancel(b.After(), t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(bc.After(), t0.Add(2*time.Hour)); len(got) != 0 || !job.DueAt(bc.After()).Equal(deadline) {
+		t.Fatalf("batched and cancelled: %v, due at %v", got, job.DueAt(bc.After()))
+	}
+	if got := kinds(b.After(), deadline); len(got) != 1 || got[0] != job.DueDeadline {
+		t.Fatalf("at its deadline: %v", got)
+	}
+	if _, err := job.DecideAbandon(b.After(), 1, deadline); err != nil {
+		t.Fatalf("abandoned at its deadline: %v", err)
+	}
+}

@@ -143,10 +143,15 @@ const (
 	DueCancel DueKind = "cancel"
 	// DuePoll: the work's next poll has come (Remote.NextPollAt).
 	DuePoll DueKind = "poll"
+	// DueLine: a batch line waited its gathering time (Remote.NextPollAt),
+	// or its job ended before it was sent: the batcher gathers it with its
+	// provider's other due lines into a batch (or drops it). A batch line
+	// is never polled or cancelled on its own: its batch is asked about.
+	DueLine DueKind = "line"
 )
 
 // DueKinds lists every due kind.
-func DueKinds() []DueKind { return []DueKind{DueDeadline, DueCancel, DuePoll} }
+func DueKinds() []DueKind { return []DueKind{DueDeadline, DueCancel, DuePoll, DueLine} }
 
 // DueAction is what the scheduled pass does for one due kind, and the
 // decisions that record it: the table docs/state-machines.md draws.
@@ -170,6 +175,9 @@ func DueActions() []DueAction {
 		{DuePoll, "Remote.NextPollAt passed (PollSchedule, made by the first pass after)",
 			"retrieve", "ended: applied as the webhook's; else (or a foreign or failed answer) the next poll is decided",
 			[]string{"DecideHeard", "DecideComplete", "DecideCallFailed", "DecideRemoteCancelled"}},
+		{DueLine, "a batch line's gathering time passed (BatchPolicy.MaxGather), or its job ended before it was sent",
+			"nothing of its own: its provider's due lines are sent as one batch, one submit", "batched (asked about through its batch); " +
+				"its job ended first: dropped, never sent", []string{"NewBatch", "DecideBatched", "DecideBatchClaimed"}},
 	}
 }
 
@@ -191,6 +199,11 @@ func Dues(j Job, now time.Time) []Due {
 		switch {
 		case !r.Deadline.IsZero() && !now.Before(r.Deadline):
 			out = append(out, Due{DueDeadline, a})
+		case r.IsLine():
+			// Asked about through its batch; due only to be sent.
+			if r.Batch == "" && (j.Status.Terminal() || !now.Before(r.NextPollAt)) {
+				out = append(out, Due{DueLine, a})
+			}
 		case j.Status.Terminal() && r.CancelAt.IsZero():
 			out = append(out, Due{DueCancel, a})
 		case !now.Before(r.NextPollAt):
@@ -217,8 +230,9 @@ func DueAt(j Job) time.Time {
 		}
 		at(a.Remote.NextPollAt)
 		at(a.Remote.Deadline)
-		if j.Status.Terminal() && a.Remote.CancelAt.IsZero() {
-			// The write that finished the job owes the cancel.
+		if j.Status.Terminal() && a.Remote.CancelAt.IsZero() && (!a.Remote.IsLine() || a.Remote.Batch == "") {
+			// The write that finished the job owes the cancel (a line
+			// not sent yet: its drop).
 			at(j.UpdatedAt)
 		}
 	}

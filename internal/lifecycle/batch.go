@@ -70,18 +70,14 @@ type queuedLine struct {
 	a job.Attempt
 }
 
-// LinesDue lists the queued batch lines of jobs (as the due list read
-// them) that are due to be sent at now: each waited its gathering time, or
-// its job ended (it is then dropped, never sent).
-func LinesDue(jobs []job.Job, p job.BatchPolicy, now time.Time) []job.Job {
+// LinesDue lists the jobs (as the due list read them) with a batch line
+// due to be sent at now (job.DueLine): it waited its gathering time, or its
+// job ended (it is then dropped, never sent).
+func LinesDue(jobs []job.Job, now time.Time) []job.Job {
 	var out []job.Job
 	for _, j := range jobs {
-		for _, a := range j.Attempts {
-			if r := a.Remote; r != nil && r.IsLine() && r.Batch == "" && a.State.Open() &&
-				(j.Status.Terminal() || !now.Before(r.SubmittedAt.Add(p.MaxGather))) {
-				out = append(out, j)
-				break
-			}
+		if slices.ContainsFunc(job.Dues(j, now), func(d job.Due) bool { return d.Kind == job.DueLine }) {
+			out = append(out, j)
 		}
 	}
 	return out
@@ -544,6 +540,5 @@ func (e *Engine) BatchedOn(ctx context.Context, j job.Job, n int, batch string) 
 }
 
 // wakeAfterLine starts the run a job needs once its line's end left it
-// with nothing open (a fallback, its failure): a job whose execution is
-// still waiting on its line needs none.
-func (w *Tasks) wakeAfterLine(context.Context, job.Job) error { return nil }
+// with nothing open (a fallback, its failure: wake).
+func (w *Tasks) wakeAfterLine(ctx context.Context, j job.Job) error { return w.wake(ctx, j) }

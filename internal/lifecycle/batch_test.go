@@ -2,10 +2,10 @@ package lifecycle_test
 
 import (
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,18 +36,20 @@ type batchSim interface {
 // batchRig is a rig whose tasks reach one batch provider (name).
 type batchRig struct {
 	*rig
-	name  string
-	tasks *lifecycle.Tasks
-	sim   batchSim
-	lines *sim.Simulator
-	p     provider.Batcher
+	name    string
+	tasks   *lifecycle.Tasks
+	sim     batchSim
+	lines   *sim.Simulator
+	p       provider.Batcher
+	poller  *lifecycle.Poller
+	starter *starter
 }
 
 // newBatchRig serves kind's batch simulator (openai or anthropic) and
 // makes the tasks.
 func newBatchRig(t *testing.T, kind string) *batchRig {
 	t.Helper()
-	r := &batchRig{rig: newRig(t), name: "batch-" + kind}
+	r := &batchRig{rig: newRig(t), name: "batch-" + kind, starter: &starter{}}
 	r.lines = sim.New(sim.Options{Oracle: sim.Demo{Provider: r.name}})
 	opts := sim.BatchOptions{Lines: r.lines, APIKey: "sk-batch", NowFunc: r.clock.Now}
 	var handler http.Handler
@@ -89,12 +91,25 @@ func newBatchRig(t *testing.T, kind string) *batchRig {
 	}
 	cat, _ := catalog()
 	r.tasks, err = lifecycle.NewTasks(lifecycle.TasksConfig{Engine: r.eng, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: cat},
-		Providers: reg, Certifications: r.st, Batches: r.st.Store, CallTimeout: callTimeout, PollInterval: pollInterval,
+		Providers: reg, Certifications: r.st, Batches: r.st.Store, Starter: r.starter, CallTimeout: callTimeout, PollInterval: pollInterval,
 		OverdueGrace: overdue, NowFunc: r.clock.Now, AfterFunc: r.timers.after, Logger: slog.New(slog.NewJSONHandler(r.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if r.poller, err = lifecycle.NewPoller(lifecycle.PollerConfig{Tasks: r.tasks, Due: r.st.Store, NowFunc: r.clock.Now}); err != nil {
+		t.Fatal(err)
+	}
 	return r
+}
+
+// pass runs the scheduled pass once.
+func (r *batchRig) pass(t *testing.T) lifecycle.BatchReport {
+	t.Helper()
+	rep, err := r.poller.Pass(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep.Batches
 }
 
 // createAndRun makes owner's demo job that may wait a day on the batch
@@ -107,10 +122,11 @@ func (r *batchRig) createAndRun(t *testing.T, owner, key string) job.Job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.tasks.Run(t.Context(), lifecycle.RunInput{JobID: j.ID})
-	var te *lifecycle.TaskError
-	if !errors.As(err, &te) || te.Name != string(job.SignalWaitOpen) {
-		t.Fatalf("run of a batch line: %v, want it waiting on its line", err)
+	// The run queues its line and ends the execution, the job parked:
+	// nothing of onejob runs for it until its batch ends.
+	res, err := r.tasks.Run(t.Context(), lifecycle.RunInput{JobID: j.ID})
+	if err != nil || res.Parked == "" {
+		t.Fatalf("run of a batch line: %+v, %v; want it parked on its line", res, err)
 	}
 	j = r.get(t, j.ID)
 	a, _ := j.Attempt(1)
@@ -127,16 +143,7 @@ func (r *batchRig) due(t *testing.T, jobs []job.Job) []job.Job {
 	for _, j := range jobs {
 		now = append(now, r.get(t, j.ID))
 	}
-	return lifecycle.LinesDue(now, job.DefaultBatchPolicy(), r.clock.Now())
-}
-
-func (r *batchRig) pass(t *testing.T) lifecycle.BatchReport {
-	t.Helper()
-	rep, err := r.tasks.PollBatches(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep
+	return lifecycle.LinesDue(now, r.clock.Now())
 }
 
 // TestBatchLinesOfSeveralOwners (issue 40): twelve jobs of three owners
@@ -168,10 +175,7 @@ func TestBatchLinesOfSeveralOwners(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.clock.Advance(job.DefaultBatchPolicy().MaxGather)
-			rep, err := r.tasks.SendLines(t.Context(), r.due(t, jobs))
-			if err != nil {
-				t.Fatal(err)
-			}
+			rep := r.pass(t)
 			if rep.Batches != 1 || rep.Submits != 1 || rep.Dropped != 1 || r.sim.Creates() != 1 {
 				t.Fatalf("sent %+v, %d creates; want one batch of 11 lines, sent once", rep, r.sim.Creates())
 			}
@@ -248,8 +252,11 @@ func TestBatchLinesOfSeveralOwners(t *testing.T) {
 					}
 				}
 			}
-			// Its run decides what the errored line's job does next: it
-			// has no other provider, so it fails.
+			// The pass that ended its line woke it (its run decides what
+			// it does next: it has no other provider, so it fails).
+			if !slices.Contains(r.starter.asked, failing.ID) || len(r.starter.asked) != 1 {
+				t.Fatalf("woken: %v, want the errored line's job alone", r.starter.asked)
+			}
 			if _, err := r.tasks.Run(t.Context(), lifecycle.RunInput{JobID: failing.ID}); err != nil {
 				t.Fatal(err)
 			}
@@ -283,17 +290,13 @@ func TestALostBatchSubmitIsFoundAndSentOnce(t *testing.T) {
 			}
 			r.sim.LoseAnswers(1)
 			r.clock.Advance(job.DefaultBatchPolicy().MaxGather)
-			if _, err := r.tasks.SendLines(t.Context(), r.due(t, jobs)); err != nil {
-				t.Fatal(err)
-			}
-			open, _ := r.st.Store.OpenBatches(t.Context(), r.name)
-			if len(open) != 1 || open[0].State != job.BatchSubmitting || r.sim.Creates() != 1 {
-				t.Fatalf("after the lost answer: %+v, %d creates", open, r.sim.Creates())
-			}
+			// The pass that sent it, its answer lost, looks for it at once
+			// (the batch's ID in its metadata, or its request count).
 			rep := r.pass(t)
-			open, _ = r.st.Store.OpenBatches(t.Context(), r.name)
+			open, _ := r.st.Store.OpenBatches(t.Context(), r.name)
 			sent := r.sim.Batches()
-			if rep.Asked != 1 || len(open) != 1 || !open[0].Found || open[0].Work != sent[0].ID || r.sim.Creates() != 1 {
+			if rep.Submits != 1 || rep.Asked != 1 || len(open) != 1 || !open[0].Found || open[0].Work != sent[0].ID ||
+				!sent[0].AnswerLost || r.sim.Creates() != 1 {
 				t.Fatalf("the pass: %+v, open %+v, %d creates", rep, open, r.sim.Creates())
 			}
 			if err := r.sim.Complete(sent[0].ID); err != nil {

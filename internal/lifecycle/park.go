@@ -32,6 +32,10 @@ func (w *Tasks) park(ctx context.Context, j job.Job) RunResult {
 
 // parkedOn says what a parked job waits on.
 func parkedOn(a job.Attempt) string {
+	if r := a.Remote; r.IsLine() {
+		return fmt.Sprintf("attempt %d's batch line %s at %s (sent by %s, deadline %s)", a.Number, r.Line, a.Provider,
+			r.NextPollAt.UTC().Format(time.RFC3339), r.Deadline.UTC().Format(time.RFC3339))
+	}
 	return fmt.Sprintf("attempt %d's work %s at %s (next poll %s, deadline %s)", a.Number, a.Remote.ID, a.Provider,
 		a.Remote.NextPollAt.UTC().Format(time.RFC3339), a.Remote.Deadline.UTC().Format(time.RFC3339))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,6 +96,9 @@ type PollReport struct {
 	// Overdue counts the holds of cancelled jobs' calls that stopped
 	// counting toward their provider's bulkhead (job.HoldOverdue).
 	Overdue int `json:"overdue"`
+	// Batches is what the pass did of provider batches: the due lines
+	// sent (SendLines), the open batches asked about (PollBatches).
+	Batches BatchReport `json:"batches"`
 }
 
 // Pass reads the due jobs and works on each, Parallel at once. One job's
@@ -109,6 +113,28 @@ func (p *Poller) Pass(ctx context.Context) (PollReport, error) {
 	rep.Jobs = len(jobs)
 	var mu sync.Mutex
 	var errs []error
+	// Due batch lines go out together, a batch per provider, before each
+	// job's other due work; then every open batch due is asked about,
+	// one question per batch.
+	var lines []job.Job
+	for _, j := range jobs {
+		if slices.ContainsFunc(job.Dues(j, p.cfg.NowFunc()), func(d job.Due) bool { return d.Kind == job.DueLine }) {
+			lines = append(lines, j)
+		}
+	}
+	if len(lines) > 0 {
+		r, err := p.cfg.Tasks.SendLines(ctx, lines)
+		rep.Batches.add(r)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r, err := p.cfg.Tasks.PollBatches(ctx); err != nil || r != (BatchReport{}) {
+		rep.Batches.add(r)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	slots := make(chan struct{}, p.cfg.Parallel)
 	var wg sync.WaitGroup
 	for _, j := range jobs {
@@ -139,10 +165,11 @@ func (p *Poller) Pass(ctx context.Context) (PollReport, error) {
 			errs = append(errs, err)
 		}
 	}
-	if rep.Jobs > 0 || rep.Overdue > 0 {
+	if rep.Jobs > 0 || rep.Overdue > 0 || rep.Batches != (BatchReport{}) {
 		p.cfg.Logger.InfoContext(ctx, "poll_pass_done", "jobs", rep.Jobs, "polls", rep.Asked[job.DuePoll],
 			"cancels", rep.Asked[job.DueCancel], "deadlines", rep.Asked[job.DueDeadline], "ended", rep.Ended,
-			"abandoned", rep.Abandoned, "overdue", rep.Overdue, "errors", len(errs))
+			"abandoned", rep.Abandoned, "overdue", rep.Overdue, "batches", rep.Batches.Batches, "batch_questions", rep.Batches.Asked,
+			"batch_lines", rep.Batches.Lines, "errors", len(errs))
 	}
 	return rep, errors.Join(errs...)
 }
@@ -172,6 +199,9 @@ func (w *Tasks) passJob(ctx context.Context, j job.Job, now time.Time) (_ PollRe
 	var errs []error
 	for _, d := range job.Dues(j, now) {
 		rep.Asked[d.Kind]++
+		if d.Kind == job.DueLine {
+			continue // sent with its provider's other lines (SendLines)
+		}
 		after, err := w.act(ctx, j, jt, d)
 		if err != nil {
 			errs = append(errs, err)

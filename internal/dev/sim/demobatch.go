@@ -38,7 +38,7 @@ type DemoBatch struct {
 	// OpenAILines and AnthropicLines answer each line (and the
 	// synchronous calls); Flex answers sim-flex (under /flex).
 	OpenAILines, AnthropicLines, Flex *Simulator
-	server                      *Server
+	server                            *Server
 }
 
 // DemoBatchOptions configure the batch demo providers: their clock, sped
