@@ -80,7 +80,7 @@ func main() {
 	tasks, err := lifecycle.NewTasks(lifecycle.TasksConfig{
 		Namespace: deploy.Namespace(dynamo.NamesFrom(env.Table).Jobs),
 		Engine:    engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: catalog}, Providers: providers,
-		Certifications: store, Inbound: store, CallTimeout: deploy.CallTimeout, Logger: log, Starter: starter,
+		Certifications: store, Inbound: store, Batches: store, CallTimeout: deploy.CallTimeout, Logger: log, Starter: starter,
 	})
 	deploy.Check(log, err)
 	h, err := apigw.NewEvents(apigw.EventsConfig{Events: tasks, Logger: log,

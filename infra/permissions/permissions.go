@@ -233,7 +233,14 @@ func All() map[string][]Grant {
 			// PutItem; GetItem after a refusal where the store does not
 			// hand the item back) and gives back one whose taking failed
 			// (conditional DeleteItem), review N-L1.
-			{Actions: []string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"}, Resource: table(dynamo.InboundTable())}},
+			{Actions: []string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"}, Resource: table(dynamo.InboundTable())},
+			// Sends the due batch lines as provider batches and asks
+			// about the open ones (issue 40): a batch recorded before it
+			// is sent (conditional PutItem; GetItem after a refusal),
+			// each change a conditional PutItem, a batch done deleted
+			// (conditional DeleteItem), a provider's open batches one
+			// Query of its partition.
+			{Actions: []string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem", "dynamodb:Query"}, Resource: table(dynamo.BatchesTable())}},
 		// Serves jobs' streams: reads the job (GetItem, consistent) and
 		// its log after the reader's cursor (a Query per attempt), and
 		// counts an open stream as one of its owner's held requests

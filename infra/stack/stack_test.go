@@ -847,7 +847,11 @@ func checkIAM(t *testing.T, s *synthesized) {
 			// and the run a job whose parked work ended needs.
 			add([]string{"dynamodb:Query"}, "arn:table:jobs/index/"+dynamo.IndexByPoll).
 			add([]string{"states:StartExecution"}, "ref:statemachine").
-			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers"),
+			add([]string{"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem"}, "arn:table:providers").
+			// The provider batches it sends and asks about (issue 40): one
+			// item each, created, changed and forgotten conditionally, a
+			// provider's open ones one Query.
+			add([]string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem", "dynamodb:Query"}, "arn:table:batches"),
 		// An attempt the hold ends settles its budget reservation.
 		"fn:" + deploy.FnHold: task(true, false).add([]string{"dynamodb:UpdateItem"}, "arn:table:owners").
 			add([]string{"lambda:InvokeFunction"}, "arn:fn:"+deploy.FnNotify),

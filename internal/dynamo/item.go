@@ -89,7 +89,8 @@ const (
 	aPriceOut     = "price_out_nusd_per_mtok"
 	aKey          = "key"
 	// aRemote is an asynchronous attempt's work at its provider
-	// (job.Remote): aID, aStatus, aTier, the times, aPolls, aFound.
+	// (job.Remote): aID, aStatus, aTier, the times, aPolls, aFound, and
+	// for a batch line aLine and aBatch.
 	aRemote      = "remote"
 	aRemoteID    = "id"
 	aTier        = "tier"
@@ -100,6 +101,8 @@ const (
 	aFound       = "found"
 	aCancelAt    = "cancel_at"
 	aDeadline    = "deadline"
+	aLine        = "line"
+	aBatch       = "batch"
 	// aTrace and aTraceState are the job's trace context (job.TraceContext):
 	// written by the create, only for a job that has one.
 	aTrace      = "trace"
@@ -342,6 +345,12 @@ func encodeRemote(r job.Remote) types.AttributeValue {
 	if !r.Deadline.IsZero() {
 		m[aDeadline] = avT(r.Deadline)
 	}
+	if r.Line != "" {
+		m[aLine] = avS(r.Line)
+	}
+	if r.Batch != "" {
+		m[aBatch] = avS(r.Batch)
+	}
 	return &types.AttributeValueMemberM{Value: m}
 }
 
@@ -353,7 +362,8 @@ func (d *decoder) remote(name string) *job.Remote {
 	sub := decoder{m: v.Value}
 	r := &job.Remote{ID: sub.str(aRemoteID, true), Status: sub.str(aStatus, false), Tier: job.Tier(sub.str(aTier, true)),
 		SubmittedAt: sub.time(aSubmittedAt, true), HeardAt: sub.time(aHeardAt, true), NextPollAt: sub.time(aNextPollAt, true),
-		Polls: int(sub.num(aPolls, true)), CancelAt: sub.time(aCancelAt, false), Deadline: sub.time(aDeadline, false)}
+		Polls: int(sub.num(aPolls, true)), CancelAt: sub.time(aCancelAt, false), Deadline: sub.time(aDeadline, false),
+		Line: sub.str(aLine, false), Batch: sub.str(aBatch, false)}
 	if f, ok := v.Value[aFound].(*types.AttributeValueMemberBOOL); ok {
 		r.Found = f.Value
 	}

@@ -400,12 +400,13 @@ const (
 
 // DecideQueued records that attempt n runs as a line of a provider batch
 // (its provider runs tier t as a batch), under custom_id line: queued
-// until a batcher sends it, due to be sent once it has waited gather
-// (Remote.NextPollAt; BatchPolicy.MaxGather), when the scheduled pass
-// gathers it with the provider's other lines. Nothing of onejob runs for
-// it meanwhile. A repeat of the same line changes nothing; an attempt not
+// until a batcher sends it. It is listed for the scheduled pass at once
+// (Remote.NextPollAt is now), which sends its provider's queued lines
+// together once they fill a batch or the oldest has waited its gathering
+// time (DecideBatchDue), not each line at a time of its own. Nothing of
+// onejob runs for it meanwhile. A repeat of the same line changes nothing; an attempt not
 // running, or already waiting on other work, is refused.
-func DecideQueued(j Job, n int, line string, t Tier, gather time.Duration, now time.Time) (Transition, error) {
+func DecideQueued(j Job, n int, line string, t Tier, now time.Time) (Transition, error) {
 	a, ok := j.Attempt(n)
 	if !ok {
 		return Transition{}, ErrAttemptNotFound
@@ -417,7 +418,7 @@ func DecideQueued(j Job, n int, line string, t Tier, gather time.Duration, now t
 		return Transition{}, &RemoteError{Attempt: n, Reason: "the attempt is not waiting to be queued as a batch line"}
 	}
 	now = now.UTC()
-	a.Remote = &Remote{Status: LineQueued, Tier: t, Line: line, SubmittedAt: now, HeardAt: now, NextPollAt: now.Add(gather),
+	a.Remote = &Remote{Status: LineQueued, Tier: t, Line: line, SubmittedAt: now, HeardAt: now, NextPollAt: now,
 		Deadline: LineDeadline(now, t)}
 	a.UpdatedAt = now
 	return bookkeeping(j, j.withAttempt(a), KindAttempt, n, now), nil

@@ -282,7 +282,7 @@ func running(t *testing.T) job.Job {
 func TestDecideQueued(t *testing.T) {
 	t.Parallel()
 	j := running(t)
-	tr, err := job.DecideQueued(j, 1, "ns:line-1", job.TierBatch24h, 5*time.Minute, t0)
+	tr, err := job.DecideQueued(j, 1, "ns:line-1", job.TierBatch24h, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,9 +291,9 @@ func TestDecideQueued(t *testing.T) {
 	if r == nil || !r.IsLine() || r.Line != "ns:line-1" || r.Batch != "" || r.ID != "" || r.Status != job.LineQueued || r.Tier != job.TierBatch24h {
 		t.Fatalf("queued: %+v", r)
 	}
-	// It is due to be sent once it has waited its gathering time; no
-	// poll of its own is ever due.
-	if want := t0.Add(5 * time.Minute); !r.NextPollAt.Equal(want) {
+	// It is listed for the batcher at once (its provider's lines go
+	// together: DecideBatchDue); no poll of its own is ever due.
+	if want := t0; !r.NextPollAt.Equal(want) {
 		t.Fatalf("due at %v, want %v", r.NextPollAt, want)
 	}
 	if a.State != job.AttemptRunning || tr.After().Status != job.StatusRunning {
@@ -301,22 +301,22 @@ func TestDecideQueued(t *testing.T) {
 	}
 	// The same line again changes nothing; another, or an attempt not
 	// running, is refused.
-	if again, err := job.DecideQueued(tr.After(), 1, "ns:line-1", job.TierBatch24h, 5*time.Minute, t0); err != nil || !again.Noop() {
+	if again, err := job.DecideQueued(tr.After(), 1, "ns:line-1", job.TierBatch24h, t0); err != nil || !again.Noop() {
 		t.Fatalf("queued again: %v, noop %v", err, again.Noop())
 	}
 	var re *job.RemoteError
-	if _, err := job.DecideQueued(tr.After(), 1, "ns:line-2", job.TierBatch24h, 5*time.Minute, t0); !errors.As(err, &re) {
+	if _, err := job.DecideQueued(tr.After(), 1, "ns:line-2", job.TierBatch24h, t0); !errors.As(err, &re) {
 		t.Fatalf("another line: %v", err)
 	}
 	for _, s := range []job.AttemptState{job.AttemptStarting, job.AttemptFailed, job.AttemptUnknown} {
-		if _, err := job.DecideQueued(withAttemptIn(t, s), 1, "x", job.TierBatch24h, 5*time.Minute, t0); !errors.As(err, &re) {
+		if _, err := job.DecideQueued(withAttemptIn(t, s), 1, "x", job.TierBatch24h, t0); !errors.As(err, &re) {
 			t.Errorf("an attempt %s was queued: %v", s, err)
 		}
 	}
-	if _, err := job.DecideQueued(j, 1, "with space", job.TierBatch24h, 5*time.Minute, t0); !errors.As(err, &re) {
+	if _, err := job.DecideQueued(j, 1, "with space", job.TierBatch24h, t0); !errors.As(err, &re) {
 		t.Errorf("a line with a space was queued: %v", err)
 	}
-	if _, err := job.DecideQueued(j, 2, "x", job.TierBatch24h, 5*time.Minute, t0); !errors.Is(err, job.ErrAttemptNotFound) {
+	if _, err := job.DecideQueued(j, 2, "x", job.TierBatch24h, t0); !errors.Is(err, job.ErrAttemptNotFound) {
 		t.Errorf("attempt 2: %v", err)
 	}
 }
@@ -325,7 +325,7 @@ func TestDecideBatched(t *testing.T) {
 	t.Parallel()
 	queued := func(t *testing.T) job.Job {
 		t.Helper()
-		tr, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, 5*time.Minute, t0)
+		tr, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +404,7 @@ func withSpend(a job.Attempt) job.Attempt {
 // write that ends it.
 func TestALineEndsWithItsBatchsID(t *testing.T) {
 	t.Parallel()
-	q, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, 5*time.Minute, t0)
+	q, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,14 +422,14 @@ func TestALineEndsWithItsBatchsID(t *testing.T) {
 	}
 }
 
-// TestALineIsDueOnlyToBeSent: a queued line is due to the batcher once it
-// waited its gathering time, or at once when its job ends first (it is
-// dropped); batched, nothing of it is due on its own (its batch is asked
+// TestALineIsDueOnlyToBeSent: a queued line is due to the batcher from its
+// queueing (whether it goes now is its provider's lines' DecideBatchDue),
+// and when its job ends first (it is dropped); batched, nothing of it is due on its own (its batch is asked
 // about) until its deadline, when it is given up as any work.
 func TestALineIsDueOnlyToBeSent(t *testing.T) {
 	t.Parallel()
 	gather := 5 * time.Minute
-	q, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, gather, t0)
+	q, err := job.DecideQueued(running(t), 1, "ns:line-1", job.TierBatch24h, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,21 +441,21 @@ func TestALineIsDueOnlyToBeSent(t *testing.T) {
 		}
 		return out
 	}
-	if got := kinds(j, t0.Add(gather-time.Second)); len(got) != 0 || !job.DueAt(j).Equal(t0.Add(gather)) {
-		t.Fatalf("before its gathering time: %v, due at %v", got, job.DueAt(j))
+	if got := kinds(j, t0.Add(-time.Second)); len(got) != 0 || !job.DueAt(j).Equal(t0) {
+		t.Fatalf("before it was queued: %v, due at %v", got, job.DueAt(j))
 	}
-	if got := kinds(j, t0.Add(gather)); len(got) != 1 || got[0] != job.DueLine {
-		t.Fatalf("after its gathering time: %v", got)
+	if got := kinds(j, t0); len(got) != 1 || got[0] != job.DueLine {
+		t.Fatalf("once queued: %v", got)
 	}
 	if a, _ := j.Attempt(1); !a.Remote.Deadline.Equal(job.LineDeadline(t0, job.TierBatch24h)) {
 		t.Fatalf("deadline %v", a.Remote.Deadline)
 	}
-	// Its job cancelled first: due at once, to be dropped; never a cancel.
+	// Its job cancelled first: still due, to be dropped; never a cancel.
 	c, err := job.DecideCancel(j, t0.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := kinds(c.After(), t0.Add(time.Second)); len(got) != 1 || got[0] != job.DueLine || !job.DueAt(c.After()).Equal(t0.Add(time.Second)) {
+	if got := kinds(c.After(), t0.Add(time.Second)); len(got) != 1 || got[0] != job.DueLine || job.DueAt(c.After()).After(t0.Add(time.Second)) {
 		t.Fatalf("cancelled before it was sent: %v, due at %v", got, job.DueAt(c.After()))
 	}
 	b, _, err := job.DecideBatched(j, 1, "bat_1", t0.Add(gather))

@@ -143,9 +143,10 @@ const (
 	DueCancel DueKind = "cancel"
 	// DuePoll: the work's next poll has come (Remote.NextPollAt).
 	DuePoll DueKind = "poll"
-	// DueLine: a batch line waited its gathering time (Remote.NextPollAt),
-	// or its job ended before it was sent: the batcher gathers it with its
-	// provider's other due lines into a batch (or drops it). A batch line
+	// DueLine: a batch line is queued (from its queueing, Remote.NextPollAt)
+	// or its job ended before it was sent: the batcher sends it with its
+	// provider's other queued lines once they fill a batch or the oldest
+	// waited its gathering time (DecideBatchDue), or drops it. A batch line
 	// is never polled or cancelled on its own: its batch is asked about.
 	DueLine DueKind = "line"
 )
@@ -175,9 +176,9 @@ func DueActions() []DueAction {
 		{DuePoll, "Remote.NextPollAt passed (PollSchedule, made by the first pass after)",
 			"retrieve", "ended: applied as the webhook's; else (or a foreign or failed answer) the next poll is decided",
 			[]string{"DecideHeard", "DecideComplete", "DecideCallFailed", "DecideRemoteCancelled"}},
-		{DueLine, "a batch line's gathering time passed (BatchPolicy.MaxGather), or its job ended before it was sent",
-			"nothing of its own: its provider's due lines are sent as one batch, one submit", "batched (asked about through its batch); " +
-				"its job ended first: dropped, never sent", []string{"NewBatch", "DecideBatched", "DecideBatchClaimed"}},
+		{DueLine, "a batch line is queued (its provider's lines go once they fill a batch or the oldest waited BatchPolicy.MaxGather), or its job ended before it was sent",
+			"nothing of its own: its provider's queued lines are sent as one batch, one submit", "batched (asked about through its batch); " +
+				"its job ended first: dropped, never sent", []string{"DecideBatchDue", "NewBatch", "DecideBatched", "DecideBatchClaimed"}},
 	}
 }
 

@@ -20,8 +20,9 @@ import (
 // execution ends: nothing of onejob runs for it. The scheduled pass then
 // does the rest, one provider question per batch, never per line:
 //
-//   - SendLines gathers the queued lines that waited their gathering time
-//     (job.DecideBatchDue), per provider across owners, records each batch
+//   - SendLines gathers the queued lines per provider across owners, sends
+//     them once they fill a batch or the oldest waited its gathering time
+//     (job.DecideBatchDue), records each batch
 //     with its lines before anything is sent (job.NewBatch,
 //     BatchStore.CreateBatch), claims each line through its job's
 //     compare-and-swap (job.DecideBatched: a line whose job ended first is
@@ -61,7 +62,7 @@ func (w *Tasks) queue(ctx context.Context, j job.Job, a job.Attempt, b provider.
 		return w.fail(ctx, j, a, job.Failure{Class: job.ClassNonRetryable,
 			Message: "provider " + a.Provider + " runs this tier as a batch, and this deployment keeps no batches"}, job.Call{})
 	}
-	return w.cfg.Engine.QueuedOn(ctx, j, a.Number, b.LineID(a.SentKey()), tier, w.cfg.Batch.MaxGather)
+	return w.cfg.Engine.QueuedOn(ctx, j, a.Number, b.LineID(a.SentKey()), tier)
 }
 
 // queuedLine is a line waiting for its batch: its job and attempt.
@@ -71,8 +72,8 @@ type queuedLine struct {
 }
 
 // LinesDue lists the jobs (as the due list read them) with a batch line
-// due to be sent at now (job.DueLine): it waited its gathering time, or its
-// job ended (it is then dropped, never sent).
+// queued at now (job.DueLine), or whose job ended before it was sent (it
+// is then dropped, never sent): SendLines decides which of them go.
 func LinesDue(jobs []job.Job, now time.Time) []job.Job {
 	var out []job.Job
 	for _, j := range jobs {
@@ -84,7 +85,11 @@ func LinesDue(jobs []job.Job, now time.Time) []job.Job {
 }
 
 // SendLines sends the queued lines of jobs (those LinesDue lists) in
-// batches: by provider, oldest first, at most MaxLines a batch.
+// batches: a provider's lines together once they fill a batch or the
+// oldest has waited its gathering time (job.DecideBatchDue), oldest
+// first, at most MaxLines a batch. Lines whose jobs ended first count
+// among them and go with them, to be dropped (never sent), or at once
+// when no other is queued.
 func (w *Tasks) SendLines(ctx context.Context, jobs []job.Job) (BatchReport, error) {
 	var rep BatchReport
 	if w.cfg.Batches == nil {
@@ -104,6 +109,12 @@ func (w *Tasks) SendLines(ctx context.Context, jobs []job.Job) (BatchReport, err
 		slices.SortFunc(lines, func(x, y queuedLine) int {
 			return cmp.Or(x.a.Remote.SubmittedAt.Compare(y.a.Remote.SubmittedAt), cmp.Compare(x.a.IdempotencyKey(), y.a.IdempotencyKey()))
 		})
+		// A line whose job ended is queued until its batch drops it; lines
+		// that are all such are dropped at once.
+		live := slices.ContainsFunc(lines, func(l queuedLine) bool { return !l.j.Status.Terminal() })
+		if due, _, _ := job.DecideBatchDue(len(lines), lines[0].a.Remote.SubmittedAt, w.cfg.Batch, w.now()); live && !due {
+			continue // gathering: looked at again by the next pass
+		}
 		for len(lines) > 0 {
 			n := min(len(lines), w.cfg.Batch.MaxLines)
 			r, err := w.sendBatch(ctx, prov, lines[:n])
@@ -519,8 +530,8 @@ func (w *Tasks) applyLine(ctx context.Context, b job.Batch, l job.BatchLine, res
 }
 
 // QueuedOn queues attempt n as a batch line (job.DecideQueued).
-func (e *Engine) QueuedOn(ctx context.Context, j job.Job, n int, line string, t job.Tier, gather time.Duration) (job.Job, error) {
-	tr, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideQueued(j, n, line, t, gather, e.now()) })
+func (e *Engine) QueuedOn(ctx context.Context, j job.Job, n int, line string, t job.Tier) (job.Job, error) {
+	tr, j, err := e.runOn(ctx, j, func(j job.Job) (job.Transition, error) { return job.DecideQueued(j, n, line, t, e.now()) })
 	if err == nil && !tr.Noop() {
 		a, _ := j.Attempt(n)
 		e.log.InfoContext(ctx, "attempt_queued", "job_id", j.ID, "attempt", n, "provider", a.Provider, "line", line, "tier", string(t))

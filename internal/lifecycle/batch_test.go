@@ -166,9 +166,13 @@ func TestBatchLinesOfSeveralOwners(t *testing.T) {
 					jobs = append(jobs, r.createAndRun(t, owner, owner+"-"+string(rune('a'+i))))
 				}
 			}
-			// Not yet gathered: nothing is due, nothing sent.
-			if due := r.due(t, jobs); len(due) != 0 {
-				t.Fatalf("%d jobs due before their gathering time", len(due))
+			// Queued, each listed for the batcher; not yet gathered: a pass
+			// sends nothing.
+			if due := r.due(t, jobs); len(due) != len(jobs) {
+				t.Fatalf("%d of %d queued lines listed for the batcher", len(due), len(jobs))
+			}
+			if rep := r.pass(t); rep != (lifecycle.BatchReport{}) || r.sim.Creates() != 0 {
+				t.Fatalf("a pass before the gathering time: %+v, %d creates", rep, r.sim.Creates())
 			}
 			dropped := jobs[4] // bo's first, cancelled before its line is sent
 			if _, err := r.eng.Cancel(t.Context(), dropped.ID); err != nil {

@@ -62,8 +62,10 @@ type TasksConfig struct {
 	// Inbound remembers the providers' webhook deliveries taken
 	// (ProviderEvent needs it; the tasks of the state machine do not).
 	Inbound InboundLog
-	// Batches keeps the provider batches (the run queues batch lines
-	// without it; the scheduled pass sends and asks about them with it).
+	// Batches keeps the provider batches: the scheduled pass sends and
+	// asks about them with it; the run only needs it set (it queues a
+	// line on its job alone, and fails one when the deployment keeps no
+	// batches).
 	Batches BatchStore
 	// Batch bounds how lines are gathered into batches and how a batch
 	// is asked about (job.DefaultBatchPolicy when zero).

@@ -332,7 +332,7 @@ func (s *Stack) tasks(cfg Config, engine *lifecycle.Engine, store *dynamo.Store,
 	return lifecycle.NewTasks(lifecycle.TasksConfig{Namespace: deploy.Namespace(s.Tables.Jobs), Engine: engine, Catalog: jobtype.Lookup[lifecycle.JobType]{Catalog: s.Catalog},
 		Providers: providers, Certifications: store, Inbound: inbound, Wait: cfg.Wait, Poll: cfg.Poll, CallTimeout: cfg.CallTimeout, OverdueGrace: cfg.OverdueGrace,
 		Breakers: breakers, MaxProviderWait: cfg.MaxProviderWait, Streams: streams, Logger: cfg.Logger, Starter: starter,
-		RemoteGrace: cfg.RemoteGrace, CancelGrace: cfg.CancelGrace})
+		RemoteGrace: cfg.RemoteGrace, CancelGrace: cfg.CancelGrace, Batches: store, Batch: cfg.Batch})
 }
 
 // composeSweeper is functions/sweeper/main.go. Locally it also restarts

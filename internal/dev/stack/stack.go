@@ -112,6 +112,15 @@ type Config struct {
 	AsyncWork  time.Duration
 	AsyncSpeed int
 	Poll       job.PollSchedule
+	// BatchWork is how long the batch demo providers (sim-batch-openai,
+	// sim-batch-anthropic: sim.StartDemoBatch) work on a batch, on their
+	// own clock (default 1 min), BatchSpeed how much faster that clock
+	// runs (default 1); Batch bounds how lines are gathered into batches
+	// and how a batch is asked about (default: batches gathered for 5 s,
+	// asked about on a tenth of the deployed schedule).
+	BatchWork  time.Duration
+	BatchSpeed int
+	Batch      job.BatchPolicy
 	// PassInterval runs the events function's scheduled pass over the
 	// work at providers (polls, cancels, deadlines: lifecycle.Poller);
 	// 0 disables it. RemoteGrace and CancelGrace bound the wait on such
@@ -241,6 +250,14 @@ func (c *Config) defaults() error {
 	if c.AsyncWork <= 0 {
 		c.AsyncWork = 30 * time.Second
 	}
+	if c.BatchWork <= 0 {
+		c.BatchWork = time.Minute
+	}
+	if c.Batch == (job.BatchPolicy{}) {
+		d := job.DefaultBatchPolicy()
+		c.Batch = job.BatchPolicy{MaxLines: d.MaxLines, MaxGather: 5 * time.Second, LostSubmitGrace: d.LostSubmitGrace / 10,
+			Poll: job.PollSchedule{First: d.Poll.First / 10, Last: d.Poll.Last / 10}}
+	}
 	if c.Poll.First <= 0 {
 		d := job.DefaultPollSchedule()
 		c.Poll = job.PollSchedule{First: d.First / 10, Last: d.Last / 10}
@@ -317,6 +334,8 @@ type Stack struct {
 	// the other (sim-hook-async, a webhook-async receiver).
 	AsyncSim     *sim.Responses
 	HookAsyncSim *sim.WebhookAsync
+	// BatchSim serves the batch demo providers (and sim-flex).
+	BatchSim *sim.DemoBatch
 	// Providers are the simulated ones and Config.Providers, as an
 	// operator certifying them sees them.
 	Providers *provider.Registry
@@ -451,6 +470,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	batchURL, providerSecrets, err := s.startBatchSim(cfg, providerSecrets)
+	if err != nil {
+		return nil, err
+	}
+	providerConfig.Providers = append(providerConfig.Providers, sim.DemoBatchConfigs(batchURL)...)
 	asyncConfigs := []provider.ProviderConfig{sim.DemoAsyncConfig(asyncURL), sim.DemoHookAsyncConfig(hookAsyncURL, apiURL)}
 	for i := range asyncConfigs {
 		if cfg.AsyncMaxProcessing > 0 {

@@ -76,6 +76,47 @@ var dueTests = []test{
 			t.Fatalf("work that ended is still listed: %v", got)
 		}
 	}},
+	{"ABatchLineIsKeptAndListedWhenDue", func(t *testing.T, fresh func(*testing.T) Store) {
+		// A line queued for a provider batch is its attempt's work: kept
+		// as recorded (its custom_id, then its batch), in the job and the
+		// ledger, listed from its queueing (the batcher sends it with its
+		// provider's others), and once batched, listed no more before its
+		// deadline.
+		st := fresh(t)
+		j := running(t, st, createAt(t, st, "a", "k", at(0)), "sim-batch", at(1))
+		line := "onejob-0123456789ab:" + job.AttemptKey(j.ID, 1)
+		queued := on(t, st).apply(job.DecideQueued(j, 1, line, job.TierBatch24h, at(2)))
+		sameJob(t, "queued", get(t, st, j.ID), queued)
+		if got := dueIDs(t, st, at(1), 10); len(got) != 0 {
+			t.Fatalf("due before it was queued: %v", got)
+		}
+		if got := dueIDs(t, st, at(2), 10); !slices.Equal(got, []string{j.ID}) {
+			t.Fatalf("not listed once queued: %v, want %s", got, j.ID)
+		}
+		tr, claimed, err := job.DecideBatched(queued, 1, "batch_0123", at(8))
+		if err != nil || !claimed {
+			t.Fatalf("claim: %v %v", claimed, err)
+		}
+		batched := on(t, st).apply(tr, nil)
+		sameJob(t, "batched", get(t, st, j.ID), batched)
+		r := attempt(t, batched, 1).Remote
+		if r == nil || r.Line != line || r.Batch != "batch_0123" || r.Status != job.LineBatched || r.Tier != job.TierBatch24h {
+			t.Fatalf("remote = %+v", r)
+		}
+		if got := dueIDs(t, st, at(8).Add(24*time.Hour), 10); len(got) != 0 {
+			t.Fatalf("a batched line is due on its own before its deadline: %v", got)
+		}
+		if got := dueIDs(t, st, r.Deadline, 10); !slices.Equal(got, []string{j.ID}) {
+			t.Fatalf("not due at its deadline %s: %v", r.Deadline, got)
+		}
+		ledger, err := st.ListAttempts(context.Background(), batched)
+		if err != nil || len(ledger) != 1 || ledger[0].Remote == nil {
+			t.Fatalf("ledger = %+v, %v", ledger, err)
+		}
+		if g, w := mustJSON(t, *ledger[0].Remote), mustJSON(t, *r); g != w {
+			t.Fatalf("ledger's remote = %s, want %s", g, w)
+		}
+	}},
 	{"ACancelledJobOwesItsCancelAtOnce", func(t *testing.T, fresh func(*testing.T) Store) {
 		st := fresh(t)
 		j := parked(t, st, "a", "k1")
