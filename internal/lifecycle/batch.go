@@ -152,7 +152,11 @@ func (w *Tasks) sendBatch(ctx context.Context, prov string, lines []queuedLine) 
 		// Another batcher recorded it and moved it on: it is its.
 		return rep, nil
 	}
-	r, err := w.claimAndSubmit(ctx, b)
+	known := make(map[string]job.Job, len(lines))
+	for _, l := range lines {
+		known[l.j.ID] = l.j
+	}
+	r, err := w.claimAndSubmit(ctx, b, known)
 	rep.add(r)
 	return rep, err
 }
@@ -160,24 +164,34 @@ func (w *Tasks) sendBatch(ctx context.Context, prov string, lines []queuedLine) 
 func l0Tier(lines []queuedLine) job.Tier { return lines[0].a.Remote.Tier }
 
 // claimAndSubmit claims a recorded batch's lines (again, after a crash:
-// each claim is a no-op the second time) and submits it.
-func (w *Tasks) claimAndSubmit(ctx context.Context, b job.Batch) (BatchReport, error) {
+// each claim is a no-op the second time) and submits it. known are its
+// lines' jobs as the pass read them (none after a crash): a claim is
+// decided on them, and on the job as it is if it moved meanwhile (the
+// claim's write is conditional on what it was decided on), and the
+// submit builds each line from its job as claimed, reading none again.
+func (w *Tasks) claimAndSubmit(ctx context.Context, b job.Batch, known map[string]job.Job) (BatchReport, error) {
 	var rep BatchReport
 	var claimed []job.BatchLine
+	jobs := make(map[string]job.Job, len(b.Lines))
 	for _, l := range b.Lines {
-		j, err := w.cfg.Engine.Get(ctx, l.JobID)
-		if errors.Is(err, job.ErrNotFound) {
-			continue
+		j, ok := known[l.JobID]
+		if !ok {
+			var err error
+			j, err = w.cfg.Engine.Get(ctx, l.JobID)
+			if errors.Is(err, job.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return rep, err
+			}
 		}
-		if err != nil {
-			return rep, err
-		}
-		_, ok, err := w.cfg.Engine.BatchedOn(ctx, j, l.Attempt, b.ID)
+		j, ok, err := w.cfg.Engine.BatchedOn(ctx, j, l.Attempt, b.ID)
 		if err != nil {
 			return rep, err
 		}
 		if ok {
 			claimed = append(claimed, l)
+			jobs[l.JobID] = j
 		} else {
 			rep.Dropped++
 		}
@@ -190,7 +204,7 @@ func (w *Tasks) claimAndSubmit(ctx context.Context, b job.Batch) (BatchReport, e
 	if err != nil || b.State != job.BatchSubmitting {
 		return rep, err
 	}
-	r, err := w.submitBatch(ctx, b)
+	r, err := w.submitBatch(ctx, b, jobs)
 	rep.add(r)
 	return rep, err
 }
@@ -219,7 +233,7 @@ var ErrBatchMoved = errors.New("the batch moved meanwhile")
 // Submits recorded first) and records the provider's id for it. An
 // ambiguous failure leaves it submitting, to be looked for; a refusal of
 // the whole batch fails each line's attempt as the refusal says.
-func (w *Tasks) submitBatch(ctx context.Context, b job.Batch) (BatchReport, error) {
+func (w *Tasks) submitBatch(ctx context.Context, b job.Batch, known map[string]job.Job) (BatchReport, error) {
 	rep := BatchReport{Submits: 1}
 	p, ok := w.batcher(b.Provider)
 	if !ok {
@@ -227,7 +241,7 @@ func (w *Tasks) submitBatch(ctx context.Context, b job.Batch) (BatchReport, erro
 	}
 	lines := make([]provider.BatchLine, 0, len(b.Lines))
 	for _, l := range b.Lines {
-		j, jt, err := w.load(ctx, l.JobID)
+		j, jt, err := w.lineJob(ctx, l.JobID, known)
 		if err != nil {
 			return rep, err
 		}
@@ -270,6 +284,19 @@ func (w *Tasks) submitBatch(ctx context.Context, b job.Batch) (BatchReport, erro
 	// Not created (a 5xx, a 429, a transport failure before sending):
 	// looked for, then sent again past its grace.
 	return rep, nil
+}
+
+// lineJob is a line's job: as known (read by this pass), or read.
+func (w *Tasks) lineJob(ctx context.Context, id string, known map[string]job.Job) (job.Job, JobType, error) {
+	j, ok := known[id]
+	if !ok {
+		return w.load(ctx, id)
+	}
+	jt, ok := w.cfg.Catalog.Lookup(j.Type)
+	if !ok {
+		return j, nil, &TaskError{Name: ErrNameUnknownJobType, Message: fmt.Sprintf("job type %q is not known to this build", j.Type)}
+	}
+	return j, jt, nil
 }
 
 // mustBatch passes a decision's change on, its refusal as a change that
@@ -387,7 +414,7 @@ func (w *Tasks) pollBatch(ctx context.Context, b job.Batch, open []job.Batch) (B
 	defer cancel()
 	switch b.State {
 	case job.BatchRecorded:
-		return w.claimAndSubmit(ctx, b)
+		return w.claimAndSubmit(ctx, b, nil)
 	case job.BatchSubmitting:
 		var taken []string
 		for _, o := range open {
@@ -412,7 +439,7 @@ func (w *Tasks) pollBatch(ctx context.Context, b job.Batch, open []job.Batch) (B
 		if b, err = w.saveBatch(ctx, c); err != nil {
 			return rep, err
 		}
-		r, err := w.submitBatch(ctx, b)
+		r, err := w.submitBatch(ctx, b, nil)
 		rep.add(r)
 		return rep, err
 	case job.BatchSubmitted:

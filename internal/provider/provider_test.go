@@ -316,7 +316,7 @@ func TestConfigValidate(t *testing.T) {
 		{"NegativeWindow", `{"providers":[{"name":"a","kind":"anthropic","context_window":-1}]}`, "context_window must not be negative"},
 		{"UnknownEncoding", `{"providers":[{"name":"a","kind":"openai","encoding":"gpt2"}]}`, "encoding \"gpt2\" must be one of o200k_base, cl100k_base"},
 		{"OpenAIFieldOnAnthropic", `{"providers":[{"name":"a","kind":"anthropic","max_tokens_field":"max_tokens"}]}`, "max_tokens_field applies to kind openai, openai-flex only"},
-		{"WindowOnWebhook", `{"providers":[{"name":"a","kind":"webhook","context_window":8000}]}`, "context_window applies to kind openai, openai-background, openai-flex, anthropic, bedrock only"},
+		{"WindowOnWebhook", `{"providers":[{"name":"a","kind":"webhook","context_window":8000}]}`, "context_window applies to kind openai, openai-background, openai-flex, anthropic, bedrock, bedrock-flex only"},
 		{"BackgroundWithoutWebhookSecret", `{"providers":[{"name":"a","kind":"openai-background","model":"gpt-5"}]}`, "webhook_secret_ref is required for kind openai-background"},
 		{"WebhookSecretOnOpenAI", `{"providers":[{"name":"a","kind":"openai","webhook_secret_ref":"W"}]}`, "webhook_secret_ref applies to kind openai-background, webhook-async only"},
 		{"WebhookAsync", `{"providers":[{"name":"hook","kind":"webhook-async","base_url":"https://r.example/work","callback_url":"https://api.example/v1/provider-events/hook","webhook_secret_ref":"W","key_retention":"24h","max_request_bytes":65536}]}`, ""},
