@@ -49,7 +49,39 @@ func (t *Tracing) AWS() smithytracing.TracerProvider {
 	if t == nil {
 		return nil
 	}
-	return smithyoteltracing.Adapt(childrenOnly{tp: t.provider})
+	return privateLineage{smithyoteltracing.Adapt(childrenOnly{tp: t.provider})}
+}
+
+// privateLineage starts each of the SDK's spans on a lineage of its own.
+// smithy-go's WithSpan appends a span to its parent context's lineage
+// slice: two spans started from one context (the SDK's middleware starts
+// several, one after the other) write the same spare slot of one array,
+// while a goroutine the first one's request started reads it (-race
+// reported it in every stack drill). Rebuilt first, each parent's lineage
+// is an array no other span shares.
+type privateLineage struct{ smithytracing.TracerProvider }
+
+func (p privateLineage) Tracer(scope string, opts ...smithytracing.TracerOption) smithytracing.Tracer {
+	return privateTracer{p.TracerProvider.Tracer(scope, opts...)}
+}
+
+type privateTracer struct{ smithytracing.Tracer }
+
+func (t privateTracer) StartSpan(ctx context.Context, name string, opts ...smithytracing.SpanOption) (context.Context, smithytracing.Span) {
+	var lineage []smithytracing.Span
+	for {
+		if _, ok := smithytracing.GetSpan(ctx); !ok {
+			break
+		}
+		var s smithytracing.Span
+		ctx, s = smithytracing.PopSpan(ctx)
+		lineage = append(lineage, s)
+	}
+	// With none left, WithSpan starts a new slice.
+	for i := len(lineage) - 1; i >= 0; i-- {
+		ctx = smithytracing.WithSpan(ctx, lineage[i])
+	}
+	return t.Tracer.StartSpan(ctx, name, opts...)
 }
 
 // TraceAWS sets an AWS SDK client's tracer provider (&o.TracerProvider in
