@@ -81,7 +81,7 @@ func loadVariant(t *testing.T, typeName string, mutate func(doc map[string]any) 
 func TestLoadPolicy(t *testing.T) {
 	t.Parallel()
 	c := load(t)
-	if got := c.Names(); !reflect.DeepEqual(got, []string{"demo", "demo-async", "demo-batch", "demo-batch-claude", "demo-flex", "demo-hedge", "demo-hook-async", "ticket-triage"}) {
+	if got := c.Names(); !reflect.DeepEqual(got, []string{"demo", "demo-async", "demo-batch", "demo-batch-claude", "demo-flex", "demo-hedge", "demo-hook-async", "demo-stream", "ticket-triage"}) {
 		t.Fatalf("Names = %v", got)
 	}
 	tests := []struct {
@@ -96,6 +96,7 @@ func TestLoadPolicy(t *testing.T) {
 		{"demo-hedge", []string{"sim-primary", "sim-fallback"}, 15 * time.Second, 500 * time.Millisecond, true, 3},
 		{"demo-async", []string{"sim-async"}, 10 * time.Second, 0, false, 2},
 		{"demo-hook-async", []string{"sim-hook-async"}, 10 * time.Second, 0, false, 2},
+		{"demo-stream", []string{"sim-primary", "sim-fallback"}, 15 * time.Second, 0, false, 3},
 		{"ticket-triage", []string{"openai-primary", "anthropic-fallback"}, 20 * time.Second, 0, false, 3},
 	}
 	for _, tc := range tests {
@@ -289,6 +290,7 @@ func TestUnknownKeysRejectedWithoutAdditionalPropertiesFalse(t *testing.T) {
 var goldenContractVersions = map[string]string{
 	"demo":          "a22485d451ee513f",
 	"demo-hedge":    "a22485d451ee513f",
+	"demo-stream":   "47227424ca331487",
 	"ticket-triage": "f91e2bbe9f7b08f4",
 }
 

@@ -57,9 +57,10 @@ type DemoScript struct {
 	// FirstTokenMS and TokensPerSecond pace a streamed answer (a request
 	// asking for text/event-stream: the webhook contract's "Streaming the
 	// answer"): the first delta after FirstTokenMS, then TokensPerSecond
-	// deltas a second (0: the simulator's defaults, SetStream). Cut
-	// breaks every stream at one event (the drills'). Provider-wide
-	// scripts only.
+	// deltas a second (0: the simulator's defaults, SetStream): in a
+	// provider-wide script, or a job's own where its type's input allows
+	// them (demo-stream). Cut breaks every stream at one event (the
+	// drills'): provider-wide scripts only.
 	FirstTokenMS    int        `json:"first_token_ms,omitempty"`
 	TokensPerSecond float64    `json:"tokens_per_second,omitempty"`
 	Cut             *StreamCut `json:"cut,omitempty"`
@@ -363,6 +364,18 @@ func (d *DemoSimulator) paceOf(script DemoScript) StreamOptions {
 	return p
 }
 
+// ownPace is p with the pace a job's own script names, if any (a job's
+// script never breaks a stream: Cut is provider-wide).
+func ownPace(p StreamOptions, script DemoScript) StreamOptions {
+	if script.FirstTokenMS > 0 {
+		p.FirstToken = time.Duration(script.FirstTokenMS) * time.Millisecond
+	}
+	if script.TokensPerSecond > 0 {
+		p.TokenRate = script.TokensPerSecond
+	}
+	return p
+}
+
 // ClearScript removes providerName's provider-wide script.
 func (d *DemoSimulator) ClearScript(providerName string) {
 	d.mu.Lock()
@@ -480,9 +493,14 @@ func (d *DemoSimulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		demoWork(w, name, in.Prompt, script)
 	}
 	if wantsStream(r) {
-		// The pace is the provider-wide script's (a job's own script
-		// cannot name one), else the simulator's.
-		st.runs.streamAnswer(w, r, e, d.paceOf(wide), true, work,
+		// The pace is the job's own script's (a type whose input allows
+		// it: demo-stream), else the provider-wide script's, else the
+		// simulator's.
+		pace := d.paceOf(wide)
+		if own {
+			pace = ownPace(pace, script)
+		}
+		st.runs.streamAnswer(w, r, e, pace, true, work,
 			func(a answer) *streamed { return webhookStream(Call{}, a) },
 			func(int) { d.count(func() { st.streamed++ }) })
 		return

@@ -314,7 +314,8 @@ func TestStreamPace(t *testing.T) {
 }
 
 // TestDemoStreams: the demo simulator streams as a webhook receiver does,
-// paced and broken by a provider-wide script, and counts its streams.
+// paced by onejob run's flags, a job's own script or a provider-wide
+// script, broken by the latter, and counts its streams.
 func TestDemoStreams(t *testing.T) {
 	t.Parallel()
 	demo, srv, err := sim.StartDemo()
@@ -338,6 +339,17 @@ func TestDemoStreams(t *testing.T) {
 	out, _ := json.Marshal(decodeData(t, events[len(events)-1])["output"])
 	if text.String() != string(out) || !strings.Contains(text.String(), "a few words more") || demo.Stats()[sim.DemoPrimary].Streamed != 1 {
 		t.Errorf("deltas %q, output %s, stats %+v", text.String(), out, demo.Stats()[sim.DemoPrimary])
+	}
+
+	// A job's own script paces its stream (demo-stream's input allows
+	// it), over the simulator's pace.
+	own := `{"job_id":"j","attempt":1,"idempotency_key":"j/3","job_type":"demo-stream","input":{"prompt":"paced by its job",` +
+		`"simulate":{"sim-primary":{"first_token_ms":150}}},"prompt":"paced by its job"}`
+	accept["Idempotency-Key"] = "j/3"
+	began = time.Now()
+	paced := sseEvents(t, streamPost(t, srv.URL()+"/sim-primary", accept, own))
+	if took := time.Since(began); took < 150*time.Millisecond || len(paced) < 2 {
+		t.Errorf("a stream its job paced to its first token after 150ms took %v (%d events)", took, len(paced))
 	}
 
 	for _, bad := range []string{`{"cut":{"at":1,"kind":"explode"}}`, `{"first_token_ms":-1}`, `{"tokens_per_second":-2}`} {

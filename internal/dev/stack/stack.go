@@ -814,7 +814,7 @@ func (s *Stack) Close() error {
 // fallback, as an operator would with `onejob contract run`, so demo jobs
 // may fail over to it. The primary needs no certification.
 func (s *Stack) certifyDemo(ctx context.Context) error {
-	for _, name := range []string{"demo", "demo-hedge"} {
+	for _, name := range []string{"demo", "demo-hedge", "demo-stream"} {
 		if err := s.Certify(ctx, name, sim.DemoFallback); err != nil {
 			return err
 		}
