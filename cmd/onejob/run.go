@@ -70,6 +70,7 @@ func runCommand(ctx context.Context, args []string) error {
 		envOTLPTraces+", else $"+envOTLP+"; none: tracing off)")
 	traceRatio := fs.Float64("trace-ratio", 1, "the head sampling ratio of new traces (errors and slow work are kept whatever it says)")
 	keepSpans := fs.Bool("keep-spans", true, "keep every function's spans in memory (at most 100,000: the console's trace of a job, GET /v1/jobs/{id}/trace), besides exporting them to --otlp; false with no --otlp: tracing off")
+	streamURL := fs.String("stream-url", "", "the base of each job's stream_url when a proxy stands in front of --stream-addr (default: --stream-addr's own URL)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -166,7 +167,7 @@ func runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	s, err := stack.Start(startCtx, stack.Config{
-		APIAddr: settings.Addr, StreamAddr: *streamAddr, JWTSecret: settings.JWTSecret, DynamoPath: *data, TablePrefix: *prefix, SecretsKey: key,
+		APIAddr: settings.Addr, StreamAddr: *streamAddr, StreamBase: *streamURL, JWTSecret: settings.JWTSecret, DynamoPath: *data, TablePrefix: *prefix, SecretsKey: key,
 		DynamoEndpoint: local.dynamoEndpoint, DynamoOptions: local.dynamoOptions,
 		Providers: local.providers, AWSCredentials: local.credentials,
 		DuplicateDelivery: *dup, CertifyDemo: true, SweepInterval: *sweep, OverdueGrace: *overdue, Quotas: &quotas, Budget: budget,

@@ -143,14 +143,17 @@ func (c *JSONClient) Cut(at HTTPResponse, msg string, cause error) *CallError {
 }
 
 // SSEEvent is one server-sent event: its type ("" when the event named
-// none: "message") and its data lines, joined by "\n".
+// none: "message"), its data lines, joined by "\n", and the stream's last
+// event ID when it was dispatched (the latest id field so far, in this
+// event or an earlier one: what a client resumes after).
 type SSEEvent struct {
 	Type string
 	Data string
+	ID   string
 }
 
 // SSEReader reads server-sent events as the HTML standard's event stream
-// parsing says (event and data fields, comments and other fields
+// parsing says (event, data and id fields, comments and other fields
 // ignored, an event dispatched by a blank line; lines end in \n or \r\n),
 // refusing a stream past maxTotal bytes or an event past maxEvent.
 type SSEReader struct {
@@ -158,6 +161,7 @@ type SSEReader struct {
 	maxTotal int64
 	maxEvent int64
 	total    int64
+	lastID   string
 }
 
 // NewSSEReader reads events from r.
@@ -187,7 +191,7 @@ func (s *SSEReader) Next() (SSEEvent, error) {
 				ev, size = SSEEvent{}, 0
 				continue
 			}
-			ev.Data = data.String()
+			ev.Data, ev.ID = data.String(), s.lastID
 			return ev, nil
 		}
 		if line[0] == ':' {
@@ -198,6 +202,11 @@ func (s *SSEReader) Next() (SSEEvent, error) {
 		switch string(field) {
 		case "event":
 			ev.Type = string(value)
+		case "id":
+			// The standard ignores an id holding NULL.
+			if bytes.IndexByte(value, 0) < 0 {
+				s.lastID = string(value)
+			}
 		case "data":
 			if hasData {
 				data.WriteByte('\n')

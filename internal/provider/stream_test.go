@@ -24,7 +24,12 @@ func TestSSEReader(t *testing.T) {
 		{"CRLF", "event: a\r\ndata: 1\r\n\r\n", []provider.SSEEvent{{Type: "a", Data: "1"}}, io.EOF},
 		{"Multiline", "data: one\ndata: two\n\n", []provider.SSEEvent{{Data: "one\ntwo"}}, io.EOF},
 		{"NoSpace", "event:a\ndata:1\n\n", []provider.SSEEvent{{Type: "a", Data: "1"}}, io.EOF},
-		{"CommentsAndOtherFields", ": hb\nid: 7\nretry: 10\nevent: a\ndata: 1\n\n: bye\n", []provider.SSEEvent{{Type: "a", Data: "1"}}, io.EOF},
+		{"CommentsAndOtherFields", ": hb\nretry: 10\nevent: a\ndata: 1\n\n: bye\n", []provider.SSEEvent{{Type: "a", Data: "1"}}, io.EOF},
+		// The last event ID is the latest id field, kept by later events
+		// that name none (an id holding NULL is ignored), even one set by
+		// an event without data.
+		{"IDs", "id: 1.2\ndata: a\n\ndata: b\n\nid: x\x00y\ndata: c\n\nid: 3\n\ndata: d\n\nid\ndata: e\n\n",
+			[]provider.SSEEvent{{Data: "a", ID: "1.2"}, {Data: "b", ID: "1.2"}, {Data: "c", ID: "1.2"}, {Data: "d", ID: "3"}, {Data: "e"}}, io.EOF},
 		// An event without data is not dispatched, and its type goes with it.
 		{"NoData", "event: ping\n\ndata: 1\n\n", []provider.SSEEvent{{Data: "1"}}, io.EOF},
 		// An event not finished by a blank line is dropped, the line cut

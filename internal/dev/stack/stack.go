@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,11 @@ type Config struct {
 	// origin); empty picks a loopback port. Every job view's stream_url
 	// names it.
 	StreamAddr string
+	// StreamBase, when set, is where clients reach the streams served at
+	// StreamAddr, because something stands in front of it (a drill's
+	// proxy that cuts the network, as a CDN may front a function URL):
+	// the stream_url every job view names. Empty: StreamAddr's own URL.
+	StreamBase string
 	// JWTSecret signs and verifies the local tokens; empty makes one for
 	// this stack (apigwlocal.NewLocalSecret), which JWTSecret() reports.
 	JWTSecret string
@@ -352,7 +358,8 @@ type Stack struct {
 	// providers.
 	Poller *lifecycle.Poller
 	// APIURL is the HTTP API's base URL; StreamURL where jobs' streams
-	// are served (every job view's stream_url starts with it).
+	// are served, or Config.StreamBase (every job view's stream_url
+	// starts with it).
 	APIURL    string
 	StreamURL string
 	// Pages are the local pages served beside the API (clients/web/<name>
@@ -616,6 +623,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.closers = append(s.closers, func() error { _ = streamListener.Close(); return nil })
 	s.StreamURL = "http://" + streamListener.Addr().String()
+	if cfg.StreamBase != "" {
+		s.StreamURL = strings.TrimSuffix(cfg.StreamBase, "/")
+	}
 	streamHandler, err := s.streamHandler(ctx, cfg, fc)
 	if err != nil {
 		return nil, err
