@@ -1,15 +1,23 @@
 // A loopback HTTP proxy between a client (Node's fetch or Chromium) and the
-// local API, to make the network fail the way it does in the field:
-// swallow an answer the server already gave (the request reached it, the
-// connection dies before the response), hold answers back, or answer 503
-// itself. Everything else passes through unchanged, preflights included.
+// local API (or the local stream port), to make the network fail the way it
+// does in the field: swallow an answer the server already gave (the request
+// reached it, the connection dies before the response), hold answers back,
+// answer 503 itself, sever a stream mid-way, or cut the network altogether
+// until it is restored. Everything else passes through unchanged,
+// preflights included; an event stream (text/event-stream) as it arrives.
 import http from "node:http";
 
+/** Starts the proxy in front of target (or of retarget()'s, given later). */
 export async function startProxy(target) {
-  const upstream = new URL(target);
+  let upstream = target ? new URL(target) : undefined;
   const agent = new http.Agent({ keepAlive: true });
   const rules = [];
   const seen = [];
+  // The network: while it is cut, every connection is dropped as it comes.
+  let down = false;
+  let refused = 0;
+  const sockets = new Set();
+  const ups = new Set();
 
   const server = http.createServer((req, res) => {
     const chunks = [];
@@ -33,6 +41,41 @@ export async function startProxy(target) {
       const up = http.request({
         host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: req.headers, agent,
       }, (ures) => {
+        if ((ures.headers["content-type"] ?? "").startsWith("text/event-stream") && rule?.kind !== "swallow" && rule?.kind !== "hold") {
+          // An event stream goes on as it arrives; a sever rule cuts it
+          // where its at() says, the connection dropped mid-answer.
+          entry.status = ures.statusCode;
+          entry.responseBody = "";
+          res.writeHead(ures.statusCode, ures.headers);
+          res.flushHeaders();
+          const sever = rule?.kind === "sever" ? rule : undefined;
+          let severed = false;
+          ures.on("data", (c) => {
+            if (res.destroyed || severed) {
+              return;
+            }
+            const text = c.toString("utf8");
+            const cut = sever?.at(entry.responseBody + text);
+            if (cut !== undefined && cut >= entry.responseBody.length) {
+              const head = (entry.responseBody + text).slice(entry.responseBody.length, cut);
+              entry.responseBody += head;
+              entry.fate = "severed";
+              severed = true;
+              sever.onMatch(entry);
+              res.write(head, () => {
+                req.socket.destroy();
+                up.destroy();
+              });
+              return;
+            }
+            entry.responseBody += text;
+            res.write(c);
+          });
+          ures.on("end", () => res.end());
+          ures.on("error", () => req.socket.destroy());
+          res.on("close", () => up.destroy());
+          return;
+        }
         const uchunks = [];
         ures.on("data", (c) => uchunks.push(c));
         ures.on("end", async () => {
@@ -59,6 +102,8 @@ export async function startProxy(target) {
           res.end(ubody);
         });
       });
+      ups.add(up);
+      up.on("close", () => ups.delete(up));
       up.on("error", (err) => {
         entry.status = 502;
         entry.fate = "upstream error: " + err.message;
@@ -69,6 +114,15 @@ export async function startProxy(target) {
       });
       up.end(body);
     });
+  });
+  server.on("connection", (socket) => {
+    if (down) {
+      refused++;
+      socket.destroy();
+      return;
+    }
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
   });
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
   const url = `http://127.0.0.1:${server.address().port}`;
@@ -117,6 +171,36 @@ export async function startProxy(target) {
     /** The next `count` matching requests are answered by the proxy itself. */
     fail(match, count, status, headers = {}, body = "") {
       return addRule("fail", match, count, { status, headers, body });
+    },
+    /**
+     * The next `count` matching event streams are cut: at(text) is given
+     * the stream's text so far and names the length to pass on before the
+     * connection drops (undefined: not yet).
+     */
+    sever(match, count, at) {
+      return addRule("sever", match, count, { at });
+    },
+    /** Cuts the network: every open connection dies, every new one is dropped, until restore(). */
+    cut() {
+      down = true;
+      for (const s of sockets) {
+        s.destroy();
+      }
+      for (const u of ups) {
+        u.destroy();
+      }
+    },
+    /** How many connections a cut network has dropped as they came. */
+    get refused() {
+      return refused;
+    },
+    /** Connections get through again. */
+    restore() {
+      down = false;
+    },
+    /** Points the proxy at target (when it starts before what it fronts). */
+    retarget(target) {
+      upstream = new URL(target);
     },
     /** Stops matching any rule still waiting. */
     clear() {

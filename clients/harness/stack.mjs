@@ -18,9 +18,11 @@ const run = promisify(execFile);
 
 /**
  * Starts `onejob run` with the API on a free port. Resolves once it printed
- * that it is up, with its URLs, a token minter and stop().
+ * that it is up, with its URLs (streamUrl: where jobs' streams are
+ * served), a token minter and stop(). args are more flags for onejob run
+ * (e.g. --stream-url, to name a proxy in front of the stream port).
  */
-export async function startStack(name) {
+export async function startStack(name, { args = [] } = {}) {
   const bin = process.env.ONEJOB_BIN ?? join(root, "bin", "onejob");
   if (!existsSync(bin)) {
     throw new Error(`${bin} is missing: run the client tests with \`make test-clients\`, which builds it`);
@@ -29,7 +31,7 @@ export async function startStack(name) {
   const logPath = join(outDir, `${name}.stack.log`);
   // Breakers off: the tests script provider failures job by job, and a
   // breaker opened by one test's timeouts would reroute the next test's jobs.
-  const child = spawn(bin, ["run", "--log", logPath, "--breakers", "off"], {
+  const child = spawn(bin, ["run", "--log", logPath, "--breakers", "off", ...args], {
     cwd: root,
     // ONEJOB_AWS_CALLS_DIR (set by `make test`) passes through: the stack
     // records its functions' AWS calls there, labelled with the test's name.
@@ -57,7 +59,9 @@ export async function startStack(name) {
         const consoleLink = /^\s+console\s+(http:\/\/\S+\/console#token=\S+)$/m.exec(out);
         // The secret its tokens are signed with, as printed (a new one each run).
         const secret = /^\s+ONEJOB_LOCAL_JWT_SECRET=(\S+) /m.exec(out);
-        resolve({ apiUrl: api[1], consoleUrl: consoleLink?.[1] ?? "", secret: secret?.[1] ?? "" });
+        // Where the stream port listens (job views name --stream-url when given).
+        const streams = /job streams\s+(http:\/\/\S+)[^\n]*(?:\n\s+served at (http:\/\/\S+))?/.exec(out);
+        resolve({ apiUrl: api[1], streamUrl: streams?.[2] ?? streams?.[1] ?? "", consoleUrl: consoleLink?.[1] ?? "", secret: secret?.[1] ?? "" });
       }
     };
     child.stdout.on("data", onData);

@@ -199,7 +199,7 @@ func runCommand(ctx context.Context, args []string) error {
 	}
 	fmt.Printf(`onejob is running locally (up in %s):
   HTTP API        %s   (OpenAPI: %s/openapi.yaml)
-  job streams     %s   (each job's stream_url: its answer as it forms)
+  job streams     %s   (each job's stream_url: its answer as it forms)%s
   Step Functions  %s   (real statemachine/onejob.asl.json)
   DynamoDB        %s, tables %s-*
   providers       sim-primary, sim-fallback (loopback simulators at %s; sim-fallback certified for demo)%s
@@ -211,7 +211,7 @@ func runCommand(ctx context.Context, args []string) error {
 %s
 More in docs/development.md: scripting the simulators, long jobs, real providers.
 Ctrl-C stops everything.
-`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.StreamURL, s.SFN.Endpoint(), dynamoText, *prefix, s.SimURL, providersText(local, s.Catalog),
+`, time.Since(started).Round(time.Millisecond), s.APIURL, s.APIURL, s.StreamURL, servedAt(s), s.SFN.Endpoint(), dynamoText, *prefix, s.SimURL, providersText(local, s.Catalog),
 		*secretsKey, map[bool]string{true: "made now", false: "kept from an earlier run"}[keyMade],
 		tourText(s.APIURL, s.SimURL, binDir(), user, admin), consoleText(s.APIURL, admin), pagesText(s, user), secretText(settings))
 	<-ctx.Done()
@@ -494,4 +494,13 @@ func otlpEndpoint(flag string, getenv func(string) string) (string, error) {
 		u.Path = "/v1/traces"
 	}
 	return u.String(), nil
+}
+
+// servedAt says where streams are served when stream_url names something
+// in front of them (--stream-url).
+func servedAt(s *stack.Stack) string {
+	if s.StreamServed == s.StreamURL {
+		return ""
+	}
+	return "\n                  served at " + s.StreamServed
 }

@@ -1,6 +1,7 @@
 import { IdempotencyKeyReusedError, NetworkError, ProblemError, problemBase } from "./errors.js";
 import { MemoryKeyStore, type KeyStore, type StoredIntent } from "./keystore.js";
 import { backoffDelay, defaultRetryPolicy, parseRetryAfter, sleep, type RetryPolicy } from "./retry.js";
+import { JobStreams } from "./stream.js";
 import { isTerminal, type AttemptList, type CreateJobRequest, type DeliveryList, type Job, type JobList, type JobStatus, type Problem } from "./types.js";
 
 /** The server holds a waiting request at most this long (openapi.yaml). */
@@ -97,6 +98,11 @@ export class OnejobClient {
   readonly #traceparent: (() => string | undefined) | undefined;
   /** Per intent, the making of its key in progress (one key per intent, even for concurrent submits). */
   readonly #making = new Map<string, Promise<StoredIntent>>();
+  /**
+   * Jobs' answers as they form: `for await (const ev of
+   * client.jobs.stream(id, { signal }))` (stream.ts).
+   */
+  readonly jobs: JobStreams;
 
   constructor(options: ClientOptions) {
     if (!options.baseUrl) {
@@ -120,6 +126,13 @@ export class OnejobClient {
     this.#waitSeconds = clampWait(options.waitSeconds ?? maxWaitSeconds);
     this.#onRetry = options.onRetry;
     this.#traceparent = options.traceparent;
+    this.jobs = new JobStreams({
+      fetch: this.#fetch,
+      token: async () => (typeof this.#token === "function" ? await this.#token() : this.#token),
+      getJob: (id, o) => this.getJob(id, o),
+      random: this.#random,
+      sleep: this.#sleep,
+    });
   }
 
   /**

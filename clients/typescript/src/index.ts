@@ -7,6 +7,11 @@ export { IdempotencyKeyReusedError, NetworkError, ProblemError, problemBase } fr
 export { MemoryKeyStore, StorageKeyStore, isStoredIntent } from "./keystore.js";
 export type { KeyStore, StoredIntent, StringStorage } from "./keystore.js";
 export { backoffDelay, defaultRetryPolicy, parseRetryAfter, sleep } from "./retry.js";
+export { readSSE } from "./sse.js";
+export type { SSEMessage } from "./sse.js";
+export { JobStreams, StreamOrderError, StreamedAnswer, defaultReconnectPolicy, defaultStreamIdleMs, isFinalEvent } from "./stream.js";
+export type { AttemptText, FinalEventType, ReconnectInfo, StreamAttemptDiscarded, StreamAttemptStarted, StreamEvent, StreamEventType, StreamHost,
+  StreamOptions, StreamOutputDelta, StreamPage } from "./stream.js";
 export type { RetryPolicy } from "./retry.js";
 export { isTerminal, terminalStatuses } from "./types.js";
 export type { Attempt, AttemptList, AttemptSummary, CreateJobRequest, Delivery, DeliveryList, Job, JobList, JobStatus, JobSummary, Problem,

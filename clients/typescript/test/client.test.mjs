@@ -9,18 +9,24 @@ import { after, before, describe, test } from "node:test";
 import { isCreate, startProxy } from "../../harness/proxy.mjs";
 import { startStack } from "../../harness/stack.mjs";
 import {
-  FileKeyStore, IdempotencyKeyReusedError, MemoryKeyStore, NetworkError, OnejobClient, ProblemError, StorageKeyStore,
-  backoffDelay, newTraceparent, parseRetryAfter,
+  FileKeyStore, IdempotencyKeyReusedError, MemoryKeyStore, NetworkError, OnejobClient, ProblemError, StorageKeyStore, StreamedAnswer,
+  backoffDelay, newTraceparent, parseRetryAfter, readSSE,
 } from "../dist/node.js";
 
 let stack;
 let proxy;
+// In front of the stream port: job views name it (--stream-url), so a
+// client that follows stream_url goes through it.
+let streams;
 before(async () => {
-  stack = await startStack("typescript");
+  streams = await startProxy();
+  stack = await startStack("typescript", { args: ["--stream-url", streams.url] });
+  streams.retarget(stack.streamUrl);
   proxy = await startProxy(stack.apiUrl);
 });
 after(async () => {
   await proxy?.close();
+  await streams?.close();
   await stack?.stop();
 });
 
@@ -247,5 +253,210 @@ describe("backoff", () => {
     assert.equal(parseRetryAfter("Wed, 21 Oct 2015 07:28:10 GMT", Date.parse("Wed, 21 Oct 2015 07:28:00 GMT")), 10_000);
     assert.equal(parseRetryAfter("soon"), undefined);
     assert.equal(parseRetryAfter(null), undefined);
+  });
+});
+
+// A demo-stream job (stream: true) whose answer repeats n words at the
+// given pace: about n + 3 deltas.
+const words = (n, tag) => Array.from({ length: n }, (_, i) => `${tag}${i}`).join(" ");
+const streamed = (prompt, pace = { first_token_ms: 100, tokens_per_second: 200 }) =>
+  ({ type: "demo-stream", stream: true, input: { prompt, simulate: { "sim-primary": pace } } });
+const streamOf = (job) => (e) => e.path.startsWith(new URL(job.stream_url).pathname);
+
+/** Reads a stream to its end, applying every event; returns the events and the answer. */
+async function follow(c, job, options = {}) {
+  const events = [];
+  const answer = new StreamedAnswer();
+  for await (const ev of c.jobs.stream(job, options)) {
+    events.push(ev);
+    answer.apply(ev); // throws on a repeated or missing delta
+  }
+  return { events, answer };
+}
+
+/** The id of the last whole event in an event stream's text. */
+function lastWholeID(text) {
+  const whole = text.slice(0, text.lastIndexOf("\n\n") + 2);
+  const ids = [...whole.matchAll(/^id: (.*)$/gm)];
+  return ids.at(-1)?.[1];
+}
+
+describe("stream", () => {
+  test("follows a job at the stream_url its view names, its text forming, to the final event, which is GET's body", async () => {
+    const c = await clientFor("ts-stream");
+    const { job } = await c.submit("form-1", streamed(words(40, "w")));
+    assert.equal(job.stream, true);
+    assert.ok(job.stream_url.startsWith(streams.url + "/v1/jobs/"), `stream_url ${job.stream_url} names the proxy in front`);
+    const { events, answer } = await follow(c, job.id);
+    assert.deepEqual(events.slice(0, 1).map((e) => e.type), ["attempt.started"]);
+    assert.ok(events.filter((e) => e.type === "output.delta").length >= 2, "the text came in pieces");
+    assert.equal(events.at(-1).type, "job.succeeded");
+    assert.deepEqual(answer.job, await c.getJob(job.id), "the final event carries the job as GET answers it");
+    assert.equal(answer.text, answer.job.result.text, "the deltas built the answer's text");
+    assert.match(answer.text, /w39$/);
+    // One connection sufficed; it was an event stream, never built by the client.
+    const conns = streams.requests.filter(streamOf(job));
+    assert.equal(conns.length, 1);
+    assert.equal(conns[0].headers.accept, "text/event-stream");
+    assert.equal(conns[0].headers["last-event-id"], undefined);
+  });
+
+  test("a connection cut mid-event and at an event boundary is resumed after the last whole event: no text repeated or missing", async () => {
+    const c = await clientFor("ts-stream-cut", { random: () => 0 });
+    const { job } = await c.submit("form-1", streamed(words(60, "c"), { first_token_ms: 100, tokens_per_second: 100 }));
+    const mine = (e) => streamOf(job)(e) && e.headers.accept === "text/event-stream";
+    // The first connection dies in the middle of its fifth event, the
+    // second right after the fourth event it carries.
+    const nth = (text, n) => {
+      let at = -1;
+      for (let i = 0; i < n; i++) {
+        at = text.indexOf("\n\n", at + 1);
+        if (at < 0) return undefined;
+      }
+      return at + 2;
+    };
+    const mid = streams.sever(mine, 1, (t) => {
+      const four = nth(t, 4);
+      const five = nth(t, 5);
+      return five === undefined ? undefined : four + Math.floor((five - four) / 2);
+    });
+    const boundary = streams.sever((e) => mine(e) && e.headers["last-event-id"] !== undefined, 1, (t) => nth(t, 4));
+    const reconnects = [];
+    const { answer } = await follow(c, job, { onReconnect: (r) => reconnects.push(r) });
+    const [cut1] = await mid.after(1);
+    const [cut2] = await boundary.after(1);
+    assert.equal(answer.text, answer.job.result.text);
+    assert.equal(answer.job.status, "succeeded");
+    const conns = streams.requests.filter(mine);
+    assert.equal(conns.length, 3, "two cuts, two resumptions");
+    assert.equal(conns[1].headers["last-event-id"], lastWholeID(cut1.responseBody), "resumed after the last whole event before the cut");
+    assert.equal(conns[2].headers["last-event-id"], lastWholeID(cut2.responseBody));
+    assert.deepEqual(reconnects.map((r) => r.reason), ["cut", "cut"]);
+  });
+
+  test("the network cut and restored: it reconnects with a growing backoff, then goes on where it was", async () => {
+    const c = await clientFor("ts-stream-down");
+    const { job } = await c.submit("form-1", streamed(words(80, "d"), { first_token_ms: 100, tokens_per_second: 60 }));
+    const reconnects = [];
+    const events = [];
+    const answer = new StreamedAnswer();
+    const refusedBefore = streams.refused;
+    let cutAt;
+    // Each reconnection resumes after the last event the loop was given.
+    const onReconnect = (r) => reconnects.push({ ...r, last: events.at(-1).id });
+    for await (const ev of c.jobs.stream(job, { onReconnect, reconnect: { baseDelayMs: 50, maxDelayMs: 400 } })) {
+      events.push(ev);
+      answer.apply(ev);
+      if (cutAt === undefined && ev.type === "output.delta" && ev.data.seq === 3) {
+        cutAt = ev.id;
+        streams.cut();
+        // Down until the client has tried three times (the network
+        // refusing the last two), then back.
+        void (async () => {
+          while (reconnects.length < 3 || streams.refused < refusedBefore + 2) await new Promise((r) => setTimeout(r, 20));
+          streams.restore();
+        })();
+      }
+    }
+    assert.ok(cutAt, "cut mid-answer");
+    assert.equal(answer.text, answer.job.result.text);
+    assert.ok(reconnects.length >= 3, `reconnects ${JSON.stringify(reconnects)}`);
+    assert.deepEqual(reconnects.slice(0, 3).map((r) => r.attempt), [1, 2, 3], "failures in a row count up");
+    assert.ok(reconnects.every((r) => r.after === r.last && r.after === reconnects[0].after), "every try resumes after the last event received");
+    const resumed = streams.requests.filter((e) => streamOf(job)(e) && e.headers["last-event-id"] !== undefined);
+    assert.deepEqual(resumed.map((e) => e.headers["last-event-id"]), [reconnects[0].after], "one resumption got through, after the cut");
+  });
+
+  test("where a body cannot be read as it arrives (React Native's fetch), it reads the long-poll form: the same events", async () => {
+    const c = await clientFor("ts-stream-poll");
+    const { job } = await c.submit("form-1", streamed(words(30, "p"), { first_token_ms: 300, tokens_per_second: 50 }));
+    // A fetch whose responses carry no readable body, as React Native's.
+    const noBodies = await clientFor("ts-stream-poll", {
+      fetch: async (url, init) => {
+        const res = await fetch(url, init);
+        await res.body?.cancel();
+        return { status: res.status, headers: res.headers, body: null, json: () => Promise.reject(new Error("no body")) };
+      },
+    });
+    const polled = [];
+    const c2 = await clientFor("ts-stream-poll", {
+      fetch: async (url, init) => {
+        if (init.headers.Accept === "application/json") polled.push(String(url));
+        return fetch(url, init);
+      },
+    });
+    // noBodies proves the switch is made (its pages cannot be read either:
+    // a dropped connection each, retried until it gives up)...
+    const first = noBodies.jobs.stream(job, { reconnect: { maxAttempts: 2, baseDelayMs: 1, maxDelayMs: 1 } });
+    await assert.rejects(first.next(), NetworkError);
+    const sent = streams.requests.filter((e) => streamOf(job)(e) && e.headers.authorization?.length);
+    assert.ok(sent.some((e) => e.headers.accept === "text/event-stream") && sent.some((e) => e.headers.accept === "application/json" && e.path.includes("wait=20")),
+      "tried the event stream, then the long-poll form");
+    // ...and a client told to poll reads the whole answer in pages.
+    const viaPoll = await follow(c2, job, { transport: "poll" });
+    const viaSSE = await follow(c, job);
+    assert.deepEqual(viaPoll.events.map((e) => [e.id, e.type]), viaSSE.events.map((e) => [e.id, e.type]));
+    assert.equal(viaPoll.answer.text, viaPoll.answer.job.result.text);
+    assert.ok(polled.length >= 1 && polled.every((u) => new URL(u).searchParams.get("wait") === "20"));
+  });
+
+  test("resumes from an event a previous read received, in either form", async () => {
+    const c = await clientFor("ts-stream-after");
+    const { job } = await c.submit("form-1", streamed(words(20, "a")));
+    const all = await follow(c, job);
+    const k = 5;
+    const rest = [];
+    for await (const ev of c.jobs.stream(job, { after: all.events[k - 1].id })) rest.push(ev);
+    assert.deepEqual(rest.map((e) => e.id), all.events.slice(k).map((e) => e.id), "strictly after");
+    const restPolled = [];
+    for await (const ev of c.jobs.stream(job, { after: all.events[k - 1].id, transport: "poll" })) restPolled.push(ev);
+    assert.deepEqual(restPolled.map((e) => e.id), rest.map((e) => e.id));
+    // After the final event there is nothing more (204): the loop just ends.
+    const none = [];
+    for await (const ev of c.jobs.stream(job, { after: all.events.at(-1).id })) none.push(ev);
+    assert.deepEqual(none, []);
+  });
+
+  test("a job not streamed has no deltas: its attempts and its end", async () => {
+    const c = await clientFor("ts-stream-none");
+    const { job } = await c.submit("form-1", demo("not streamed"));
+    const { events, answer } = await follow(c, job.id);
+    assert.deepEqual(events.map((e) => e.type), ["attempt.started", "job.succeeded"]);
+    assert.equal(answer.job.result.text, "sim-primary answered: not streamed");
+  });
+
+  test("another owner's job is not found, thrown at once; an abort ends the loop and closes the connection", async () => {
+    const c = await clientFor("ts-stream-owner");
+    const { job } = await c.submit("form-1", streamed(words(50, "o"), { first_token_ms: 100, tokens_per_second: 20 }));
+    const stranger = await clientFor("ts-stream-stranger", { sleep: async () => assert.fail("a 404 is not retried") });
+    const err = await stranger.jobs.stream(job).next().catch((e) => e);
+    assert.ok(err instanceof ProblemError, String(err));
+    assert.equal(err.status, 404);
+    const ac = new AbortController();
+    const seen = [];
+    await assert.rejects((async () => {
+      for await (const ev of c.jobs.stream(job, { signal: ac.signal })) {
+        seen.push(ev);
+        if (ev.type === "output.delta") ac.abort();
+      }
+    })(), { name: "AbortError" });
+    assert.equal(seen.at(-1).type, "output.delta");
+  });
+
+  test("readSSE reads the standard's line ends, comments, ids and unfinished events", async () => {
+    const parts = ["\ufeffid: 1\r\nevent: a\r", "\ndata: x\r\n\r\n: hb\n\nid: 2\rdata: y\rdata: z\r\r", "data: w\n\nid: 3\nevent: b\ndata: half"];
+    const body = new ReadableStream({
+      start(ctl) {
+        for (const p of parts) ctl.enqueue(new TextEncoder().encode(p));
+        ctl.close();
+      },
+    });
+    const got = [];
+    for await (const m of readSSE(body)) got.push(m);
+    assert.deepEqual(got, [
+      { type: "a", data: "x", id: "1" },
+      { type: "message", data: "y\nz", id: "2" },
+      { type: "message", data: "w", id: "2" },
+    ]);
   });
 });

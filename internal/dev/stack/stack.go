@@ -358,10 +358,11 @@ type Stack struct {
 	// providers.
 	Poller *lifecycle.Poller
 	// APIURL is the HTTP API's base URL; StreamURL where jobs' streams
-	// are served, or Config.StreamBase (every job view's stream_url
-	// starts with it).
-	APIURL    string
-	StreamURL string
+	// are reached, Config.StreamBase if given (every job view's
+	// stream_url starts with it); StreamServed where they are served.
+	APIURL       string
+	StreamURL    string
+	StreamServed string
 	// Pages are the local pages served beside the API (clients/web/<name>
 	// at APIURL/<name>/), by name.
 	Pages []string
@@ -622,7 +623,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, func() error { _ = streamListener.Close(); return nil })
-	s.StreamURL = "http://" + streamListener.Addr().String()
+	s.StreamServed = "http://" + streamListener.Addr().String()
+	s.StreamURL = s.StreamServed
 	if cfg.StreamBase != "" {
 		s.StreamURL = strings.TrimSuffix(cfg.StreamBase, "/")
 	}
