@@ -1,9 +1,10 @@
 // The demo page: a button that starts a `demo` job through the TypeScript
 // client (clients/typescript, compiled; served by the local server at
 // /lib/onejob/), shows its status live and draws its attempts on a
-// timeline. Open it through the link `make run` prints: its fragment
-// carries the API's URL and a token.
-import { IdempotencyKeyReusedError, OnejobClient, StorageKeyStore, isTerminal } from "/lib/onejob/index.js";
+// timeline; a streamed job (`demo-stream`, "stream": true) also shows its
+// answer as it forms, read from the job's stream_url. Open it through the
+// link `make run` prints: its fragment carries the API's URL and a token.
+import { IdempotencyKeyReusedError, OnejobClient, StorageKeyStore, StreamedAnswer, isTerminal } from "/lib/onejob/index.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.hash.slice(1));
@@ -35,17 +36,30 @@ const scripts = {
   error: { "sim-primary": { outcome: "error" } },
 };
 
+// A streamed answer comes at a model's pace, from either provider.
+const pace = { first_token_ms: 300, tokens_per_second: 50 };
+const paced = (script) => ({
+  "sim-primary": { ...pace, ...script?.["sim-primary"] },
+  "sim-fallback": { ...pace, ...script?.["sim-fallback"] },
+});
+
 function body() {
   const simulate = scripts[$("primary").value];
   const input = { prompt: $("prompt").value };
+  if ($("stream").checked) {
+    input.simulate = paced(simulate);
+    return { type: "demo-stream", stream: true, input };
+  }
   if (simulate) input.simulate = simulate;
   return { type: "demo", input };
 }
 
 function fillForm(b) {
   $("prompt").value = b.input?.prompt ?? "";
+  $("stream").checked = b.type === "demo-stream";
+  const script = (k) => (b.type === "demo-stream" ? paced(scripts[k]) : scripts[k]);
   const s = JSON.stringify(b.input?.simulate);
-  $("primary").value = Object.keys(scripts).find((k) => JSON.stringify(scripts[k]) === s) ?? "ok";
+  $("primary").value = Object.keys(scripts).find((k) => JSON.stringify(script(k)) === s) ?? "ok";
 }
 
 function show(el, text) {
@@ -108,6 +122,9 @@ function follow(id) {
 async function newIntent() {
   following?.abort.abort();
   following = null;
+  streaming?.abort.abort();
+  streaming = null;
+  $("streaming").hidden = true;
   await client.forget(INTENT);
   job = null;
   $("intent-key").textContent = "none yet: made on the first click, kept until “New intent”";
@@ -163,12 +180,72 @@ function drawDeliveries(ds) {
 
 function render(j) {
   job = j;
+  if (j.stream) void streamAnswer(j);
   if (isTerminal(j.status)) void followDeliveries(j.id);
   $("job-id").textContent = j.id;
   $("status").textContent = j.status;
   $("status").dataset.status = j.status;
   $("result").textContent = j.result ? JSON.stringify(j.result) : j.error ? `${j.error.class}: ${j.error.message}` : "–";
   drawTimeline();
+}
+
+// The job's answer as it forms: every event of its stream, in order,
+// applied to a StreamedAnswer (which throws on a repeated or missing
+// delta); the text shown is the leading attempt's, provisional until the
+// final event. The client resumes a dropped connection by itself.
+let streaming = null; // { id, abort }
+async function streamAnswer(j) {
+  if (streaming?.id === j.id) return;
+  streaming?.abort.abort();
+  const abort = new AbortController();
+  streaming = { id: j.id, abort };
+  const answer = new StreamedAnswer();
+  let deltas = 0;
+  let reconnects = 0;
+  const el = $("answer");
+  el.textContent = "";
+  delete el.dataset.final;
+  $("dropped").replaceChildren();
+  $("streaming").hidden = false;
+  const state = (text) => {
+    $("stream-state").textContent = text;
+    $("stream-counts").textContent = `${deltas} deltas, ${reconnects} reconnections`;
+    el.dataset.deltas = String(deltas);
+    el.dataset.reconnects = String(reconnects);
+  };
+  state("connecting…");
+  try {
+    for await (const ev of client.jobs.stream(j, {
+      signal: abort.signal,
+      onReconnect: (r) => {
+        if (r.reason !== "ended") reconnects++;
+        state(r.reason === "ended" ? "live" : `reconnecting (${r.reason}; try ${r.attempt}, in ${r.delayMs} ms)…`);
+      },
+    })) {
+      answer.apply(ev);
+      if (ev.type === "output.delta") deltas++;
+      if (ev.type === "attempt.discarded") {
+        const a = answer.attempts.get(ev.data.attempt);
+        const li = document.createElement("li");
+        li.dataset.attempt = String(ev.data.attempt);
+        li.textContent = `attempt ${a.attempt} (${a.provider}): ${ev.data.reason}; its text was dropped`;
+        $("dropped").append(li);
+      }
+      el.textContent = answer.text;
+      if (answer.job) {
+        el.dataset.final = answer.job.status;
+        state(`ended: ${answer.job.status}`);
+        render(answer.job);
+      } else {
+        state("live");
+      }
+    }
+  } catch (err) {
+    if (!abort.signal.aborted) {
+      state("stopped");
+      show("error", `streaming ${j.id}: ${err.message}`);
+    }
+  }
 }
 
 const colors = { starting: "#c5cad3", running: "#f2c94c", unknown: "#f2994a", succeeded: "#27ae60", failed: "#eb5757",

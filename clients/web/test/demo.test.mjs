@@ -14,14 +14,18 @@ import { OnejobClient } from "../../typescript/dist/node.js";
 
 let stack;
 let proxy;
+let streams; // in front of the stream port: every job view's stream_url names it
 let browser;
 before(async () => {
-  [stack, browser] = await Promise.all([startStack("web"), launchBrowser()]);
+  streams = await startProxy();
+  [stack, browser] = await Promise.all([startStack("web", { args: ["--stream-url", streams.url] }), launchBrowser()]);
+  streams.retarget(stack.streamUrl);
   proxy = await startProxy(stack.apiUrl);
 });
 after(async () => {
   await browser?.close();
   await proxy?.close();
+  await streams?.close();
   await stack?.stop();
 });
 
@@ -188,4 +192,53 @@ test("(e) the job's webhook deliveries show on the page, every try", async () =>
   assert.deepEqual(errors, []);
   await context.close();
   await new Promise((r) => receiver.close(r));
+});
+
+test("(f) a streamed answer forms on the page while the job runs, and goes on after the network is cut and restored, nothing repeated or missing", async () => {
+  const { context, page, errors, token } = await open("web-stream");
+  // About 150 deltas at 50 tokens a second: three seconds of answer.
+  const prompt = Array.from({ length: 150 }, (_, i) => `word${i}`).join(" ");
+  await page.check("#stream");
+  await page.fill("#prompt", prompt);
+  await page.click("#start");
+  const [created] = await clicks(page, 1);
+  assert.equal(created.outcome, "created");
+  const api = new OnejobClient({ baseUrl: stack.apiUrl, token });
+  const id = created.jobId;
+  // Text arrives while the job runs.
+  await page.waitForFunction(() => Number(document.querySelector("#answer").dataset.deltas) >= 3, null, { timeout: 20_000 });
+  const early = await page.textContent("#answer");
+  assert.equal(await page.getAttribute("#answer", "data-final"), null, "still provisional");
+  assert.equal((await api.getJob(id)).status, "running", "the job still runs while its text shows");
+  assert.ok(early.startsWith("sim-primary answered: word0"), early);
+  console.log("screenshot:", await screenshot(page, "f-stream-forming"));
+  // The network to the stream goes down mid-answer: the page says it is
+  // reconnecting, with a backoff, and is refused twice.
+  const refused = streams.refused;
+  streams.cut();
+  await page.waitForFunction(() => document.querySelector("#stream-state").textContent.startsWith("reconnecting"));
+  while (streams.refused < refused + 2) await new Promise((r) => setTimeout(r, 20));
+  const duringCut = await page.textContent("#answer");
+  console.log("screenshot:", await screenshot(page, "f-stream-cut"));
+  streams.restore();
+  await page.waitForSelector("#answer[data-final=succeeded]", { timeout: 30_000 });
+  const done = await api.getJob(id);
+  assert.equal(done.status, "succeeded");
+  // What the page built from the deltas, before and after the cut, is the
+  // answer exactly: no text repeated, none missing.
+  assert.equal(await page.textContent("#answer"), done.result.text);
+  assert.ok(duringCut.length < done.result.text.length, "the cut came before the answer was whole");
+  assert.ok(Number(await page.getAttribute("#answer", "data-reconnects")) >= 2);
+  assert.equal(await page.isHidden("#error"), true, await page.textContent("#error"));
+  // The browser resumed after the last event it had: one resumption got
+  // through, carrying Last-Event-ID, from the page's origin (CORS).
+  const path = new URL(done.stream_url).pathname;
+  const conns = streams.requests.filter((e) => e.path === path && e.method === "GET");
+  const resumed = conns.filter((e) => e.headers["last-event-id"] !== undefined);
+  assert.ok(resumed.length >= 1, `${conns.length} connections`);
+  assert.equal(resumed[0].headers.origin, new URL(page.url()).origin);
+  await page.waitForSelector("#status[data-status=succeeded]", { timeout: 20_000 });
+  console.log("screenshot:", await screenshot(page, "f-stream-done"));
+  assert.deepEqual(errors, []);
+  await context.close();
 });
