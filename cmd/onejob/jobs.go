@@ -53,13 +53,13 @@ type jobsSubcommand struct {
 // jobsSubcommands is the one list of subcommands: dispatch and usage.
 func jobsSubcommands() []jobsSubcommand {
 	return []jobsSubcommand{
-		{"submit", "--type T --input @file.json|JSON [--key K] [--providers a,b]",
+		{"submit", "--type T --input @file.json|JSON [--key K] [--providers a,b] [--stream]",
 			"create a job, or replay the one the key names; prints the key it used", jobsSubmit, 1},
 		{"get", "ID", "one job", jobsGet, 1},
 		{"list", "[--status S] [--limit N] [--cursor C] [--all] [--all-owners]",
 			"your jobs, newest first; --all-owners: every owner's open jobs, oldest first (jobs:admin)", jobsList, 1},
 		{"attempts", "ID", "a job's attempts, with their usage and resolutions", jobsAttempts, 1},
-		{"watch", "ID", "follow a job, one line per change, until it ends: exit 0 succeeded, 1 failed, 2 cancelled, 3 otherwise",
+		{"watch", "ID [--stream]", "follow a job, one line per change (--stream: its answer as it forms), until it ends: exit 0 succeeded, 1 failed, 2 cancelled, 3 otherwise",
 			jobsWatch, exitWatchStopped},
 		{"cancel", "ID [--reason TEXT]", "cancel a job; the job keeps who cancelled it and why", jobsCancel, 1},
 		{"resolve", "ID N --outcome succeeded|failed|cancelled --reason TEXT [--result @file.json|JSON]\n" +
@@ -293,6 +293,7 @@ func jobsSubmit(ctx context.Context, c *jobsCmd, args []string) error {
 	key := c.fs.String("key", "", "the Idempotency-Key naming this intent (default: a new random 128-bit key; submit again with it to replay)")
 	providers := c.fs.String("providers", "", "providers in failover order, comma-separated (default: the type's)")
 	tier := c.fs.String("tier", "", "how long the job may wait: now, 2h, 8h or 24h (a cheaper completion window: an asynchronous provider's, a flex tier, a provider batch; default: the type's)")
+	stream := c.fs.Bool("stream", false, `record the answer as it forms ("stream": true), to follow with watch --stream`)
 	if _, err := c.parse(args); err != nil {
 		return err
 	}
@@ -308,7 +309,8 @@ func jobsSubmit(ctx context.Context, c *jobsCmd, args []string) error {
 		Input     json.RawMessage `json:"input"`
 		Providers []string        `json:"providers,omitempty"`
 		Tier      string          `json:"tier,omitempty"`
-	}{Type: *typ, Input: in, Tier: *tier}
+		Stream    bool            `json:"stream,omitempty"`
+	}{Type: *typ, Input: in, Tier: *tier, Stream: *stream}
 	for _, p := range strings.Split(*providers, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			req.Providers = append(req.Providers, p)

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +30,8 @@ type sharedStack struct {
 	s    *stack.Stack
 	logs testenv.SyncBuffer
 	err  error
+	// front stands before the stack's stream port: job views name it.
+	front *streamFront
 }
 
 func (l *sharedStack) get(t *testing.T) *stack.Stack {
@@ -38,9 +43,13 @@ func (l *sharedStack) get(t *testing.T) *stack.Stack {
 		if os.Getenv("E2E_LOG") != "" {
 			logs = io.MultiWriter(logs, os.Stderr)
 		}
+		l.front = newStreamFront()
 		l.s, l.err = stack.Start(ctx, stack.Config{APIAddr: "127.0.0.1:0", CertifyDemo: true, SweepInterval: time.Second,
-			NotifyInterval: 250 * time.Millisecond,
-			TablePrefix:    "cli-" + newKey()[:8], DemoProviders: stack.BreakersNeverAct, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+			NotifyInterval: 250 * time.Millisecond, StreamBase: l.front.srv.URL,
+			TablePrefix: "cli-" + newKey()[:8], DemoProviders: stack.BreakersNeverAct, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		if l.err == nil {
+			l.front.target.Store(l.s.StreamServed)
+		}
 	})
 	if l.err != nil {
 		t.Fatalf("start the local stack: %v", l.err)
@@ -74,6 +83,107 @@ func (l *sharedStack) close() {
 	if l.s != nil {
 		_ = l.s.Close()
 	}
+	if l.front != nil {
+		l.front.srv.Close()
+	}
+}
+
+// streamFront passes jobs' streams on from the stack's stream port as
+// they arrive, and cuts a job's next connection where a test says: the
+// network between `watch --stream` and the stream function.
+type streamFront struct {
+	srv    *httptest.Server
+	target atomic.Value // string: the stream port's URL
+	mu     sync.Mutex
+	// cuts: per job ID, the events its next connection passes on before
+	// it dies in the middle of the one after.
+	cuts map[string]int
+	// resumed: per job ID, the Last-Event-ID of each connection.
+	resumed map[string][]string
+}
+
+func newStreamFront() *streamFront {
+	f := &streamFront{cuts: map[string]int{}, resumed: map[string][]string{}}
+	client := &http.Client{Transport: &http.Transport{}}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/jobs/"), "/stream")
+		f.mu.Lock()
+		f.resumed[id] = append(f.resumed[id], r.Header.Get("Last-Event-ID"))
+		cut, cutting := f.cuts[id]
+		delete(f.cuts, id)
+		f.mu.Unlock()
+		up, err := http.NewRequestWithContext(r.Context(), r.Method, f.target.Load().(string)+r.URL.RequestURI(), nil)
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		up.Header = r.Header.Clone()
+		resp, err := client.Do(up)
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, vs := range resp.Header {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(resp.StatusCode)
+		rc := http.NewResponseController(w)
+		var sent []byte
+		buf := make([]byte, 4096)
+		for {
+			n, err := resp.Body.Read(buf)
+			if n > 0 {
+				chunk := buf[:n]
+				if cutting {
+					all := append(sent, chunk...)
+					if at := nthEventEnd(all, cut); at >= 0 && at < len(all) {
+						// Half of the next event's bytes, then the
+						// connection dies.
+						_, _ = w.Write(all[len(sent) : at+(len(all)-at)/2])
+						_ = rc.Flush()
+						panic(http.ErrAbortHandler)
+					}
+					sent = all
+				}
+				if _, werr := w.Write(chunk); werr != nil || rc.Flush() != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}))
+	return f
+}
+
+// nthEventEnd is the offset just past the nth event's blank line in b, or
+// -1 when b holds fewer.
+func nthEventEnd(b []byte, n int) int {
+	at := 0
+	for range n {
+		i := bytes.Index(b[at:], []byte("\n\n"))
+		if i < 0 {
+			return -1
+		}
+		at += i + 2
+	}
+	return at
+}
+
+// cutNext makes job id's next connection die mid-event after events whole ones.
+func (f *streamFront) cutNext(id string, events int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cuts[id] = events
+}
+
+// lastEventIDs are the Last-Event-ID each connection for job id sent.
+func (f *streamFront) lastEventIDs(id string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.resumed[id]...)
 }
 
 // owner is a fresh owner's CLI environment: its token, the API's URL.

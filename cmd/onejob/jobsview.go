@@ -109,6 +109,8 @@ type jobView struct {
 	CompletedBy int                  `json:"completed_by"`
 	Error       *failureView         `json:"error"`
 	Usage       *usageView           `json:"usage"`
+	// StreamURL is where the job's stream is read (watch --stream).
+	StreamURL string `json:"stream_url"`
 }
 
 type attemptsBody struct {

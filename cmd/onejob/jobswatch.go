@@ -36,6 +36,7 @@ const (
 // representation on a line), and when the job ends its attempts and
 // outcome; the exit status is the outcome.
 func jobsWatch(ctx context.Context, c *jobsCmd, args []string) error {
+	stream := c.fs.Bool("stream", false, "print the job's answer as it forms, read from its stream_url (with --json: each event on a line)")
 	pos, err := c.parse(args, "ID")
 	if err != nil {
 		return err
@@ -45,6 +46,9 @@ func jobsWatch(ctx context.Context, c *jobsCmd, args []string) error {
 		return err
 	}
 	id := pos[0]
+	if *stream {
+		return c.watchStream(ctx, cl, id)
+	}
 	var (
 		etag, last string
 		answered   bool // the API has answered once: the ID and token are good
