@@ -17,6 +17,8 @@ type Job struct {
 	Result      json.RawMessage `json:"result"`
 	Attempts    []Attempt       `json:"attempts"`
 	Error       json.RawMessage `json:"error"`
+	// StreamURL is where the job's stream is read.
+	StreamURL string `json:"stream_url"`
 	// Waiting says why a job with no attempt open waits (its reason).
 	Waiting *struct {
 		Reason string `json:"reason"`

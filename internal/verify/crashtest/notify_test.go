@@ -28,9 +28,11 @@ import (
 // webhook-id each. The same crash lands while an asynchronous provider
 // (the Responses simulator, in this process: it outlives the stack, as a
 // provider does) works on a job: restarted, the stack ends that job with
-// no operator and no second submit. Not parallel: it runs before
-// TestCrashRecovery rather than beside it, whose budget a second stack on
-// the same cores would eat into.
+// no operator and no second submit. And it lands while owners follow
+// their streamed jobs (stream_test.go): each stream resumes after its
+// client's last event, no delta twice, every job ending without an
+// operator. Not parallel: it runs before TestCrashRecovery rather than
+// beside it, whose budget a second stack on the same cores would eat into.
 func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	root := testenv.MustRoot(t)
 	if _, err := os.Stat(filepath.Join(root, "node_modules", "dynalite")); err != nil {
@@ -53,9 +55,16 @@ func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	user := newClient(t, "http://"+addr, secret, "hooks-owner")
 	async, asyncURL, asyncEnv := startAsyncProvider(t, ctx, addr)
+	// Jobs' streams on a port that outlives the kill, as a function URL
+	// does: the clients reconnect to the stream_url they were given.
+	streamPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamAddr := fmt.Sprintf("127.0.0.1:%d", streamPort)
 
 	run1 := startOnejobWith(t, root, bin, data, addr, secret, filepath.Join(tmp, "notify1.log"), asyncEnv,
-		"--notify-interval", "0", "--async-provider", asyncURL)
+		"--notify-interval", "0", "--async-provider", asyncURL, "--stream-addr", streamAddr)
 	if err := user.waitReady(ctx, run1); err != nil {
 		t.Fatalf("run 1: %v\n%s", err, tail(run1.log+".stdout"))
 	}
@@ -102,16 +111,21 @@ func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	if n := len(hooks.Deliveries("")); n != 0 {
 		t.Fatalf("%d deliveries before the crash, want none (no notifier ran)", n)
 	}
-	// The asynchronous job, submitted and waited for: killed while its
-	// provider works.
+	// Streamed jobs of several owners, each followed from its first delta;
+	// then the asynchronous job, submitted and waited for: killed while
+	// the streams run and its provider works.
+	streams := startStreamedJobs(t, ctx, "http://"+addr)
+	awaitDelta(t, ctx, streams)
 	asyncID := submitAsync(t, ctx, user, newClient(t, "http://"+addr, secret, "operator", apigw.AdminScope), async)
 	run1.kill()
+	t.Logf("killed -9 mid-stream: %s", midStream(t, streams))
 	if rec := async.List(); len(rec) != 1 || rec[0].Status == "completed" {
 		t.Fatalf("the provider's work at the kill: %+v, want one response still working", rec)
 	}
 
 	restarted := time.Now()
-	run2 := startOnejobWith(t, root, bin, data, addr, secret, filepath.Join(tmp, "notify2.log"), asyncEnv, "--async-provider", asyncURL)
+	run2 := startOnejobWith(t, root, bin, data, addr, secret, filepath.Join(tmp, "notify2.log"), asyncEnv, "--async-provider", asyncURL,
+		"--stream-addr", streamAddr)
 	if err := user.waitReady(ctx, run2); err != nil {
 		t.Fatalf("run 2: %v\n%s", err, tail(run2.log+".stdout"))
 	}
@@ -179,6 +193,7 @@ func TestCrashBetweenEndAndDelivery(t *testing.T) {
 	}
 	t.Logf("asynchronous job: killed while its provider worked, ended %s after the restart, one submit, one execution",
 		time.Since(restarted).Round(time.Millisecond))
+	checkStreams(t, ctx, streams, restarted)
 }
 
 // asyncWork is how long the asynchronous provider works on the drill's job:
