@@ -1,7 +1,9 @@
 package apigw_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -49,6 +51,27 @@ func TestConsoleIsPublic(t *testing.T) {
 			}
 		})
 	}
+
+	// Where streams are served (their own origin), the console may read
+	// them, and nowhere else.
+	t.Run("StreamsOrigin", func(t *testing.T) {
+		t.Parallel()
+		s := newEnv(t, withStreams)
+		r := s.do(t, call{method: http.MethodGet, path: "/console"})
+		got := regexp.MustCompile(`connect-src ([^;]*);`).FindStringSubmatch(r.header.Get("Content-Security-Policy"))
+		submit := s.do(t, call{method: http.MethodPost, path: "/v1/jobs", token: s.token(t, "csp"),
+			headers: map[string]string{"Idempotency-Key": "csp-1", "Content-Type": "application/json"}, body: []byte(`{"type":"demo","input":{"prompt":"x"}}`)})
+		var j struct {
+			StreamURL string `json:"stream_url"`
+		}
+		if err := json.Unmarshal(submit.body, &j); err != nil || j.StreamURL == "" {
+			t.Fatalf("create: %d %s", submit.status, submit.body)
+		}
+		u, err := url.Parse(j.StreamURL)
+		if err != nil || got == nil || got[1] != "'self' "+u.Scheme+"://"+u.Host {
+			t.Fatalf("connect-src %q, stream_url %s", got, j.StreamURL)
+		}
+	})
 
 	t.Run("PageLoadsOnlyItsOwnFiles", func(t *testing.T) {
 		t.Parallel()

@@ -3,6 +3,7 @@ package apigw
 import (
 	"context"
 	"net/http"
+	"net/url"
 
 	"github.com/onejob/onejob/internal/apigw/console"
 )
@@ -52,11 +53,21 @@ func (h *Handler) serveConsole(r *request, name string) (reply, error) {
 	if !ok {
 		return reply{}, fail(CodeNotFound, "no such file")
 	}
-	headers := console.SecurityHeaders()
+	headers := console.SecurityHeaders(originOfBase(h.streamBase))
 	headers["Cache-Control"] = "no-cache"
 	headers["ETag"] = f.etag
 	if inm, ok := r.headers["if-none-match"]; ok && !noneMatch(inm, f.etag) {
 		return reply{status: http.StatusNotModified, headers: headers}, nil
 	}
 	return reply{status: http.StatusOK, body: document{contentType: f.ContentType, data: f.Body}, headers: headers}, nil
+}
+
+// originOfBase is a stream base's origin (scheme and host), what the
+// console's policy lets it connect to; "" for none.
+func originOfBase(base string) string {
+	u, err := url.Parse(base)
+	if base == "" || err != nil || u.Host == "" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
 }

@@ -1802,8 +1802,10 @@ export interface components {
         /** @description The console's files are revalidated with their ETag on every use. */
         Revalidate: "no-cache";
         /**
-         * @description Only the console's own files and calls to this origin; no inline
-         *     script or style, no plugins, no framing (frame-ancestors 'none').
+         * @description Only the console's own files and calls to this origin, and to the
+         *     origin where jobs' streams are served (a running job's answer as it
+         *     forms); no inline script or style, no plugins, no framing
+         *     (frame-ancestors 'none').
          */
         ConsolePolicy: string;
         /** @description Browsers take the declared Content-Type as it is. */

@@ -2,14 +2,14 @@
 // Node: the timeline's layout, attempt roles, usage sums, problem display,
 // the fragment and the token's claims, blocked jobs grouped by provider,
 // provider health, a bulk resolution's window and its summed answers, a
-// job's trace laid out as a tree of spans. The page itself is tested in
-// Chromium (console.test.mjs).
+// job's trace laid out as a tree of spans, a job's stream read in pieces.
+// The page itself is tested in Chromium (console.test.mjs).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  attemptRoles, decodeClaims, describeProvider, formatDuration, groupBlocked, layoutSpans, layoutTimeline, oldestFirst, parseWindow,
-  problemFields, problemFrom, readFragment, remoteLines, sumBulk, sumUsage,
+  SSEParser, applyStreamEvent, attemptRoles, decodeClaims, describeProvider, formatDuration, groupBlocked, layoutSpans, layoutTimeline,
+  oldestFirst, parseWindow, problemFields, problemFrom, readFragment, remoteLines, sumBulk, sumUsage,
 } from "../../../internal/apigw/console/console.mjs";
 
 const at = (ms) => new Date(Date.UTC(2026, 0, 2, 3, 4, 5) + ms).toISOString();
@@ -198,4 +198,29 @@ test("a job's trace: each span under its parent, siblings by start, the client's
   assert.deepEqual([byId.run.left, byId.run.width, byId["call-2"].left, byId["call-2"].durationMs], [10, 90, 70, 200]);
   assert.ok(byId["attempt-1"].error && !byId.run.error);
   assert.deepEqual(layoutSpans([]).rows, []);
+});
+
+test("a stream read in pieces: events whole whatever the cuts, ids kept, each attempt's text in order", () => {
+  const text = "id: 1.0\r\nevent: attempt.started\r\ndata: {\"attempt\":1,\"provider\":\"sim-primary\",\"hedge\":false,\"fallback\":false}\r\n\r\n" +
+    ": hb\n\nid: 1.1\nevent: output.delta\ndata: {\"attempt\":1,\"seq\":1,\"text\":\"hel\"}\n\n" +
+    "id: 1.2\revent: output.delta\rdata: {\"attempt\":1,\"seq\":2,\"text\":\"lo\"}\r\r" +
+    "id: 1.2d\nevent: attempt.discarded\ndata: {\"attempt\":1,\"reason\":\"cut\"}\n\n" +
+    "id: 1.2d,f\nevent: job.failed\ndata: {\"id\":\"job_a\",\"status\":\"failed\"}\n\nevent: half\ndata: {";
+  for (const size of [1, 2, 3, 7, 64, text.length]) {
+    const p = new SSEParser();
+    const events = [];
+    for (let i = 0; i < text.length; i += size) events.push(...p.feed(text.slice(i, i + size)));
+    assert.deepEqual(events.map((e) => [e.id, e.type]), [["1.0", "attempt.started"], ["1.1", "output.delta"], ["1.2", "output.delta"],
+      ["1.2d", "attempt.discarded"], ["1.2d,f", "job.failed"]], `cut every ${size}`);
+    const attempts = new Map();
+    const finals = events.map((e) => applyStreamEvent(attempts, e));
+    assert.deepEqual(attempts.get(1), { attempt: 1, provider: "sim-primary", hedge: false, fallback: false, text: "hello", seq: 2, discarded: "cut" });
+    assert.deepEqual(finals.at(-1), { id: "job_a", status: "failed" });
+  }
+  // A delta out of order is text repeated or missing: refused.
+  const attempts = new Map();
+  applyStreamEvent(attempts, { id: "1", type: "attempt.started", data: '{"attempt":1,"provider":"p"}' });
+  applyStreamEvent(attempts, { id: "2", type: "output.delta", data: '{"attempt":1,"seq":1,"text":"a"}' });
+  assert.throws(() => applyStreamEvent(attempts, { id: "2", type: "output.delta", data: '{"attempt":1,"seq":1,"text":"a"}' }), /delta 1 after 1/);
+  assert.throws(() => applyStreamEvent(attempts, { id: "3", type: "output.delta", data: '{"attempt":1,"seq":3,"text":"c"}' }), /delta 3 after 1/);
 });

@@ -421,3 +421,32 @@ test("an incident: blocked jobs grouped by provider; a bulk resolution counted, 
   });
   assert.equal(cancelled.status, 200);
 });
+
+test("a running streamed job: its answer forms in the job's view, read from its stream at another origin, to its end", async () => {
+  // About 120 tokens at 40 a second: three seconds of answer.
+  const prompt = Array.from({ length: 120 }, (_, i) => "abcdefghijklmnopqrstuvwxyz"[i % 26].repeat(1 + Math.floor(i / 26))).join(" ");
+  const { job } = await owner.submit("console-stream", { type: "demo-stream", stream: true,
+    input: { prompt, simulate: { "sim-primary": { first_token_ms: 300, tokens_per_second: 40 } } } });
+  const { context, page, errors, violations, response } = await openConsole(`${stack.consoleUrl}&job=${job.id}`);
+  // The policy lets the page read streams where they are served, and nowhere else.
+  const streams = new URL(job.stream_url).origin;
+  assert.notEqual(streams, new URL(page.url()).origin, "streams are served at an origin of their own");
+  assert.match(response.headers()["content-security-policy"], new RegExp(`connect-src 'self' ${streams};`));
+  await page.locator("#job-stream:not([hidden])").waitFor();
+  const text = '#job-stream-attempts li[data-attempt="1"] .stream-text';
+  await page.waitForFunction(() => Number(document.querySelector('#job-stream-attempts li[data-attempt="1"]')?.getAttribute("data-seq")) >= 2);
+  const early = await page.textContent(text);
+  assert.equal((await owner.getJob(job.id)).status, "running", "the text shows while the job runs");
+  assert.equal(await page.getAttribute("#job-stream", "data-final"), null);
+  assert.ok(early.startsWith("sim-primary answered: a"), early);
+  console.log("screenshot:", await screenshot(page, "console-stream-forming"));
+  await page.locator('#job-stream[data-final="succeeded"]').waitFor({ timeout: 30_000 });
+  const done = await owner.getJob(job.id);
+  assert.equal(await page.textContent(text), done.result.text, "the deltas built the answer, nothing repeated or missing");
+  assert.ok(early.length < done.result.text.length);
+  await page.locator('#job-status[data-status="succeeded"]').waitFor();
+  console.log("screenshot:", await screenshot(page, "console-stream-done"));
+  assert.deepEqual(await violations(), []);
+  assert.deepEqual(errors, []);
+  await context.close();
+});

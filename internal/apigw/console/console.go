@@ -7,7 +7,8 @@
 // The page holds no data: everything it shows it reads from the public API
 // with the operator's token (pasted into it, or carried in the URL's
 // fragment, which no server sees), so its routes need no token. It is
-// same-origin with the API, so it needs no CORS either.
+// same-origin with the API, so it needs no CORS either; a job's stream,
+// served at its own origin, answers it with CORS as it answers any page.
 package console
 
 import (
@@ -72,13 +73,19 @@ func Files() (map[string]File, error) {
 
 // SecurityHeaders are sent with every file of the console. The policy
 // allows only the console's own files and calls to its own origin (the
-// API): no inline script or style (the page has none), no plugins, no
-// framing, no form posts elsewhere, no <base> rewriting; the token in the
-// fragment is never sent as a referrer.
-func SecurityHeaders() map[string]string {
+// API) and to streams, the origin where jobs' streams are served (the
+// stream function's URL, its own origin; "" when there is none): no
+// inline script or style (the page has none), no plugins, no framing, no
+// form posts elsewhere, no <base> rewriting; the token in the fragment is
+// never sent as a referrer.
+func SecurityHeaders(streams string) map[string]string {
+	connect := "'self'"
+	if streams != "" {
+		connect += " " + streams
+	}
 	return map[string]string{
 		"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
-			"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+			"connect-src " + connect + "; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
 		"X-Content-Type-Options":       "nosniff",
 		"X-Frame-Options":              "DENY",
 		"Referrer-Policy":              "no-referrer",

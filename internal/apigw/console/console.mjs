@@ -11,8 +11,8 @@
 // The token lives in this tab's memory only.
 //
 // The page is wired in parts, one module each: the lists of jobs
-// (jobs.mjs), one job (job.mjs) and what an operator does to it
-// (job-actions.mjs), the provider health (providers.mjs), an incident's
+// (jobs.mjs), one job (job.mjs), its answer as it forms (stream.mjs) and
+// what an operator does to it (job-actions.mjs), the provider health (providers.mjs), an incident's
 // bulk resolution (incidents.mjs), on what they share (page.mjs: the API,
 // problems, elements). This module is the entry the page loads: the token
 // and the start. The pure functions (tested under Node) are exported here;
@@ -25,6 +25,7 @@ import { wireJobs } from "./jobs.mjs";
 import { newPage } from "./page.mjs";
 import { wireProviders } from "./providers.mjs";
 import { wireTrace } from "./trace.mjs";
+import { wireStream } from "./stream.mjs";
 
 export { parseWindow, sumBulk } from "./incidents.mjs";
 export { ATTEMPT_STATES, attemptRoles, layoutTimeline, remoteLines, sumUsage } from "./job.mjs";
@@ -32,6 +33,7 @@ export { groupBlocked, oldestFirst } from "./jobs.mjs";
 export { ApiError, formatDuration, problemFields, problemFrom } from "./page.mjs";
 export { describeProvider } from "./providers.mjs";
 export { layoutSpans } from "./trace.mjs";
+export { SSEParser, applyStreamEvent } from "./stream.mjs";
 
 /** @typedef {import("./page.mjs").Calls} Calls */
 
@@ -87,7 +89,7 @@ export function boot(doc, win) {
   /** @type {Calls} */
   const calls = {
     ...wireJobs(page), ...wireJob(page), ...wireJobActions(page), ...wireProviders(page), ...wireIncidents(page),
-    ...wireTrace(page), markOperator,
+    ...wireTrace(page), ...wireStream(page), markOperator,
   };
   Object.assign(page.calls, calls);
   const { refreshQueues, renderQueue, openJob, closeJob, refreshProviders, renderProviders } = calls;

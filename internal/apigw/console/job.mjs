@@ -202,6 +202,7 @@ export function wireJob(page) {
     $("job-title").scrollIntoView({ block: "nearest" });
     void showTrace(id);
     void follow(state.open);
+    void page.calls.streamJob(state.open);
   }
 
   function closeJob() {

@@ -17,7 +17,8 @@
  * @typedef {{input_tokens?: number, output_tokens?: number, latency_ms?: number, attempts?: number}} JobUsage
  * @typedef {{id: string, type: string, status: string, input?: unknown, providers?: string[], created_at: string,
  *   updated_at?: string, version?: number, attempts?: Attempt[], result?: unknown, completed_by?: number,
- *   error?: Failure, usage?: JobUsage, owner?: string, waiting?: Waiting, tier?: string}} Job
+ *   error?: Failure, usage?: JobUsage, owner?: string, waiting?: Waiting, tier?: string, stream?: boolean,
+ *   stream_url?: string}} Job
  * @typedef {{reason: string, since?: string, until?: string, attempt?: number, provider?: string, detail?: string}} Waiting
  * @typedef {{state: string, by: string, reason: string, at: string}} Forced
  * @typedef {{name: string, state: string, breaker_state?: string, since?: string, reason?: string, open_until?: string,
@@ -56,6 +57,7 @@
  *   prefillBulk: (provider: string, since: string) => void,
  *   showTrace: (id: string) => Promise<void>,
  *   closeTrace: () => void,
+ *   streamJob: (open: {job: Job, abort: AbortController}) => Promise<void>,
  * }} Calls
  * @typedef {ReturnType<typeof newPage>} Page
  */
