@@ -5,7 +5,9 @@
 // server-sent events over fetch, each attempt's text growing in its own
 // row, an attempt's text struck through once it is dropped, until the
 // final event. A dropped connection is resumed after the last event
-// received (Last-Event-ID), after a pause that doubles up to 5 s.
+// received (Last-Event-ID), after a pause that doubles up to 5 s; after 8
+// failures in a row the view gives up on the stream (the job itself is
+// still followed with held GETs).
 
 import { el, pause } from "./page.mjs";
 
@@ -202,7 +204,12 @@ export function wireStream(page) {
         }
       }
       if (!got) {
-        reconnects++;
+        if (++reconnects > 8) {
+          // The stream cannot be read from here (say, its origin does not
+          // list the console's): the job view still follows the job.
+          stateText("unavailable: the stream could not be read; the job is still followed");
+          return;
+        }
         stateText(`reconnecting in ${wait} ms…`);
         await pause(wait, signal);
         wait = Math.min(2 * wait, 5000);
