@@ -69,6 +69,8 @@ type options struct {
 	skipFunctions   bool
 	// only names the sections to run (sectionNames); empty runs them all.
 	only map[string]bool
+	// streams: the streams section's flags (streams.go).
+	streams streamOptions
 }
 
 // The sections of the bench, in the order they run; -only picks some.
@@ -78,9 +80,10 @@ const (
 	sectionTracing    = "tracing"    // one trace per job: tracing off, at the default ratio, every trace
 	sectionThrottling = "throttling" // the throttling drill
 	sectionFunctions  = "functions"  // function sizes and cold init
+	sectionStreams    = "streams"    // jobs' streams (issue 39), on a stack of their own
 )
 
-var sectionNames = []string{sectionThroughput, sectionPerJob, sectionTracing, sectionThrottling, sectionFunctions}
+var sectionNames = []string{sectionThroughput, sectionPerJob, sectionTracing, sectionThrottling, sectionFunctions, sectionStreams}
 
 // parseOnly reads -only: a comma-separated list of section names. The
 // functions section starts its functions against the per-job section's
@@ -126,9 +129,10 @@ type report struct {
 	LongJobs           *longJobs        `json:"long_jobs,omitempty"`
 	Bodies             []bodyRow        `json:"worst_case_bodies"`
 	// Failures are the sections that did not finish.
-	Failures  []failure     `json:"failures,omitempty"`
-	Functions []functionRow `json:"functions"`
-	Tracing   []tracingRow  `json:"tracing,omitempty"`
+	Failures  []failure      `json:"failures,omitempty"`
+	Functions []functionRow  `json:"functions"`
+	Tracing   []tracingRow   `json:"tracing,omitempty"`
+	Streams   *streamsReport `json:"streams,omitempty"`
 }
 
 func main() {
@@ -144,9 +148,18 @@ func main() {
 	flag.IntVar(&o.drillJobs, "drill", 500, "jobs in the throttling drill (0 skips it)")
 	flag.BoolVar(&o.skipFunctions, "skip-functions", false, "skip function sizes and cold starts")
 	only := flag.String("only", "", "run only these sections, comma-separated: "+strings.Join(sectionNames, ", ")+" (functions needs perjob)")
+	o.streams.register(flag.CommandLine)
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	var err error
+	if o.streams.only {
+		// -streams-only is -only streams.
+		if *only != "" && *only != sectionStreams {
+			fmt.Fprintln(os.Stderr, "-streams-only runs the streams section alone: give it or -only, not both")
+			os.Exit(2)
+		}
+		*only = sectionStreams
+	}
 	if o.only, err = parseOnly(*only); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -254,6 +267,9 @@ func run(ctx context.Context, o options) error {
 		functions: func(ctx context.Context, env functionEnv) ([]functionRow, error) {
 			return measureFunctions(ctx, o, tmp, env)
 		},
+		streams: func(ctx context.Context) (streamsReport, error) {
+			return measureStreams(ctx, o, dyn.Endpoint(), stackLog)
+		},
 	}
 	measure(ctx, o, funcs, &rep)
 	rep.Seconds = round2(time.Since(started).Seconds())
@@ -268,6 +284,7 @@ type sectionFuncs struct {
 	tracing    func(context.Context) ([]tracingRow, error)
 	throttling func(context.Context) (throttleDrill, error)
 	functions  func(context.Context, functionEnv) ([]functionRow, error)
+	streams    func(context.Context) (streamsReport, error)
 }
 
 // perJobResult is what the per-job section measured, and the stack the
@@ -296,7 +313,7 @@ func measure(ctx context.Context, o options, f sectionFuncs, rep *report) {
 		rep.Failures = append(rep.Failures, failure{Section: section, Error: err.Error()})
 	}
 	if o.runs(sectionThroughput) && ctx.Err() == nil {
-		slog.Info("phase 1/4: API throughput, idempotency storm, worst-case bodies")
+		slog.Info("phase 1/6: API throughput, idempotency storm, worst-case bodies")
 		var err error
 		if rep.Throughput, rep.Storms, rep.Bodies, err = f.throughput(ctx); err != nil {
 			fail(sectionThroughput, err)
@@ -305,7 +322,7 @@ func measure(ctx context.Context, o options, f sectionFuncs, rep *report) {
 	var perJobs perJobResult
 	perJobDone := false
 	if o.runs(sectionPerJob) && ctx.Err() == nil {
-		slog.Info("phase 2/4: per-job requests, transitions and cost; waiting vs polling")
+		slog.Info("phase 2/6: per-job requests, transitions and cost; waiting vs polling")
 		var err error
 		perJobs, err = f.perJob(ctx)
 		if perJobs.close != nil {
@@ -321,14 +338,14 @@ func measure(ctx context.Context, o options, f sectionFuncs, rep *report) {
 		perJobDone = err == nil
 	}
 	if o.runs(sectionTracing) && f.tracing != nil && ctx.Err() == nil {
-		slog.Info("phase 2/4: one trace per job: tracing off, at the default ratio, every trace")
+		slog.Info("phase 3/6: one trace per job: tracing off, at the default ratio, every trace")
 		var err error
 		if rep.Tracing, err = f.tracing(ctx); err != nil {
 			fail(sectionTracing, err)
 		}
 	}
 	if o.runs(sectionThrottling) && o.drillJobs > 0 && ctx.Err() == nil {
-		slog.Info("phase 3/4: starts under throttling")
+		slog.Info("phase 4/6: starts under throttling")
 		d, err := f.throttling(ctx)
 		if err != nil {
 			d.Failed = err.Error()
@@ -336,14 +353,25 @@ func measure(ctx context.Context, o options, f sectionFuncs, rep *report) {
 		rep.Throttling = &d
 	}
 	if o.runs(sectionFunctions) && !o.skipFunctions && ctx.Err() == nil {
-		slog.Info("phase 4/4: function sizes and cold init under the Runtime Interface Emulator")
+		slog.Info("phase 5/6: function sizes and cold init under the Runtime Interface Emulator")
 		if !perJobDone {
 			fail(sectionFunctions, errors.New("not run: it needs the per-job section's stack"))
-			return
+		} else {
+			var err error
+			if rep.Functions, err = f.functions(ctx, perJobs.env); err != nil {
+				fail(sectionFunctions, err)
+			}
 		}
-		var err error
-		if rep.Functions, err = f.functions(ctx, perJobs.env); err != nil {
-			fail(sectionFunctions, err)
+	}
+	if o.runs(sectionStreams) && o.streams.jobs > 0 && ctx.Err() == nil {
+		slog.Info("phase 6/6: jobs' streams")
+		st, err := f.streams(ctx)
+		if err != nil {
+			fail(sectionStreams, err)
+		}
+		// A failure in the cost rows keeps the latency rows measured.
+		if err == nil || st.Latency.Jobs > 0 {
+			rep.Streams = &st
 		}
 	}
 }
@@ -353,6 +381,7 @@ func measure(ctx context.Context, o options, f sectionFuncs, rep *report) {
 // that contradicts the system's guarantees.
 func finish(w io.Writer, o options, rep report, interrupted error) error {
 	printReport(w, rep)
+	printStreams(w, rep.Streams)
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -405,6 +434,9 @@ func checkReport(rep report) error {
 		if f.MeasureErr != "" {
 			errs = append(errs, fmt.Errorf("function %s: %s", f.Name, f.MeasureErr))
 		}
+	}
+	if err := checkStreams(rep.Streams); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

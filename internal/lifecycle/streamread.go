@@ -59,7 +59,8 @@ type StreamRead struct {
 	Events []job.StreamEvent
 	Next   job.StreamCursor
 	// Chunks is how many chunks of the log the read returned: a reader
-	// that got some may read again at once (the writer may be ahead).
+	// that got MaxChunksPerRead may read again at once (it may have left
+	// some).
 	Chunks int
 	// Done: the stream has ended (its final event is among Events, or the
 	// query's cursor was past it): nothing more will follow.
