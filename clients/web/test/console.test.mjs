@@ -423,10 +423,13 @@ test("an incident: blocked jobs grouped by provider; a bulk resolution counted, 
 });
 
 test("a running streamed job: its answer forms in the job's view, read from its stream at another origin, to its end", async () => {
-  // About 120 tokens at 40 a second: three seconds of answer.
+  // About 120 tokens at 40 a second: three seconds of answer, from
+  // whichever provider runs it (the tests before may leave sim-primary's
+  // breaker open).
   const prompt = Array.from({ length: 120 }, (_, i) => "abcdefghijklmnopqrstuvwxyz"[i % 26].repeat(1 + Math.floor(i / 26))).join(" ");
+  const pace = { first_token_ms: 300, tokens_per_second: 40 };
   const { job } = await owner.submit("console-stream", { type: "demo-stream", stream: true,
-    input: { prompt, simulate: { "sim-primary": { first_token_ms: 300, tokens_per_second: 40 } } } });
+    input: { prompt, simulate: { "sim-primary": pace, "sim-fallback": pace } } });
   const { context, page, errors, violations, response } = await openConsole(`${stack.consoleUrl}&job=${job.id}`);
   // The policy lets the page read streams where they are served, and nowhere else.
   const streams = new URL(job.stream_url).origin;
@@ -434,11 +437,12 @@ test("a running streamed job: its answer forms in the job's view, read from its 
   assert.match(response.headers()["content-security-policy"], new RegExp(`connect-src 'self' ${streams};`));
   await page.locator("#job-stream:not([hidden])").waitFor();
   const text = '#job-stream-attempts li[data-attempt="1"] .stream-text';
-  await page.waitForFunction(() => Number(document.querySelector('#job-stream-attempts li[data-attempt="1"]')?.getAttribute("data-seq")) >= 2);
+  // The first deltas may carry the provider's name alone: wait for the
+  // prompt's first word.
+  await page.waitForFunction((sel) => /^sim-(primary|fallback) answered: a/.test(document.querySelector(sel)?.textContent ?? ""), text);
   const early = await page.textContent(text);
   assert.equal((await owner.getJob(job.id)).status, "running", "the text shows while the job runs");
   assert.equal(await page.getAttribute("#job-stream", "data-final"), null);
-  assert.ok(early.startsWith("sim-primary answered: a"), early);
   console.log("screenshot:", await screenshot(page, "console-stream-forming"));
   await page.locator('#job-stream[data-final="succeeded"]').waitFor({ timeout: 30_000 });
   const done = await owner.getJob(job.id);
