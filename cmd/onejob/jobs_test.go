@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -10,12 +11,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/onejob/onejob/internal/dev/testenv"
 )
 
 // The jobs commands against a real local onejob (dynalite, the real state
@@ -417,11 +415,24 @@ func TestJobsErrors(t *testing.T) {
 	c := owner(t, "errors")
 	stranger := owner(t, "stranger")
 	theirs := stranger.submit(t, "")
-	port, err := testenv.FreePort()
+	// An address that answers nothing: it closes every connection it
+	// takes, and stays held for the test (a port freed for it could be
+	// taken by another package's server meanwhile, which then answered).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	nowhere := "http://127.0.0.1:" + strconv.Itoa(port)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = conn.Close()
+		}
+	}()
+	nowhere := "http://" + ln.Addr().String()
 	tests := []struct {
 		name   string
 		as     cli
