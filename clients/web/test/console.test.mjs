@@ -318,7 +318,8 @@ test("provider health: every provider's breaker; one forced open with a reason, 
   const row = page.locator(`#provider-table tr[data-provider="${name}"]`);
   await row.waitFor();
   const shown = await page.$$eval("#provider-table tbody tr", (trs) => trs.map((tr) => [tr.dataset.provider, tr.dataset.state]));
-  assert.deepEqual(shown, [["anthropic-fallback", "closed"], ["openai-primary", "closed"], ["sim-async", "closed"], ["sim-fallback", "closed"], ["sim-hook-async", "closed"], ["sim-primary", "closed"]]);
+  assert.deepEqual(shown, [["anthropic-fallback", "closed"], ["openai-primary", "closed"], ["sim-async", "closed"], ["sim-batch-anthropic", "closed"],
+    ["sim-batch-openai", "closed"], ["sim-fallback", "closed"], ["sim-flex", "closed"], ["sim-hook-async", "closed"], ["sim-primary", "closed"]]);
   assert.match(await row.locator('[data-field="counts"]').textContent(), /^\d+ held, \d+ probes?, opened \d+ times?$/);
 
   // Forcing needs a reason, then a confirmation that says what it does.
