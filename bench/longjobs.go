@@ -8,11 +8,13 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/onejob/onejob/internal/deploy"
 	"github.com/onejob/onejob/internal/job"
+	"github.com/onejob/onejob/internal/provider"
 )
 
 // Issues 29 and 40: what a long job costs while it waits, synchronous (one
@@ -26,7 +28,7 @@ import (
 // and priced as the cost table prices a scenario.
 
 // longJobLatencies are the provider latencies the section prices.
-var longJobLatencies = []time.Duration{2 * time.Second, 30 * time.Second, 10 * time.Minute, 8 * time.Hour}
+var longJobLatencies = []time.Duration{2 * time.Second, 30 * time.Second, 10 * time.Minute, 8 * time.Hour, 24 * time.Hour}
 
 // silentWindow is how long a silent attempt is priced for.
 const silentWindow = time.Hour
@@ -42,12 +44,17 @@ const (
 	casePolling  = "webhook lost (polling only)"
 	caseFallback = "work failed, synchronous fallback"
 	caseSilent   = "provider silent, first hour"
-	modeSync     = "sync"
-	modeAsync    = "async"
 	happyPathRow = "happy path"
 	// holdFromRow is the scenario whose hold invocations give the hold
 	// function's billed time (the happy path never holds).
 	holdFromRow = "unknown then resolved"
+)
+
+// Modes of a long job's row, as provider.Mode names them: the mode a
+// provider runs a job's window in.
+var (
+	modeSync  = string(provider.ModeSync)
+	modeAsync = string(provider.ModeBackground)
 )
 
 // tierFor is the tier a job whose provider takes latency must wait in:
@@ -101,11 +108,17 @@ type longJobInputs struct {
 	// run, which every row starts from.
 	Base   perJob           `json:"-"`
 	Prices map[string]price `json:"-"`
+	// Batch is what the batch rows are computed from; Tokens the price
+	// every row's tokens are billed at (cdk.json's).
+	Batch  batchInputs `json:"batch"`
+	Tokens tokenInputs `json:"tokens"`
 }
 
 // longJobRow is one mode and case at one provider latency, per job, and
 // its cost per million jobs.
 type longJobRow struct {
+	// Name is how a page cites it: `bench:long_jobs/<name>`.
+	Name     string  `json:"name"`
 	Mode     string  `json:"mode"`
 	Case     string  `json:"case"`
 	LatencyS float64 `json:"provider_latency_s"`
@@ -130,13 +143,22 @@ type longJobRow struct {
 	// RatioToSync is this row's total over the synchronous row's at the
 	// same latency (or the silent synchronous attempt's).
 	RatioToSync float64 `json:"cost_ratio_to_sync"`
-	Note        string  `json:"note,omitempty"`
+	// TokenTier is the tier the job's tokens are billed at (the tier its
+	// provider runs its window at), TokenUSD what Inputs.Tokens' job
+	// costs at it, per million jobs; TokenModelled: that tier's rate is
+	// modelled (a flex rate cdk.json gives no provider).
+	TokenTier     job.Tier `json:"token_tier"`
+	TokenUSD      float64  `json:"token_usd_per_million_jobs"`
+	TokenModelled bool     `json:"token_rate_modelled,omitempty"`
+	Note          string   `json:"note,omitempty"`
 }
 
 // longJobs is the section: its inputs and rows.
 type longJobs struct {
 	Inputs longJobInputs `json:"inputs"`
 	Rows   []longJobRow  `json:"rows"`
+	// Cannot are the modes that cannot take a latency, and why.
+	Cannot []longJobGap `json:"cannot"`
 }
 
 // aslLoop reads a state machine definition: the states an execution enters
@@ -254,11 +276,20 @@ type tally struct {
 	// happy path's mean): a webhook delivery taken by its id.
 	smallWrites float64
 	api         float64
+	// A provider batch's item, its share per line: requests and their
+	// units (the item's size, not the happy path's mean).
+	batchReads, batchRRU, batchWrites, batchWRU float64
 }
 
 func newTally(in longJobInputs) *tally {
-	return &tally{in: in, inv: maps.Clone(in.Base.LambdaInvocations), ms: maps.Clone(in.Base.LambdaBilledMS),
-		transitions: in.Base.StateTransitions, api: in.Base.APIRequests}
+	inv, ms := maps.Clone(in.Base.LambdaInvocations), maps.Clone(in.Base.LambdaBilledMS)
+	if inv == nil {
+		inv = map[string]float64{}
+	}
+	if ms == nil {
+		ms = map[string]float64{}
+	}
+	return &tally{in: in, inv: inv, ms: ms, transitions: in.Base.StateTransitions, api: in.Base.APIRequests}
 }
 
 func (t *tally) invoke(fn string, n, msEach float64) {
@@ -317,8 +348,8 @@ func (t *tally) row(mode, kase string, latency time.Duration) longJobRow {
 	b := t.in.Base
 	p := perJob{
 		Scenario:          mode + ", " + kase,
-		ReadUnits:         max(0, b.ReadUnits-b.ReadBacks) + t.reads*t.in.RRUPerRead,
-		WriteUnits:        b.WriteUnits + b.IndexWriteUnits + t.writes*t.in.WRUPerWrite + t.smallWrites,
+		ReadUnits:         max(0, b.ReadUnits-b.ReadBacks) + t.reads*t.in.RRUPerRead + t.batchRRU,
+		WriteUnits:        b.WriteUnits + b.IndexWriteUnits + t.writes*t.in.WRUPerWrite + t.smallWrites + t.batchWRU,
 		StateTransitions:  t.transitions,
 		LambdaInvocations: t.inv,
 		LambdaBilledMS:    t.ms,
@@ -326,10 +357,11 @@ func (t *tally) row(mode, kase string, latency time.Duration) longJobRow {
 	}
 	reads, writes := baseRequests(b)
 	c := roundCost(costOf(p, t.in.Prices))
-	return longJobRow{Mode: mode, Case: kase, LatencyS: latency.Seconds(),
+	return longJobRow{Name: longJobName(mode, kase, latency), Mode: mode, Case: kase, LatencyS: latency.Seconds(),
 		LambdaInvocations: roundAll(t.inv), LambdaBilledMS: roundAll(t.ms), LambdaGBs: round4(p.lambdaGBSeconds(lambdaMemoryGB)),
-		StateTransitions: t.transitions, DynamoReads: round2(reads + t.reads), DynamoWrites: round2(writes + t.writes + t.smallWrites),
-		APIRequests: t.api, CostPerMillion: c}
+		StateTransitions: t.transitions, DynamoReads: round2(reads + t.reads + t.batchReads),
+		DynamoWrites: round2(writes + t.writes + t.smallWrites + t.batchWrites),
+		APIRequests:  t.api, CostPerMillion: c}
 }
 
 // baseRequests splits the happy path's DynamoDB requests into reads and
@@ -390,6 +422,9 @@ func longJobInputsFrom(rows []perJob, definition []byte) (longJobInputs, error) 
 	in.HoldMS, in.HoldFrom = in.RunMS, happyPathRow+" (its run's)"
 	if i := slices.IndexFunc(rows, func(p perJob) bool { return p.Scenario == holdFromRow }); i >= 0 && perCall(rows[i], deploy.FnHold) > 0 {
 		in.HoldMS, in.HoldFrom = perCall(rows[i], deploy.FnHold), holdFromRow
+	}
+	if in.Batch, err = batchInputsFrom(in); err != nil {
+		return in, err
 	}
 	reads, writes := baseRequests(in.Base)
 	in.RRUPerRead, in.WRUPerWrite = 1, 1
@@ -539,38 +574,124 @@ func silentAsync(in longJobInputs) longJobRow {
 }
 
 // longJobRows computes the section: at each latency the synchronous
-// attempt, then the asynchronous one with and without its webhook; then
-// the silent attempts.
-func longJobRows(in longJobInputs) []longJobRow {
+// attempt, the background one with and without its webhook, the flex call
+// (answered, and paused once by a 429) and the batch line (in a full batch
+// and alone), each where its mode can take the latency (the others in
+// Cannot); then the silent attempts. Every row's tokens are billed at the
+// tier its provider runs its window at.
+func longJobRows(in longJobInputs) ([]longJobRow, []longJobGap, error) {
 	var out []longJobRow
+	var gaps []longJobGap
+	add := func(r longJobRow, sync longJobRow, kind string, tier job.Tier) error {
+		var err error
+		if r.TokenTier, r.TokenUSD, r.TokenModelled, err = tokenBill(in.Tokens, kind, r.Mode, tier); err != nil {
+			return fmt.Errorf("%s: %w", r.Name, err)
+		}
+		r.RatioToSync = ratio(r.CostPerMillion.Total, sync.CostPerMillion.Total)
+		out = append(out, r)
+		return nil
+	}
+	gap := func(mode string, l time.Duration, why string) {
+		gaps = append(gaps, longJobGap{Mode: mode, LatencyS: l.Seconds(), Why: why})
+	}
 	for _, l := range longJobLatencies {
 		s := syncAttempt(in, l)
-		s.RatioToSync = 1
-		out = append(out, s)
-		for _, webhook := range []bool{true, false} {
-			a := asyncAttempt(in, l, webhook)
-			a.RatioToSync = ratio(a.CostPerMillion.Total, s.CostPerMillion.Total)
-			out = append(out, a)
+		if err := add(s, s, kindSync, job.TierNow); err != nil {
+			return nil, nil, err
 		}
-		if l == fallbackLatency {
-			f := asyncFallback(in)
-			f.RatioToSync = ratio(f.CostPerMillion.Total, s.CostPerMillion.Total)
-			out = append(out, f)
+		if why := backgroundCannot(l); why != "" {
+			gap(modeAsync, l, why)
+		} else {
+			for _, webhook := range []bool{true, false} {
+				if err := add(asyncAttempt(in, l, webhook), s, kindBackground, tierFor(l)); err != nil {
+					return nil, nil, err
+				}
+			}
+			if l == fallbackLatency {
+				if err := add(asyncFallback(in), s, kindBackground, tierFor(l)); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		if why := flexCannot(in, l); why != "" {
+			gap(modeFlex, l, why)
+		} else {
+			for _, paused := range []bool{false, true} {
+				if err := add(flexAttempt(in, l, paused), s, kindFlex, flexTier()); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		if why := batchCannot(l); why != "" {
+			gap(modeBatch, l, why)
+		} else {
+			for _, lines := range batchLinesPriced {
+				if err := add(batchLine(in, in.Batch, l, lines), s, kindBatch, job.TierBatch24h); err != nil {
+					return nil, nil, err
+				}
+			}
 		}
 	}
 	s, a := silentSync(in), silentAsync(in)
-	s.RatioToSync, a.RatioToSync = 1, ratio(a.CostPerMillion.Total, s.CostPerMillion.Total)
-	return append(out, s, a)
+	if err := add(s, s, kindSync, job.TierNow); err != nil {
+		return nil, nil, err
+	}
+	if err := add(a, s, kindBackground, job.TierNow); err != nil {
+		return nil, nil, err
+	}
+	return out, gaps, nil
+}
+
+// longJobName is a row's name: its mode, its provider's latency (or
+// none, for a silent provider) and its case.
+func longJobName(mode, kase string, latency time.Duration) string {
+	if kase == caseSilent {
+		return mode + ", " + kase
+	}
+	return mode + ", " + latencyLabel(latency) + ", " + kase
+}
+
+// latencyLabel prints a latency as a page names it: 2 s, 10 min, 8 h.
+func latencyLabel(d time.Duration) string {
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return strconv.Itoa(int(d/time.Hour)) + " h"
+	case d >= time.Minute && d%time.Minute == 0:
+		return strconv.Itoa(int(d/time.Minute)) + " min"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
+}
+
+// longJobRowNames are the section's row names, from the rows it computes
+// (benchRows: what a page may cite).
+func longJobRowNames(definition []byte) ([]string, error) {
+	in, err := longJobInputsFrom([]perJob{{Scenario: happyPathRow}}, definition)
+	if err != nil {
+		return nil, err
+	}
+	rows, _, err := longJobRows(in)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		names[i] = r.Name
+	}
+	return names, nil
 }
 
 // measureLongJobs is the section for this run's per-job rows.
-func measureLongJobs(rows []perJob, definition []byte, pr map[string]price) (*longJobs, error) {
+func measureLongJobs(rows []perJob, definition []byte, pr map[string]price, tokens tokenInputs) (*longJobs, error) {
 	in, err := longJobInputsFrom(rows, definition)
 	if err != nil {
 		return nil, err
 	}
-	in.Prices = pr
-	return &longJobs{Inputs: in, Rows: longJobRows(in)}, nil
+	in.Prices, in.Tokens = pr, tokens
+	out, gaps, err := longJobRows(in)
+	if err != nil {
+		return nil, err
+	}
+	return &longJobs{Inputs: in, Rows: out, Cannot: gaps}, nil
 }
 
 // roundCost rounds a cost row's dollars to cents, as the cost table does.
@@ -602,7 +723,8 @@ func round4(f float64) float64 { return math.Round(f*10000) / 10000 }
 // row's loop turns.
 func printLongJobs(w io.Writer, l longJobs) {
 	in := l.Inputs
-	section(w, "Long jobs (issues 29, 40): per job and USD per million jobs, synchronous vs asynchronous (parked) by provider latency, a fallback after failed work, and an attempt whose provider goes silent (first hour)")
+	section(w, "Long jobs (issues 29, 40): per job and USD per million jobs, synchronous, background (parked), flex and batch by provider latency, a fallback after failed work, "+
+		"and an attempt whose provider goes silent (first hour); the tokens each window bills")
 	var mem []string
 	for _, fn := range sortedKeys(in.MemoryMB) {
 		mem = append(mem, fmt.Sprintf("%s %d MB", fn, in.MemoryMB[fn]))
@@ -625,11 +747,32 @@ func printLongJobs(w io.Writer, l longJobs) {
 		"(job.RemotePolicy)\n",
 		dur(in.CallTimeoutS), strings.Join(in.Loop, " → "), len(in.Loop), in.BeforeWait, strings.Join(steps, ", "), dur(in.PassEveryS),
 		dur(in.PollFirstS), dur(in.PollLastS), dur(in.DeadlineS))
+	bi, tk := in.Batch, in.Tokens
+	var sizes []string
+	for _, n := range batchLinesPriced {
+		sizes = append(sizes, fmt.Sprintf("%s bytes at %s line(s)", thousands(bi.ItemBytes[n]), thousands(n)))
+	}
+	fmt.Fprintf(w, "flex: one call at the flex tier (%s runs a job that may wait %s or longer there), held by the run up to the call timeout; "+
+		"a 429 Resource Unavailable pauses the provider and the job waits a turn of the loop. Batch (job.DefaultBatchPolicy): a line queued and parked "+
+		"at its run; lines gathered up to %d a batch or %s (up to %d passes list a line, a read each); the batch's item in the batches table "+
+		"(%s; modelled from job.Batch's JSON) written whole at its record, claim, submit, each poll that finds it running, its end and its delete, "+
+		"read whole by every pass while open (the open batches' query, consistent); the batch asked about on job.DefaultPollSchedule (tier now), "+
+		"its submit and each poll billed as a run of the events function, shared by its lines\n",
+		kindFlex, flexTier(), bi.MaxLines, dur(bi.GatherS), bi.GatherPasses, strings.Join(sizes, ", "))
+	var discounts []string
+	for _, t := range sortedKeys(tk.DiscountPercent) {
+		discounts = append(discounts, fmt.Sprintf("%s %d%%", t, tk.DiscountPercent[t]))
+	}
+	fmt.Fprintf(w, "tokens: a job of %d tokens in and %d out at cdk.json's %s price (%s, kind %s: $%s in, $%s out per million tokens; off: %s), "+
+		"billed at the tier its provider runs its window at (provider.RunTier: sync %s, background %s, flex %s, batch %s; a flex rate cdk.json "+
+		"prices no provider at is modelled at the batch discount, OpenAI's flex being \"priced at Batch API rates\")\n",
+		tk.TokensIn, tk.TokensOut, tk.Provider, tk.Version, tk.Kind, tk.InputUSD, tk.OutputUSD, strings.Join(discounts, ", "),
+		kindSync, kindBackground, kindFlex, kindBatch)
 	tw := table(w)
 	fmt.Fprintln(tw, "mode\tprovider latency\tcase\tcall held\tturns (sync loop, async polls)\tjob ends at\tLambda invocations\tLambda GB-s\ttransitions\tDDB reads\tDDB writes\tAPI requests\t"+
-		"Lambda requests\tLambda duration\tStep Functions\tDynamoDB\tAPI Gateway\ttotal USD\t×sync\t")
+		"Lambda requests\tLambda duration\tStep Functions\tDynamoDB\tAPI Gateway\ttotal USD\t×sync\ttokens at\ttokens USD\t")
 	for _, r := range l.Rows {
-		latency, ends := dur(r.LatencyS), "-"
+		latency, ends := latencyLabel(time.Duration(r.LatencyS*float64(time.Second))), "-"
 		if r.Case == caseSilent {
 			latency = "never (" + dur(in.WindowS) + ")"
 		}
@@ -641,12 +784,19 @@ func printLongJobs(w io.Writer, l longJobs) {
 			inv += v
 		}
 		c := r.CostPerMillion
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%.4g\t%.4f\t%g\t%.4g\t%.4g\t%g\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n",
+		tokens := string(r.TokenTier)
+		if r.TokenModelled {
+			tokens += " (modelled)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%.4g\t%.4f\t%g\t%.4g\t%.4g\t%g\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%.2f\t\n",
 			r.Mode, latency, r.Case, dur(r.HeldS), r.Turns, ends, inv, r.LambdaGBs, r.StateTransitions, r.DynamoReads, r.DynamoWrites,
-			r.APIRequests, c.LambdaReq, c.LambdaGBs, c.StepFunctions, c.DynamoDB, c.APIGateway, c.Total, r.RatioToSync)
+			r.APIRequests, c.LambdaReq, c.LambdaGBs, c.StepFunctions, c.DynamoDB, c.APIGateway, c.Total, r.RatioToSync, tokens, r.TokenUSD)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "loop turns (sync: checks after the call timeout) and polls (async: after the submit) at:")
+	for _, g := range l.Cannot {
+		fmt.Fprintf(w, "cannot: %s at %s: %s\n", g.Mode, latencyLabel(time.Duration(g.LatencyS*float64(time.Second))), g.Why)
+	}
+	fmt.Fprintln(w, "loop turns (sync: checks after the call timeout; flex: the pause) and polls (background: after the submit; batch: of its batch, after the submit) at:")
 	for _, r := range l.Rows {
 		if r.Turns == 0 {
 			continue
@@ -655,19 +805,18 @@ func printLongJobs(w io.Writer, l longJobs) {
 		for i, t := range r.TimesS {
 			at[i] = dur(t)
 		}
-		latency := dur(r.LatencyS)
-		if r.Case == caseSilent {
-			latency = "silent"
-		}
-		fmt.Fprintf(w, "  %s, %s, %s: %s\n", r.Mode, latency, r.Case, strings.Join(at, " "))
+		fmt.Fprintf(w, "  %s: %s\n", r.Name, strings.Join(at, " "))
 	}
 	for _, r := range l.Rows {
 		if r.Note != "" {
-			fmt.Fprintf(w, "note: %s, %s, %s: %s\n", r.Mode, dur(r.LatencyS), r.Case, r.Note)
+			fmt.Fprintf(w, "note: %s: %s\n", r.Name, r.Note)
 		}
 	}
-	fmt.Fprintln(w, "note: every row is the happy path's counts plus the design's (docs/long-jobs.md); a check's run and a poll of the pass are billed as the happy path's run, "+
-		"the provider answering at once. A provider that hangs on a question holds that run, or that slice of the pass, up to the settle timeout instead.")
+	fmt.Fprintln(w, "note: every row is the happy path's counts (measured in this run) plus the design's (docs/long-jobs.md), modelled from the code, not measured: "+
+		"a check's run, a poll of the pass, a batch's submit and poll and a line's apply are billed as the happy path's run, the provider answering at once. "+
+		"A provider that hangs on a question holds that run, or that slice of the pass, up to the settle timeout instead.")
+	fmt.Fprintf(w, "note: issue 40: every row of a waiting mode (%s) is at most %d state transitions; the report fails otherwise\n",
+		strings.Join(waitingModes, ", "), maxWaitingTransitions)
 }
 
 // dur prints seconds as a duration.

@@ -253,7 +253,11 @@ func run(ctx context.Context, o options) error {
 			if err != nil {
 				return res, fmt.Errorf("long jobs: %w", err)
 			}
-			if res.long, err = measureLongJobs(rows, definition, rep.Prices); err != nil {
+			tokens, err := tokenPriceFrom(o.root)
+			if err != nil {
+				return res, fmt.Errorf("long jobs: %w", err)
+			}
+			if res.long, err = measureLongJobs(rows, definition, rep.Prices, tokens); err != nil {
 				return res, fmt.Errorf("long jobs: %w", err)
 			}
 			return res, nil
@@ -415,6 +419,9 @@ func checkReport(rep report) error {
 			errs = append(errs, fmt.Errorf("throughput c=%d starter=%s: %d API errors (%s), %d PutItem errors (%s)",
 				t.Concurrency, t.Starter, t.API.Errors, t.API.FirstError, t.Raw.Errors, t.Raw.FirstError))
 		}
+	}
+	if err := checkLongJobs(rep.LongJobs); err != nil {
+		errs = append(errs, err)
 	}
 	if err := checkBodies(rep.Bodies); err != nil {
 		errs = append(errs, err)

@@ -1,5 +1,12 @@
 package main
 
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/onejob/onejob/internal/dev/sfnlocal"
+)
+
 // benchRows names what a page may cite as a `make bench` row
 // (`bench:TABLE/ROW`, internal/dev/doctest): each table by its key in the
 // JSON report (bench/results/latest.json), each row by the name the bench
@@ -34,6 +41,14 @@ func benchRows(root string) (map[string][]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	definition, err := os.ReadFile(filepath.Join(root, sfnlocal.DefaultDefinitionPath))
+	if err != nil {
+		return nil, err
+	}
+	longNames, err := longJobRowNames(definition)
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]string{
 		"throughput":                nil,
 		"idempotency_storm":         nil,
@@ -43,7 +58,7 @@ func benchRows(root string) (map[string][]string, error) {
 		"throttling_drill":          nil,
 		"prices_us_east_1":          sortedKeys(prices()),
 		"cost_per_million_jobs_usd": costNames,
-		"long_jobs":                 nil,
+		"long_jobs":                 longNames,
 		"wait_vs_poll":              waitNames,
 		"tracing":                   tracingNames,
 		"functions":                 append([]string{baselineFunction}, functions...),
