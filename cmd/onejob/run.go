@@ -69,7 +69,7 @@ func runCommand(ctx context.Context, args []string) error {
 	otlp := fs.String("otlp", "", "export every function's spans to this OTLP/HTTP collector (http://127.0.0.1:4318, or its /v1/traces URL; default: $"+
 		envOTLPTraces+", else $"+envOTLP+"; none: tracing off)")
 	traceRatio := fs.Float64("trace-ratio", 1, "the head sampling ratio of new traces (errors and slow work are kept whatever it says)")
-	keepSpans := fs.Bool("keep-spans", true, "keep every function's spans in memory (at most 100,000: the console's trace of a job, GET /v1/jobs/{id}/trace), besides exporting them to --otlp; false with no --otlp: tracing off")
+	keepSpans := fs.Bool("keep-spans", true, "keep every function's spans in memory (at most 20,000: the console's trace of a job, GET /v1/jobs/{id}/trace), besides exporting them to --otlp; false with no --otlp: tracing off")
 	streamURL := fs.String("stream-url", "", "the base of each job's stream_url when a proxy stands in front of --stream-addr (default: --stream-addr's own URL)")
 	if err := fs.Parse(args); err != nil {
 		return err

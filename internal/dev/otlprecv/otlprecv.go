@@ -61,8 +61,10 @@ type Store struct {
 	change chan struct{}
 }
 
-// MaxSpans is a store's default bound.
-const MaxSpans = 100_000
+// MaxSpans is a store's default bound: about 1,400 happy-path jobs'
+// traces (14 spans each sampled whole), some 40 MB; `onejob run` keeps
+// them by default, so the bound is what a long-running make run holds.
+const MaxSpans = 20_000
 
 // NewStore is an empty store keeping at most max spans (MaxSpans when 0).
 func NewStore(max int) *Store {

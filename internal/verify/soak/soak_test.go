@@ -40,6 +40,11 @@ func TestBoundedSoak(t *testing.T) {
 		// Short, so that the idle check at the end is quick.
 		IdleTimeout: 2 * time.Second,
 		Limits:      soak.Limits{MaxFDs: 200, MaxRSSGrowth: 1.3, RestSlack: 12},
+		// The console's span store is a cache that fills to its bound
+		// (otlprecv.MaxSpans, TestStoreKeepsAtMostItsBound): 1,000 jobs'
+		// 14,000 spans are growth by design, which the leak check would
+		// read as a leak. Tracing off here; the store's bound is its own test.
+		RunArgs: []string{"--keep-spans=false"},
 		Logf:        t.Logf,
 	})
 	if rep != nil {
