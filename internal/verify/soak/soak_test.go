@@ -45,7 +45,7 @@ func TestBoundedSoak(t *testing.T) {
 		// 14,000 spans are growth by design, which the leak check would
 		// read as a leak. Tracing off here; the store's bound is its own test.
 		RunArgs: []string{"--keep-spans=false"},
-		Logf:        t.Logf,
+		Logf:    t.Logf,
 	})
 	if rep != nil {
 		t.Logf("soak in %s:\n%s", time.Since(started).Round(time.Millisecond), rep.Table())
