@@ -64,18 +64,12 @@ func (s *Store) CreateBatch(ctx context.Context, b job.Batch) (job.Batch, bool, 
 	if err != nil {
 		return job.Batch{}, false, err
 	}
-	_, err = s.db.putItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(s.batches),
-		Item:                     item,
-		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
-		ExpressionAttributeNames: map[string]string{"#id": AttrBatchID},
-	})
-	var ccf *types.ConditionalCheckFailedException
+	created, err := putNew(ctx, s.db, s.batches, item, AttrBatchID, "create batch")
 	switch {
-	case err == nil:
+	case err != nil:
+		return job.Batch{}, false, err
+	case created:
 		return b, true, nil
-	case !errors.As(err, &ccf):
-		return job.Batch{}, false, storeError("create batch", err)
 	}
 	cur, err := s.GetBatch(ctx, b.Provider, b.ID)
 	if errors.Is(err, job.ErrNotFound) {
@@ -140,30 +134,15 @@ func (s *Store) GetBatch(ctx context.Context, provider, id string) (job.Batch, e
 // OpenBatches reads provider's partition of the table, consistently: the
 // batches not done (a done one is deleted), by ID.
 func (s *Store) OpenBatches(ctx context.Context, provider string) ([]job.Batch, error) {
-	out := []job.Batch{}
-	var start map[string]types.AttributeValue
-	for {
-		page, err := s.db.query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(s.batches),
-			KeyConditionExpression:    aws.String("#p = :p"),
-			ExpressionAttributeNames:  map[string]string{"#p": AttrProvider},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":p": avS(provider)},
-			ConsistentRead:            aws.Bool(true),
-			ExclusiveStartKey:         start,
-		})
-		if err != nil {
-			return nil, storeError("list batches", err)
-		}
-		for _, item := range page.Items {
-			b, err := readBatch(item)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, b)
-		}
-		if len(page.LastEvaluatedKey) == 0 {
-			return out, nil
-		}
-		start = page.LastEvaluatedKey
+	out, err := queryAll(ctx, s.db, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.batches),
+		KeyConditionExpression:    aws.String("#p = :p"),
+		ExpressionAttributeNames:  map[string]string{"#p": AttrProvider},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": avS(provider)},
+		ConsistentRead:            aws.Bool(true),
+	}, "list batches", readBatch)
+	if out == nil && err == nil {
+		out = []job.Batch{}
 	}
+	return out, err
 }

@@ -200,30 +200,15 @@ func (s *Store) Endpoint(ctx context.Context, owner, id string) (job.Endpoint, e
 
 // Endpoints lists owner's endpoints, oldest first.
 func (s *Store) Endpoints(ctx context.Context, owner string) ([]job.Endpoint, error) {
-	var out []job.Endpoint
-	var start map[string]types.AttributeValue
-	for {
-		res, err := s.db.query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(s.endpoints),
-			KeyConditionExpression:    aws.String("#owner = :owner"),
-			ExpressionAttributeNames:  map[string]string{"#owner": AttrOwner},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":owner": avS(owner)},
-			ConsistentRead:            aws.Bool(true),
-			ExclusiveStartKey:         start,
-		})
-		if err != nil {
-			return nil, storeError("list endpoints", err)
-		}
-		for _, item := range res.Items {
-			e, err := decodeEndpoint(item)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, e)
-		}
-		if start = res.LastEvaluatedKey; len(start) == 0 {
-			break
-		}
+	out, err := queryAll(ctx, s.db, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.endpoints),
+		KeyConditionExpression:    aws.String("#owner = :owner"),
+		ExpressionAttributeNames:  map[string]string{"#owner": AttrOwner},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":owner": avS(owner)},
+		ConsistentRead:            aws.Bool(true),
+	}, "list endpoints", decodeEndpoint)
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b job.Endpoint) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
@@ -453,20 +438,7 @@ func (s *Store) AddDelivery(ctx context.Context, d job.Delivery) (bool, error) {
 	if err := checkSize(item); err != nil {
 		return false, err
 	}
-	_, err := s.db.putItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(s.deliveries),
-		Item:                     item,
-		ConditionExpression:      aws.String("attribute_not_exists(#d)"),
-		ExpressionAttributeNames: map[string]string{"#d": AttrDelivery},
-	})
-	var ccf *types.ConditionalCheckFailedException
-	switch {
-	case errors.As(err, &ccf):
-		return false, nil
-	case err != nil:
-		return false, storeError("add delivery", err)
-	}
-	return true, nil
+	return putNew(ctx, s.db, s.deliveries, item, AttrDelivery, "add delivery")
 }
 
 // Reading the due deliveries (reviews H3, N-L6). Every shard of by_due is

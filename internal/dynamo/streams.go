@@ -2,7 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -43,20 +42,7 @@ func (s *Store) AppendChunk(ctx context.Context, c job.StreamChunk, expires time
 	if c.Last {
 		item[aLast] = avB(true)
 	}
-	_, err := s.db.putItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(s.streams),
-		Item:                     item,
-		ConditionExpression:      aws.String("attribute_not_exists(#pos)"),
-		ExpressionAttributeNames: map[string]string{"#pos": AttrPos},
-	})
-	var ccf *types.ConditionalCheckFailedException
-	switch {
-	case errors.As(err, &ccf):
-		return false, nil
-	case err != nil:
-		return false, storeError("append chunk", err)
-	}
-	return true, nil
+	return putNew(ctx, s.db, s.streams, item, AttrPos, "append chunk")
 }
 
 // maxSeq is the last seq ChunkPos can spell in its eight digits.
